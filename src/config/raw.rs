@@ -1,0 +1,95 @@
+//! The configuration file as written: serde structs that mirror the TOML one
+//! to one. Nothing here is validated beyond TOML types and unknown keys
+//! (`deny_unknown_fields` everywhere, so a typo can never silently disable a
+//! protection); `${VAR}` references are still unexpanded.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: RawServer,
+    pub admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: String,
+    pub max_body_bytes: Option<u64>,
+    pub header_read_timeout: Option<String>,
+    pub body_read_timeout: Option<String>,
+    pub shutdown_grace: Option<String>,
+    pub max_connections: Option<u64>,
+    pub tls: Option<RawTls>,
+}
+
+/// Parsed so the schema is complete; validation rejects it until TLS
+/// termination exists.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct RawTls {
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: String,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub backend: Option<String>,
+    pub path: Option<String>,
+    pub url: Option<String>,
+    pub nodes: Option<Vec<String>>,
+    pub key_prefix: Option<String>,
+    pub timeout: Option<String>,
+    pub on_error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub path: String,
+    pub methods: Option<Vec<String>>,
+    pub upstream: String,
+    pub upstream_timeout: Option<String>,
+    pub upstream_ca: Option<String>,
+    pub processing_ttl: Option<String>,
+    pub retention: Option<String>,
+    pub idempotency_header: Option<String>,
+    pub key: Option<Vec<String>>,
+    pub scope: Option<String>,
+    pub on_mismatch: Option<String>,
+    pub replay_guard: Option<String>,
+    pub max_cached_body_bytes: Option<u64>,
+    pub verify: Option<RawVerify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVerify {
+    pub scheme: String,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    pub tolerance: Option<String>,
+    /// `hmac` scheme: the header carrying the signature.
+    pub header: Option<String>,
+    /// `hmac` scheme: `sha256` or `sha512`.
+    pub algorithm: Option<String>,
+    /// `hmac` scheme: `hex` or `base64`.
+    pub encoding: Option<String>,
+    /// `hmac` scheme: a literal prefix before the encoded signature (`sha256=`).
+    pub prefix: Option<String>,
+}

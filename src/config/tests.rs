@@ -1,0 +1,195 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "SECRET" => Some("whsec_test".to_owned()),
+        "ADMIN_TOKEN" => Some("0123456789abcdef0123".to_owned()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("gw.toml"), &env)
+}
+
+fn problems(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("config should be invalid:\n{text}"),
+        Err(ConfigError::Invalid(problems)) => problems.iter().map(ToString::to_string).collect(),
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+const MINIMAL: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+
+[store]
+backend = "memory"
+
+[[routes]]
+name = "orders"
+path = "/hooks/orders"
+upstream = "http://127.0.0.1:3000/orders"
+key = ["header:X-Event-Id"]
+
+[routes.verify]
+scheme = "hmac"
+secrets = ["${SECRET}"]
+header = "X-Signature"
+prefix = "sha256="
+"#;
+
+#[test]
+fn applies_defaults() {
+    let config = parse(MINIMAL).unwrap();
+    assert_eq!(config.server.max_body_bytes, 1 << 20);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.store.key_prefix, "hookgate:");
+    assert_eq!(config.store.timeout, Duration::from_millis(500));
+    assert_eq!(config.store.on_error, OnStoreError::Reject);
+    let route = &config.routes[0];
+    assert_eq!(route.methods, [Method::POST]);
+    assert_eq!(route.scope, "orders");
+    assert_eq!(route.processing_ttl, Duration::from_secs(30));
+    assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
+    assert_eq!(
+        route.idempotency_header.as_ref().unwrap(),
+        "idempotency-key"
+    );
+    assert_eq!(route.max_cached_body_bytes, 65_536);
+    match &route.verifier {
+        Verifier::Hmac(v) => assert_eq!(v.secrets[0].expose(), b"whsec_test"),
+        other => panic!("{other:?}"),
+    }
+    assert!(config.summary().contains("orders"));
+    assert!(
+        !config.summary().contains("whsec_test"),
+        "summary must not print secrets"
+    );
+}
+
+#[test]
+fn reports_unknown_keys_with_location_and_path() {
+    let text = MINIMAL.replace("upstream = ", "upstraem_timeout = \"1s\"\nupstream = ");
+    let found = problems(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("gw.toml:11:1: routes[0].upstraem_timeout: unknown field"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn reports_syntax_errors_with_location() {
+    let found = problems("[server]\nlisten = \"x\nfoo = 1\n");
+    assert!(found[0].starts_with("gw.toml:2:"), "{found:?}");
+}
+
+#[test]
+fn reports_every_validation_problem_with_its_key() {
+    let text = MINIMAL
+        .replace("${SECRET}", "${MISSING_SECRET}")
+        .replace(
+            "name = \"orders\"",
+            "name = \"Orders!\"\nprocessing_ttl = \"30 seconds\"",
+        )
+        .replace("http://127.0.0.1:3000/orders", "ftp://x/");
+    let found = problems(&text).join("\n");
+    for expected in [
+        "routes[0].name: \"Orders!\" must match [a-z0-9_-]+",
+        "routes[0].processing_ttl:",
+        "routes[0].upstream: \"ftp://x/\" must be an absolute http:// URL",
+        "routes[0].verify.secrets[0]: environment variable `MISSING_SECRET` is not set",
+    ] {
+        assert!(
+            found.contains(expected),
+            "missing {expected:?} in:\n{found}"
+        );
+    }
+    assert!(
+        found.contains("gw.toml:17:12: routes[0].verify.secrets[0]"),
+        "{found}"
+    );
+}
+
+#[test]
+fn a_route_must_say_how_it_verifies() {
+    let text = MINIMAL.split("[routes.verify]").next().unwrap();
+    let found = problems(text).join("\n");
+    assert!(
+        found.contains("routes[0]: route has no [routes.verify]"),
+        "{found}"
+    );
+
+    let unsigned = format!("{text}[routes.verify]\nscheme = \"none\"\n");
+    let config = parse(&unsigned).unwrap();
+    assert!(matches!(config.routes[0].verifier, Verifier::None));
+}
+
+#[test]
+fn rejects_duplicates_and_inconsistent_settings() {
+    let twice = format!(
+        "{MINIMAL}\n{}",
+        &MINIMAL[MINIMAL.find("[[routes]]").unwrap()..]
+    );
+    let found = problems(&twice).join("\n");
+    assert!(
+        found.contains("routes[1].name: route name \"orders\" is used twice"),
+        "{found}"
+    );
+    assert!(found.contains("routes[1].path"), "{found}");
+
+    let short = MINIMAL.replace(
+        "key = [",
+        "retention = \"10s\"\nprocessing_ttl = \"30s\"\nkey = [",
+    );
+    assert!(problems(&short)
+        .join("\n")
+        .contains("retention must be longer than processing_ttl"));
+
+    let no_key = MINIMAL.replace("key = [\"header:X-Event-Id\"]\n", "");
+    assert!(problems(&no_key)
+        .join("\n")
+        .contains("scheme \"hmac\" has no default key"));
+
+    let redis_without_url = MINIMAL.replace("backend = \"memory\"", "backend = \"redis\"");
+    assert!(problems(&redis_without_url)
+        .join("\n")
+        .contains("store: backend \"redis\" needs `url"));
+
+    let bad_method = MINIMAL.replace("key = [", "methods = [\"post\"]\nkey = [");
+    assert!(problems(&bad_method)
+        .join("\n")
+        .contains("routes[0].methods[0]"));
+}
+
+#[test]
+fn parses_store_and_admin() {
+    let text = MINIMAL
+        .replace(
+            "backend = \"memory\"",
+            "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\non_error = \"forward\"\ntimeout = \"250ms\"",
+        )
+        .replace("[store]", "[admin]\nlisten = \"127.0.0.1:9090\"\ntoken = \"${ADMIN_TOKEN}\"\n\n[store]");
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        config.store.backend,
+        Backend::Redis {
+            url: "redis://127.0.0.1:6379/0".into()
+        }
+    );
+    assert_eq!(config.store.on_error, OnStoreError::Forward);
+    assert_eq!(config.store.timeout, Duration::from_millis(250));
+    let admin = config.admin.unwrap();
+    assert_eq!(format!("{:?}", admin.token), "Some([redacted])");
+}
+
+#[test]
+fn empty_idempotency_header_disables_injection() {
+    let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");
+    assert!(parse(&text).unwrap().routes[0].idempotency_header.is_none());
+}

@@ -1,0 +1,188 @@
+//! The responses hookgate writes itself: one error type for the whole request
+//! path, mapped to status, stable code and JSON body in exactly one place.
+//!
+//! `code()` is the SPEC §4 string (also the log field); the body is
+//! `{"error":{"code":"…","message":"…"}}` and never echoes secrets,
+//! signatures, keys or the request body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::key::KeyError;
+use crate::verify::VerifyError;
+
+/// How long a sender should wait before retrying when the store is down.
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    #[error("no route for this path")]
+    RouteNotFound,
+    #[error("method not allowed on this route")]
+    MethodNotAllowed { allowed: Vec<Method> },
+    #[error("request body exceeds the configured limit")]
+    BodyTooLarge,
+    #[error("request body could not be read")]
+    BodyUnreadable,
+    #[error("request body was not received in time")]
+    BodyTimeout,
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("this idempotency key was already used with a different payload")]
+    PayloadMismatch,
+    #[error("another delivery of this event is being processed")]
+    InFlight { retry_after: Duration },
+    #[error("the idempotency store is unavailable")]
+    StoreUnavailable,
+    #[error("the upstream could not be reached")]
+    UpstreamUnreachable,
+    #[error("the upstream did not answer in time")]
+    UpstreamTimeout,
+    #[error("internal error")]
+    Internal,
+}
+
+impl GatewayError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::RouteNotFound => StatusCode::NOT_FOUND,
+            GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            GatewayError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::BodyUnreadable => StatusCode::BAD_REQUEST,
+            GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::Verify(_) => StatusCode::UNAUTHORIZED,
+            GatewayError::Key(_) => StatusCode::BAD_REQUEST,
+            GatewayError::PayloadMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            GatewayError::InFlight { .. } => StatusCode::CONFLICT,
+            GatewayError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+            GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable machine-readable code of SPEC §4.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::RouteNotFound => "route_not_found",
+            GatewayError::MethodNotAllowed { .. } => "method_not_allowed",
+            GatewayError::BodyTooLarge => "body_too_large",
+            GatewayError::BodyUnreadable => "body_unreadable",
+            GatewayError::BodyTimeout => "body_timeout",
+            GatewayError::Verify(VerifyError::SignatureInvalid) => "signature_invalid",
+            GatewayError::Verify(VerifyError::TimestampOutOfTolerance) => {
+                "timestamp_out_of_tolerance"
+            }
+            GatewayError::Key(KeyError::Missing) => "key_missing",
+            GatewayError::Key(KeyError::Invalid) => "key_invalid",
+            GatewayError::PayloadMismatch => "payload_mismatch",
+            GatewayError::InFlight { .. } => "in_flight",
+            GatewayError::StoreUnavailable => "store_unavailable",
+            GatewayError::UpstreamUnreachable => "upstream_unreachable",
+            GatewayError::UpstreamTimeout => "upstream_timeout",
+            GatewayError::Internal => "internal_error",
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            GatewayError::InFlight { retry_after } => Some(*retry_after),
+            GatewayError::StoreUnavailable => Some(STORE_RETRY_AFTER),
+            _ => None,
+        }
+    }
+
+    pub fn to_response(&self) -> Response<Full<Bytes>> {
+        let body = serde_json::json!({
+            "error": { "code": self.code(), "message": self.to_string() }
+        });
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(wait) = self.retry_after() {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let GatewayError::MethodNotAllowed { allowed } = self {
+            let list: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+            if let Ok(value) = HeaderValue::from_str(&list.join(", ")) {
+                headers.insert(header::ALLOW, value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins the SPEC §4 mapping: changing a status or code is a contract change.
+    #[test]
+    fn maps_every_error_to_its_status_and_code() {
+        let in_flight = GatewayError::InFlight {
+            retry_after: Duration::from_millis(1500),
+        };
+        let table: Vec<(GatewayError, u16, &str)> = vec![
+            (GatewayError::RouteNotFound, 404, "route_not_found"),
+            (
+                GatewayError::MethodNotAllowed {
+                    allowed: vec![Method::POST],
+                },
+                405,
+                "method_not_allowed",
+            ),
+            (GatewayError::BodyTooLarge, 413, "body_too_large"),
+            (GatewayError::BodyUnreadable, 400, "body_unreadable"),
+            (GatewayError::BodyTimeout, 408, "body_timeout"),
+            (
+                VerifyError::SignatureInvalid.into(),
+                401,
+                "signature_invalid",
+            ),
+            (
+                VerifyError::TimestampOutOfTolerance.into(),
+                401,
+                "timestamp_out_of_tolerance",
+            ),
+            (KeyError::Missing.into(), 400, "key_missing"),
+            (KeyError::Invalid.into(), 400, "key_invalid"),
+            (GatewayError::PayloadMismatch, 422, "payload_mismatch"),
+            (in_flight.clone(), 409, "in_flight"),
+            (GatewayError::StoreUnavailable, 503, "store_unavailable"),
+            (
+                GatewayError::UpstreamUnreachable,
+                502,
+                "upstream_unreachable",
+            ),
+            (GatewayError::UpstreamTimeout, 504, "upstream_timeout"),
+            (GatewayError::Internal, 500, "internal_error"),
+        ];
+        for (error, status, code) in table {
+            assert_eq!(error.status().as_u16(), status, "{code}");
+            assert_eq!(error.code(), code);
+            let response = error.to_response();
+            assert_eq!(response.status().as_u16(), status);
+            assert_eq!(response.headers()["content-type"], "application/json");
+        }
+        assert_eq!(in_flight.to_response().headers()["retry-after"], "2");
+        assert_eq!(
+            GatewayError::StoreUnavailable.to_response().headers()["retry-after"],
+            "5"
+        );
+        let not_allowed = GatewayError::MethodNotAllowed {
+            allowed: vec![Method::POST, Method::PUT],
+        };
+        assert_eq!(not_allowed.to_response().headers()["allow"], "POST, PUT");
+    }
+}

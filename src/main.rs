@@ -1,0 +1,127 @@
+//! The `hookgate` binary: parse the command line, set up logging, load the
+//! config, and hand over to the library.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use hookgate::config::Config;
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "hookgate", version, about = "Exactly-once webhook gateway")]
+struct Cli {
+    /// Log format; default text on a terminal, json otherwise.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway until SIGTERM or SIGINT.
+    Run(ConfigArg),
+    /// Validate the config, print a summary of the routes, and exit.
+    Check(ConfigArg),
+}
+
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// Config file [default: $HOOKGATE_CONFIG, then ./gateway.toml]
+    #[arg(long, env = "HOOKGATE_CONFIG", default_value = "gateway.toml")]
+    config: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Exit code for a bad config or bad usage (SPEC §1).
+const EXIT_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Check(args) => match Config::load(&args.config) {
+            Ok(config) => {
+                print!("{}", config.summary());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Run(args) => {
+            let config = match Config::load(&args.config) {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("{error}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            match run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!("{error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: Option<LogFormat>) {
+    let filter = EnvFilter::try_from_env("HOOKGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = match format {
+        Some(LogFormat::Json) => true,
+        Some(LogFormat::Text) => false,
+        None => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn run(config: Config) -> anyhow::Result<()> {
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("cannot bind {}", config.server.listen))?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        store = config.store.backend.name(),
+        routes = config.routes.len(),
+        version = env!("CARGO_PKG_VERSION"),
+        "hookgate is serving"
+    );
+    hookgate::run(&config, listener, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

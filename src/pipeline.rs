@@ -1,0 +1,343 @@
+//! The life of one webhook delivery, SPEC §4, on one screen.
+//!
+//! [`Gateway::handle`] runs the stages in order — route, read body, verify,
+//! extract key, claim, forward (renewing the lease), record or release — and
+//! every stage either moves on or ends the request with a [`GatewayError`].
+//! The order is the security model: nothing touches the store before the
+//! signature checks out, and nothing reaches the upstream before the claim.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, OnMismatch, OnStoreError, RouteConfig};
+use crate::error::GatewayError;
+use crate::key;
+use crate::lease::{renewing, LeaseStatus, Leases};
+use crate::replay::RecordedResponse;
+use crate::route::RouteTable;
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, Record, Store};
+use crate::upstream::{build_request, Delivery, Upstream, UpstreamError, UpstreamResponse};
+
+/// Attempts at recording a final response before giving up on it.
+const COMPLETE_ATTEMPTS: u32 = 3;
+
+/// Facts about the connection a request came in on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionInfo {
+    pub peer: SocketAddr,
+    /// `http` or `https`.
+    pub proto: &'static str,
+}
+
+/// How a request ended, for logs (and the `outcome` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Forwarded,
+    Replayed,
+    /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
+    UpstreamError,
+    Rejected(&'static str),
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::Replayed => "replayed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Rejected(code) => code,
+        }
+    }
+
+    fn of_error(error: &GatewayError) -> Self {
+        match error {
+            GatewayError::UpstreamUnreachable => Outcome::UpstreamError,
+            other => Outcome::Rejected(other.code()),
+        }
+    }
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct Gateway {
+    routes: RouteTable,
+    store: Store,
+    upstream: Upstream,
+    leases: Arc<Leases>,
+    key_prefix: String,
+    on_store_error: OnStoreError,
+    max_body_bytes: usize,
+    body_read_timeout: Duration,
+}
+
+impl Gateway {
+    pub fn new(config: &Config, store: Store) -> Self {
+        Self {
+            routes: RouteTable::new(&config.routes),
+            store,
+            upstream: Upstream::new(),
+            leases: Arc::default(),
+            key_prefix: config.store.key_prefix.clone(),
+            on_store_error: config.store.on_error,
+            max_body_bytes: config.server.max_body_bytes,
+            body_read_timeout: config.server.body_read_timeout,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn leases(&self) -> &Arc<Leases> {
+        &self.leases
+    }
+
+    /// Handle one request and log how it ended.
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+    ) -> Response<Full<Bytes>> {
+        let started = Instant::now();
+        let mut route_name = "_unmatched";
+        let (response, outcome) = match self.process(request, connection, &mut route_name).await {
+            Ok(done) => done,
+            Err(error) => (error.to_response(), Outcome::of_error(&error)),
+        };
+        tracing::info!(
+            route = route_name,
+            outcome = outcome.as_str(),
+            status = response.status().as_u16(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "request"
+        );
+        response
+    }
+
+    async fn process<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+        route_name: &mut &'a str,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        // 1. Route by exact path, then method.
+        let route = self
+            .routes
+            .resolve(request.uri().path(), request.method())?;
+        *route_name = &route.name;
+
+        // 2. Read the body, bounded in size and time.
+        let (parts, body) = request.into_parts();
+        let body = self.read_body(body, &parts.headers).await?;
+
+        // 3. Verify the signature on the raw bytes, before anything else.
+        route
+            .verifier
+            .verify(&parts.headers, &body, SystemTime::now())?;
+
+        // 4. Extract the idempotency key and scope it.
+        let body_sha256 = hex::encode(Sha256::digest(&body));
+        let key = key::extract(&route.key, &parts.headers, &body, &body_sha256)?;
+        let store_key = format!("{}{}:{}", self.key_prefix, route.scope, key);
+
+        // 5. Claim it.
+        let claim = self
+            .store
+            .claim(ClaimRequest {
+                key: &store_key,
+                body_sha256: &body_sha256,
+                lease: route.processing_ttl,
+                retention: route.retention,
+            })
+            .await;
+        let lease = match claim {
+            Ok(ClaimOutcome::New(lease)) => Some(lease),
+            Ok(ClaimOutcome::Completed(record)) => {
+                return replay(route, &record, &body_sha256).map(|r| (r, Outcome::Replayed));
+            }
+            Ok(ClaimOutcome::InFlight { retry_after }) => {
+                return Err(GatewayError::InFlight { retry_after });
+            }
+            Err(error) if self.on_store_error == OnStoreError::Forward => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
+                None
+            }
+            Err(error) => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                return Err(GatewayError::StoreUnavailable);
+            }
+        };
+
+        // 6. Forward, renewing the lease while the upstream works.
+        let upstream_request = build_request(Delivery {
+            route,
+            parts: &parts,
+            body,
+            key: &key,
+            peer: connection.peer.ip(),
+            proto: connection.proto,
+        });
+        let call = self.upstream.send(upstream_request, route.upstream_timeout);
+        let Some(lease) = lease else {
+            return finish_unclaimed(call.await);
+        };
+        let _held = self.leases.hold(&store_key, &lease);
+        let (result, status) =
+            renewing(&self.store, &store_key, &lease, route.processing_ttl, call).await;
+
+        // 7. Record a final answer; release the claim for anything else.
+        match result {
+            Ok(answer) if is_final(answer.status) => {
+                let recorded = RecordedResponse::record(
+                    answer.status,
+                    &answer.headers,
+                    &answer.body,
+                    route.max_cached_body_bytes,
+                );
+                self.complete(route, &store_key, &lease, &recorded, status)
+                    .await;
+                Ok((pass_through(answer), Outcome::Forwarded))
+            }
+            Ok(answer) => {
+                self.release(&store_key, &lease).await;
+                Ok((pass_through(answer), Outcome::UpstreamError))
+            }
+            Err(error) => {
+                tracing::warn!(route = %route.name, %error, "upstream call failed");
+                self.release(&store_key, &lease).await;
+                Err(upstream_error(error))
+            }
+        }
+    }
+
+    async fn read_body(&self, body: Incoming, headers: &HeaderMap) -> Result<Bytes, GatewayError> {
+        let declared = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
+            return Err(GatewayError::BodyTooLarge);
+        }
+        let read = Limited::new(body, self.max_body_bytes).collect();
+        match tokio::time::timeout(self.body_read_timeout, read).await {
+            Err(_) => Err(GatewayError::BodyTimeout),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => {
+                Err(GatewayError::BodyTooLarge)
+            }
+            Ok(Err(_)) => Err(GatewayError::BodyUnreadable),
+        }
+    }
+
+    /// Record the final response. A few quick retries: losing the recording
+    /// means the next retry is forwarded again once the lease runs out.
+    async fn complete(
+        &self,
+        route: &RouteConfig,
+        store_key: &str,
+        lease: &Lease,
+        recorded: &RecordedResponse,
+        status: LeaseStatus,
+    ) {
+        for attempt in 1..=COMPLETE_ATTEMPTS {
+            match self
+                .store
+                .complete(store_key, lease, recorded, route.retention)
+                .await
+            {
+                Ok(true) => return,
+                Ok(false) => {
+                    tracing::warn!(route = %route.name, ?status, "lease was lost before the response could be recorded");
+                    return;
+                }
+                Err(error) if attempt < COMPLETE_ATTEMPTS => {
+                    tracing::warn!(route = %route.name, %error, attempt, "recording the response failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(error) => {
+                    tracing::error!(route = %route.name, %error, "could not record the response; a retry after processing_ttl will be forwarded again");
+                }
+            }
+        }
+    }
+
+    /// Let the sender's next retry claim the key again. If this fails the
+    /// lease simply runs out after `processing_ttl`.
+    async fn release(&self, store_key: &str, lease: &Lease) {
+        if let Err(error) = self.store.release(store_key, lease).await {
+            tracing::warn!(%error, "could not release claim; it expires with its lease");
+        }
+    }
+}
+
+/// SPEC §4 step 7: 2xx and 4xx (but 408 and 429) are the upstream's final
+/// word. Everything else — 5xx, 408, 429, and 3xx, which a webhook sender
+/// treats as a failed delivery — lets the sender's retry through.
+fn is_final(status: StatusCode) -> bool {
+    status.is_success()
+        || (status.is_client_error()
+            && status != StatusCode::REQUEST_TIMEOUT
+            && status != StatusCode::TOO_MANY_REQUESTS)
+}
+
+/// Answer a duplicate of a completed event.
+fn replay(
+    route: &RouteConfig,
+    record: &Record,
+    body_sha256: &str,
+) -> Result<Response<Full<Bytes>>, GatewayError> {
+    if record.body_sha256 != body_sha256 && route.on_mismatch == OnMismatch::Reject {
+        return Err(GatewayError::PayloadMismatch);
+    }
+    let recorded = record.response.as_ref().ok_or(GatewayError::Internal)?;
+    Ok(recorded.replay())
+}
+
+/// The upstream's answer, returned to the delivery that caused it.
+fn pass_through(answer: UpstreamResponse) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(answer.body));
+    *response.status_mut() = answer.status;
+    *response.headers_mut() = answer.headers;
+    response
+}
+
+fn upstream_error(error: UpstreamError) -> GatewayError {
+    match error {
+        UpstreamError::Unreachable(_) => GatewayError::UpstreamUnreachable,
+        UpstreamError::Timeout => GatewayError::UpstreamTimeout,
+    }
+}
+
+/// `on_error = "forward"`: the store was down, so nothing is recorded.
+fn finish_unclaimed(
+    result: Result<UpstreamResponse, UpstreamError>,
+) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+    let answer = result.map_err(upstream_error)?;
+    let outcome = if is_final(answer.status) {
+        Outcome::Forwarded
+    } else {
+        Outcome::UpstreamError
+    };
+    Ok((pass_through(answer), outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_statuses_follow_the_spec() {
+        for code in [200, 201, 204, 400, 401, 404, 409, 410, 422] {
+            assert!(is_final(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [301, 302, 408, 429, 500, 502, 503, 504] {
+            assert!(!is_final(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The claim store: one record per scoped idempotency key, shared by every
+//! gateway instance that uses the same backend.
+//!
+//! A record moves `Processing` → `Completed`, or `Processing` → `Released` →
+//! `Processing` again when the upstream failed and the sender retries. Its
+//! invariants, held by every backend:
+//!
+//! - `claim` is atomic: of any number of concurrent claims of a key, exactly
+//!   one gets [`ClaimOutcome::New`] with a fresh random fencing token.
+//! - A `Processing` record whose lease expired (its holder died) is claimable
+//!   again; the attempt count goes up by one.
+//! - `renew`, `complete` and `release` compare the fencing token, so a holder
+//!   whose lease expired and was taken over can never overwrite or delete its
+//!   successor's claim. They answer `false` when the token no longer matches.
+//! - A completed record, with the recorded response, lives for `retention`.
+//!
+//! Every operation is bounded by the store `timeout`; a slow store is an
+//! unavailable store ([`StoreError::Timeout`]).
+
+mod memory;
+mod redis;
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::RedisStore;
+use crate::config::{Backend, StoreSettings};
+use crate::replay::RecordedResponse;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store operation timed out")]
+    Timeout,
+    #[error("store backend error: {0}")]
+    Backend(String),
+    #[error("store holds a record hookgate cannot read: {0}")]
+    Corrupt(String),
+}
+
+/// Where a record is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// A delivery holds the claim and is calling the upstream.
+    Processing,
+    /// The upstream failed (not final); the next delivery claims again.
+    Released,
+    /// The upstream answered finally; later deliveries get the recording.
+    Completed,
+}
+
+impl RecordState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::Processing => "processing",
+            RecordState::Released => "released",
+            RecordState::Completed => "completed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            RecordState::Processing,
+            RecordState::Released,
+            RecordState::Completed,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == text)
+    }
+}
+
+/// What the store knows about one key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub state: RecordState,
+    /// Fencing token of the current holder; only while `Processing`.
+    pub token: Option<String>,
+    /// Hex SHA-256 of the body that claimed the key.
+    pub body_sha256: String,
+    /// How many deliveries were forwarded (claims taken).
+    pub attempts: u32,
+    /// Unix milliseconds of the first claim.
+    pub first_seen_ms: u64,
+    /// Unix milliseconds the lease runs out; only while `Processing`.
+    pub lease_until_ms: Option<u64>,
+    pub completed_at_ms: Option<u64>,
+    /// The recorded upstream response; only when `Completed`.
+    pub response: Option<RecordedResponse>,
+}
+
+/// Proof of holding a claim: pass it back to `renew`, `complete`, `release`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub token: String,
+    /// 1 for the first forward of this key, 2 after one release, …
+    pub attempt: u32,
+}
+
+#[derive(Debug)]
+pub enum ClaimOutcome {
+    /// This delivery owns the key: forward it.
+    New(Lease),
+    /// Another delivery holds a live claim.
+    InFlight {
+        /// Until the current lease runs out (at least a second).
+        retry_after: Duration,
+    },
+    /// The key finished; replay its recording.
+    Completed(Record),
+}
+
+/// What a claim writes, besides the key.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub key: &'a str,
+    pub body_sha256: &'a str,
+    pub lease: Duration,
+    /// How long the record lives (reset by claim and complete).
+    pub retention: Duration,
+}
+
+/// The configured backend, with the per-operation deadline applied in one
+/// place.
+pub struct Store {
+    backend: StoreBackend,
+    timeout: Duration,
+}
+
+enum StoreBackend {
+    Memory(MemoryStore),
+    Redis(RedisStore),
+}
+
+/// Dispatch one call to whichever backend is configured, under the deadline.
+macro_rules! dispatch {
+    ($self:ident, $store:ident => $call:expr) => {
+        $self
+            .deadline(async {
+                match &$self.backend {
+                    StoreBackend::Memory($store) => $call.await,
+                    StoreBackend::Redis($store) => $call.await,
+                }
+            })
+            .await
+    };
+}
+
+impl Store {
+    /// Build the configured backend. Redis connects lazily: a gateway starts
+    /// (and answers 503) while Redis is down, and recovers by itself.
+    pub fn open(settings: &StoreSettings) -> Result<Store, StoreError> {
+        let backend = match &settings.backend {
+            Backend::Memory => StoreBackend::Memory(MemoryStore::new()),
+            Backend::Redis { url } => {
+                StoreBackend::Redis(RedisStore::connect(url, settings.timeout)?)
+            }
+        };
+        Ok(Store {
+            backend,
+            timeout: settings.timeout,
+        })
+    }
+
+    pub fn memory(timeout: Duration) -> Store {
+        Store {
+            backend: StoreBackend::Memory(MemoryStore::new()),
+            timeout,
+        }
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            StoreBackend::Memory(_) => "memory",
+            StoreBackend::Redis(_) => "redis",
+        }
+    }
+
+    async fn deadline<T>(
+        &self,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, op)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+
+    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        dispatch!(self, store => store.claim(request))
+    }
+
+    pub async fn renew(&self, key: &str, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.renew(key, &lease.token, ttl))
+    }
+
+    pub async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        response: &RecordedResponse,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.complete(key, &lease.token, response, retention))
+    }
+
+    pub async fn release(&self, key: &str, lease: &Lease) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.release(key, &lease.token))
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        dispatch!(self, store => store.get(key))
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.delete(key))
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, store => store.ping())
+    }
+}
+
+/// A fresh fencing token: 128 random bits, hex.
+pub(crate) fn new_token() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+/// Wall-clock Unix milliseconds (the memory store's clock; Redis uses its own
+/// `TIME` so that all gateways share one clock).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Retry-After for a live claim: the rest of its lease, at least a second.
+pub(crate) fn retry_after(lease_until_ms: u64, now_ms: u64) -> Duration {
+    Duration::from_millis(lease_until_ms.saturating_sub(now_ms)).max(Duration::from_secs(1))
+}

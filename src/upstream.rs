@@ -1,0 +1,201 @@
+//! Forwarding to the legacy consumer: building the upstream request from a
+//! verified delivery and calling it through one pooled HTTP client.
+//!
+//! The body is forwarded byte-identical (signature headers included, so a
+//! backend that verifies still can); hop-by-hop headers go, `X-Forwarded-*`
+//! and the idempotency header are set. The upstream always gets HTTP/1.1,
+//! whatever the sender spoke.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use http::{Request, StatusCode, Uri, Version};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::config::RouteConfig;
+use crate::headers::{strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+
+/// Largest upstream response body read into memory. Beyond it the status and
+/// headers are still returned (and recorded), the body is not.
+const MAX_UPSTREAM_BODY_BYTES: usize = 16 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The upstream's answer, fully read.
+#[derive(Debug)]
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream unreachable: {0}")]
+    Unreachable(String),
+    #[error("upstream timed out")]
+    Timeout,
+}
+
+/// One pooled client shared by every route: keep-alive connections to each
+/// upstream are reused across requests.
+pub struct Upstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Upstream {
+    pub fn new() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build(connector);
+        Self { client }
+    }
+
+    /// Send `request` and read the whole answer within `timeout`.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let call = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|err| UpstreamError::Unreachable(error_chain(&err)))?;
+            let (parts, body) = response.into_parts();
+            let body = match Limited::new(body, MAX_UPSTREAM_BODY_BYTES).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(err) if err.is::<http_body_util::LengthLimitError>() => Bytes::new(),
+                Err(err) => return Err(UpstreamError::Unreachable(err.to_string())),
+            };
+            let mut headers = parts.headers;
+            strip_hop_by_hop(&mut headers);
+            headers.remove(header::CONTENT_LENGTH);
+            Ok(UpstreamResponse {
+                status: parts.status,
+                headers,
+                body,
+            })
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout))
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// What the pipeline knows about the delivery being forwarded.
+pub struct Delivery<'a> {
+    pub route: &'a RouteConfig,
+    pub parts: &'a Parts,
+    pub body: Bytes,
+    /// The bare idempotency key (without prefix or scope).
+    pub key: &'a str,
+    pub peer: IpAddr,
+    /// `http` or `https`, for `X-Forwarded-Proto`.
+    pub proto: &'static str,
+}
+
+/// The request the upstream receives for `delivery`.
+pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
+    let Delivery {
+        route,
+        parts,
+        body,
+        key,
+        peer,
+        proto,
+    } = delivery;
+    let mut headers = parts.headers.clone();
+    strip_hop_by_hop(&mut headers);
+    let host = headers.remove(header::HOST).or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    if let Some(host) = host {
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+    let peer = peer.to_string();
+    let forwarded_for = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(chain) => format!("{chain}, {peer}"),
+        None => peer,
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if let Some(name) = &route.idempotency_header {
+        // The key was validated as visible ASCII, so this cannot fail.
+        if let Ok(value) = HeaderValue::from_str(key) {
+            headers.insert(name.clone(), value);
+        }
+    }
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = upstream_uri(&route.upstream, parts.uri.query());
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    request
+}
+
+/// The route's upstream URL with the delivery's query string appended.
+fn upstream_uri(upstream: &Uri, query: Option<&str>) -> Uri {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return upstream.clone();
+    };
+    let separator = if upstream.query().is_some() { '&' } else { '?' };
+    format!("{upstream}{separator}{query}")
+        .parse()
+        .unwrap_or_else(|_| upstream.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_the_query_string() {
+        let base: Uri = "http://127.0.0.1:3000/hook".parse().unwrap();
+        assert_eq!(upstream_uri(&base, None), base);
+        assert_eq!(
+            upstream_uri(&base, Some("a=1")).to_string(),
+            "http://127.0.0.1:3000/hook?a=1"
+        );
+        let with: Uri = "http://127.0.0.1:3000/hook?x=y".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&with, Some("a=1")).to_string(),
+            "http://127.0.0.1:3000/hook?x=y&a=1"
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! The store contract (see `hookgate::store`), run against every backend.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hookgate::config::{Backend as StoreBackend, OnStoreError, StoreSettings};
+use hookgate::replay::RecordedResponse;
+use hookgate::store::{ClaimOutcome, ClaimRequest, Lease, RecordState, Store};
+use http::{HeaderMap, StatusCode};
+
+use crate::support::RedisServer;
+
+const SHA_A: &str = "aaaa";
+const SHA_B: &str = "bbbb";
+const LONG: Duration = Duration::from_secs(60);
+
+fn request<'a>(key: &'a str, sha: &'a str, lease: Duration) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        body_sha256: sha,
+        lease,
+        retention: Duration::from_secs(600),
+    }
+}
+
+fn response(body: &'static str) -> RecordedResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "text/plain".parse().unwrap());
+    RecordedResponse {
+        status: StatusCode::CREATED,
+        headers,
+        body: Bytes::from_static(body.as_bytes()),
+    }
+}
+
+async fn claim_new(store: &Store, key: &str, lease: Duration) -> Lease {
+    match store.claim(request(key, SHA_A, lease)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("expected a new claim of {key}, got {other:?}"),
+    }
+}
+
+async fn claim_then_duplicates(store: Store) {
+    let lease = claim_new(&store, "k1", LONG).await;
+    assert_eq!(lease.attempt, 1);
+    match store.claim(request("k1", SHA_A, LONG)).await.unwrap() {
+        ClaimOutcome::InFlight { retry_after } => {
+            assert!(retry_after >= Duration::from_secs(50), "{retry_after:?}")
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let record = store.get("k1").await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Processing);
+    assert!(record.lease_until_ms.is_some());
+
+    assert!(store
+        .complete("k1", &lease, &response("done"), LONG)
+        .await
+        .unwrap());
+    match store.claim(request("k1", SHA_B, LONG)).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(record.state, RecordState::Completed);
+            assert_eq!(record.body_sha256, SHA_A, "the first body's hash is kept");
+            assert_eq!(record.attempts, 1);
+            assert!(record.completed_at_ms.unwrap() >= record.first_seen_ms);
+            assert_eq!(record.response.unwrap(), response("done"));
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(store.get("missing").await.unwrap().is_none());
+    store.ping().await.unwrap();
+}
+
+async fn concurrent_claims_have_one_winner(store: Store) {
+    let store = Arc::new(store);
+    let mut tasks = Vec::new();
+    for contender in 0..40 {
+        for key in 0..25 {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                let key = format!("race-{key}");
+                let _ = contender;
+                match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+                    ClaimOutcome::New(lease) => Some((key, lease.token)),
+                    _ => None,
+                }
+            }));
+        }
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        if let Some(win) = task.await.unwrap() {
+            winners.push(win);
+        }
+    }
+    let keys: HashSet<&String> = winners.iter().map(|(k, _)| k).collect();
+    assert_eq!(winners.len(), 25, "exactly one winner per key");
+    assert_eq!(keys.len(), 25);
+    let tokens: HashSet<&String> = winners.iter().map(|(_, t)| t).collect();
+    assert_eq!(tokens.len(), 25, "fencing tokens are unique");
+}
+
+async fn an_expired_holder_is_fenced_out(store: Store) {
+    let old = claim_new(&store, "k2", Duration::from_millis(200)).await;
+    // Poll until the lease runs out and a successor takes the key.
+    let successor = loop {
+        match store.claim(request("k2", SHA_B, LONG)).await.unwrap() {
+            ClaimOutcome::New(lease) => break lease,
+            ClaimOutcome::InFlight { .. } => tokio::time::sleep(Duration::from_millis(25)).await,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(successor.attempt, 2);
+    assert_ne!(successor.token, old.token);
+
+    assert!(!store.renew("k2", &old, LONG).await.unwrap());
+    assert!(!store
+        .complete("k2", &old, &response("stale"), LONG)
+        .await
+        .unwrap());
+    assert!(!store.release("k2", &old).await.unwrap());
+    let record = store.get("k2").await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::Processing,
+        "the successor's claim is untouched"
+    );
+    assert_eq!(record.body_sha256, SHA_B);
+
+    assert!(store
+        .complete("k2", &successor, &response("fresh"), LONG)
+        .await
+        .unwrap());
+    let record = store.get("k2").await.unwrap().unwrap();
+    assert_eq!(record.response.unwrap().body, "fresh");
+    assert_eq!(record.attempts, 2);
+}
+
+async fn release_keeps_the_attempt_count(store: Store) {
+    let first = claim_new(&store, "k3", LONG).await;
+    assert!(store.release("k3", &first).await.unwrap());
+    let record = store.get("k3").await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Released);
+    assert_eq!(record.attempts, 1);
+
+    let second = claim_new(&store, "k3", LONG).await;
+    assert_eq!(second.attempt, 2);
+    assert!(
+        !store.release("k3", &first).await.unwrap(),
+        "an old token cannot release"
+    );
+    assert!(!store
+        .complete("k3", &first, &response("x"), LONG)
+        .await
+        .unwrap());
+    assert!(store
+        .complete("k3", &second, &response("ok"), LONG)
+        .await
+        .unwrap());
+    assert!(
+        !store.release("k3", &second).await.unwrap(),
+        "a completed record stays completed"
+    );
+}
+
+async fn renewal_extends_the_lease(store: Store) {
+    let ttl = Duration::from_millis(300);
+    let lease = claim_new(&store, "k4", ttl).await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(store.renew("k4", &lease, ttl).await.unwrap());
+    }
+    // 600 ms after a 300 ms claim: still ours thanks to renewal.
+    assert!(matches!(
+        store.claim(request("k4", SHA_A, ttl)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+}
+
+async fn delete_forgets_and_retention_expires(store: Store) {
+    let lease = claim_new(&store, "k5", LONG).await;
+    assert!(store
+        .complete("k5", &lease, &response("done"), LONG)
+        .await
+        .unwrap());
+    assert!(store.delete("k5").await.unwrap());
+    assert!(!store.delete("k5").await.unwrap());
+    assert_eq!(
+        claim_new(&store, "k5", LONG).await.attempt,
+        1,
+        "a deleted key starts over"
+    );
+
+    let lease = claim_new(&store, "k6", LONG).await;
+    assert!(store
+        .complete("k6", &lease, &response("short"), Duration::from_millis(200))
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        store.get("k6").await.unwrap().is_none(),
+        "past retention the record is gone"
+    );
+    assert_eq!(claim_new(&store, "k6", LONG).await.attempt, 1);
+}
+
+fn settings(backend: StoreBackend) -> StoreSettings {
+    StoreSettings {
+        backend,
+        key_prefix: "hookgate:".into(),
+        timeout: Duration::from_secs(2),
+        on_error: OnStoreError::Reject,
+    }
+}
+
+/// Each contract test once per backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let store = Store::open(&super::settings(super::StoreBackend::Memory)).unwrap();
+                    super::$name(store).await;
+                }
+            )*
+            use hookgate::store::Store;
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(redis) = super::RedisServer::start().await else { return };
+                    let backend = super::StoreBackend::Redis { url: redis.url() };
+                    let store = Store::open(&super::settings(backend)).unwrap();
+                    super::$name(store).await;
+                    drop(redis);
+                }
+            )*
+            use hookgate::store::Store;
+        }
+    };
+}
+
+conformance!(
+    claim_then_duplicates,
+    concurrent_claims_have_one_winner,
+    an_expired_holder_is_fenced_out,
+    release_keeps_the_attempt_count,
+    renewal_extends_the_lease,
+    delete_forgets_and_retention_expires,
+);

@@ -1,0 +1,244 @@
+//! Faults: an upstream that is down or slow, a store that dies and comes
+//! back, and a gateway that shuts down mid-delivery.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::support::*;
+
+fn store_key(text: &str, key: &str) -> String {
+    let prefix = text
+        .split("key_prefix = \"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    format!("{prefix}hook:{key}")
+}
+
+async fn assert_released(gateway: &TestGateway, text: &str, key: &str) {
+    let record = gateway
+        .gateway
+        .store()
+        .get(&store_key(text, key))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state.as_str(), "released", "{record:?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_502_and_releases_the_claim() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let closed = format!("http://127.0.0.1:{}/gone", free_port());
+    let text = config_text(&closed, &Backend::Redis(redis.url()), "", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    for _ in 0..2 {
+        // Released each time, so the retry is forwarded (502 again, not 409).
+        let answer = sender
+            .deliver(&gateway.url("/hook"), &event("evt_down"))
+            .await;
+        assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(answer.code(), "upstream_unreachable");
+        assert_released(&gateway, &text, "evt_down").await;
+    }
+    let record = gateway
+        .gateway
+        .store()
+        .get(&store_key(&text, "evt_down"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.attempts, 2);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_timed_out_upstream_is_504_and_releases_the_claim() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: if seen.nth == 1 {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "")
+        .replace("upstream_timeout = \"5s\"", "upstream_timeout = \"500ms\"");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let answer = sender
+        .deliver(&gateway.url("/hook"), &event("evt_slow"))
+        .await;
+    assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(answer.code(), "upstream_timeout");
+    assert_released(&gateway, &text, "evt_slow").await;
+    let retry = sender
+        .deliver(&gateway.url("/hook"), &event("evt_slow"))
+        .await;
+    assert_eq!(
+        retry.status,
+        StatusCode::OK,
+        "the retry is forwarded at once"
+    );
+    assert_eq!(upstream.count("evt_slow"), 2);
+    gateway.shutdown().await;
+}
+
+/// Redis dies: 503 + Retry-After and nothing forwarded. Redis returns: traffic
+/// flows again without restarting hookgate.
+#[tokio::test]
+async fn a_dead_store_rejects_then_recovers() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&config_text(
+        &upstream.url("/"),
+        &Backend::Redis(redis.url()),
+        "",
+        "",
+    ))
+    .await;
+    let sender = Sender::new();
+    assert_eq!(
+        sender
+            .deliver(&gateway.url("/hook"), &event("evt_before"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    redis.kill();
+    for i in 0..5 {
+        let answer = sender
+            .deliver(&gateway.url("/hook"), &event(&format!("evt_during_{i}")))
+            .await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
+        assert_eq!(answer.code(), "store_unavailable");
+        assert!(answer.headers.get("retry-after").is_some());
+    }
+    assert_eq!(
+        upstream.total(),
+        1,
+        "nothing forwarded while the store is down"
+    );
+
+    redis.restart().await;
+    let mut recovered = None;
+    for _ in 0..100 {
+        let answer = sender
+            .deliver(&gateway.url("/hook"), &event("evt_after"))
+            .await;
+        if answer.status == StatusCode::OK {
+            recovered = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        recovered.is_some(),
+        "traffic flows again after Redis returns"
+    );
+    assert_eq!(upstream.count("evt_after"), 1);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_error_forward_prefers_availability() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = config_text(
+        &upstream.url("/"),
+        &Backend::Redis(redis.url()),
+        "",
+        "on_error = \"forward\"",
+    );
+    let gateway = TestGateway::start(&text).await;
+    redis.kill();
+    let sender = Sender::new();
+    for _ in 0..2 {
+        let answer = sender
+            .deliver(&gateway.url("/hook"), &event("evt_avail"))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(!answer.replayed());
+    }
+    assert_eq!(
+        upstream.count("evt_avail"),
+        2,
+        "no dedup without a store, as configured"
+    );
+    gateway.shutdown().await;
+}
+
+/// SIGTERM semantics: a delivery in flight when shutdown starts still
+/// finishes and its response is recorded.
+#[tokio::test]
+async fn shutdown_finishes_and_records_in_flight_deliveries() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(600),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let gateway = TestGateway::start(&text).await;
+    let store = std::sync::Arc::clone(&gateway.gateway);
+    let url = gateway.url("/hook");
+    let delivery =
+        tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_drain")).await });
+    assert!(eventually(Duration::from_secs(2), || upstream.total() == 1).await);
+    gateway.shutdown().await;
+
+    assert_eq!(delivery.await.unwrap().status, StatusCode::OK);
+    let record = store
+        .store()
+        .get(&store_key(&text, "evt_drain"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state.as_str(), "completed");
+}
+
+/// A delivery still running when the grace period ends has its claim
+/// released, so the sender's retry is processed at once.
+#[tokio::test]
+async fn shutdown_releases_claims_left_after_the_grace_period() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_secs(30),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "")
+        .replace("shutdown_grace = \"2s\"", "shutdown_grace = \"300ms\"");
+    let gateway = TestGateway::start(&text).await;
+    let handle = std::sync::Arc::clone(&gateway.gateway);
+    let url = gateway.url("/hook");
+    tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_stuck")).await });
+    assert!(eventually(Duration::from_secs(2), || upstream.total() == 1).await);
+    gateway.shutdown().await;
+    let record = handle
+        .store()
+        .get(&store_key(&text, "evt_stuck"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state.as_str(), "released");
+}

@@ -1,0 +1,8 @@
+//! hookgate's integration tests, in one binary: real sockets, a real
+//! `redis-server` per test, a real recording upstream.
+
+mod cli;
+mod conformance;
+mod delivery;
+mod faults;
+mod support;

@@ -1,0 +1,488 @@
+//! Real components for the integration tests: a `redis-server` on a free
+//! port that a test can kill and restart, a recording upstream that counts
+//! side effects per idempotency key, and the gateway itself on 127.0.0.1:0.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use hookgate::config::Config;
+use hookgate::pipeline::Gateway;
+use hookgate::store::Store;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sha2::Sha256;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const SECRET: &str = "test-secret-0123456789";
+
+/// Poll `check` until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+// ---------------------------------------------------------------- redis
+
+/// A private `redis-server` on a free port, killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Start one, or `None` when redis-server is not installed. Under
+    /// `CI=true` a missing redis-server fails the test instead.
+    pub async fn start() -> Option<RedisServer> {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_ok();
+        if !found {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "redis-server is not installed, and CI=true forbids skipping"
+            );
+            eprintln!("skipping: redis-server not installed");
+            return None;
+        }
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+        };
+        server.restart().await;
+        Some(server)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// (Re)start on the same port and wait until it answers.
+    pub async fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let client = redis::Client::open(self.url()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not come up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------- upstream
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Which call this was for its idempotency key (1 = first).
+    pub nth: usize,
+}
+
+impl Seen {
+    pub fn key(&self) -> String {
+        self.headers
+            .get("idempotency-key")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// What the upstream does with a request.
+pub struct Plan {
+    pub status: StatusCode,
+    pub delay: Duration,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+type Behaviour = dyn Fn(&Seen) -> Plan + Send + Sync;
+
+/// The default: 200, a JSON body naming the key and the call number, a
+/// session cookie and a custom header — everything a replay must reproduce
+/// (or, for the cookie, must not).
+pub fn ok_plan(seen: &Seen) -> Plan {
+    Plan {
+        status: StatusCode::OK,
+        delay: Duration::ZERO,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("x-upstream", "legacy".into()),
+            ("set-cookie", "session=secret; HttpOnly".into()),
+        ],
+        body: format!(r#"{{"processed":"{}","call":{}}}"#, seen.key(), seen.nth),
+    }
+}
+
+/// A real HTTP server standing in for the legacy consumer. It counts side
+/// effects per idempotency key, the way a double charge would show.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        Self::with(ok_plan).await
+    }
+
+    pub async fn with(behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static) -> Upstream {
+        let behaviour: Arc<Behaviour> = Arc::new(behaviour);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    accepted = listener.accept() => accepted.unwrap(),
+                    _ = &mut stopped => return,
+                };
+                let log = Arc::clone(&log);
+                let behaviour = Arc::clone(&behaviour);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let log = Arc::clone(&log);
+                        let behaviour = Arc::clone(&behaviour);
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes();
+                            let seen = {
+                                let mut log = log.lock().unwrap();
+                                let mut seen = Seen {
+                                    method: parts.method.to_string(),
+                                    uri: parts.uri.to_string(),
+                                    headers: parts.headers,
+                                    body,
+                                    nth: 0,
+                                };
+                                let key = seen.key();
+                                seen.nth = 1 + log.iter().filter(|s| s.key() == key).count();
+                                log.push(seen.clone());
+                                seen
+                            };
+                            let plan = behaviour(&seen);
+                            tokio::time::sleep(plan.delay).await;
+                            let mut response = Response::new(Full::new(Bytes::from(plan.body)));
+                            *response.status_mut() = plan.status;
+                            for (name, value) in plan.headers {
+                                response.headers_mut().append(name, value.parse().unwrap());
+                            }
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            _stop: stop,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// How many times the upstream processed `key`.
+    pub fn count(&self, key: &str) -> usize {
+        self.seen().iter().filter(|s| s.key() == key).count()
+    }
+
+    pub fn total(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Calls per key.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for seen in self.seen() {
+            *counts.entry(seen.key()).or_default() += 1;
+        }
+        counts
+    }
+}
+
+// ---------------------------------------------------------------- gateway
+
+/// Store section of a test config.
+#[derive(Clone)]
+pub enum Backend {
+    Memory,
+    Redis(String),
+}
+
+impl Backend {
+    pub fn toml(&self) -> String {
+        match self {
+            Backend::Memory => "backend = \"memory\"".into(),
+            Backend::Redis(url) => format!("backend = \"redis\"\nurl = \"{url}\""),
+        }
+    }
+}
+
+/// A config with one signed route `/hook` (key `json:/id`) to `upstream`,
+/// plus `route_extra` lines in that route and `store_extra` in `[store]`.
+pub fn config_text(
+    upstream: &str,
+    backend: &Backend,
+    route_extra: &str,
+    store_extra: &str,
+) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = 4096
+shutdown_grace = "2s"
+
+[store]
+{backend}
+timeout = "300ms"
+key_prefix = "t{prefix}:"
+{store_extra}
+
+[[routes]]
+name = "hook"
+path = "/hook"
+upstream = "{upstream}"
+key = ["json:/id"]
+upstream_timeout = "5s"
+{route_extra}
+
+[routes.verify]
+scheme = "hmac"
+secrets = ["old-secret", "${{TEST_SECRET}}"]
+header = "X-Signature"
+prefix = "sha256="
+"#,
+        backend = backend.toml(),
+        prefix = rand::random::<u32>(),
+    )
+}
+
+pub fn parse_config(text: &str) -> Config {
+    Config::parse(text, Path::new("test.toml"), &|name| {
+        (name == "TEST_SECRET").then(|| SECRET.to_owned())
+    })
+    .unwrap_or_else(|e| panic!("test config invalid: {e}\n{text}"))
+}
+
+/// The gateway, in-process, on a free port.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestGateway {
+    pub async fn start(text: &str) -> TestGateway {
+        let config = parse_config(text);
+        let store = Store::open(&config.store).expect("store");
+        let gateway = Arc::new(Gateway::new(&config, store));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = Arc::clone(&gateway);
+        let task = tokio::spawn(async move {
+            let settings = config.server.clone();
+            hookgate::server::serve(listener, serving, &settings, async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        TestGateway {
+            addr,
+            gateway,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Trigger a graceful shutdown and wait until `serve` returns.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+pub fn sign(body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A response as a sender sees it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `error.code` of a hookgate error body.
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+}
+
+#[derive(Clone)]
+pub struct Sender {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Sender {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sender {
+    pub fn new() -> Sender {
+        Sender {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    pub fn h2c() -> Sender {
+        Sender {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Answer {
+        let response = self.client.request(request).await.expect("request failed");
+        let (parts, body) = response.into_parts();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.collect().await.unwrap().to_bytes(),
+        }
+    }
+
+    /// POST a correctly signed `body`.
+    pub async fn deliver(&self, url: &str, body: &str) -> Answer {
+        self.send(signed(url, body)).await
+    }
+
+    /// Deliver like a webhook sender: retry on 409/503 until an answer sticks.
+    pub async fn deliver_until_settled(&self, url: &str, body: &str) -> Answer {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let answer = self.deliver(url, body).await;
+            let busy = matches!(answer.status.as_u16(), 409 | 503);
+            if !busy || Instant::now() > deadline {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 20)).await;
+        }
+    }
+}
+
+pub fn signed(url: &str, body: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-signature", sign(body.as_bytes()))
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
+pub fn event(id: &str) -> String {
+    format!(r#"{{"id":"{id}","type":"order.paid","amount":4200}}"#)
+}
