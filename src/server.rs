@@ -30,6 +30,8 @@ use crate::pipeline::{ConnectionInfo, Gateway};
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Concurrent HTTP/2 streams per connection.
 const MAX_H2_STREAMS: u32 = 256;
+/// HTTP/2 keep-alive ping interval and the time to wait for its answer.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 /// Back-off after a failed `accept` (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -108,7 +110,10 @@ fn http_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_H2_STREAMS)
-        .max_header_list_size(MAX_HEADER_BYTES as u32);
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        // Ping idle HTTP/2 connections so dead peers free their slot.
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE);
     builder
 }
 

@@ -242,3 +242,69 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
         .unwrap();
     assert_eq!(record.state.as_str(), "released");
 }
+
+/// A client that never finishes its request head is cut off (slowloris).
+#[tokio::test]
+async fn a_slow_header_sender_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "").replace(
+        "shutdown_grace",
+        "header_read_timeout = \"300ms\"\nshutdown_grace",
+    );
+    let gateway = TestGateway::start(&text).await;
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    stream
+        .write_all(b"POST /hook HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the connection was closed by the gateway");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(upstream.total(), 0);
+    gateway.shutdown().await;
+}
+
+/// With `max_connections = 2`, a third connection waits until one closes.
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_their_turn() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "")
+        .replace("shutdown_grace", "max_connections = 2\nshutdown_grace");
+    let gateway = TestGateway::start(&text).await;
+    let request = |id: &str| {
+        let body = event(id);
+        format!(
+            "POST /hook HTTP/1.1\r\nHost: x\r\nX-Signature: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            sign(body.as_bytes()),
+            body.len()
+        )
+    };
+    let first = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let second = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    third
+        .write_all(request("evt_third").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        upstream.total(),
+        0,
+        "the third connection is not served while two are open"
+    );
+
+    drop(first);
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut answer))
+        .await
+        .expect("served once a slot frees up")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(upstream.count("evt_third"), 1);
+    drop(second);
+    gateway.shutdown().await;
+}
