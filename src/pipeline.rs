@@ -145,6 +145,12 @@ impl Gateway {
         let body_sha256 = hex::encode(Sha256::digest(&body));
         let key = key::extract(&route.key, &parts.headers, &body, &body_sha256)?;
         let store_key = format!("{}{}:{}", self.key_prefix, route.scope, key);
+        let guard_key = route.replay_guard.then(|| {
+            format!(
+                "{}{}:body-sha256:{}",
+                self.key_prefix, route.scope, body_sha256
+            )
+        });
 
         // 5. Claim it.
         let claim = self
@@ -154,6 +160,7 @@ impl Gateway {
                 body_sha256: &body_sha256,
                 lease: route.processing_ttl,
                 retention: route.retention,
+                guard_key: guard_key.as_deref(),
             })
             .await;
         let lease = match claim {

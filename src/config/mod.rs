@@ -118,6 +118,9 @@ pub struct RouteConfig {
     pub key: Vec<KeySource>,
     pub scope: String,
     pub on_mismatch: OnMismatch,
+    /// Also claim the verified body's SHA-256, so a signed body re-sent under
+    /// a new (unsigned) key is a duplicate of the first delivery.
+    pub replay_guard: bool,
     pub max_cached_body_bytes: usize,
     pub scheme: Scheme,
     pub verifier: Verifier,
@@ -238,7 +241,7 @@ impl Config {
             let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
             let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
             out += &format!(
-                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, ttl {ttl}, retention {retention}\n",
+                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, ttl {ttl}, retention {retention}{guard}\n",
                 name = route.name,
                 methods = methods.join(","),
                 path = route.path,
@@ -249,6 +252,7 @@ impl Config {
                 scope = route.scope,
                 ttl = humanize(route.processing_ttl),
                 retention = humanize(route.retention),
+                guard = if route.replay_guard { ", replay guard on" } else { "" },
             );
         }
         for warning in &self.warnings {
@@ -668,12 +672,6 @@ impl Validator<'_> {
             &[("body", true), ("off", false)],
             scheme.default_replay_guard(),
         );
-        if replay_guard {
-            self.fail(
-                &at.key("replay_guard"),
-                "replay_guard = \"body\" is not available in this version of hookgate",
-            );
-        }
         let max_cached_body_bytes = self.size(
             &at.key("max_cached_body_bytes"),
             raw.max_cached_body_bytes,
@@ -697,6 +695,7 @@ impl Validator<'_> {
             key,
             scope,
             on_mismatch,
+            replay_guard,
             max_cached_body_bytes,
             scheme,
             verifier,
@@ -769,7 +768,10 @@ impl Validator<'_> {
                 .filter_map(|(i, text)| Some((at.index(i), self.string(&at.index(i), text)?)))
                 .collect(),
             None => match scheme.default_key() {
-                Some(default) => vec![(at.clone(), default.to_owned())],
+                Some(defaults) => defaults
+                    .iter()
+                    .map(|d| (at.clone(), (*d).to_owned()))
+                    .collect(),
                 None => {
                     self.fail(
                         at,
@@ -812,20 +814,26 @@ impl Validator<'_> {
             );
             return (Scheme::None, Verifier::None);
         };
-        if raw.tolerance.is_some() && !scheme.is_timestamped() {
-            self.fail(
+        let tolerance = raw.tolerance.as_ref().map(|text| {
+            if !scheme.is_timestamped() {
+                self.fail(
+                    &at.key("tolerance"),
+                    format!("scheme {scheme_text:?} has no timestamp to check"),
+                );
+            }
+            self.duration(
                 &at.key("tolerance"),
-                format!("scheme {scheme_text:?} has no timestamp to check"),
-            );
-        }
-        let hmac_only = [
-            ("header", raw.header.is_some()),
-            ("algorithm", raw.algorithm.is_some()),
-            ("encoding", raw.encoding.is_some()),
-            ("prefix", raw.prefix.is_some()),
-        ];
+                Some(text),
+                crate::verify::DEFAULT_TOLERANCE,
+            )
+        });
         if scheme != Scheme::Hmac {
-            for (name, present) in hmac_only {
+            for (name, present) in [
+                ("header", raw.header.is_some()),
+                ("algorithm", raw.algorithm.is_some()),
+                ("encoding", raw.encoding.is_some()),
+                ("prefix", raw.prefix.is_some()),
+            ] {
                 if present {
                     self.fail(
                         &at.key(name),
@@ -834,7 +842,7 @@ impl Validator<'_> {
                 }
             }
         }
-        let secrets: Vec<Secret> = raw
+        let secrets: Vec<String> = raw
             .secrets
             .iter()
             .enumerate()
@@ -844,71 +852,67 @@ impl Validator<'_> {
                     self.fail(&at.key("secrets").index(i), "secret is empty");
                     return None;
                 }
-                Some(Secret::new(value))
+                Some(value)
             })
             .collect();
-
-        let verifier = match scheme {
-            Scheme::None => {
-                if !raw.secrets.is_empty() {
-                    self.fail(
-                        &at.key("secrets"),
-                        "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
-                    );
-                }
-                Verifier::None
+        match (scheme, raw.secrets.is_empty()) {
+            (Scheme::None, false) => self.fail(
+                &at.key("secrets"),
+                "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
+            ),
+            (Scheme::None, true) => {}
+            (_, true) => self.fail(&at.key("secrets"), "list at least one secret"),
+            (_, false) => {}
+        }
+        let hmac = (scheme == Scheme::Hmac).then(|| self.hmac_options(at, &raw, &secrets));
+        match Verifier::build(scheme, &secrets, tolerance, hmac) {
+            Ok(verifier) => (scheme, verifier),
+            Err(message) => {
+                self.fail(&at.key("secrets"), message);
+                (scheme, Verifier::None)
             }
-            Scheme::Hmac => {
-                if raw.secrets.is_empty() {
-                    self.fail(&at.key("secrets"), "list at least one secret");
-                }
-                let header = match &raw.header {
-                    Some(text) => {
-                        let text = self.string(&at.key("header"), text).unwrap_or_default();
-                        HeaderName::from_bytes(text.as_bytes()).unwrap_or_else(|_| {
-                            self.fail(
-                                &at.key("header"),
-                                format!("{text:?} is not a valid header name"),
-                            );
-                            HeaderName::from_static("x-signature")
-                        })
-                    }
-                    None => {
-                        self.fail(at, "scheme \"hmac\" needs `header = \"X-Signature\"`");
-                        HeaderName::from_static("x-signature")
-                    }
-                };
-                let prefix = match &raw.prefix {
-                    Some(text) => self.string(&at.key("prefix"), text).unwrap_or_default(),
-                    None => String::new(),
-                };
-                Verifier::Hmac(HmacVerifier {
-                    header,
-                    algorithm: self.choice(
-                        &at.key("algorithm"),
-                        raw.algorithm.as_ref(),
-                        &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
-                        Algorithm::Sha256,
-                    ),
-                    encoding: self.choice(
-                        &at.key("encoding"),
-                        raw.encoding.as_ref(),
-                        &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
-                        Encoding::Hex,
-                    ),
-                    prefix,
-                    secrets,
+        }
+    }
+
+    /// The operator-defined header of `scheme = "hmac"`.
+    fn hmac_options(&mut self, at: &KeyPath, raw: &RawVerify, secrets: &[String]) -> HmacVerifier {
+        let header = match &raw.header {
+            Some(text) => {
+                let text = self.string(&at.key("header"), text).unwrap_or_default();
+                HeaderName::from_bytes(text.as_bytes()).unwrap_or_else(|_| {
+                    self.fail(
+                        &at.key("header"),
+                        format!("{text:?} is not a valid header name"),
+                    );
+                    HeaderName::from_static("x-signature")
                 })
             }
-            other => {
-                self.fail(
-                    &at.key("scheme"),
-                    format!("scheme {:?} is not available in this version of hookgate; use \"hmac\" with its header", other.name()),
-                );
-                Verifier::None
+            None => {
+                self.fail(at, "scheme \"hmac\" needs `header = \"X-Signature\"`");
+                HeaderName::from_static("x-signature")
             }
         };
-        (scheme, verifier)
+        let prefix = match &raw.prefix {
+            Some(text) => self.string(&at.key("prefix"), text).unwrap_or_default(),
+            None => String::new(),
+        };
+        HmacVerifier {
+            header,
+            algorithm: self.choice(
+                &at.key("algorithm"),
+                raw.algorithm.as_ref(),
+                &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
+                Algorithm::Sha256,
+            ),
+            encoding: self.choice(
+                &at.key("encoding"),
+                raw.encoding.as_ref(),
+                &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
+                Encoding::Hex,
+            ),
+            prefix,
+            secrets: secrets.iter().map(|s| Secret::new(s.as_bytes())).collect(),
+        }
     }
 }
 

@@ -193,3 +193,102 @@ fn empty_idempotency_header_disables_injection() {
     let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");
     assert!(parse(&text).unwrap().routes[0].idempotency_header.is_none());
 }
+
+fn route_with(verify: &str, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:8080\"\n[store]\nbackend = \"memory\"\n\
+         [[routes]]\nname = \"r\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:3000/\"\n{extra}\n\
+         [routes.verify]\n{verify}\n"
+    )
+}
+
+#[test]
+fn provider_schemes_bring_their_defaults() {
+    let stripe = parse(&route_with(
+        "scheme = \"stripe\"\nsecrets = [\"whsec_x\"]",
+        "",
+    ))
+    .unwrap();
+    let route = &stripe.routes[0];
+    assert_eq!(route.key, [KeySource::parse("json:/id").unwrap()]);
+    assert!(!route.replay_guard);
+    assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
+
+    let github = parse(&route_with("scheme = \"github\"\nsecrets = [\"s\"]", "")).unwrap();
+    assert!(
+        github.routes[0].replay_guard,
+        "on by default: the delivery id is unsigned"
+    );
+    assert_eq!(
+        github.routes[0].key[0].to_string(),
+        "header:x-github-delivery"
+    );
+
+    let svix = parse(&route_with(
+        "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\ntolerance = \"2m\"",
+        "replay_guard = \"body\"",
+    ))
+    .unwrap();
+    let keys: Vec<String> = svix.routes[0].key.iter().map(ToString::to_string).collect();
+    assert_eq!(keys, ["header:webhook-id", "header:svix-id"]);
+    assert!(svix.routes[0].replay_guard);
+
+    let shopify_off = parse(&route_with(
+        "scheme = \"shopify\"\nsecrets = [\"s\"]",
+        "replay_guard = \"off\"",
+    ))
+    .unwrap();
+    assert!(!shopify_off.routes[0].replay_guard);
+}
+
+#[test]
+fn provider_scheme_mistakes_are_reported() {
+    let bad_b64 = problems(&route_with(
+        "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_%%%\"]",
+        "",
+    ))
+    .join("\n");
+    assert!(
+        bad_b64.contains("routes[0].verify.secrets: a standard-webhooks secret must be"),
+        "{bad_b64}"
+    );
+    let tolerance = problems(&route_with(
+        "scheme = \"github\"\nsecrets = [\"s\"]\ntolerance = \"5m\"",
+        "",
+    ))
+    .join("\n");
+    assert!(
+        tolerance.contains("routes[0].verify.tolerance: scheme \"github\" has no timestamp"),
+        "{tolerance}"
+    );
+    let no_secret = problems(&route_with("scheme = \"slack\"", "")).join("\n");
+    assert!(
+        no_secret.contains("routes[0].verify.secrets: list at least one secret"),
+        "{no_secret}"
+    );
+    let header = problems(&route_with(
+        "scheme = \"stripe\"\nsecrets = [\"s\"]\nheader = \"X\"",
+        "",
+    ))
+    .join("\n");
+    assert!(
+        header.contains("`header` only applies to scheme \"hmac\""),
+        "{header}"
+    );
+}
+
+#[test]
+fn a_retention_shorter_than_the_retry_horizon_is_a_warning() {
+    let config = parse(&route_with(
+        "scheme = \"stripe\"\nsecrets = [\"s\"]",
+        "retention = \"1d\"",
+    ))
+    .unwrap();
+    assert_eq!(config.warnings.len(), 1);
+    assert!(
+        config.warnings[0].contains("shorter than stripe's retry horizon of 3d"),
+        "{:?}",
+        config.warnings
+    );
+    assert!(config.summary().contains("warning: routes[0].retention"));
+}

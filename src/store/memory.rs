@@ -1,10 +1,10 @@
-//! In-process store for tests and single-process experiments: a mutex over a
-//! hash map. Nothing survives a restart and nothing is shared between
+//! In-process store for tests and single-process experiments: a mutex over
+//! hash maps. Nothing survives a restart and nothing is shared between
 //! processes, so it gives no exactly-once guarantee across gateway restarts.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
@@ -13,17 +13,30 @@ use super::{
 };
 use crate::replay::RecordedResponse;
 
-/// How often, at most, a claim sweeps expired records out of the map.
+/// How often, at most, a claim sweeps expired entries out of the maps.
 const SWEEP_EVERY_MS: u64 = 10_000;
 
 pub struct MemoryStore {
-    entries: Mutex<HashMap<String, Entry>>,
+    tables: Mutex<Tables>,
     last_sweep_ms: AtomicU64,
 }
 
-struct Entry {
-    record: Record,
+#[derive(Default)]
+struct Tables {
+    records: HashMap<String, Expiring<Record>>,
+    /// Replay guards: body key → the key that first claimed that body.
+    guards: HashMap<String, Expiring<String>>,
+}
+
+struct Expiring<T> {
+    value: T,
     expires_at_ms: u64,
+}
+
+fn live<'a, T>(map: &'a HashMap<String, Expiring<T>>, key: &str, now: u64) -> Option<&'a T> {
+    map.get(key)
+        .filter(|entry| entry.expires_at_ms > now)
+        .map(|entry| &entry.value)
 }
 
 impl Default for MemoryStore {
@@ -35,22 +48,30 @@ impl Default for MemoryStore {
 impl MemoryStore {
     pub fn new() -> Self {
         Self {
-            entries: Mutex::new(HashMap::new()),
+            tables: Mutex::default(),
             last_sweep_ms: AtomicU64::new(now_ms()),
         }
     }
 
-    /// Run `f` on the live (unexpired) entry for `key`, under the lock.
-    fn with_entry<T>(&self, key: &str, f: impl FnOnce(Option<&mut Entry>, u64) -> T) -> T {
-        let now = now_ms();
-        let mut entries = self
-            .entries
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.tables
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let live = entries
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Run `f` on the live record of `key`, under the lock.
+    fn with_record<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(Option<&mut Expiring<Record>>, u64) -> T,
+    ) -> T {
+        let now = now_ms();
+        let mut tables = self.lock();
+        let entry = tables
+            .records
             .get_mut(key)
             .filter(|entry| entry.expires_at_ms > now);
-        f(live, now)
+        f(entry, now)
     }
 
     fn sweep(&self, now: u64) {
@@ -63,40 +84,31 @@ impl MemoryStore {
         {
             return;
         }
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        entries.retain(|_, entry| entry.expires_at_ms > now);
+        let mut tables = self.lock();
+        tables.records.retain(|_, entry| entry.expires_at_ms > now);
+        tables.guards.retain(|_, entry| entry.expires_at_ms > now);
     }
 
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let now = now_ms();
         self.sweep(now);
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let live = entries
-            .get(request.key)
-            .filter(|entry| entry.expires_at_ms > now)
-            .map(|entry| &entry.record);
-        let (attempts, first_seen_ms) = match live {
-            Some(record) if record.state == RecordState::Completed => {
-                return Ok(ClaimOutcome::Completed(record.clone()));
+        let mut tables = self.lock();
+        let existing = live(&tables.records, request.key, now);
+        if let Some(answer) = existing.and_then(|record| settled(record, now)) {
+            return Ok(answer);
+        }
+        if existing.is_none() {
+            let first = request
+                .guard_key
+                .and_then(|guard| live(&tables.guards, guard, now))
+                .and_then(|first| live(&tables.records, first, now));
+            if let Some(answer) = first.and_then(|record| settled(record, now)) {
+                return Ok(answer);
             }
-            Some(record)
-                if record.state == RecordState::Processing
-                    && record.lease_until_ms.is_some_and(|until| until > now) =>
-            {
-                let until = record.lease_until_ms.unwrap_or(now);
-                return Ok(ClaimOutcome::InFlight {
-                    retry_after: retry_after(until, now),
-                });
-            }
-            Some(record) => (record.attempts + 1, record.first_seen_ms),
-            None => (1, now),
-        };
+        }
+        let (attempts, first_seen_ms) = existing.map_or((1, now), |record| {
+            (record.attempts + 1, record.first_seen_ms)
+        });
         let token = new_token();
         let record = Record {
             state: RecordState::Processing,
@@ -109,13 +121,22 @@ impl MemoryStore {
             response: None,
         };
         let expires_at_ms = now + millis(request.retention);
-        entries.insert(
+        tables.records.insert(
             request.key.to_owned(),
-            Entry {
-                record,
+            Expiring {
+                value: record,
                 expires_at_ms,
             },
         );
+        if let Some(guard) = request.guard_key {
+            tables.guards.insert(
+                guard.to_owned(),
+                Expiring {
+                    value: request.key.to_owned(),
+                    expires_at_ms,
+                },
+            );
+        }
         Ok(ClaimOutcome::New(Lease {
             token,
             attempt: attempts,
@@ -123,9 +144,9 @@ impl MemoryStore {
     }
 
     pub async fn renew(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
-        Ok(self.with_entry(key, |entry, now| match entry {
-            Some(entry) if entry.record.token.as_deref() == Some(token) => {
-                entry.record.lease_until_ms = Some(now + millis(ttl));
+        Ok(self.with_record(key, |entry, now| match entry {
+            Some(entry) if entry.value.token.as_deref() == Some(token) => {
+                entry.value.lease_until_ms = Some(now + millis(ttl));
                 true
             }
             _ => false,
@@ -139,9 +160,9 @@ impl MemoryStore {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        Ok(self.with_entry(key, |entry, now| match entry {
-            Some(entry) if entry.record.token.as_deref() == Some(token) => {
-                let record = &mut entry.record;
+        Ok(self.with_record(key, |entry, now| match entry {
+            Some(entry) if entry.value.token.as_deref() == Some(token) => {
+                let record = &mut entry.value;
                 record.state = RecordState::Completed;
                 record.token = None;
                 record.lease_until_ms = None;
@@ -155,11 +176,11 @@ impl MemoryStore {
     }
 
     pub async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
-        Ok(self.with_entry(key, |entry, _| match entry {
-            Some(entry) if entry.record.token.as_deref() == Some(token) => {
-                entry.record.state = RecordState::Released;
-                entry.record.token = None;
-                entry.record.lease_until_ms = None;
+        Ok(self.with_record(key, |entry, _| match entry {
+            Some(entry) if entry.value.token.as_deref() == Some(token) => {
+                entry.value.state = RecordState::Released;
+                entry.value.token = None;
+                entry.value.lease_until_ms = None;
                 true
             }
             _ => false,
@@ -167,22 +188,28 @@ impl MemoryStore {
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        Ok(self.with_entry(key, |entry, _| entry.map(|entry| entry.record.clone())))
+        Ok(self.with_record(key, |entry, _| entry.map(|entry| entry.value.clone())))
     }
 
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         let now = now_ms();
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        Ok(entries
-            .remove(key)
-            .is_some_and(|entry| entry.expires_at_ms > now))
+        let removed = self.lock().records.remove(key);
+        Ok(removed.is_some_and(|entry| entry.expires_at_ms > now))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+/// The answer a live record gives a claim, unless it can be claimed.
+fn settled(record: &Record, now: u64) -> Option<ClaimOutcome> {
+    match (record.state, record.lease_until_ms) {
+        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record.clone())),
+        (RecordState::Processing, Some(until)) if until > now => Some(ClaimOutcome::InFlight {
+            retry_after: retry_after(until, now),
+        }),
+        _ => None,
     }
 }
 

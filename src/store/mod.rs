@@ -13,6 +13,8 @@
 //!   whose lease expired and was taken over can never overwrite or delete its
 //!   successor's claim. They answer `false` when the token no longer matches.
 //! - A completed record, with the recorded response, lives for `retention`.
+//! - With a replay guard, a new key whose body already claimed another key
+//!   is answered by that key's record (see [`ClaimRequest::guard_key`]).
 //!
 //! Every operation is bounded by the store `timeout`; a slow store is an
 //! unavailable store ([`StoreError::Timeout`]).
@@ -120,6 +122,11 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     /// How long the record lives (reset by claim and complete).
     pub retention: Duration,
+    /// Replay guard: a key naming the verified body. When `key` is new but
+    /// this body already claimed another key, that key's state answers
+    /// (completed → replay, live claim → in flight). A fresh claim points the
+    /// guard at `key` for `retention`.
+    pub guard_key: Option<&'a str>,
 }
 
 /// The configured backend, with the per-operation deadline applied in one

@@ -1,6 +1,9 @@
 //! Redis backend: one hash per key, every state change one Lua script (one
 //! round trip, atomic on the server).
 //!
+//! The replay guard is a plain string key holding the name of the key that
+//! first claimed a body.
+//!
 //! Fields: `state`, `token`, `body_sha256`, `attempts`, `first_seen`,
 //! `lease_until`, `completed_at`, `status`, `headers`, `body` — readable with
 //! `redis-cli HGETALL`. The key's own TTL is the record's `retention`; the
@@ -28,18 +31,28 @@ const NOW: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
-/// KEYS[1] key; ARGV token, body_sha256, lease ms, retention ms.
-/// Returns {1, attempts} when claimed, {0, now, HGETALL...} otherwise.
+/// KEYS[1] key, optional KEYS[2] replay guard; ARGV token, body_sha256,
+/// lease ms, retention ms. Returns {1, attempts} when claimed,
+/// {0, now, HGETALL...} of the record that answers otherwise.
 const CLAIM: &str = "
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'attempts')
-if r[1] == 'completed' or (r[1] == 'processing' and tonumber(r[2]) > now) then
-  return {0, now, redis.call('HGETALL', KEYS[1])}
+local function settled(key)
+  local s = redis.call('HMGET', key, 'state', 'lease_until')
+  return s[1] == 'completed' or (s[1] == 'processing' and tonumber(s[2]) > now)
 end
-local attempts = (tonumber(r[3]) or 0) + 1
+if settled(KEYS[1]) then return {0, now, redis.call('HGETALL', KEYS[1])} end
+local r = redis.call('HMGET', KEYS[1], 'state', 'attempts')
+if not r[1] and KEYS[2] then
+  local first = redis.call('GET', KEYS[2])
+  if first and first ~= KEYS[1] and settled(first) then
+    return {0, now, redis.call('HGETALL', first)}
+  end
+end
+local attempts = (tonumber(r[2]) or 0) + 1
 if not r[1] then redis.call('HSET', KEYS[1], 'first_seen', now) end
 redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
   'attempts', attempts, 'lease_until', now + tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
 return {1, attempts}
 ";
 
@@ -101,9 +114,11 @@ impl RedisStore {
 
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let token = new_token();
-        let reply: Vec<Value> = self
-            .claim
-            .key(request.key)
+        let mut invocation = self.claim.key(request.key);
+        if let Some(guard) = request.guard_key {
+            invocation.key(guard);
+        }
+        let reply: Vec<Value> = invocation
             .arg(&token)
             .arg(request.body_sha256)
             .arg(request.lease.as_millis() as u64)

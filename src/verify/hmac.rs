@@ -5,7 +5,7 @@
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{any_secret_matches, single_header, Algorithm, VerifyError};
+use super::{signature_matches, single_header, Algorithm, VerifyError};
 use crate::config::Secret;
 
 /// How the signature bytes are written in the header.
@@ -24,7 +24,7 @@ impl Encoding {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HmacVerifier {
     pub header: HeaderName,
     pub algorithm: Algorithm,
@@ -43,7 +43,7 @@ impl HmacVerifier {
             .encoding
             .decode(encoded)
             .ok_or(VerifyError::SignatureInvalid)?;
-        if any_secret_matches(self.algorithm, &self.secrets, &[body], &signature) {
+        if signature_matches(self.algorithm, &self.secrets, &[body], &[signature]) {
             Ok(())
         } else {
             Err(VerifyError::SignatureInvalid)

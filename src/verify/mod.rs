@@ -7,17 +7,26 @@
 //! oversized headers, bad hex or base64 — is a clean [`VerifyError`], never a
 //! panic. One file per scheme; this module holds what they share.
 
+mod github;
 mod hmac;
+mod shopify;
+mod slack;
+mod standard_webhooks;
+mod stripe;
 
 use std::time::{Duration, SystemTime};
 
 use ::hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName};
 use sha2::{Sha256, Sha512};
+use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 
 pub use self::hmac::{Encoding, HmacVerifier};
+pub use self::slack::SlackVerifier;
+pub use self::standard_webhooks::StandardWebhooksVerifier;
+pub use self::stripe::StripeVerifier;
 
 /// Longest signature header accepted; real ones are well under 1 KiB, and a
 /// cap keeps a hostile header from costing decode time.
@@ -72,14 +81,15 @@ impl Scheme {
         }
     }
 
-    /// The sender's event id, when the sender has a convention for it.
-    pub fn default_key(self) -> Option<&'static str> {
+    /// The sender's event id, when the sender has a convention for it
+    /// (key sources, first present wins).
+    pub fn default_key(self) -> Option<&'static [&'static str]> {
         match self {
-            Scheme::Stripe => Some("json:/id"),
-            Scheme::Github => Some("header:X-GitHub-Delivery"),
-            Scheme::Shopify => Some("header:X-Shopify-Webhook-Id"),
-            Scheme::StandardWebhooks => Some("header:webhook-id"),
-            Scheme::Slack => Some("json:/event_id"),
+            Scheme::Stripe => Some(&["json:/id"]),
+            Scheme::Github => Some(&["header:X-GitHub-Delivery"]),
+            Scheme::Shopify => Some(&["header:X-Shopify-Webhook-Id"]),
+            Scheme::StandardWebhooks => Some(&["header:webhook-id", "header:svix-id"]),
+            Scheme::Slack => Some(&["json:/event_id"]),
             Scheme::Hmac | Scheme::None => None,
         }
     }
@@ -119,15 +129,60 @@ impl Scheme {
     }
 }
 
+/// Default `tolerance` of the timestamped schemes.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
 /// A route's configured verifier.
 #[derive(Debug)]
 pub enum Verifier {
     /// `scheme = "none"`, written out explicitly.
     None,
+    /// `hmac`, and `github` / `shopify`, which are fixed instances of it.
     Hmac(HmacVerifier),
+    Stripe(StripeVerifier),
+    StandardWebhooks(StandardWebhooksVerifier),
+    Slack(SlackVerifier),
 }
 
 impl Verifier {
+    /// Build the verifier of `scheme` from its config: `secrets` as written,
+    /// `hmac` the operator's header options (only for `scheme = "hmac"`).
+    pub fn build(
+        scheme: Scheme,
+        secrets: &[String],
+        tolerance: Option<Duration>,
+        hmac: Option<HmacVerifier>,
+    ) -> Result<Verifier, String> {
+        let tolerance = tolerance.unwrap_or(DEFAULT_TOLERANCE);
+        let raw = || {
+            secrets
+                .iter()
+                .map(|s| Secret::new(s.as_bytes()))
+                .collect::<Vec<_>>()
+        };
+        Ok(match scheme {
+            Scheme::None => Verifier::None,
+            Scheme::Hmac => Verifier::Hmac(hmac.ok_or("scheme \"hmac\" needs its header options")?),
+            Scheme::Github => Verifier::Hmac(github::verifier(raw())),
+            Scheme::Shopify => Verifier::Hmac(shopify::verifier(raw())),
+            Scheme::Stripe => Verifier::Stripe(StripeVerifier {
+                secrets: raw(),
+                tolerance,
+            }),
+            Scheme::Slack => Verifier::Slack(SlackVerifier {
+                secrets: raw(),
+                tolerance,
+            }),
+            Scheme::StandardWebhooks => Verifier::StandardWebhooks(StandardWebhooksVerifier {
+                secrets: secrets
+                    .iter()
+                    .map(|s| standard_webhooks::decode_secret(s))
+                    .collect::<Result<_, _>>()?,
+                tolerance,
+            }),
+        })
+    }
+
     /// Verify `body` as received, with `now` injected so tolerance windows
     /// are testable at their edges.
     pub fn verify(
@@ -136,10 +191,12 @@ impl Verifier {
         body: &[u8],
         now: SystemTime,
     ) -> Result<(), VerifyError> {
-        let _ = now;
         match self {
             Verifier::None => Ok(()),
             Verifier::Hmac(verifier) => verifier.verify(headers, body),
+            Verifier::Stripe(verifier) => verifier.verify(headers, body, now),
+            Verifier::StandardWebhooks(verifier) => verifier.verify(headers, body, now),
+            Verifier::Slack(verifier) => verifier.verify(headers, body, now),
         }
     }
 }
@@ -151,34 +208,63 @@ pub enum Algorithm {
     Sha512,
 }
 
-/// Whether any secret's HMAC over the concatenation of `parts` equals
-/// `expected`, compared in constant time.
-pub(crate) fn any_secret_matches(
+impl Algorithm {
+    fn tag(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        fn compute<M: Mac + ::hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+            let mut mac = <M as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length");
+            for part in parts {
+                mac.update(part);
+            }
+            mac.finalize().into_bytes().to_vec()
+        }
+        match self {
+            Algorithm::Sha256 => compute::<Hmac<Sha256>>(key, parts),
+            Algorithm::Sha512 => compute::<Hmac<Sha512>>(key, parts),
+        }
+    }
+}
+
+/// Whether any secret's HMAC over the concatenation of `parts` equals any of
+/// the `candidates` (a sender may list several signatures).
+///
+/// Each tag is computed once per secret and compared in constant time with
+/// every candidate; all comparisons run even after a match, so timing tells
+/// nothing about which secret or which signature matched.
+pub(crate) fn signature_matches(
     algorithm: Algorithm,
     secrets: &[Secret],
     parts: &[&[u8]],
-    expected: &[u8],
+    candidates: &[Vec<u8>],
 ) -> bool {
-    fn check<M: Mac + ::hmac::digest::KeyInit>(
-        key: &[u8],
-        parts: &[&[u8]],
-        expected: &[u8],
-    ) -> bool {
-        let mut mac = <M as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length");
-        for part in parts {
-            mac.update(part);
+    let mut matched = subtle::Choice::from(0);
+    for secret in secrets {
+        let tag = algorithm.tag(secret.expose(), parts);
+        for candidate in candidates {
+            matched |= tag.as_slice().ct_eq(candidate.as_slice());
         }
-        mac.verify_slice(expected).is_ok()
     }
-    // Check every secret even after a match, so timing does not reveal which
-    // one matched.
-    secrets.iter().fold(false, |matched, secret| {
-        let ok = match algorithm {
-            Algorithm::Sha256 => check::<Hmac<Sha256>>(secret.expose(), parts, expected),
-            Algorithm::Sha512 => check::<Hmac<Sha512>>(secret.expose(), parts, expected),
-        };
-        matched | ok
-    })
+    matched.into()
+}
+
+/// Check a Unix-seconds timestamp against `now`, in both directions: a
+/// signature from too far in the past is a replay, one from the future a
+/// forgery or a broken clock.
+pub(crate) fn check_timestamp(
+    timestamp: &str,
+    now: SystemTime,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let seconds: i64 = timestamp
+        .parse()
+        .map_err(|_| VerifyError::SignatureInvalid)?;
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if now.abs_diff(seconds) > tolerance.as_secs() {
+        Err(VerifyError::TimestampOutOfTolerance)
+    } else {
+        Ok(())
+    }
 }
 
 /// The one value of a signature header: missing, repeated, non-ASCII or
@@ -198,4 +284,118 @@ pub(crate) fn single_header<'a>(
         .to_str()
         .map(str::trim)
         .map_err(|_| VerifyError::SignatureInvalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// One verifier per scheme, and the headers each reads.
+    fn every_scheme() -> Vec<(Verifier, &'static [&'static str])> {
+        let secrets = vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()];
+        let hmac = HmacVerifier {
+            header: HeaderName::from_static("x-signature"),
+            algorithm: Algorithm::Sha512,
+            encoding: Encoding::Base64,
+            prefix: "sha512=".into(),
+            secrets: vec![Secret::new("k")],
+        };
+        let build = |scheme| Verifier::build(scheme, &secrets, None, Some(hmac.clone())).unwrap();
+        vec![
+            (build(Scheme::Stripe), &["stripe-signature"][..]),
+            (build(Scheme::Github), &["x-hub-signature-256"][..]),
+            (build(Scheme::Shopify), &["x-shopify-hmac-sha256"][..]),
+            (
+                build(Scheme::Slack),
+                &["x-slack-signature", "x-slack-request-timestamp"][..],
+            ),
+            (
+                build(Scheme::StandardWebhooks),
+                &[
+                    "webhook-id",
+                    "webhook-timestamp",
+                    "webhook-signature",
+                    "svix-signature",
+                ][..],
+            ),
+            (build(Scheme::Hmac), &["x-signature"][..]),
+        ]
+    }
+
+    /// Header values shaped like signatures: their separators, prefixes and
+    /// alphabets in random order, plus plain noise.
+    fn header_value() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("t=".to_owned()),
+            Just("v1=".to_owned()),
+            Just("v1,".to_owned()),
+            Just("v0=".to_owned()),
+            Just("sha256=".to_owned()),
+            Just(",".to_owned()),
+            Just(" ".to_owned()),
+            Just("=".to_owned()),
+            "[0-9]{1,20}",
+            "[0-9a-f]{1,128}",
+            "[A-Za-z0-9+/=]{1,90}",
+            "[ -~]{0,40}",
+        ];
+        proptest::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_headers_never_panic_or_pass(
+            values in proptest::collection::vec(header_value(), 4),
+            raw in proptest::collection::vec(any::<u8>(), 0..200),
+            body in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_614_265_330);
+            for (verifier, names) in every_scheme() {
+                let mut headers = HeaderMap::new();
+                for (name, value) in names.iter().zip(&values) {
+                    headers.append(*name, HeaderValue::from_str(value).unwrap());
+                }
+                if let Ok(value) = HeaderValue::from_bytes(&raw) {
+                    headers.append(names[0], value);
+                }
+                prop_assert!(verifier.verify(&headers, &body, now).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn timestamps_are_checked_both_ways_at_the_edges() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let five_minutes = Duration::from_secs(300);
+        for (ts, ok) in [
+            ("999701", true),  // 299 s old
+            ("999700", true),  // exactly 300 s
+            ("999699", false), // 301 s old
+            ("1000299", true), // 299 s ahead
+            ("1000301", false),
+        ] {
+            let result = check_timestamp(ts, now, five_minutes);
+            assert_eq!(result.is_ok(), ok, "{ts}");
+            if !ok {
+                assert_eq!(result, Err(VerifyError::TimestampOutOfTolerance));
+            }
+        }
+        assert_eq!(
+            check_timestamp("12a", now, five_minutes),
+            Err(VerifyError::SignatureInvalid)
+        );
+        assert_eq!(
+            check_timestamp("", now, five_minutes),
+            Err(VerifyError::SignatureInvalid)
+        );
+        assert_eq!(
+            check_timestamp("99999999999999999999999", now, five_minutes),
+            Err(VerifyError::SignatureInvalid)
+        );
+    }
 }

@@ -22,6 +22,7 @@ fn request<'a>(key: &'a str, sha: &'a str, lease: Duration) -> ClaimRequest<'a> 
         body_sha256: sha,
         lease,
         retention: Duration::from_secs(600),
+        guard_key: None,
     }
 }
 
@@ -206,6 +207,48 @@ async fn delete_forgets_and_retention_expires(store: Store) {
     assert_eq!(claim_new(&store, "k6", LONG).await.attempt, 1);
 }
 
+async fn a_replay_guard_links_a_body_to_its_first_key(store: Store) {
+    let guarded = |key: &'static str, guard: &'static str| ClaimRequest {
+        guard_key: Some(guard),
+        ..request(key, SHA_A, LONG)
+    };
+    let first = match store.claim(guarded("g1", "body:1")).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(
+        store.claim(guarded("g2", "body:1")).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+    assert!(store
+        .complete("g1", &first, &response("first"), LONG)
+        .await
+        .unwrap());
+    match store.claim(guarded("g2", "body:1")).await.unwrap() {
+        ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "first"),
+        other => panic!("the same body under a new key is a duplicate: {other:?}"),
+    }
+    assert!(
+        store.get("g2").await.unwrap().is_none(),
+        "the forged key is not recorded"
+    );
+    assert!(matches!(
+        store.claim(guarded("g3", "body:2")).await.unwrap(),
+        ClaimOutcome::New(_)
+    ));
+
+    // A released first claim does not block the body: the next key forwards.
+    let released = match store.claim(guarded("g4", "body:3")).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store.release("g4", &released).await.unwrap());
+    assert!(matches!(
+        store.claim(guarded("g5", "body:3")).await.unwrap(),
+        ClaimOutcome::New(_)
+    ));
+}
+
 fn settings(backend: StoreBackend) -> StoreSettings {
     StoreSettings {
         backend,
@@ -251,4 +294,5 @@ conformance!(
     release_keeps_the_attempt_count,
     renewal_extends_the_lease,
     delete_forgets_and_retention_expires,
+    a_replay_guard_links_a_body_to_its_first_key,
 );

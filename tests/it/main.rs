@@ -5,4 +5,5 @@ mod cli;
 mod conformance;
 mod delivery;
 mod faults;
+mod schemes;
 mod support;

@@ -1,0 +1,206 @@
+//! `scheme = "standard-webhooks"`: Svix and every sender that follows the
+//! Standard Webhooks specification.
+//!
+//! Headers `webhook-id`, `webhook-timestamp`, `webhook-signature` (or the
+//! `svix-` aliases, used when the `webhook-` set is absent). The signed
+//! content is `"{id}.{timestamp}.{body}"`, HMAC-SHA256; the secret is
+//! `whsec_` + base64 and the decoded bytes are the key. The signature header
+//! is a space-separated list of `v1,<base64>` entries: any may match, other
+//! versions (`v1a`, `v2`) are skipped. Timestamp tolerance applies both ways.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use http::{HeaderMap, HeaderName};
+
+use super::{check_timestamp, signature_matches, single_header, Algorithm, VerifyError};
+use crate::config::Secret;
+
+/// `(id, timestamp, signature)` header names, in order of preference.
+static HEADER_SETS: [[HeaderName; 3]; 2] = [
+    [
+        HeaderName::from_static("webhook-id"),
+        HeaderName::from_static("webhook-timestamp"),
+        HeaderName::from_static("webhook-signature"),
+    ],
+    [
+        HeaderName::from_static("svix-id"),
+        HeaderName::from_static("svix-timestamp"),
+        HeaderName::from_static("svix-signature"),
+    ],
+];
+const MAX_SIGNATURES: usize = 8;
+
+#[derive(Debug)]
+pub struct StandardWebhooksVerifier {
+    pub secrets: Vec<Secret>,
+    pub tolerance: Duration,
+}
+
+/// `whsec_<base64>` (the prefix is optional, as in the reference libraries)
+/// into the key bytes.
+pub fn decode_secret(text: &str) -> Result<Secret, String> {
+    let encoded = text.strip_prefix("whsec_").unwrap_or(text);
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map(Secret::new)
+        .map_err(|_| "a standard-webhooks secret must be \"whsec_\" followed by base64".to_owned())
+}
+
+impl StandardWebhooksVerifier {
+    pub fn verify(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let [id, timestamp, signature] = HEADER_SETS
+            .iter()
+            .find(|set| headers.contains_key(&set[2]))
+            .ok_or(VerifyError::SignatureInvalid)?;
+        let id = single_header(headers, id)?;
+        let timestamp = single_header(headers, timestamp)?;
+        let signatures: Vec<Vec<u8>> = single_header(headers, signature)?
+            .split(' ')
+            .filter_map(|entry| entry.strip_prefix("v1,"))
+            .filter_map(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+            .collect();
+        if signatures.is_empty() || signatures.len() > MAX_SIGNATURES {
+            return Err(VerifyError::SignatureInvalid);
+        }
+        let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
+        if !signature_matches(Algorithm::Sha256, &self.secrets, &parts, &signatures) {
+            return Err(VerifyError::SignatureInvalid);
+        }
+        check_timestamp(timestamp, now, self.tolerance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    // The shared vector of the Standard Webhooks reference libraries (and
+    // Svix's docs, "Verifying payloads manually").
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const TS: u64 = 1_614_265_330;
+    const BODY: &[u8] = br#"{"test": 2432232314}"#;
+    const SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+    fn verifier(secrets: &[&str]) -> StandardWebhooksVerifier {
+        StandardWebhooksVerifier {
+            secrets: secrets.iter().map(|s| decode_secret(s).unwrap()).collect(),
+            tolerance: Duration::from_secs(300),
+        }
+    }
+
+    fn headers(prefix: &str, id: &str, ts: &str, sig: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let name =
+            |suffix: &str| HeaderName::from_bytes(format!("{prefix}-{suffix}").as_bytes()).unwrap();
+        headers.insert(name("id"), HeaderValue::from_str(id).unwrap());
+        headers.insert(name("timestamp"), HeaderValue::from_str(ts).unwrap());
+        headers.insert(name("signature"), HeaderValue::from_str(sig).unwrap());
+        headers
+    }
+
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn accepts_the_shared_vector_under_both_header_names() {
+        let v = verifier(&["whsec_dGVzdA==", SECRET]);
+        let ts = TS.to_string();
+        assert_eq!(
+            v.verify(&headers("webhook", ID, &ts, SIG), BODY, at(TS)),
+            Ok(())
+        );
+        assert_eq!(
+            v.verify(&headers("svix", ID, &ts, SIG), BODY, at(TS)),
+            Ok(())
+        );
+        let listed = format!("v1a,AAAA v2,BBBB v1,{} {SIG}", "A".repeat(44));
+        assert_eq!(
+            v.verify(&headers("webhook", ID, &ts, &listed), BODY, at(TS)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn tolerance_both_ways() {
+        let v = verifier(&[SECRET]);
+        let h = headers("webhook", ID, &TS.to_string(), SIG);
+        assert_eq!(v.verify(&h, BODY, at(TS + 299)), Ok(()));
+        assert_eq!(v.verify(&h, BODY, at(TS - 299)), Ok(()));
+        assert_eq!(
+            v.verify(&h, BODY, at(TS + 301)),
+            Err(VerifyError::TimestampOutOfTolerance)
+        );
+        assert_eq!(
+            v.verify(&h, BODY, at(TS - 301)),
+            Err(VerifyError::TimestampOutOfTolerance)
+        );
+    }
+
+    #[test]
+    fn rejects_forgeries() {
+        let v = verifier(&[SECRET]);
+        let bad = Err(VerifyError::SignatureInvalid);
+        let ts = TS.to_string();
+        assert_eq!(
+            v.verify(&headers("webhook", ID, &ts, SIG), b"{}", at(TS)),
+            bad,
+            "tampered body"
+        );
+        assert_eq!(
+            v.verify(&headers("webhook", "msg_other", &ts, SIG), BODY, at(TS)),
+            bad,
+            "id is signed"
+        );
+        assert_eq!(
+            v.verify(
+                &headers(
+                    "webhook",
+                    ID,
+                    &ts,
+                    "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+                ),
+                BODY,
+                at(TS)
+            ),
+            bad,
+            "v2 is skipped"
+        );
+        assert_eq!(
+            v.verify(
+                &headers(
+                    "webhook",
+                    ID,
+                    &ts,
+                    "g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+                ),
+                BODY,
+                at(TS)
+            ),
+            bad,
+            "no version"
+        );
+        assert_eq!(
+            v.verify(&headers("webhook", ID, &ts, "v1,!!!"), BODY, at(TS)),
+            bad,
+            "bad base64"
+        );
+        assert_eq!(
+            verifier(&["whsec_dGVzdA=="]).verify(&headers("webhook", ID, &ts, SIG), BODY, at(TS)),
+            bad
+        );
+        let mut missing_id = headers("webhook", ID, &ts, SIG);
+        missing_id.remove("webhook-id");
+        assert_eq!(v.verify(&missing_id, BODY, at(TS)), bad);
+        assert!(decode_secret("whsec_not base64!").is_err());
+    }
+}

@@ -1,0 +1,273 @@
+//! Every signature scheme end to end: a correctly signed delivery is
+//! forwarded, a forged or stale one is refused with the right code and leaves
+//! no trace in Redis, and GitHub's unsigned delivery id cannot be used to
+//! replay a captured body.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use sha2::Sha256;
+
+use crate::support::*;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+const SVIX_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn mac(key: &[u8], content: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(content);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A sender of one scheme: how it signs `body` at time `ts`.
+#[derive(Clone, Copy, Debug)]
+enum Sender_ {
+    Stripe,
+    Github,
+    Shopify,
+    StandardWebhooks,
+    Svix,
+    Slack,
+}
+
+impl Sender_ {
+    fn verify_toml(self) -> &'static str {
+        match self {
+            Sender_::Stripe => "scheme = \"stripe\"\nsecrets = [\"whsec_stripe\"]",
+            Sender_::Github => "scheme = \"github\"\nsecrets = [\"gh-secret\"]",
+            Sender_::Shopify => "scheme = \"shopify\"\nsecrets = [\"shop-secret\"]",
+            Sender_::StandardWebhooks | Sender_::Svix => {
+                "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
+            }
+            Sender_::Slack => "scheme = \"slack\"\nsecrets = [\"slack-secret\"]",
+        }
+    }
+
+    /// A signed delivery of event `id` (the key rides where the scheme puts it).
+    fn request(self, url: &str, id: &str, body: &str, ts: u64) -> Request<Full<Bytes>> {
+        let builder = Request::post(url).header("content-type", "application/json");
+        let builder = match self {
+            Sender_::Stripe => {
+                let sig = hex::encode(mac(b"whsec_stripe", format!("{ts}.{body}").as_bytes()));
+                builder.header("stripe-signature", format!("t={ts},v1={sig}"))
+            }
+            Sender_::Github => builder.header("x-github-delivery", id).header(
+                "x-hub-signature-256",
+                format!("sha256={}", hex::encode(mac(b"gh-secret", body.as_bytes()))),
+            ),
+            Sender_::Shopify => builder.header("x-shopify-webhook-id", id).header(
+                "x-shopify-hmac-sha256",
+                B64.encode(mac(b"shop-secret", body.as_bytes())),
+            ),
+            Sender_::StandardWebhooks | Sender_::Svix => {
+                let key = B64.decode(&SVIX_SECRET[6..]).unwrap();
+                let sig = B64.encode(mac(&key, format!("{id}.{ts}.{body}").as_bytes()));
+                let prefix = if matches!(self, Sender_::Svix) {
+                    "svix"
+                } else {
+                    "webhook"
+                };
+                builder
+                    .header(format!("{prefix}-id"), id)
+                    .header(format!("{prefix}-timestamp"), ts.to_string())
+                    .header(format!("{prefix}-signature"), format!("v1,{sig}"))
+            }
+            Sender_::Slack => {
+                let sig = hex::encode(mac(b"slack-secret", format!("v0:{ts}:{body}").as_bytes()));
+                builder
+                    .header("x-slack-request-timestamp", ts.to_string())
+                    .header("x-slack-signature", format!("v0={sig}"))
+            }
+        };
+        builder
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap()
+    }
+
+    fn body(self, id: &str) -> String {
+        match self {
+            Sender_::Slack => format!(r#"{{"event_id":"{id}","type":"event_callback"}}"#),
+            _ => format!(r#"{{"id":"{id}","type":"order.paid"}}"#),
+        }
+    }
+
+    fn timestamped(self) -> bool {
+        !matches!(self, Sender_::Github | Sender_::Shopify)
+    }
+}
+
+async fn redis_keys(url: &str) -> Vec<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+async fn scheme_end_to_end(sender: Sender_) {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"redis\"\nurl = \"{}\"\n\
+         [[routes]]\nname = \"r\"\npath = \"/in\"\nupstream = \"{}\"\n[routes.verify]\n{}\n",
+        redis.url(),
+        upstream.url("/"),
+        sender.verify_toml()
+    );
+    let gateway = TestGateway::start(&text).await;
+    let url = gateway.url("/in");
+    let client = Sender::new();
+    let id = format!("evt_{sender:?}").to_lowercase();
+    let body = sender.body(&id);
+
+    // Forged: signed with the right scheme but over another body.
+    let mut forged = sender.request(&url, &id, &body, now());
+    *forged.body_mut() = Full::new(Bytes::from(body.replace("\"type\"", "\"kind\"")));
+    let answer = client.send(forged).await;
+    assert_eq!(
+        (answer.status, answer.code().as_str()),
+        (StatusCode::UNAUTHORIZED, "signature_invalid"),
+        "{sender:?}"
+    );
+    // No signature at all.
+    let bare = Request::post(&url)
+        .body(Full::new(Bytes::from(body.clone())))
+        .unwrap();
+    assert_eq!(client.send(bare).await.code(), "signature_invalid");
+    if sender.timestamped() {
+        let stale = client
+            .send(sender.request(&url, &id, &body, now() - 600))
+            .await;
+        assert_eq!(
+            (stale.status, stale.code().as_str()),
+            (StatusCode::UNAUTHORIZED, "timestamp_out_of_tolerance"),
+            "{sender:?}"
+        );
+        let future = client
+            .send(sender.request(&url, &id, &body, now() + 600))
+            .await;
+        assert_eq!(future.code(), "timestamp_out_of_tolerance");
+    }
+    assert!(
+        redis_keys(&redis.url()).await.is_empty(),
+        "{sender:?}: a refused delivery writes nothing"
+    );
+    assert_eq!(upstream.total(), 0);
+
+    let first = client.send(sender.request(&url, &id, &body, now())).await;
+    assert_eq!(first.status, StatusCode::OK, "{sender:?}: {first:?}");
+    let again = client.send(sender.request(&url, &id, &body, now())).await;
+    assert!(again.replayed(), "{sender:?}");
+    assert_eq!(
+        upstream.count(&id),
+        1,
+        "{sender:?}: the default key is the sender's event id"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn stripe_end_to_end() {
+    scheme_end_to_end(Sender_::Stripe).await;
+}
+
+#[tokio::test]
+async fn github_end_to_end() {
+    scheme_end_to_end(Sender_::Github).await;
+}
+
+#[tokio::test]
+async fn shopify_end_to_end() {
+    scheme_end_to_end(Sender_::Shopify).await;
+}
+
+#[tokio::test]
+async fn standard_webhooks_end_to_end() {
+    scheme_end_to_end(Sender_::StandardWebhooks).await;
+}
+
+#[tokio::test]
+async fn svix_headers_end_to_end() {
+    scheme_end_to_end(Sender_::Svix).await;
+}
+
+#[tokio::test]
+async fn slack_end_to_end() {
+    scheme_end_to_end(Sender_::Slack).await;
+}
+
+/// A captured GitHub delivery re-sent with a forged `X-GitHub-Delivery` is a
+/// duplicate of the first (the replay guard is on by default for GitHub and
+/// Shopify), and off it would have been forwarded again.
+#[tokio::test]
+async fn the_replay_guard_stops_a_signed_body_under_a_new_delivery_id() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let route = |prefix: &str, guard: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}:\"\n\
+             [[routes]]\nname = \"gh\"\npath = \"/gh\"\nupstream = \"{}\"\n{guard}\n[routes.verify]\n{}\n",
+            redis.url(),
+            upstream.url("/"),
+            Sender_::Github.verify_toml()
+        )
+    };
+    let guarded = TestGateway::start(&route("guarded", "")).await;
+    let client = Sender::new();
+    let body = Sender_::Github.body("push-1");
+    let url = guarded.url("/gh");
+    assert_eq!(
+        client
+            .send(Sender_::Github.request(&url, "delivery-1", &body, 0))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let forged = client
+        .send(Sender_::Github.request(&url, "delivery-forged", &body, 0))
+        .await;
+    assert!(forged.replayed(), "{forged:?}");
+    assert_eq!(upstream.total(), 1);
+    let other = Sender_::Github.body("push-2");
+    assert_eq!(
+        client
+            .send(Sender_::Github.request(&url, "delivery-2", &other, 0))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(upstream.total(), 2, "a different body is a different event");
+
+    let unguarded = TestGateway::start(&route("open", "replay_guard = \"off\"")).await;
+    let url = unguarded.url("/gh");
+    client
+        .send(Sender_::Github.request(&url, "delivery-1", &body, 0))
+        .await;
+    client
+        .send(Sender_::Github.request(&url, "delivery-forged", &body, 0))
+        .await;
+    assert_eq!(
+        upstream.total(),
+        4,
+        "without the guard the forged id is forwarded"
+    );
+    guarded.shutdown().await;
+    unguarded.shutdown().await;
+}
