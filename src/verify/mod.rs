@@ -246,6 +246,31 @@ pub(crate) fn signature_matches(
     matched.into()
 }
 
+/// How every timestamped scheme ends: the signature first, then the clock,
+/// so only an authentic delivery is ever reported as stale.
+pub(crate) struct Timestamped<'a> {
+    pub secrets: &'a [Secret],
+    pub parts: &'a [&'a [u8]],
+    pub candidates: &'a [Vec<u8>],
+    pub timestamp: &'a str,
+    pub tolerance: Duration,
+}
+
+impl Timestamped<'_> {
+    pub fn check(&self, now: SystemTime) -> Result<(), VerifyError> {
+        if !signature_matches(Algorithm::Sha256, self.secrets, self.parts, self.candidates) {
+            return Err(VerifyError::SignatureInvalid);
+        }
+        check_timestamp(self.timestamp, now, self.tolerance)
+    }
+}
+
+/// A point in time `seconds` after the epoch, for pinning test clocks.
+#[cfg(test)]
+pub(crate) fn at(seconds: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
 /// Check a Unix-seconds timestamp against `now`, in both directions: a
 /// signature from too far in the past is a replay, one from the future a
 /// forgery or a broken clock.

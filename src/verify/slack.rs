@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName};
 
-use super::{check_timestamp, signature_matches, single_header, Algorithm, VerifyError};
+use super::{single_header, Timestamped, VerifyError};
 use crate::config::Secret;
 
 const SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
@@ -31,10 +31,14 @@ impl SlackVerifier {
             .and_then(|hex_text| hex::decode(hex_text).ok())
             .ok_or(VerifyError::SignatureInvalid)?;
         let parts: [&[u8]; 4] = [b"v0:", timestamp.as_bytes(), b":", body];
-        if !signature_matches(Algorithm::Sha256, &self.secrets, &parts, &[signature]) {
-            return Err(VerifyError::SignatureInvalid);
+        Timestamped {
+            secrets: &self.secrets,
+            parts: &parts,
+            candidates: &[signature],
+            timestamp,
+            tolerance: self.tolerance,
         }
-        check_timestamp(timestamp, now, self.tolerance)
+        .check(now)
     }
 }
 
@@ -43,6 +47,7 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
+    use crate::verify::at;
 
     // Slack's documented example ("Verifying requests from Slack", api.slack.com).
     const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -65,10 +70,6 @@ mod tests {
         );
         headers.insert("X-Slack-Signature", HeaderValue::from_str(sig).unwrap());
         headers
-    }
-
-    fn at(seconds: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
     #[test]

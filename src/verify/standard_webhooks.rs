@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{check_timestamp, signature_matches, single_header, Algorithm, VerifyError};
+use super::{single_header, Timestamped, VerifyError};
 use crate::config::Secret;
 
 /// `(id, timestamp, signature)` header names, in order of preference.
@@ -69,10 +69,14 @@ impl StandardWebhooksVerifier {
             return Err(VerifyError::SignatureInvalid);
         }
         let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
-        if !signature_matches(Algorithm::Sha256, &self.secrets, &parts, &signatures) {
-            return Err(VerifyError::SignatureInvalid);
+        Timestamped {
+            secrets: &self.secrets,
+            parts: &parts,
+            candidates: &signatures,
+            timestamp,
+            tolerance: self.tolerance,
         }
-        check_timestamp(timestamp, now, self.tolerance)
+        .check(now)
     }
 }
 
@@ -81,6 +85,7 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
+    use crate::verify::at;
 
     // The shared vector of the Standard Webhooks reference libraries (and
     // Svix's docs, "Verifying payloads manually").
@@ -105,10 +110,6 @@ mod tests {
         headers.insert(name("timestamp"), HeaderValue::from_str(ts).unwrap());
         headers.insert(name("signature"), HeaderValue::from_str(sig).unwrap());
         headers
-    }
-
-    fn at(seconds: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName};
 
-use super::{check_timestamp, signature_matches, single_header, Algorithm, VerifyError};
+use super::{single_header, Timestamped, VerifyError};
 use crate::config::Secret;
 
 const HEADER: HeaderName = HeaderName::from_static("stripe-signature");
@@ -55,10 +55,14 @@ impl StripeVerifier {
             return Err(VerifyError::SignatureInvalid);
         }
         let parts: [&[u8]; 3] = [timestamp.as_bytes(), b".", body];
-        if !signature_matches(Algorithm::Sha256, &self.secrets, &parts, &signatures) {
-            return Err(VerifyError::SignatureInvalid);
+        Timestamped {
+            secrets: &self.secrets,
+            parts: &parts,
+            candidates: &signatures,
+            timestamp,
+            tolerance: self.tolerance,
         }
-        check_timestamp(timestamp, now, self.tolerance)
+        .check(now)
     }
 }
 
@@ -67,6 +71,7 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
+    use crate::verify::at;
 
     // Inputs from stripe-node's webhook tests (secret "whsec_test_secret",
     // this payload, t=1492774577). Stripe's SDKs sign at test time instead of
@@ -82,10 +87,6 @@ mod tests {
             secrets: secrets.iter().map(|s| Secret::new(*s)).collect(),
             tolerance: Duration::from_secs(300),
         }
-    }
-
-    fn at(seconds: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
     fn header(value: &str) -> HeaderMap {
