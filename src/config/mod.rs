@@ -75,16 +75,33 @@ pub struct StoreSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     Memory,
-    Redis { url: String },
+    /// One SQLite file, one gateway instance.
+    Embedded {
+        path: PathBuf,
+        synchronous: Synchronous,
+    },
+    Redis {
+        url: String,
+    },
 }
 
 impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Memory => "memory",
+            Backend::Embedded { .. } => "embedded",
             Backend::Redis { .. } => "redis",
         }
     }
+}
+
+/// How hard the embedded store pushes each commit to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Survives a crash of hookgate; may lose the last commits on power loss.
+    Normal,
+    /// Also survives power loss, at one fsync per commit batch.
+    Full,
 }
 
 /// What to do when the store cannot answer (SPEC §2 `on_error`).
@@ -217,11 +234,19 @@ impl Config {
 
     /// The human summary `hookgate check` prints.
     pub fn summary(&self) -> String {
+        let backend = match &self.store.backend {
+            Backend::Embedded { path, .. } => format!(
+                "embedded {} (one gateway instance per file; use redis for several)",
+                path.display()
+            ),
+            Backend::Redis { .. } => "redis".to_owned(),
+            Backend::Memory => "memory (nothing survives a restart)".to_owned(),
+        };
         let mut out = format!(
             "config {} is valid\nlisten {} (plain HTTP/1.1 + h2c)\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",
             self.source.display(),
             self.server.listen,
-            self.store.backend.name(),
+            backend,
             self.store.key_prefix,
             humanize(self.store.timeout),
             match self.store.on_error {
@@ -271,7 +296,7 @@ pub fn humanize(d: Duration) -> String {
         ("m", 60_000),
         ("s", 1_000),
     ] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -467,6 +492,18 @@ impl Validator<'_> {
         };
         let backend = match backend_name.as_str() {
             "memory" => Backend::Memory,
+            "embedded" => Backend::Embedded {
+                path: PathBuf::from(match &raw.path {
+                    Some(path) => self.string(&at.key("path"), path).unwrap_or_default(),
+                    None => "hookgate.db".to_owned(),
+                }),
+                synchronous: self.choice(
+                    &at.key("synchronous"),
+                    raw.synchronous.as_ref(),
+                    &[("normal", Synchronous::Normal), ("full", Synchronous::Full)],
+                    Synchronous::Normal,
+                ),
+            },
             "redis" => match &raw.url {
                 Some(url) => {
                     let url = self.string(&at.key("url"), url).unwrap_or_default();
@@ -483,10 +520,10 @@ impl Validator<'_> {
                     Backend::Memory
                 }
             },
-            "embedded" | "redis-cluster" => {
+            "redis-cluster" => {
                 self.fail(
                     &at.key("backend"),
-                    format!("backend {backend_name:?} is not available in this version of hookgate; use \"memory\" or \"redis\""),
+                    "backend \"redis-cluster\" is not available in this version of hookgate; use \"embedded\", \"memory\" or \"redis\"",
                 );
                 Backend::Memory
             }
@@ -499,15 +536,18 @@ impl Validator<'_> {
                 Backend::Memory
             }
         };
+        let applies = |key: &str| match key {
+            "path" | "synchronous" => backend_name == "embedded",
+            "url" => backend_name == "redis",
+            _ => backend_name == "redis-cluster",
+        };
         for (name, present) in [
             ("path", raw.path.is_some()),
-            (
-                "url",
-                raw.url.is_some() && !matches!(backend, Backend::Redis { .. }),
-            ),
+            ("synchronous", raw.synchronous.is_some()),
+            ("url", raw.url.is_some()),
             ("nodes", raw.nodes.is_some()),
         ] {
-            if present && backend_name != "embedded" && backend_name != "redis-cluster" {
+            if present && !applies(name) {
                 self.fail(
                     &at.key(name),
                     format!("`{name}` does not apply to backend {backend_name:?}"),

@@ -55,6 +55,8 @@ pub struct RawStore {
     pub key_prefix: Option<String>,
     pub timeout: Option<String>,
     pub on_error: Option<String>,
+    /// embedded: SQLite `synchronous`, "normal" or "full".
+    pub synchronous: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

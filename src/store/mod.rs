@@ -19,6 +19,7 @@
 //! Every operation is bounded by the store `timeout`; a slow store is an
 //! unavailable store ([`StoreError::Timeout`]).
 
+mod embedded;
 mod memory;
 mod redis;
 
@@ -27,6 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 use crate::config::{Backend, StoreSettings};
@@ -138,6 +140,7 @@ pub struct Store {
 
 enum StoreBackend {
     Memory(MemoryStore),
+    Embedded(EmbeddedStore),
     Redis(RedisStore),
 }
 
@@ -148,6 +151,7 @@ macro_rules! dispatch {
             .deadline(async {
                 match &$self.backend {
                     StoreBackend::Memory($store) => $call.await,
+                    StoreBackend::Embedded($store) => $call.await,
                     StoreBackend::Redis($store) => $call.await,
                 }
             })
@@ -156,11 +160,15 @@ macro_rules! dispatch {
 }
 
 impl Store {
-    /// Build the configured backend. Redis connects lazily: a gateway starts
+    /// Build the configured backend. The embedded store opens (and locks) its
+    /// file here, so a second instance fails at start-up. Redis connects lazily: a gateway starts
     /// (and answers 503) while Redis is down, and recovers by itself.
     pub fn open(settings: &StoreSettings) -> Result<Store, StoreError> {
         let backend = match &settings.backend {
             Backend::Memory => StoreBackend::Memory(MemoryStore::new()),
+            Backend::Embedded { path, synchronous } => {
+                StoreBackend::Embedded(EmbeddedStore::open(path, *synchronous)?)
+            }
             Backend::Redis { url } => {
                 StoreBackend::Redis(RedisStore::connect(url, settings.timeout)?)
             }
@@ -181,6 +189,7 @@ impl Store {
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
             StoreBackend::Memory(_) => "memory",
+            StoreBackend::Embedded(_) => "embedded",
             StoreBackend::Redis(_) => "redis",
         }
     }

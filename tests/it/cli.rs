@@ -1,7 +1,6 @@
 //! The binary as an operator runs it: `check`, `run`, signals, exit codes.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use http::StatusCode;
 
@@ -66,30 +65,13 @@ fn version_is_printed() {
 async fn run_serves_until_sigterm() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "")
-        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-
-    let mut child = Command::new(BIN)
-        .args(["run", "--log-format", "json"])
-        .env("HOOKGATE_CONFIG", &path)
-        .env("TEST_SECRET", SECRET)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}/hook");
-    let sender = Sender::new();
-    let mut answered = false;
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            answered = sender.deliver(&url, &event("evt_cli")).await.status == StatusCode::OK;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(answered, "the gateway served a delivery");
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "");
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let answer = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_cli"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
 
     let busy = Command::new(BIN)
         .args(["run", "--config", path.to_str().unwrap()])
@@ -98,14 +80,74 @@ async fn run_serves_until_sigterm() {
         .unwrap();
     assert_eq!(busy.status.code(), Some(1), "cannot bind: runtime failure");
 
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
-    let mut logs = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut logs).unwrap();
+    assert_eq!(gateway.stop("TERM").code(), Some(0));
+    let logs = gateway.logs();
     assert!(logs.contains("\"outcome\":\"forwarded\""), "{logs}");
     assert!(!logs.contains(SECRET), "secrets are never logged");
+}
+
+/// The embedded store keeps its promise across restarts: after SIGTERM and
+/// after SIGKILL, a duplicate of a completed event is replayed byte for byte.
+#[tokio::test]
+async fn the_embedded_store_survives_restarts_and_sigkill() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let text = config_text(&upstream.url("/"), &Backend::Embedded(db.clone()), "", "");
+    let (path, port) = write_config(dir.path(), &text);
+    let sender = Sender::new();
+
+    for (i, signal) in ["TERM", "KILL"].into_iter().enumerate() {
+        let id = format!("evt_restart_{i}");
+        let mut gateway = GatewayProcess::start(&path, port).await;
+        let first = sender.deliver(&gateway.url("/hook"), &event(&id)).await;
+        assert_eq!(first.status, StatusCode::OK);
+        let status = gateway.stop(signal);
+        if signal == "TERM" {
+            assert_eq!(status.code(), Some(0));
+        }
+
+        let _again = GatewayProcess::start(&path, port).await;
+        let replay = sender.deliver(&_again.url("/hook"), &event(&id)).await;
+        assert!(replay.replayed(), "after SIG{signal}: {replay:?}");
+        assert_eq!(replay.body, first.body, "identical body after SIG{signal}");
+        assert_eq!(upstream.count(&id), 1);
+    }
+}
+
+/// Two gateways on one SQLite file would each think they own it: the second
+/// refuses to start and says why.
+#[tokio::test]
+async fn a_second_gateway_on_the_same_file_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let text = config_text("http://127.0.0.1:9/", &Backend::Embedded(db), "", "");
+    let (path, port) = write_config(dir.path(), &text);
+    let _first = GatewayProcess::start(&path, port).await;
+
+    let other = dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(&port.to_string(), &free_port().to_string()),
+    )
+    .unwrap();
+    let second = Command::new(BIN)
+        .args([
+            "run",
+            "--log-format",
+            "text",
+            "--config",
+            other.to_str().unwrap(),
+        ])
+        .env("TEST_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("in use by another hookgate process"),
+        "{stderr}"
+    );
 }

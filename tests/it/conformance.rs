@@ -271,6 +271,21 @@ macro_rules! conformance {
             )*
             use hookgate::store::Store;
         }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let backend = super::StoreBackend::Embedded {
+                        path: dir.path().join("hookgate.db"),
+                        synchronous: hookgate::config::Synchronous::Normal,
+                    };
+                    let store = Store::open(&super::settings(backend)).unwrap();
+                    super::$name(store).await;
+                }
+            )*
+            use hookgate::store::Store;
+        }
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,15 @@ macro_rules! on_every_backend {
                 }
             )*
         }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    super::$name(crate::support::Backend::Embedded(dir.path().join("hookgate.db"))).await;
+                }
+            )*
+        }
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

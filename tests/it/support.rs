@@ -278,6 +278,8 @@ impl Upstream {
 #[derive(Clone)]
 pub enum Backend {
     Memory,
+    /// The SQLite file's path.
+    Embedded(std::path::PathBuf),
     Redis(String),
 }
 
@@ -285,6 +287,9 @@ impl Backend {
     pub fn toml(&self) -> String {
         match self {
             Backend::Memory => "backend = \"memory\"".into(),
+            Backend::Embedded(path) => {
+                format!("backend = \"embedded\"\npath = \"{}\"", path.display())
+            }
             Backend::Redis(url) => format!("backend = \"redis\"\nurl = \"{url}\""),
         }
     }
@@ -485,4 +490,80 @@ pub fn signed(url: &str, body: &str) -> Request<Full<Bytes>> {
 
 pub fn event(id: &str) -> String {
     format!(r#"{{"id":"{id}","type":"order.paid","amount":4200}}"#)
+}
+
+// ---------------------------------------------------------------- process
+
+/// The real `hookgate` binary, running `run` on a config file.
+pub struct GatewayProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl GatewayProcess {
+    /// Start `hookgate run` on `config` and wait until it accepts connections
+    /// on `port`.
+    pub async fn start(config: &Path, port: u16) -> GatewayProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config)
+            .env("TEST_SECRET", SECRET)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hookgate");
+        let mut process = GatewayProcess { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("hookgate exited early with {status}: {}", process.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hookgate did not start listening"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        process
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Send `signal` (e.g. "TERM", "KILL") and wait for the exit status.
+    pub fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// Everything it logged (after it exited).
+    pub fn logs(&mut self) -> String {
+        let mut logs = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut logs);
+        }
+        logs
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config file in `dir` serving on a free port; returns (path, port).
+pub fn write_config(dir: &Path, text: &str) -> (std::path::PathBuf, u16) {
+    let port = free_port();
+    let path = dir.join("gateway.toml");
+    std::fs::write(
+        &path,
+        text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    (path, port)
 }

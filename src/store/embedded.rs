@@ -1,0 +1,589 @@
+//! Embedded backend: one SQLite file (WAL), the default — exactly-once for a
+//! single gateway with nothing else to install.
+//!
+//! The schema is one classic `webhook_events` table (plus `replay_guards`),
+//! readable with the `sqlite3` shell while the gateway runs:
+//!
+//! ```sql
+//! SELECT key, state, attempts, response_status FROM webhook_events;
+//! ```
+//!
+//! SQLite is blocking, so a dedicated thread owns the connection. Requests
+//! reach it over a channel; it drains whatever has queued up and runs the
+//! whole batch in one transaction (group commit), answering each request only
+//! after that commit — one fsync for many claims. Between batches it deletes
+//! expired rows, a bounded number at a time, so a sweep never stalls requests
+//! for long. Claims go through one `INSERT … ON CONFLICT DO UPDATE … WHERE
+//! <claimable> RETURNING`, so insert-or-take-over is a single statement.
+//!
+//! Durability: with `synchronous = "normal"` (default) a committed claim or
+//! recording survives a crash or SIGKILL of hookgate, and may be lost only on
+//! power loss or an OS crash; `"full"` also survives those at one fsync per
+//! batch. The file is locked (`{path}.lock`) for the life of the process: a
+//! second gateway on the same file fails at start-up — this backend is for
+//! one instance; fleets share Redis.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use tokio::sync::oneshot;
+
+use super::{
+    new_token, now_ms, retry_after, ClaimOutcome, ClaimRequest, Lease, Record, RecordState,
+    StoreError,
+};
+use crate::config::Synchronous;
+use crate::replay::RecordedResponse;
+
+/// Most requests committed in one transaction.
+const MAX_BATCH: usize = 512;
+/// Expired rows deleted per sweep step.
+const SWEEP_BATCH: usize = 1_000;
+/// How often the thread looks for expired rows when idle or busy.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS webhook_events (
+    key              TEXT PRIMARY KEY,
+    state            TEXT NOT NULL,     -- processing | released | completed
+    token            TEXT,              -- fencing token of the holder, while processing
+    body_sha256      TEXT NOT NULL,
+    attempts         INTEGER NOT NULL,
+    first_seen       INTEGER NOT NULL,  -- unix ms
+    lease_until      INTEGER,           -- unix ms, while processing
+    completed_at     INTEGER,           -- unix ms
+    response_status  INTEGER,
+    response_headers BLOB,              -- 'name: value' lines
+    response_body    BLOB,
+    expires_at       INTEGER NOT NULL   -- unix ms; the row is forgotten after
+);
+CREATE INDEX IF NOT EXISTS webhook_events_expires_at ON webhook_events (expires_at);
+CREATE TABLE IF NOT EXISTS replay_guards (
+    body_key   TEXT PRIMARY KEY,
+    first_key  TEXT NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);
+";
+
+const COLUMNS: &str =
+    "state, token, body_sha256, attempts, first_seen, lease_until, completed_at, \
+                       response_status, response_headers, response_body";
+
+/// One request to the database thread.
+enum Op {
+    Claim {
+        key: String,
+        guard_key: Option<String>,
+        body_sha256: String,
+        lease: Duration,
+        retention: Duration,
+    },
+    Renew {
+        key: String,
+        token: String,
+        ttl: Duration,
+    },
+    Complete {
+        key: String,
+        token: String,
+        response: RecordedResponse,
+        retention: Duration,
+    },
+    Release {
+        key: String,
+        token: String,
+    },
+    Get {
+        key: String,
+    },
+    Delete {
+        key: String,
+    },
+    Ping,
+}
+
+enum Reply {
+    Claim(ClaimOutcome),
+    Applied(bool),
+    Record(Option<Record>),
+    Pong,
+}
+
+type Job = (Op, oneshot::Sender<Result<Reply, StoreError>>);
+
+pub struct EmbeddedStore {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl EmbeddedStore {
+    /// Open (or create) the database at `path` and start its thread.
+    pub fn open(path: &Path, synchronous: Synchronous) -> Result<Self, StoreError> {
+        let lock = lock_file(path)?;
+        let connection = Connection::open(path).map_err(|e| open_error(path, e))?;
+        let sync = match synchronous {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        };
+        connection
+            .execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA busy_timeout = 5000; {SCHEMA}"
+            ))
+            .map_err(|e| open_error(path, e))?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name("hookgate-sqlite".into())
+            .spawn(move || {
+                let _lock = lock;
+                serve(connection, queue);
+            })
+            .map_err(|e| StoreError::Backend(format!("cannot start the database thread: {e}")))?;
+        Ok(Self { jobs })
+    }
+
+    async fn call(&self, op: Op) -> Result<Reply, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send((op, reply))
+            .map_err(|_| StoreError::Backend("the database thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Backend("the database thread has stopped".into()))?
+    }
+
+    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        match self
+            .call(Op::Claim {
+                key: request.key.to_owned(),
+                guard_key: request.guard_key.map(str::to_owned),
+                body_sha256: request.body_sha256.to_owned(),
+                lease: request.lease,
+                retention: request.retention,
+            })
+            .await?
+        {
+            Reply::Claim(outcome) => Ok(outcome),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub async fn renew(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let op = Op::Renew {
+            key: key.to_owned(),
+            token: token.to_owned(),
+            ttl,
+        };
+        self.applied(op).await
+    }
+
+    pub async fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        response: &RecordedResponse,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Complete {
+            key: key.to_owned(),
+            token: token.to_owned(),
+            response: response.clone(),
+            retention,
+        };
+        self.applied(op).await
+    }
+
+    pub async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+        let op = Op::Release {
+            key: key.to_owned(),
+            token: token.to_owned(),
+        };
+        self.applied(op).await
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        match self
+            .call(Op::Get {
+                key: key.to_owned(),
+            })
+            .await?
+        {
+            Reply::Record(record) => Ok(record),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        self.applied(Op::Delete {
+            key: key.to_owned(),
+        })
+        .await
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self.call(Op::Ping).await? {
+            Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn applied(&self, op: Op) -> Result<bool, StoreError> {
+        match self.call(op).await? {
+            Reply::Applied(applied) => Ok(applied),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+fn unexpected() -> StoreError {
+    StoreError::Corrupt("the database thread answered another request".into())
+}
+
+fn open_error(path: &Path, error: rusqlite::Error) -> StoreError {
+    StoreError::Backend(format!("cannot open {}: {error}", path.display()))
+}
+
+/// Hold `{path}.lock` exclusively for the life of the process.
+fn lock_file(path: &Path) -> Result<File, StoreError> {
+    let mut lock_path = PathBuf::from(path).into_os_string();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", lock_path.display())))?;
+    file.try_lock().map_err(|_| {
+        StoreError::Backend(format!(
+            "{} is in use by another hookgate process; the embedded store serves one instance \
+             (use the redis backend to run several gateways)",
+            path.display()
+        ))
+    })?;
+    Ok(file)
+}
+
+/// The database thread: group-commit batches of requests, sweep between them.
+fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>) {
+    let mut last_sweep = std::time::Instant::now();
+    let mut backlog = false;
+    loop {
+        let wait = if backlog {
+            Duration::from_millis(10)
+        } else {
+            SWEEP_EVERY.saturating_sub(last_sweep.elapsed())
+        };
+        let first = match queue.recv_timeout(wait) {
+            Ok(job) => Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        if let Some(first) = first {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            run_batch(&mut connection, batch);
+        }
+        // A full step means more is waiting: take the next one after the
+        // next batch of requests instead of waiting a whole interval.
+        if backlog || last_sweep.elapsed() >= SWEEP_EVERY {
+            last_sweep = std::time::Instant::now();
+            backlog = match sweep_step(&connection) {
+                Ok(deleted) => deleted >= SWEEP_BATCH,
+                Err(error) => {
+                    tracing::warn!(%error, "expiring old records failed");
+                    false
+                }
+            };
+        }
+    }
+}
+
+fn run_batch(connection: &mut Connection, batch: Vec<Job>) {
+    let now = now_ms();
+    let transaction = match connection.transaction() {
+        Ok(transaction) => transaction,
+        Err(error) => {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(StoreError::Backend(error.to_string())));
+            }
+            return;
+        }
+    };
+    let mut answers = Vec::with_capacity(batch.len());
+    for (op, reply) in batch {
+        let answer = execute(&transaction, op, now).map_err(|e| StoreError::Backend(e.to_string()));
+        answers.push((reply, answer));
+    }
+    // Answer only once the batch is durable.
+    match transaction.commit() {
+        Ok(()) => {
+            for (reply, answer) in answers {
+                let _ = reply.send(answer);
+            }
+        }
+        Err(error) => {
+            for (reply, _) in answers {
+                let _ = reply.send(Err(StoreError::Backend(error.to_string())));
+            }
+        }
+    }
+}
+
+/// Delete up to `SWEEP_BATCH` expired rows of each table: one short write,
+/// interleaved with request batches, so a large backlog drains without
+/// stalling requests.
+fn sweep_step(connection: &Connection) -> rusqlite::Result<usize> {
+    let now = now_ms() as i64;
+    let mut deleted = 0;
+    for table in ["webhook_events", "replay_guards"] {
+        deleted += connection.execute(
+            &format!(
+                "DELETE FROM {table} WHERE rowid IN \
+                 (SELECT rowid FROM {table} WHERE expires_at <= ?1 LIMIT {SWEEP_BATCH})"
+            ),
+            params![now],
+        )?;
+    }
+    Ok(deleted)
+}
+
+fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
+    let now_i = now as i64;
+    let ms = |d: Duration| now_i + d.as_millis() as i64;
+    match op {
+        Op::Claim {
+            key,
+            guard_key,
+            body_sha256,
+            lease,
+            retention,
+        } => claim(tx, &key, guard_key.as_deref(), &body_sha256, ms(lease), ms(retention), now).map(Reply::Claim),
+        Op::Renew { key, token, ttl } => tx
+            .execute(
+                "UPDATE webhook_events SET lease_until = ?3 \
+                 WHERE key = ?1 AND token = ?2 AND expires_at > ?4",
+                params![key, token, ms(ttl), now_i],
+            )
+            .map(|n| Reply::Applied(n == 1)),
+        Op::Complete {
+            key,
+            token,
+            response,
+            retention,
+        } => tx
+            .execute(
+                "UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
+                 completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
+                 expires_at = ?7 \
+                 WHERE key = ?1 AND token = ?2 AND expires_at > ?3",
+                params![
+                    key,
+                    token,
+                    now_i,
+                    response.status.as_u16(),
+                    response.encode_headers(),
+                    response.body.as_ref(),
+                    ms(retention)
+                ],
+            )
+            .map(|n| Reply::Applied(n == 1)),
+        Op::Release { key, token } => tx
+            .execute(
+                "UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
+                 WHERE key = ?1 AND token = ?2 AND expires_at > ?3",
+                params![key, token, now_i],
+            )
+            .map(|n| Reply::Applied(n == 1)),
+        Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
+        Op::Delete { key } => tx
+            .execute(
+                "DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
+                params![key, now_i],
+            )
+            .map(|n| Reply::Applied(n == 1)),
+        Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
+    }
+}
+
+fn claim(
+    tx: &Transaction<'_>,
+    key: &str,
+    guard_key: Option<&str>,
+    body_sha256: &str,
+    lease_until: i64,
+    expires_at: i64,
+    now: u64,
+) -> rusqlite::Result<ClaimOutcome> {
+    let now_i = now as i64;
+    if let Some(guard_key) = guard_key {
+        let existing: Option<i64> = tx
+            .query_row(
+                "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
+                params![key, now_i],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if existing.is_none() {
+            let first: Option<String> = tx
+                .query_row(
+                    "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2",
+                    params![guard_key, now_i],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            if let Some(first) = first.filter(|first| first != key) {
+                if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
+                    return Ok(answer);
+                }
+            }
+        }
+    }
+    let token = new_token();
+    // Insert, or take over a row that may be claimed: expired, released, or
+    // processing with a lapsed lease. Anything else is left untouched and
+    // answers below.
+    let attempts: Option<u32> = tx
+        .query_row(
+            "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, first_seen, lease_until, expires_at) \
+             VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?5, ?6) \
+             ON CONFLICT (key) DO UPDATE SET \
+               state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
+               attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 ELSE webhook_events.attempts + 1 END, \
+               first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 ELSE webhook_events.first_seen END, \
+               lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
+               response_status = NULL, response_headers = NULL, response_body = NULL \
+             WHERE webhook_events.expires_at <= ?4 \
+                OR webhook_events.state = 'released' \
+                OR (webhook_events.state = 'processing' AND webhook_events.lease_until <= ?4) \
+             RETURNING attempts",
+            params![key, token, body_sha256, now_i, lease_until, expires_at],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if let Some(attempt) = attempts {
+        if let Some(guard_key) = guard_key {
+            tx.execute(
+                "INSERT INTO replay_guards (body_key, first_key, expires_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, expires_at = excluded.expires_at",
+                params![guard_key, key, expires_at],
+            )?;
+        }
+        return Ok(ClaimOutcome::New(Lease { token, attempt }));
+    }
+    let record = live_record(tx, key, now)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    Ok(settled(record, now).unwrap_or(ClaimOutcome::InFlight {
+        retry_after: Duration::from_secs(1),
+    }))
+}
+
+/// The answer a live record gives a claim, unless it can be claimed.
+fn settled(record: Record, now: u64) -> Option<ClaimOutcome> {
+    match (record.state, record.lease_until_ms) {
+        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
+        (RecordState::Processing, Some(until)) if until > now => Some(ClaimOutcome::InFlight {
+            retry_after: retry_after(until, now),
+        }),
+        _ => None,
+    }
+}
+
+fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Option<Record>> {
+    tx.query_row(
+        &format!("SELECT {COLUMNS} FROM webhook_events WHERE key = ?1 AND expires_at > ?2"),
+        params![key, now as i64],
+        |row| {
+            let state: String = row.get(0)?;
+            let state =
+                RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
+            let status: Option<u16> = row.get(7)?;
+            let headers: Option<Vec<u8>> = row.get(8)?;
+            let body: Option<Vec<u8>> = row.get(9)?;
+            let response = match (state, status) {
+                (RecordState::Completed, Some(status)) => Some(
+                    RecordedResponse::decode(
+                        status,
+                        &headers.unwrap_or_default(),
+                        Bytes::from(body.unwrap_or_default()),
+                    )
+                    .map_err(corrupt)?,
+                ),
+                (RecordState::Completed, None) => {
+                    return Err(corrupt("completed without status".into()))
+                }
+                _ => None,
+            };
+            Ok(Record {
+                state,
+                token: row.get(1)?,
+                body_sha256: row.get(2)?,
+                attempts: row.get(3)?,
+                first_seen_ms: row.get::<_, i64>(4)? as u64,
+                lease_until_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+                completed_at_ms: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+                response,
+            })
+        },
+    )
+    .optional()
+}
+
+fn corrupt(message: String) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_deletes_expired_rows_in_bounded_steps() {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let now = now_ms() as i64;
+        let insert = |key: String, expires_at: i64| {
+            connection
+                .execute(
+                    "INSERT INTO webhook_events (key, state, body_sha256, attempts, first_seen, expires_at) \
+                     VALUES (?1, 'released', '', 1, 0, ?2)",
+                    params![key, expires_at],
+                )
+                .unwrap();
+        };
+        for i in 0..(SWEEP_BATCH + 500) {
+            insert(format!("old-{i}"), now - 1);
+        }
+        insert("live".into(), now + 60_000);
+        connection
+            .execute(
+                "INSERT INTO replay_guards VALUES ('g', 'live', ?1)",
+                params![now - 1],
+            )
+            .unwrap();
+
+        assert_eq!(
+            sweep_step(&connection).unwrap(),
+            SWEEP_BATCH + 1,
+            "one bounded step per table"
+        );
+        assert_eq!(sweep_step(&connection).unwrap(), 500);
+        assert_eq!(sweep_step(&connection).unwrap(), 0);
+        let left: Vec<String> = connection
+            .prepare("SELECT key FROM webhook_events")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(left, ["live"]);
+    }
+}
