@@ -71,9 +71,9 @@ CREATE TABLE IF NOT EXISTS replay_guards (
 CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);
 ";
 
-const COLUMNS: &str =
-    "state, token, body_sha256, attempts, first_seen, lease_until, completed_at, \
-                       response_status, response_headers, response_body";
+const SELECT_LIVE: &str = "SELECT state, token, body_sha256, attempts, first_seen, lease_until, \
+     completed_at, response_status, response_headers, response_body \
+     FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 
 /// One request to the database thread.
 enum Op {
@@ -357,6 +357,20 @@ fn sweep_step(connection: &Connection) -> rusqlite::Result<usize> {
     Ok(deleted)
 }
 
+/// Run a statement through SQLite's statement cache (each is parsed once).
+fn run(tx: &Transaction<'_>, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
+}
+
+fn query_one<T>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<T>> {
+    tx.prepare_cached(sql)?.query_row(params, f).optional()
+}
+
 fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
     let now_i = now as i64;
     let ms = |d: Duration| now_i + d.as_millis() as i64;
@@ -368,8 +382,8 @@ fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
             lease,
             retention,
         } => claim(tx, &key, guard_key.as_deref(), &body_sha256, ms(lease), ms(retention), now).map(Reply::Claim),
-        Op::Renew { key, token, ttl } => tx
-            .execute(
+        Op::Renew { key, token, ttl } => run(
+                tx,
                 "UPDATE webhook_events SET lease_until = ?3 \
                  WHERE key = ?1 AND token = ?2 AND expires_at > ?4",
                 params![key, token, ms(ttl), now_i],
@@ -380,8 +394,8 @@ fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
             token,
             response,
             retention,
-        } => tx
-            .execute(
+        } => run(
+                tx,
                 "UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
                  completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
                  expires_at = ?7 \
@@ -397,16 +411,16 @@ fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
                 ],
             )
             .map(|n| Reply::Applied(n == 1)),
-        Op::Release { key, token } => tx
-            .execute(
+        Op::Release { key, token } => run(
+                tx,
                 "UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
                  WHERE key = ?1 AND token = ?2 AND expires_at > ?3",
                 params![key, token, now_i],
             )
             .map(|n| Reply::Applied(n == 1)),
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
-        Op::Delete { key } => tx
-            .execute(
+        Op::Delete { key } => run(
+                tx,
                 "DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
                 params![key, now_i],
             )
@@ -426,21 +440,19 @@ fn claim(
 ) -> rusqlite::Result<ClaimOutcome> {
     let now_i = now as i64;
     if let Some(guard_key) = guard_key {
-        let existing: Option<i64> = tx
-            .query_row(
-                "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
-                params![key, now_i],
-                |row| row.get(0),
-            )
-            .optional()?;
+        let existing: Option<i64> = query_one(
+            tx,
+            "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
+            params![key, now_i],
+            |row| row.get(0),
+        )?;
         if existing.is_none() {
-            let first: Option<String> = tx
-                .query_row(
-                    "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2",
-                    params![guard_key, now_i],
-                    |row| row.get(0),
-                )
-                .optional()?;
+            let first: Option<String> = query_one(
+                tx,
+                "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2",
+                params![guard_key, now_i],
+                |row| row.get(0),
+            )?;
             if let Some(first) = first.filter(|first| first != key) {
                 if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
                     return Ok(answer);
@@ -452,8 +464,8 @@ fn claim(
     // Insert, or take over a row that may be claimed: expired, released, or
     // processing with a lapsed lease. Anything else is left untouched and
     // answers below.
-    let attempts: Option<u32> = tx
-        .query_row(
+    let attempts: Option<u32> = query_one(
+                tx,
             "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, first_seen, lease_until, expires_at) \
              VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?5, ?6) \
              ON CONFLICT (key) DO UPDATE SET \
@@ -468,11 +480,11 @@ fn claim(
              RETURNING attempts",
             params![key, token, body_sha256, now_i, lease_until, expires_at],
             |row| row.get(0),
-        )
-        .optional()?;
+        )?;
     if let Some(attempt) = attempts {
         if let Some(guard_key) = guard_key {
-            tx.execute(
+            run(
+                tx,
                 "INSERT INTO replay_guards (body_key, first_key, expires_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, expires_at = excluded.expires_at",
                 params![guard_key, key, expires_at],
@@ -498,43 +510,38 @@ fn settled(record: Record, now: u64) -> Option<ClaimOutcome> {
 }
 
 fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Option<Record>> {
-    tx.query_row(
-        &format!("SELECT {COLUMNS} FROM webhook_events WHERE key = ?1 AND expires_at > ?2"),
-        params![key, now as i64],
-        |row| {
-            let state: String = row.get(0)?;
-            let state =
-                RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
-            let status: Option<u16> = row.get(7)?;
-            let headers: Option<Vec<u8>> = row.get(8)?;
-            let body: Option<Vec<u8>> = row.get(9)?;
-            let response = match (state, status) {
-                (RecordState::Completed, Some(status)) => Some(
-                    RecordedResponse::decode(
-                        status,
-                        &headers.unwrap_or_default(),
-                        Bytes::from(body.unwrap_or_default()),
-                    )
-                    .map_err(corrupt)?,
-                ),
-                (RecordState::Completed, None) => {
-                    return Err(corrupt("completed without status".into()))
-                }
-                _ => None,
-            };
-            Ok(Record {
-                state,
-                token: row.get(1)?,
-                body_sha256: row.get(2)?,
-                attempts: row.get(3)?,
-                first_seen_ms: row.get::<_, i64>(4)? as u64,
-                lease_until_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-                completed_at_ms: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
-                response,
-            })
-        },
-    )
-    .optional()
+    query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
+        let state: String = row.get(0)?;
+        let state =
+            RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
+        let status: Option<u16> = row.get(7)?;
+        let headers: Option<Vec<u8>> = row.get(8)?;
+        let body: Option<Vec<u8>> = row.get(9)?;
+        let response = match (state, status) {
+            (RecordState::Completed, Some(status)) => Some(
+                RecordedResponse::decode(
+                    status,
+                    &headers.unwrap_or_default(),
+                    Bytes::from(body.unwrap_or_default()),
+                )
+                .map_err(corrupt)?,
+            ),
+            (RecordState::Completed, None) => {
+                return Err(corrupt("completed without status".into()))
+            }
+            _ => None,
+        };
+        Ok(Record {
+            state,
+            token: row.get(1)?,
+            body_sha256: row.get(2)?,
+            attempts: row.get(3)?,
+            first_seen_ms: row.get::<_, i64>(4)? as u64,
+            lease_until_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+            completed_at_ms: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+            response,
+        })
+    })
 }
 
 fn corrupt(message: String) -> rusqlite::Error {

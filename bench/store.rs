@@ -1,0 +1,117 @@
+//! Store benchmark: claim + complete throughput and latency of each backend
+//! on this machine, with many concurrent tasks (as under real traffic).
+//!
+//! Usage: `cargo run --release --example store-bench -- [REDIS_URL] [OPS] [CONCURRENCY]`
+//! (defaults: redis://127.0.0.1:6379/15, 50000, 64). The Redis database given
+//! is used for scratch keys under `store-bench:`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hookgate::config::{Backend, OnStoreError, StoreSettings, Synchronous};
+use hookgate::replay::RecordedResponse;
+use hookgate::store::{ClaimOutcome, ClaimRequest, Store};
+use http::{HeaderMap, StatusCode};
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let redis_url = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379/15".into());
+    let ops: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50_000);
+    let concurrency: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let dir = std::env::temp_dir().join(format!("hookgate-store-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    println!("claim + complete, {ops} keys, {concurrency} concurrent tasks\n");
+    println!(
+        "{:<22} {:>12} {:>10} {:>10}",
+        "backend", "pairs/s", "p50", "p99"
+    );
+    let backends = [
+        ("memory", Backend::Memory),
+        (
+            "embedded (normal)",
+            Backend::Embedded {
+                path: dir.join("normal.db"),
+                synchronous: Synchronous::Normal,
+            },
+        ),
+        (
+            "embedded (full)",
+            Backend::Embedded {
+                path: dir.join("full.db"),
+                synchronous: Synchronous::Full,
+            },
+        ),
+        ("redis", Backend::Redis { url: redis_url }),
+    ];
+    for (name, backend) in backends {
+        let settings = StoreSettings {
+            backend,
+            key_prefix: "store-bench:".into(),
+            timeout: Duration::from_secs(5),
+            on_error: OnStoreError::Reject,
+        };
+        let store = Arc::new(Store::open(&settings).expect("open store"));
+        if store.ping().await.is_err() {
+            println!("{name:<22} unavailable");
+            continue;
+        }
+        let run = format!("{}-{}", std::process::id(), name.len());
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for worker in 0..concurrency {
+            let (store, run) = (Arc::clone(&store), run.clone());
+            tasks.push(tokio::spawn(async move {
+                let response = RecordedResponse {
+                    status: StatusCode::OK,
+                    headers: HeaderMap::new(),
+                    body: Bytes::from_static(b"{\"ok\":true}"),
+                };
+                let mut latencies = Vec::new();
+                for i in (worker..ops).step_by(concurrency) {
+                    let key = format!("store-bench:{run}:{i}");
+                    let began = Instant::now();
+                    let claim = store
+                        .claim(ClaimRequest {
+                            key: &key,
+                            body_sha256: "00",
+                            lease: Duration::from_secs(30),
+                            retention: Duration::from_secs(60),
+                            guard_key: None,
+                        })
+                        .await
+                        .expect("claim");
+                    let ClaimOutcome::New(lease) = claim else {
+                        panic!("fresh key was not new")
+                    };
+                    let done = store
+                        .complete(&key, &lease, &response, Duration::from_secs(60))
+                        .await
+                        .expect("complete");
+                    assert!(done);
+                    latencies.push(began.elapsed());
+                }
+                latencies
+            }));
+        }
+        let mut latencies = Vec::with_capacity(ops);
+        for task in tasks {
+            latencies.extend(task.await.unwrap());
+        }
+        let elapsed = started.elapsed();
+        latencies.sort();
+        let pct =
+            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        println!(
+            "{name:<22} {:>12.0} {:>9.2}ms {:>9.2}ms",
+            ops as f64 / elapsed.as_secs_f64(),
+            pct(0.50).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3,
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
