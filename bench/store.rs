@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hookgate::config::{Backend, OnStoreError, StoreSettings, Synchronous};
+use hookgate::metrics::StoreMetrics;
 use hookgate::replay::RecordedResponse;
 use hookgate::store::{ClaimOutcome, ClaimRequest, Store};
 use http::{HeaderMap, StatusCode};
@@ -55,7 +56,8 @@ async fn main() {
             timeout: Duration::from_secs(5),
             on_error: OnStoreError::Reject,
         };
-        let store = Arc::new(Store::open(&settings).expect("open store"));
+        let store =
+            Arc::new(Store::open(&settings, StoreMetrics::unregistered()).expect("open store"));
         if store.ping().await.is_err() {
             println!("{name:<22} unavailable");
             continue;

@@ -28,13 +28,15 @@ pub enum LeaseStatus {
 ///
 /// A renewal that fails on a store error is retried at the next tick (the
 /// lease has two more ticks of slack); one that finds the token replaced
-/// stops renewing and reports [`LeaseStatus::Lost`].
+/// calls `on_lost` at once, stops renewing, lets `work` finish and reports
+/// [`LeaseStatus::Lost`].
 pub async fn renewing<T>(
     store: &Store,
     key: &str,
     lease: &Lease,
     ttl: Duration,
     work: impl Future<Output = T>,
+    on_lost: impl FnOnce(),
 ) -> (T, LeaseStatus) {
     let renewals = async {
         let mut tick = tokio::time::interval(ttl / 3);
@@ -54,6 +56,7 @@ pub async fn renewing<T>(
         output = &mut work => (output, LeaseStatus::Held),
         lost = renewals => {
             tracing::warn!(key, "lease lost while the upstream call was running");
+            on_lost();
             (work.await, lost)
         }
     }

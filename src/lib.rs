@@ -17,16 +17,21 @@
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code.
 //! - [`headers`] — header names and hop-by-hop rules.
+//! - [`metrics`] — Prometheus collectors on an explicit registry.
+//! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
+//!   own listener.
 //!
 //! [`run`] wires them together for the binary; tests use the same pieces.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod config;
 pub mod error;
 pub mod headers;
 pub mod key;
 pub mod lease;
+pub mod metrics;
 pub mod pipeline;
 pub mod replay;
 pub mod route;
@@ -37,22 +42,80 @@ pub mod verify;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::admin::Admin;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::pipeline::Gateway;
 use crate::store::Store;
 
-/// Run a gateway for `config` on an already bound `listener` until
-/// `shutdown` resolves, then drain.
+/// A gateway assembled from its config: metrics registry, store, request
+/// pipeline and admin endpoints, ready to serve.
+pub struct App {
+    pub gateway: Arc<Gateway>,
+    admin: Arc<Admin>,
+}
+
+impl App {
+    /// Build everything `config` asks for; the embedded store opens (and
+    /// locks) its file here.
+    pub async fn new(config: &Config) -> Result<App, store::StoreError> {
+        let registry = prometheus::Registry::new();
+        let metrics = Metrics::new(&registry);
+        let store = Store::open(&config.store, metrics.store.clone())?;
+        let longest_retention = config
+            .routes
+            .iter()
+            .map(|route| route.retention)
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let risks = store.risks(longest_retention).await;
+        for risk in &risks {
+            tracing::warn!("{risk}");
+        }
+        let gateway = Arc::new(Gateway::new(config, store, metrics));
+        let token = config.admin.as_ref().and_then(|admin| admin.token.clone());
+        let admin = Arc::new(Admin::new(Arc::clone(&gateway), token, risks));
+        Ok(App { gateway, admin })
+    }
+
+    /// Serve on already bound listeners (public, and admin when given) until
+    /// `shutdown` resolves, then drain.
+    pub async fn serve(
+        self,
+        config: &Config,
+        listener: TcpListener,
+        admin_listener: Option<TcpListener>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+        let admin_task = admin_listener.map(|listener| {
+            tokio::spawn(self.admin.serve(listener, async {
+                let _ = admin_stopped.await;
+            }))
+        });
+        server::serve(listener, self.gateway, &config.server, shutdown).await;
+        let _ = stop_admin.send(());
+        if let Some(task) = admin_task {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Run a gateway for `config` on already bound listeners until `shutdown`
+/// resolves, then drain.
 pub async fn run(
     config: &Config,
     listener: TcpListener,
+    admin_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), store::StoreError> {
-    let store = Store::open(&config.store)?;
-    let gateway = Arc::new(Gateway::new(config, store));
-    server::serve(listener, gateway, &config.server, shutdown).await;
+    App::new(config)
+        .await?
+        .serve(config, listener, admin_listener, shutdown)
+        .await;
     Ok(())
 }

@@ -103,14 +103,23 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot bind {}", config.server.listen))?;
+    let admin_listener = match &config.admin {
+        Some(admin) => Some(
+            TcpListener::bind(admin.listen)
+                .await
+                .with_context(|| format!("cannot bind the admin listener {}", admin.listen))?,
+        ),
+        None => None,
+    };
     tracing::info!(
         listen = %listener.local_addr()?,
+        admin = ?config.admin.as_ref().map(|admin| admin.listen),
         store = config.store.backend.name(),
         routes = config.routes.len(),
         version = env!("CARGO_PKG_VERSION"),
         "hookgate is serving"
     );
-    hookgate::run(&config, listener, shutdown_signal()).await?;
+    hookgate::run(&config, listener, admin_listener, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }

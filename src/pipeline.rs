@@ -7,10 +7,12 @@
 //! signature checks out, and nothing reaches the upstream before the claim.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -18,8 +20,10 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnMismatch, OnStoreError, RouteConfig};
 use crate::error::GatewayError;
+use crate::headers::X_REQUEST_ID;
 use crate::key;
 use crate::lease::{renewing, LeaseStatus, Leases};
+use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
 use crate::route::RouteTable;
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Record, Store};
@@ -70,23 +74,35 @@ pub struct Gateway {
     store: Store,
     upstream: Upstream,
     leases: Arc<Leases>,
+    metrics: Metrics,
     key_prefix: String,
     on_store_error: OnStoreError,
     max_body_bytes: usize,
     body_read_timeout: Duration,
+    /// Set once shutdown begins, so readiness turns false while draining.
+    draining: AtomicBool,
+}
+
+/// What one request's log line reports, filled in as the stages run.
+struct RequestLog<'a> {
+    route: &'a str,
+    key: Option<String>,
+    upstream: Option<Duration>,
 }
 
 impl Gateway {
-    pub fn new(config: &Config, store: Store) -> Self {
+    pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
         Self {
             routes: RouteTable::new(&config.routes),
             store,
             upstream: Upstream::new(),
             leases: Arc::default(),
+            metrics,
             key_prefix: config.store.key_prefix.clone(),
             on_store_error: config.store.on_error,
             max_body_bytes: config.server.max_body_bytes,
             body_read_timeout: config.server.body_read_timeout,
+            draining: AtomicBool::new(false),
         }
     }
 
@@ -98,25 +114,61 @@ impl Gateway {
         &self.leases
     }
 
-    /// Handle one request and log how it ended.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn routes(&self) -> &RouteTable {
+        &self.routes
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The store key of `key` on `route`: `{key_prefix}{scope}:{key}`.
+    pub fn store_key(&self, route: &RouteConfig, key: &str) -> String {
+        format!("{}{}:{}", self.key_prefix, route.scope, key)
+    }
+
+    /// Handle one request; count it, log it, tag it with its request id.
     pub async fn handle(
         &self,
         request: Request<Incoming>,
         connection: ConnectionInfo,
     ) -> Response<Full<Bytes>> {
         let started = Instant::now();
-        let mut route_name = "_unmatched";
-        let (response, outcome) = match self.process(request, connection, &mut route_name).await {
+        let request_id = request_id(request.headers());
+        let mut log = RequestLog {
+            route: UNMATCHED,
+            key: None,
+            upstream: None,
+        };
+        let (mut response, outcome) = match self
+            .process(request, connection, &request_id, &mut log)
+            .await
+        {
             Ok(done) => done,
             Err(error) => (error.to_response(), Outcome::of_error(&error)),
         };
+        let elapsed = started.elapsed();
+        self.metrics
+            .request_done(log.route, outcome.as_str(), elapsed);
         tracing::info!(
-            route = route_name,
+            request_id = request_id.to_str().unwrap_or_default(),
+            route = log.route,
             outcome = outcome.as_str(),
             status = response.status().as_u16(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            key = log.key.as_deref(),
+            upstream_ms = log.upstream.map(|d| d.as_secs_f64() * 1e3),
+            elapsed_ms = elapsed.as_secs_f64() * 1e3,
             "request"
         );
+        response.headers_mut().insert(X_REQUEST_ID, request_id);
         response
     }
 
@@ -124,13 +176,15 @@ impl Gateway {
         &'a self,
         request: Request<Incoming>,
         connection: ConnectionInfo,
-        route_name: &mut &'a str,
+        request_id: &HeaderValue,
+        log: &mut RequestLog<'a>,
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
         // 1. Route by exact path, then method.
         let route = self
             .routes
             .resolve(request.uri().path(), request.method())?;
-        *route_name = &route.name;
+        log.route = &route.name;
+        let _in_flight = InFlight::enter(&self.metrics, &route.name);
 
         // 2. Read the body, bounded in size and time.
         let (parts, body) = request.into_parts();
@@ -144,13 +198,11 @@ impl Gateway {
         // 4. Extract the idempotency key and scope it.
         let body_sha256 = hex::encode(Sha256::digest(&body));
         let key = key::extract(&route.key, &parts.headers, &body, &body_sha256)?;
-        let store_key = format!("{}{}:{}", self.key_prefix, route.scope, key);
-        let guard_key = route.replay_guard.then(|| {
-            format!(
-                "{}{}:body-sha256:{}",
-                self.key_prefix, route.scope, body_sha256
-            )
-        });
+        log.key = Some(key.clone());
+        let store_key = self.store_key(route, &key);
+        let guard_key = route
+            .replay_guard
+            .then(|| self.store_key(route, &format!("body-sha256:{body_sha256}")));
 
         // 5. Claim it.
         let claim = self
@@ -187,16 +239,44 @@ impl Gateway {
             parts: &parts,
             body,
             key: &key,
+            request_id,
             peer: connection.peer.ip(),
             proto: connection.proto,
         });
-        let call = self.upstream.send(upstream_request, route.upstream_timeout);
+        let called = Instant::now();
+        let call = async {
+            let result = self
+                .upstream
+                .send(upstream_request, route.upstream_timeout)
+                .await;
+            if let Ok(answer) = &result {
+                self.metrics
+                    .upstream_answered(&route.name, answer.status, called.elapsed());
+            }
+            result
+        };
         let Some(lease) = lease else {
-            return finish_unclaimed(call.await);
+            let result = call.await;
+            log.upstream = Some(called.elapsed());
+            return finish_unclaimed(result);
         };
         let _held = self.leases.hold(&store_key, &lease);
-        let (result, status) =
-            renewing(&self.store, &store_key, &lease, route.processing_ttl, call).await;
+        let lost = || {
+            self.metrics
+                .leases_lost
+                .with_label_values(&[&route.name])
+                .inc()
+        };
+        let (result, status) = renewing(
+            &self.store,
+            &store_key,
+            &lease,
+            route.processing_ttl,
+            call,
+            lost,
+        )
+        .await;
+        log.upstream = Some(called.elapsed());
 
         // 7. Record a final answer; release the claim for anything else.
         match result {
@@ -261,6 +341,13 @@ impl Gateway {
                 Ok(true) => return,
                 Ok(false) => {
                     tracing::warn!(route = %route.name, ?status, "lease was lost before the response could be recorded");
+                    if status == LeaseStatus::Held {
+                        // Taken over between the last renewal and now.
+                        self.metrics
+                            .leases_lost
+                            .with_label_values(&[&route.name])
+                            .inc();
+                    }
                     return;
                 }
                 Err(error) if attempt < COMPLETE_ATTEMPTS => {
@@ -280,6 +367,39 @@ impl Gateway {
         if let Err(error) = self.store.release(store_key, lease).await {
             tracing::warn!(%error, "could not release claim; it expires with its lease");
         }
+    }
+}
+
+/// The sender's `X-Request-Id` when it is a sane token, else a fresh one.
+fn request_id(headers: &HeaderMap) -> HeaderValue {
+    headers
+        .get(X_REQUEST_ID)
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b))
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
+                .expect("hex is a valid header value")
+        })
+}
+
+/// `hookgate_in_flight_requests{route}` for as long as it lives.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn enter(metrics: &Metrics, route: &str) -> Self {
+        let gauge = metrics.in_flight.with_label_values(&[route]);
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -22,6 +22,16 @@ impl RouteTable {
         Self { by_path }
     }
 
+    /// The route named `name` (admin API).
+    pub fn named(&self, name: &str) -> Option<&Arc<RouteConfig>> {
+        self.by_path.values().find(|route| route.name == name)
+    }
+
+    /// Every route, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<RouteConfig>> {
+        self.by_path.values()
+    }
+
     /// The route for `path`, if `method` is one it accepts.
     pub fn resolve(&self, path: &str, method: &Method) -> Result<&Arc<RouteConfig>, GatewayError> {
         let route = self.by_path.get(path).ok_or(GatewayError::RouteNotFound)?;

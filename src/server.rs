@@ -1,20 +1,27 @@
-//! The public listener: accept, bound, serve, drain.
+//! Listeners: accept, bound, serve, drain.
 //!
 //! Each layer is here for a reason:
 //! - a semaphore caps open connections (`max_connections`): past it, new
 //!   connections wait in the kernel's accept queue instead of costing memory;
 //! - hyper-util's auto builder speaks HTTP/1.1 and h2c on one port, with a
 //!   header read timeout (slowloris) and bounded header sizes;
-//! - every request runs as its own task, so a sender that hangs up cannot
-//!   cancel a delivery halfway between claim and record;
+//! - every public request runs as its own task, so a sender that hangs up
+//!   cannot cancel a delivery halfway between claim and record;
 //! - shutdown stops accepting, lets in-flight requests finish within
 //!   `shutdown_grace`, then releases the claims of those that did not.
+//!
+//! The admin listener shares the accept loop with its own, smaller limits.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -35,16 +42,65 @@ const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 /// Back-off after a failed `accept` (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Serve `listener` until `shutdown` resolves, then drain.
+/// Limits of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+}
+
+/// Serve webhook deliveries on `listener` until `shutdown` resolves, then
+/// drain.
 pub async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     settings: &ServerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
-    let connections = Arc::new(Semaphore::new(settings.max_connections));
+    let limits = Limits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_read_timeout,
+    };
+    let serving = Arc::clone(&gateway);
+    let graceful = accept_loop(listener, limits, shutdown, move |peer| {
+        let gateway = Arc::clone(&serving);
+        let info = ConnectionInfo {
+            peer,
+            proto: "http",
+        };
+        move |request: Request<Incoming>| {
+            let gateway = Arc::clone(&gateway);
+            async move {
+                let task = tokio::spawn(async move { gateway.handle(request, info).await });
+                task.await.unwrap_or_else(|error| {
+                    tracing::error!(%error, "request task failed");
+                    GatewayError::Internal.to_response()
+                })
+            }
+        }
+    })
+    .await;
+    gateway.start_draining();
+    drain(graceful, &gateway, settings.shutdown_grace).await;
+}
+
+/// Accept connections until `shutdown`, serving each with the handler that
+/// `per_connection` makes for its peer. Returns the watcher of the
+/// connections still open.
+pub async fn accept_loop<C, H, F>(
+    listener: TcpListener,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+    per_connection: C,
+) -> GracefulShutdown
+where
+    C: Fn(SocketAddr) -> H,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
-    let builder = Arc::new(http_builder(settings));
+    let builder = http_builder(limits);
     tokio::pin!(shutdown);
 
     loop {
@@ -67,21 +123,10 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let info = ConnectionInfo {
-            peer,
-            proto: "http",
-        };
-        let gateway = Arc::clone(&gateway);
+        let handler = per_connection(peer);
         let service = service_fn(move |request| {
-            let gateway = Arc::clone(&gateway);
-            async move {
-                let task = tokio::spawn(async move { gateway.handle(request, info).await });
-                let response = task.await.unwrap_or_else(|error| {
-                    tracing::error!(%error, "request task failed");
-                    GatewayError::Internal.to_response()
-                });
-                Ok::<_, Infallible>(response)
-            }
+            let response = handler(request);
+            async move { Ok::<_, Infallible>(response.await) }
         });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
@@ -94,17 +139,15 @@ pub async fn serve(
             drop(permit);
         });
     }
-
-    drop(listener);
-    drain(graceful, &gateway, settings.shutdown_grace).await;
+    graceful
 }
 
-fn http_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor> {
+fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout)
+        .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(MAX_HEADER_BYTES);
     builder
         .http2()

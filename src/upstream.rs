@@ -19,7 +19,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::RouteConfig;
-use crate::headers::{strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use crate::headers::{
+    strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID,
+};
 
 /// Largest upstream response body read into memory. Beyond it the status and
 /// headers are still returned (and recorded), the body is not.
@@ -118,6 +120,7 @@ pub struct Delivery<'a> {
     pub body: Bytes,
     /// The bare idempotency key (without prefix or scope).
     pub key: &'a str,
+    pub request_id: &'a HeaderValue,
     pub peer: IpAddr,
     /// `http` or `https`, for `X-Forwarded-Proto`.
     pub proto: &'static str,
@@ -130,6 +133,7 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
         parts,
         body,
         key,
+        request_id,
         peer,
         proto,
     } = delivery;
@@ -153,6 +157,7 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
         headers.insert(X_FORWARDED_FOR, value);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    headers.insert(X_REQUEST_ID, request_id.clone());
     if let Some(name) = &route.idempotency_header {
         // The key was validated as visible ASCII, so this cannot fail.
         if let Ok(value) = HeaderValue::from_str(key) {

@@ -409,7 +409,8 @@ impl Validator<'_> {
         let server = self.server(&root.key("server"), raw.server);
         let admin = raw.admin.map(|admin| self.admin(&root.key("admin"), admin));
         if let Some(admin) = &admin {
-            if admin.listen == server.listen {
+            // Port 0 (any free port, as in tests) can never collide.
+            if admin.listen == server.listen && admin.listen.port() != 0 {
                 self.fail(
                     &root.key("admin").key("listen"),
                     "the admin listener must not share the public listen address",

@@ -24,7 +24,7 @@ mod memory;
 mod redis;
 
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -32,6 +32,7 @@ pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 use crate::config::{Backend, StoreSettings};
+use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +137,7 @@ pub struct ClaimRequest<'a> {
 pub struct Store {
     backend: StoreBackend,
     timeout: Duration,
+    metrics: StoreMetrics,
 }
 
 enum StoreBackend {
@@ -144,11 +146,12 @@ enum StoreBackend {
     Redis(RedisStore),
 }
 
-/// Dispatch one call to whichever backend is configured, under the deadline.
+/// Dispatch one call to whichever backend is configured, under the deadline,
+/// timed and counted as `$op`.
 macro_rules! dispatch {
-    ($self:ident, $store:ident => $call:expr) => {
+    ($self:ident, $op:literal, $store:ident => $call:expr) => {
         $self
-            .deadline(async {
+            .deadline($op, async {
                 match &$self.backend {
                     StoreBackend::Memory($store) => $call.await,
                     StoreBackend::Embedded($store) => $call.await,
@@ -163,7 +166,7 @@ impl Store {
     /// Build the configured backend. The embedded store opens (and locks) its
     /// file here, so a second instance fails at start-up. Redis connects lazily: a gateway starts
     /// (and answers 503) while Redis is down, and recovers by itself.
-    pub fn open(settings: &StoreSettings) -> Result<Store, StoreError> {
+    pub fn open(settings: &StoreSettings, metrics: StoreMetrics) -> Result<Store, StoreError> {
         let backend = match &settings.backend {
             Backend::Memory => StoreBackend::Memory(MemoryStore::new()),
             Backend::Embedded { path, synchronous } => {
@@ -176,14 +179,8 @@ impl Store {
         Ok(Store {
             backend,
             timeout: settings.timeout,
+            metrics,
         })
-    }
-
-    pub fn memory(timeout: Duration) -> Store {
-        Store {
-            backend: StoreBackend::Memory(MemoryStore::new()),
-            timeout,
-        }
     }
 
     pub fn backend_name(&self) -> &'static str {
@@ -196,19 +193,38 @@ impl Store {
 
     async fn deadline<T>(
         &self,
+        name: &'static str,
         op: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, op)
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, op)
             .await
-            .unwrap_or(Err(StoreError::Timeout))
+            .unwrap_or(Err(StoreError::Timeout));
+        self.metrics
+            .observe(name, started.elapsed(), result.is_err());
+        result
+    }
+
+    /// Settings of the backend that would silently lose claims (Redis
+    /// eviction, no persistence), as operator warnings. Empty when fine or
+    /// unknown.
+    pub async fn risks(&self, longest_retention: Duration) -> Vec<String> {
+        match &self.backend {
+            StoreBackend::Redis(store) => {
+                tokio::time::timeout(self.timeout, store.risks(longest_retention))
+                    .await
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
     }
 
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        dispatch!(self, store => store.claim(request))
+        dispatch!(self, "claim", store => store.claim(request))
     }
 
     pub async fn renew(&self, key: &str, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.renew(key, &lease.token, ttl))
+        dispatch!(self, "renew", store => store.renew(key, &lease.token, ttl))
     }
 
     pub async fn complete(
@@ -218,23 +234,23 @@ impl Store {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.complete(key, &lease.token, response, retention))
+        dispatch!(self, "complete", store => store.complete(key, &lease.token, response, retention))
     }
 
     pub async fn release(&self, key: &str, lease: &Lease) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.release(key, &lease.token))
+        dispatch!(self, "release", store => store.release(key, &lease.token))
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        dispatch!(self, store => store.get(key))
+        dispatch!(self, "get", store => store.get(key))
     }
 
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.delete(key))
+        dispatch!(self, "delete", store => store.delete(key))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        dispatch!(self, store => store.ping())
+        dispatch!(self, "ping", store => store.ping())
     }
 }
 

@@ -215,6 +215,51 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Redis settings that would silently lose claims: eviction (a claim or
+    /// recording evicted under memory pressure is a forgotten event) and, for
+    /// retentions over a day, no persistence (a Redis restart forgets
+    /// everything). `CONFIG` may be refused on managed Redis; then nothing is
+    /// reported.
+    pub async fn risks(&self, longest_retention: Duration) -> Vec<String> {
+        let mut risks = Vec::new();
+        let connection = self.connection.clone();
+        let config = |name: &'static str| {
+            let mut connection = connection.clone();
+            async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async::<Vec<String>>(&mut connection)
+                    .await
+                    .ok()
+                    .and_then(|pair| pair.get(1).cloned())
+            }
+        };
+        if let Some(policy) = config("maxmemory-policy")
+            .await
+            .filter(|p| p != "noeviction")
+        {
+            risks.push(format!(
+                "Redis maxmemory-policy is {policy:?}: under memory pressure Redis may evict claims and \
+                 recordings, and evicted events are processed again; set it to \"noeviction\""
+            ));
+        }
+        if longest_retention > Duration::from_secs(86_400) {
+            let aof = config("appendonly").await;
+            let save = config("save").await;
+            if aof.as_deref() == Some("no") && save.as_deref() == Some("") {
+                risks.push(
+                    "Redis persistence is off (appendonly no, no save points): a Redis restart forgets every \
+                     claim and recording; enable AOF (appendonly yes)"
+                        .to_owned(),
+                );
+            }
+        }
+        risks
+    }
+}
+
 fn backend(err: redis::RedisError) -> StoreError {
     StoreError::Backend(err.to_string())
 }

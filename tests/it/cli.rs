@@ -82,7 +82,16 @@ async fn run_serves_until_sigterm() {
 
     assert_eq!(gateway.stop("TERM").code(), Some(0));
     let logs = gateway.logs();
-    assert!(logs.contains("\"outcome\":\"forwarded\""), "{logs}");
+    let line = logs
+        .lines()
+        .find(|line| line.contains("\"outcome\":\"forwarded\""))
+        .unwrap_or_else(|| panic!("no request line in {logs}"));
+    let line: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+    assert_eq!(line["route"], "hook");
+    assert_eq!(line["key"], "evt_cli");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["request_id"].as_str().map(str::len), Some(32));
+    assert!(line["upstream_ms"].as_f64().is_some());
     assert!(!logs.contains(SECRET), "secrets are never logged");
 }
 

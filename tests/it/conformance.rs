@@ -265,10 +265,11 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let store = Store::open(&super::settings(super::StoreBackend::Memory)).unwrap();
+                    let store = Store::open(&super::settings(super::StoreBackend::Memory), StoreMetrics::unregistered()).unwrap();
                     super::$name(store).await;
                 }
             )*
+            use hookgate::metrics::StoreMetrics;
             use hookgate::store::Store;
         }
         mod embedded {
@@ -280,10 +281,11 @@ macro_rules! conformance {
                         path: dir.path().join("hookgate.db"),
                         synchronous: hookgate::config::Synchronous::Normal,
                     };
-                    let store = Store::open(&super::settings(backend)).unwrap();
+                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
                     super::$name(store).await;
                 }
             )*
+            use hookgate::metrics::StoreMetrics;
             use hookgate::store::Store;
         }
         mod redis {
@@ -292,11 +294,12 @@ macro_rules! conformance {
                 async fn $name() {
                     let Some(redis) = super::RedisServer::start().await else { return };
                     let backend = super::StoreBackend::Redis { url: redis.url() };
-                    let store = Store::open(&super::settings(backend)).unwrap();
+                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
                     super::$name(store).await;
                     drop(redis);
                 }
             )*
+            use hookgate::metrics::StoreMetrics;
             use hookgate::store::Store;
         }
     };

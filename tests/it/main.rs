@@ -5,5 +5,6 @@ mod cli;
 mod conformance;
 mod delivery;
 mod faults;
+mod observability;
 mod schemes;
 mod support;

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use hookgate::config::Config;
 use hookgate::pipeline::Gateway;
-use hookgate::store::Store;
+use hookgate::App;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -342,9 +342,11 @@ pub fn parse_config(text: &str) -> Config {
     .unwrap_or_else(|e| panic!("test config invalid: {e}\n{text}"))
 }
 
-/// The gateway, in-process, on a free port.
+/// The gateway, in-process, on a free port (and its admin listener on
+/// another, when the config has `[admin]`).
 pub struct TestGateway {
     pub addr: SocketAddr,
+    pub admin_addr: Option<SocketAddr>,
     pub gateway: Arc<Gateway>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -353,21 +355,25 @@ pub struct TestGateway {
 impl TestGateway {
     pub async fn start(text: &str) -> TestGateway {
         let config = parse_config(text);
-        let store = Store::open(&config.store).expect("store");
-        let gateway = Arc::new(Gateway::new(&config, store));
+        let app = App::new(&config).await.expect("store");
+        let gateway = Arc::clone(&app.gateway);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin_listener = match config.admin {
+            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let serving = Arc::clone(&gateway);
         let task = tokio::spawn(async move {
-            let settings = config.server.clone();
-            hookgate::server::serve(listener, serving, &settings, async {
+            app.serve(&config, listener, admin_listener, async {
                 let _ = stopped.await;
             })
             .await;
         });
         TestGateway {
             addr,
+            admin_addr,
             gateway,
             stop: Some(stop),
             task: Some(task),
@@ -376,6 +382,13 @@ impl TestGateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!(
+            "http://{}{path}",
+            self.admin_addr.expect("config has [admin]")
+        )
     }
 
     /// Trigger a graceful shutdown and wait until `serve` returns.

@@ -1,0 +1,214 @@
+//! Prometheus metrics (SPEC §5), on an explicit [`Registry`] created at
+//! start-up and passed in — never the global default — so every test and
+//! every gateway in a process has its own.
+//!
+//! Label values are bounded by construction: route names from the config,
+//! fixed outcome and operation strings, status classes. No request path, key
+//! or other sender-controlled value ever becomes a label.
+
+use std::time::Duration;
+
+use prometheus::{
+    exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+/// The `route` label of requests that matched no route.
+pub const UNMATCHED: &str = "_unmatched";
+
+/// Every collector hookgate exports.
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: IntCounterVec,
+    pub request_duration: HistogramVec,
+    pub upstream_duration: HistogramVec,
+    pub upstream_responses: IntCounterVec,
+    pub store: StoreMetrics,
+    pub in_flight: IntGaugeVec,
+    pub leases_lost: IntCounterVec,
+    pub config_reloads: IntCounterVec,
+    registry: Registry,
+}
+
+/// The store's share, handed to [`crate::store::Store`].
+#[derive(Clone)]
+pub struct StoreMetrics {
+    pub duration: HistogramVec,
+    pub errors: IntCounterVec,
+}
+
+impl StoreMetrics {
+    /// Collectors registered nowhere, for stores used outside a gateway
+    /// (benchmarks, tests).
+    pub fn unregistered() -> Self {
+        Self::build().0
+    }
+
+    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 2]) {
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "hookgate_store_operation_duration_seconds",
+                "Time per store operation, by operation.",
+            )
+            // 50 µs .. ~1.6 s: sub-millisecond Redis and SQLite calls up to
+            // the store timeout.
+            .buckets(exponential_buckets(0.000_05, 2.0, 16).expect("valid buckets")),
+            &["op"],
+        )
+        .expect("valid metric");
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "hookgate_store_errors_total",
+                "Store operations that failed or timed out.",
+            ),
+            &["op"],
+        )
+        .expect("valid metric");
+        let collectors: [Box<dyn prometheus::core::Collector>; 2] =
+            [Box::new(duration.clone()), Box::new(errors.clone())];
+        (Self { duration, errors }, collectors)
+    }
+
+    pub fn observe(&self, op: &'static str, elapsed: Duration, failed: bool) {
+        self.duration
+            .with_label_values(&[op])
+            .observe(elapsed.as_secs_f64());
+        if failed {
+            self.errors.with_label_values(&[op]).inc();
+        }
+    }
+}
+
+impl Metrics {
+    /// Create every collector and register it in `registry`.
+    pub fn new(registry: &Registry) -> Self {
+        let requests = IntCounterVec::new(
+            Opts::new("hookgate_requests_total", "Requests by route and outcome."),
+            &["route", "outcome"],
+        )
+        .expect("valid metric");
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "hookgate_request_duration_seconds",
+                "Time from request head to response, by route and outcome.",
+            )
+            // 250 µs .. ~65 s: replays answer in well under a millisecond,
+            // forwards take as long as the upstream.
+            .buckets(exponential_buckets(0.000_25, 2.0, 19).expect("valid buckets")),
+            &["route", "outcome"],
+        )
+        .expect("valid metric");
+        let upstream_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "hookgate_upstream_duration_seconds",
+                "Time of the upstream call, body included, by route.",
+            )
+            .buckets(exponential_buckets(0.001, 2.0, 17).expect("valid buckets")),
+            &["route"],
+        )
+        .expect("valid metric");
+        let upstream_responses = IntCounterVec::new(
+            Opts::new(
+                "hookgate_upstream_responses_total",
+                "Upstream answers by status class.",
+            ),
+            &["route", "class"],
+        )
+        .expect("valid metric");
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_in_flight_requests",
+                "Requests being processed now.",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let leases_lost = IntCounterVec::new(
+            Opts::new(
+                "hookgate_leases_lost_total",
+                "Claims taken over by another delivery while their upstream call ran.",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "hookgate_config_reloads_total",
+                "Config reloads (SIGHUP) by result.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_build_info",
+                "Always 1; the version is in the label.",
+            ),
+            &["version"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for result in ["success", "failure"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let (store, store_collectors) = StoreMetrics::build();
+
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(requests.clone()),
+            Box::new(request_duration.clone()),
+            Box::new(upstream_duration.clone()),
+            Box::new(upstream_responses.clone()),
+            Box::new(in_flight.clone()),
+            Box::new(leases_lost.clone()),
+            Box::new(config_reloads.clone()),
+            Box::new(build_info),
+        ];
+        for collector in collectors.into_iter().chain(store_collectors) {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        Self {
+            requests,
+            request_duration,
+            upstream_duration,
+            upstream_responses,
+            store,
+            in_flight,
+            leases_lost,
+            config_reloads,
+            registry: registry.clone(),
+        }
+    }
+
+    /// Everything registered, in the Prometheus text format.
+    pub fn render(&self) -> String {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_default()
+    }
+
+    /// Count one finished request.
+    pub fn request_done(&self, route: &str, outcome: &str, elapsed: Duration) {
+        self.requests.with_label_values(&[route, outcome]).inc();
+        self.request_duration
+            .with_label_values(&[route, outcome])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn upstream_answered(&self, route: &str, status: http::StatusCode, elapsed: Duration) {
+        let class = match status.as_u16() {
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.upstream_responses
+            .with_label_values(&[route, class])
+            .inc();
+        self.upstream_duration
+            .with_label_values(&[route])
+            .observe(elapsed.as_secs_f64());
+    }
+}

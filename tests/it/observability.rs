@@ -1,0 +1,392 @@
+//! What an operator sees: `/metrics` after real traffic, readiness that
+//! follows the store, the admin API, request ids.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+
+use crate::support::*;
+
+const TOKEN: &str = "admin-token-0123456789";
+
+/// The value of one sample of `name` whose labels include all of `labels`.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .find(|line| {
+            labels
+                .iter()
+                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+fn with_admin(text: &str, token: bool) -> String {
+    let token = if token {
+        format!("token = \"{TOKEN}\"\n")
+    } else {
+        String::new()
+    };
+    text.replace(
+        "[store]",
+        &format!("[admin]\nlisten = \"127.0.0.1:0\"\n{token}\n[store]"),
+    )
+}
+
+async fn get(url: &str, token: Option<&str>) -> Answer {
+    request(http::Method::GET, url, token).await
+}
+
+async fn request(method: http::Method, url: &str, token: Option<&str>) -> Answer {
+    let mut builder = Request::builder().method(method).uri(url);
+    if let Some(token) = token {
+        builder = builder.header("authorization", format!("Bearer {token}"));
+    }
+    Sender::new()
+        .send(builder.body(Full::new(Bytes::new())).unwrap())
+        .await
+}
+
+#[tokio::test]
+async fn metrics_count_real_traffic_under_bounded_labels() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: if seen.key() == "evt_slow_m" {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        false,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+
+    sender.deliver(&url, &event("evt_metrics_1")).await;
+    sender.deliver(&url, &event("evt_metrics_1")).await;
+    let slow = {
+        let (sender, url) = (sender.clone(), url.clone());
+        tokio::spawn(async move { sender.deliver(&url, &event("evt_slow_m")).await })
+    };
+    assert!(eventually(Duration::from_secs(2), || upstream.count("evt_slow_m") == 1).await);
+    assert_eq!(
+        sender.deliver(&url, &event("evt_slow_m")).await.status,
+        StatusCode::CONFLICT
+    );
+    slow.await.unwrap();
+    let unsigned = Request::post(&url)
+        .body(Full::new(Bytes::from(event("evt_forged"))))
+        .unwrap();
+    sender.send(unsigned).await;
+    sender
+        .deliver(&gateway.url("/nope/evt_secret_path"), &event("evt_lost"))
+        .await;
+
+    let metrics = get(&gateway.admin_url("/metrics"), None).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    let body = String::from_utf8(metrics.body.to_vec()).unwrap();
+    let requests = |route, outcome| {
+        sample(
+            &body,
+            "hookgate_requests_total",
+            &[("route", route), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(requests("hook", "forwarded"), Some(2.0), "{body}");
+    assert_eq!(requests("hook", "replayed"), Some(1.0));
+    assert_eq!(requests("hook", "in_flight"), Some(1.0));
+    assert_eq!(requests("hook", "signature_invalid"), Some(1.0));
+    assert_eq!(requests("_unmatched", "route_not_found"), Some(1.0));
+    assert_eq!(
+        sample(
+            &body,
+            "hookgate_request_duration_seconds_count",
+            &[("route", "hook"), ("outcome", "replayed")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "hookgate_upstream_duration_seconds_count",
+            &[("route", "hook")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "hookgate_upstream_responses_total",
+            &[("route", "hook"), ("class", "2xx")]
+        ),
+        Some(2.0)
+    );
+    assert!(
+        sample(
+            &body,
+            "hookgate_store_operation_duration_seconds_count",
+            &[("op", "claim")]
+        )
+        .unwrap()
+            >= 3.0
+    );
+    assert!(
+        sample(
+            &body,
+            "hookgate_store_operation_duration_seconds_count",
+            &[("op", "complete")]
+        )
+        .unwrap()
+            >= 2.0
+    );
+    assert_eq!(
+        sample(&body, "hookgate_in_flight_requests", &[("route", "hook")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "hookgate_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "hookgate_config_reloads_total",
+            &[("result", "failure")]
+        ),
+        Some(0.0)
+    );
+    for unbounded in [
+        "evt_metrics_1",
+        "evt_slow_m",
+        "evt_secret_path",
+        "/nope",
+        "/hook",
+    ] {
+        assert!(!body.contains(unbounded), "{unbounded} leaked into a label");
+    }
+    assert_eq!(
+        get(&gateway.admin_url("/healthz"), None).await.status,
+        StatusCode::OK
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn readiness_follows_the_store() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
+        false,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let ready = gateway.admin_url("/readyz");
+    let answer = get(&ready, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(answer.json()["status"], "ready");
+    // The test Redis runs without persistence; retention here is 7 days.
+    let warnings = answer.json()["warnings"].to_string();
+    assert!(warnings.contains("persistence is off"), "{warnings}");
+
+    redis.kill();
+    let answer = get(&ready, None).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.json()["status"], "not_ready");
+
+    redis.restart().await;
+    let mut back = false;
+    for _ in 0..100 {
+        if get(&ready, None).await.status == StatusCode::OK {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "ready again once Redis returns");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_admin_api_shows_forgets_and_releases_keys() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: if seen.key() == "evt_stuck" {
+            Duration::from_secs(30)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let route = "processing_ttl = \"600ms\"\nretention = \"1h\"";
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, route, ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    let key_url = gateway.admin_url("/admin/routes/hook/keys/evt_admin");
+
+    assert_eq!(
+        sender.deliver(&url, &event("evt_admin")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(get(&key_url, None).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&key_url, Some("admin-token-wrong-000000")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let record = get(&key_url, Some(TOKEN)).await;
+    assert_eq!(record.status, StatusCode::OK, "{record:?}");
+    let json = record.json();
+    assert_eq!(json["state"], "completed");
+    assert_eq!(json["attempts"], 1);
+    assert_eq!(json["response_status"], 200);
+    assert!(json["first_seen"].as_u64().unwrap() <= json["completed_at"].as_u64().unwrap());
+    assert_eq!(
+        get(
+            &gateway.admin_url("/admin/routes/hook/keys/nope"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(
+            &gateway.admin_url("/admin/routes/other/keys/evt_admin"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+
+    // "Please reprocess this event": forget it, and the next delivery goes through.
+    assert_eq!(
+        request(http::Method::DELETE, &key_url, Some(TOKEN))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let again = sender.deliver(&url, &event("evt_admin")).await;
+    assert!(!again.replayed());
+    assert_eq!(upstream.count("evt_admin"), 2);
+
+    // A stuck claim can be released by hand.
+    let stuck = {
+        let (sender, url) = (sender.clone(), url.clone());
+        tokio::spawn(async move { sender.deliver(&url, &event("evt_stuck")).await })
+    };
+    assert!(eventually(Duration::from_secs(2), || upstream.count("evt_stuck") == 1).await);
+    assert_eq!(
+        sender.deliver(&url, &event("evt_stuck")).await.status,
+        StatusCode::CONFLICT
+    );
+    let release_url = gateway.admin_url("/admin/routes/hook/keys/evt_stuck/release");
+    assert_eq!(
+        request(http::Method::POST, &release_url, Some(TOKEN))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let redelivery = {
+        let (sender, url) = (sender.clone(), url.clone());
+        tokio::spawn(async move { sender.deliver(&url, &event("evt_stuck")).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(2), || upstream.count("evt_stuck") == 2).await,
+        "forwarded after release"
+    );
+    // The first holder's next renewal finds its claim taken over.
+    let mut lost = None;
+    for _ in 0..50 {
+        let body = String::from_utf8(
+            get(&gateway.admin_url("/metrics"), None)
+                .await
+                .body
+                .to_vec(),
+        )
+        .unwrap();
+        lost = sample(&body, "hookgate_leases_lost_total", &[("route", "hook")]);
+        if lost.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lost, Some(1.0));
+    stuck.abort();
+    redelivery.abort();
+
+    // Never on the public listener.
+    let public = get(
+        &gateway.url("/admin/routes/hook/keys/evt_admin"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(public.code(), "route_not_found");
+    assert_eq!(
+        get(&gateway.url("/metrics"), None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    drop(gateway);
+}
+
+#[tokio::test]
+async fn without_a_token_the_admin_api_is_off() {
+    let upstream = Upstream::start().await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        false,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let answer = get(&gateway.admin_url("/admin/routes/hook/keys/x"), Some(TOKEN)).await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn request_ids_travel_upstream_and_back() {
+    let upstream = Upstream::start().await;
+    let gateway =
+        TestGateway::start(&config_text(&upstream.url("/"), &Backend::Memory, "", "")).await;
+    let sender = Sender::new();
+    let answer = sender
+        .deliver(&gateway.url("/hook"), &event("evt_rid_1"))
+        .await;
+    let generated = answer.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(generated.len(), 32);
+    assert_eq!(
+        upstream.seen()[0].headers["x-request-id"],
+        generated.as_str()
+    );
+
+    let mut given = signed(&gateway.url("/hook"), &event("evt_rid_2"));
+    given
+        .headers_mut()
+        .insert("x-request-id", "sender-trace-42".parse().unwrap());
+    let answer = sender.send(given).await;
+    assert_eq!(answer.headers["x-request-id"], "sender-trace-42");
+    assert_eq!(
+        upstream.seen()[1].headers["x-request-id"],
+        "sender-trace-42"
+    );
+    gateway.shutdown().await;
+}
