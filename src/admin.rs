@@ -57,7 +57,7 @@ impl Admin {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        let graceful = accept_loop(listener, LIMITS, shutdown, move |peer| {
+        let graceful = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
             let admin = Arc::clone(&self);
             move |request: Request<Incoming>| {
                 let admin = Arc::clone(&admin);
@@ -145,7 +145,7 @@ impl Admin {
             ["admin", "routes", route, "keys", key, action] => (*route, *key, Some(*action)),
             _ => return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         };
-        let Some(route) = self.gateway.routes().named(route_name) else {
+        let Some(route) = self.gateway.route(route_name) else {
             return error(
                 StatusCode::NOT_FOUND,
                 "route_not_found",
@@ -159,7 +159,7 @@ impl Admin {
                 "the key is not valid percent-encoding",
             );
         };
-        let store_key = self.gateway.store_key(route, &key);
+        let store_key = self.gateway.store_key(&route, &key);
         let store = self.gateway.store();
         let method = request.method().clone();
         tracing::info!(target: "hookgate::admin", %peer, %method, route = %route.name, key, action, "admin action");

@@ -14,6 +14,8 @@
 //! - [`store`] — atomic claims with fenced leases (`memory`, `redis`).
 //! - [`lease`] — renewal while the upstream runs; claims held at shutdown.
 //! - [`upstream`] — the forwarded request and the pooled client.
+//! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
+//! - [`reload`] — SIGHUP: swap routes, secrets and certificate atomically.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code.
 //! - [`headers`] — header names and hop-by-hop rules.
@@ -33,10 +35,12 @@ pub mod key;
 pub mod lease;
 pub mod metrics;
 pub mod pipeline;
+pub mod reload;
 pub mod replay;
 pub mod route;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod upstream;
 pub mod verify;
 
@@ -44,12 +48,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 
 use crate::admin::Admin;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Gateway;
+use crate::reload::Reloader;
 use crate::store::Store;
 
 /// A gateway assembled from its config: metrics registry, store, request
@@ -57,6 +63,8 @@ use crate::store::Store;
 pub struct App {
     pub gateway: Arc<Gateway>,
     admin: Arc<Admin>,
+    tls: Option<server::Tls>,
+    reloader: Arc<Reloader>,
 }
 
 impl App {
@@ -79,7 +87,26 @@ impl App {
         let gateway = Arc::new(Gateway::new(config, store, metrics));
         let token = config.admin.as_ref().and_then(|admin| admin.token.clone());
         let admin = Arc::new(Admin::new(Arc::clone(&gateway), token, risks));
-        Ok(App { gateway, admin })
+        let tls = config.server.tls.as_ref().map(|tls| server::Tls {
+            config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
+            handshake_failures: gateway.metrics().tls_handshake_failures.clone(),
+        });
+        let reloader = Arc::new(Reloader::new(
+            Arc::clone(&gateway),
+            tls.as_ref().map(|tls| Arc::clone(&tls.config)),
+            config,
+        ));
+        Ok(App {
+            gateway,
+            admin,
+            tls,
+            reloader,
+        })
+    }
+
+    /// Applies reloaded configs to this gateway (SIGHUP).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        Arc::clone(&self.reloader)
     }
 
     /// Serve on already bound listeners (public, and admin when given) until
@@ -97,7 +124,7 @@ impl App {
                 let _ = admin_stopped.await;
             }))
         });
-        server::serve(listener, self.gateway, &config.server, shutdown).await;
+        server::serve(listener, self.gateway, &config.server, self.tls, shutdown).await;
         let _ = stop_admin.send(());
         if let Some(task) = admin_task {
             let _ = task.await;

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use hookgate::config::Config;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -67,7 +68,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            match run(config) {
+            match run(config, args.config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!("{error:#}");
@@ -96,7 +97,7 @@ fn init_logging(format: Option<LogFormat>) {
 }
 
 #[tokio::main]
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -119,14 +120,25 @@ async fn run(config: Config) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         "hookgate is serving"
     );
-    hookgate::run(&config, listener, admin_listener, shutdown_signal()).await?;
+    let app = hookgate::App::new(&config).await?;
+    let reloader = app.reloader();
+    tokio::spawn(async move {
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::error!("cannot install a SIGHUP handler; reload is off");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            tracing::info!(config = %path.display(), "SIGHUP received: reloading");
+            let _ = reloader.reload_file(&path);
+        }
+    });
+    app.serve(&config, listener, admin_listener, shutdown_signal()).await;
     tracing::info!("stopped");
     Ok(())
 }
 
 /// Resolves on the first SIGTERM or SIGINT.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
     tokio::select! {

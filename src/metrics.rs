@@ -26,6 +26,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     pub leases_lost: IntCounterVec,
     pub config_reloads: IntCounterVec,
+    /// hookgate extension: failed or timed-out TLS handshakes.
+    pub tls_handshake_failures: prometheus::IntCounter,
     registry: Registry,
 }
 
@@ -152,6 +154,11 @@ impl Metrics {
         for result in ["success", "failure"] {
             config_reloads.with_label_values(&[result]);
         }
+        let tls_handshake_failures = prometheus::IntCounter::new(
+            "hookgate_tls_handshake_failures_total",
+            "TLS handshakes on the public listener that failed or timed out.",
+        )
+        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -163,6 +170,7 @@ impl Metrics {
             Box::new(leases_lost.clone()),
             Box::new(config_reloads.clone()),
             Box::new(build_info),
+            Box::new(tls_handshake_failures.clone()),
         ];
         for collector in collectors.into_iter().chain(store_collectors) {
             registry
@@ -178,6 +186,7 @@ impl Metrics {
             in_flight,
             leases_lost,
             config_reloads,
+            tls_handshake_failures,
             registry: registry.clone(),
         }
     }

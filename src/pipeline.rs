@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -25,9 +26,9 @@ use crate::key;
 use crate::lease::{renewing, LeaseStatus, Leases};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
-use crate::route::RouteTable;
+use crate::route::{Route, RouteTable};
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Record, Store};
-use crate::upstream::{build_request, Delivery, Upstream, UpstreamError, UpstreamResponse};
+use crate::upstream::{build_request, Delivery, UpstreamError, UpstreamResponse};
 
 /// Attempts at recording a final response before giving up on it.
 const COMPLETE_ATTEMPTS: u32 = 3;
@@ -70,17 +71,37 @@ impl Outcome {
 
 /// Everything a request needs, shared by all connections.
 pub struct Gateway {
-    routes: RouteTable,
+    /// What a reload may change. Each request loads it once and keeps that
+    /// snapshot to the end, so in-flight requests finish on the config they
+    /// started with.
+    runtime: ArcSwap<Runtime>,
     store: Store,
-    upstream: Upstream,
     leases: Arc<Leases>,
     metrics: Metrics,
+    /// Fixed for the life of the process: changing it would orphan every
+    /// stored key.
     key_prefix: String,
+    /// Set once shutdown begins, so readiness turns false while draining.
+    draining: AtomicBool,
+}
+
+/// The reloadable part of the config.
+pub struct Runtime {
+    pub routes: RouteTable,
     on_store_error: OnStoreError,
     max_body_bytes: usize,
     body_read_timeout: Duration,
-    /// Set once shutdown begins, so readiness turns false while draining.
-    draining: AtomicBool,
+}
+
+impl Runtime {
+    fn new(config: &Config) -> Self {
+        Self {
+            routes: RouteTable::new(&config.routes),
+            on_store_error: config.store.on_error,
+            max_body_bytes: config.server.max_body_bytes,
+            body_read_timeout: config.server.body_read_timeout,
+        }
+    }
 }
 
 /// What one request's log line reports, filled in as the stages run.
@@ -93,17 +114,19 @@ struct RequestLog<'a> {
 impl Gateway {
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
         Self {
-            routes: RouteTable::new(&config.routes),
+            runtime: ArcSwap::from_pointee(Runtime::new(config)),
             store,
-            upstream: Upstream::new(),
             leases: Arc::default(),
             metrics,
             key_prefix: config.store.key_prefix.clone(),
-            on_store_error: config.store.on_error,
-            max_body_bytes: config.server.max_body_bytes,
-            body_read_timeout: config.server.body_read_timeout,
             draining: AtomicBool::new(false),
         }
+    }
+
+    /// Swap in the routes, secrets and request limits of `config`; requests
+    /// already running keep the old ones.
+    pub fn reload(&self, config: &Config) {
+        self.runtime.store(Arc::new(Runtime::new(config)));
     }
 
     pub fn store(&self) -> &Store {
@@ -118,8 +141,9 @@ impl Gateway {
         &self.metrics
     }
 
-    pub fn routes(&self) -> &RouteTable {
-        &self.routes
+    /// The current route named `name`.
+    pub fn route(&self, name: &str) -> Option<Arc<Route>> {
+        self.runtime.load().routes.named(name).cloned()
     }
 
     pub fn start_draining(&self) {
@@ -148,8 +172,9 @@ impl Gateway {
             key: None,
             upstream: None,
         };
+        let runtime = self.runtime.load_full();
         let (mut response, outcome) = match self
-            .process(request, connection, &request_id, &mut log)
+            .process(&runtime, request, connection, &request_id, &mut log)
             .await
         {
             Ok(done) => done,
@@ -173,14 +198,15 @@ impl Gateway {
     }
 
     async fn process<'a>(
-        &'a self,
+        &self,
+        runtime: &'a Runtime,
         request: Request<Incoming>,
         connection: ConnectionInfo,
         request_id: &HeaderValue,
         log: &mut RequestLog<'a>,
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
         // 1. Route by exact path, then method.
-        let route = self
+        let route = runtime
             .routes
             .resolve(request.uri().path(), request.method())?;
         log.route = &route.name;
@@ -188,7 +214,7 @@ impl Gateway {
 
         // 2. Read the body, bounded in size and time.
         let (parts, body) = request.into_parts();
-        let body = self.read_body(body, &parts.headers).await?;
+        let body = read_body(body, &parts.headers, runtime).await?;
 
         // 3. Verify the signature on the raw bytes, before anything else.
         route
@@ -223,7 +249,7 @@ impl Gateway {
             Ok(ClaimOutcome::InFlight { retry_after }) => {
                 return Err(GatewayError::InFlight { retry_after });
             }
-            Err(error) if self.on_store_error == OnStoreError::Forward => {
+            Err(error) if runtime.on_store_error == OnStoreError::Forward => {
                 tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
                 None
             }
@@ -245,7 +271,7 @@ impl Gateway {
         });
         let called = Instant::now();
         let call = async {
-            let result = self
+            let result = route
                 .upstream
                 .send(upstream_request, route.upstream_timeout)
                 .await;
@@ -303,25 +329,6 @@ impl Gateway {
         }
     }
 
-    async fn read_body(&self, body: Incoming, headers: &HeaderMap) -> Result<Bytes, GatewayError> {
-        let declared = headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
-            return Err(GatewayError::BodyTooLarge);
-        }
-        let read = Limited::new(body, self.max_body_bytes).collect();
-        match tokio::time::timeout(self.body_read_timeout, read).await {
-            Err(_) => Err(GatewayError::BodyTimeout),
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => {
-                Err(GatewayError::BodyTooLarge)
-            }
-            Ok(Err(_)) => Err(GatewayError::BodyUnreadable),
-        }
-    }
-
     /// Record the final response. A few quick retries: losing the recording
     /// means the next retry is forwarded again once the lease runs out.
     async fn complete(
@@ -367,6 +374,27 @@ impl Gateway {
         if let Err(error) = self.store.release(store_key, lease).await {
             tracing::warn!(%error, "could not release claim; it expires with its lease");
         }
+    }
+}
+
+/// Read the whole body, bounded in size (checked while streaming; a
+/// declared Content-Length over the limit fails at once) and in time.
+async fn read_body(body: Incoming, headers: &HeaderMap, limits: &Runtime) -> Result<Bytes, GatewayError> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limits.max_body_bytes as u64) {
+        return Err(GatewayError::BodyTooLarge);
+    }
+    let read = Limited::new(body, limits.max_body_bytes).collect();
+    match tokio::time::timeout(limits.body_read_timeout, read).await {
+        Err(_) => Err(GatewayError::BodyTimeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => {
+            Err(GatewayError::BodyTooLarge)
+        }
+        Ok(Err(_)) => Err(GatewayError::BodyUnreadable),
     }
 }
 

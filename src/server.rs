@@ -3,8 +3,14 @@
 //! Each layer is here for a reason:
 //! - a semaphore caps open connections (`max_connections`): past it, new
 //!   connections wait in the kernel's accept queue instead of costing memory;
-//! - hyper-util's auto builder speaks HTTP/1.1 and h2c on one port, with a
-//!   header read timeout (slowloris) and bounded header sizes;
+//! - TLS (when configured) is accepted in the connection's own task, under
+//!   the header read timeout, so a slow or bogus handshake never holds up
+//!   `accept`; failures are counted and logged at debug only (a port scanner
+//!   must not flood the log). The certificate is read per connection from a
+//!   swappable config, so a reload serves the new one to new connections;
+//! - hyper-util's auto builder speaks HTTP/1.1 and h2 (ALPN, or h2c in
+//!   plain text) on one port, with a header read timeout (slowloris) and
+//!   bounded header sizes;
 //! - every public request runs as its own task, so a sender that hangs up
 //!   cannot cancel a delivery halfway between claim and record;
 //! - shutdown stops accepting, lets in-flight requests finish within
@@ -18,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -26,8 +33,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use prometheus::IntCounter;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
@@ -46,7 +55,16 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
+    /// Also the deadline of a TLS handshake.
     pub header_read_timeout: Duration,
+}
+
+/// TLS on a listener: the current certificate (swapped by a reload) and the
+/// counter of failed handshakes.
+#[derive(Clone)]
+pub struct Tls {
+    pub config: Arc<ArcSwap<rustls::ServerConfig>>,
+    pub handshake_failures: IntCounter,
 }
 
 /// Serve webhook deliveries on `listener` until `shutdown` resolves, then
@@ -55,6 +73,7 @@ pub async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     settings: &ServerSettings,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let limits = Limits {
@@ -62,12 +81,9 @@ pub async fn serve(
         header_read_timeout: settings.header_read_timeout,
     };
     let serving = Arc::clone(&gateway);
-    let graceful = accept_loop(listener, limits, shutdown, move |peer| {
+    let graceful = accept_loop(listener, limits, tls, shutdown, move |peer, proto| {
         let gateway = Arc::clone(&serving);
-        let info = ConnectionInfo {
-            peer,
-            proto: "http",
-        };
+        let info = ConnectionInfo { peer, proto };
         move |request: Request<Incoming>| {
             let gateway = Arc::clone(&gateway);
             async move {
@@ -85,22 +101,23 @@ pub async fn serve(
 }
 
 /// Accept connections until `shutdown`, serving each with the handler that
-/// `per_connection` makes for its peer. Returns the watcher of the
-/// connections still open.
+/// `per_connection` makes for its peer and protocol (`http` or `https`).
+/// Returns the watcher of the connections still open.
 pub async fn accept_loop<C, H, F>(
     listener: TcpListener,
     limits: Limits,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
     per_connection: C,
 ) -> GracefulShutdown
 where
-    C: Fn(SocketAddr) -> H,
+    C: Fn(SocketAddr, &'static str) -> H,
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
-    let builder = http_builder(limits);
+    let builder = Arc::new(http_builder(limits));
     tokio::pin!(shutdown);
 
     loop {
@@ -123,17 +140,40 @@ where
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let handler = per_connection(peer);
+        let handler = per_connection(peer, if tls.is_some() { "https" } else { "http" });
         let service = service_fn(move |request| {
             let response = handler(request);
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let (watcher, builder, tls) = (graceful.watcher(), Arc::clone(&builder), tls.clone());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let served = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                Some(tls) => {
+                    let acceptor = TlsAcceptor::from(tls.config.load_full());
+                    let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let connection = builder.serve_connection(TokioIo::new(stream), service);
+                            watcher.watch(connection.into_owned()).await
+                        }
+                        Ok(Err(error)) => {
+                            tls.handshake_failures.inc();
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tls.handshake_failures.inc();
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(error) = served {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
             drop(permit);

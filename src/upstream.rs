@@ -7,6 +7,7 @@
 //! whatever the sender spoke.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Request, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -45,23 +47,26 @@ pub enum UpstreamError {
     Timeout,
 }
 
-/// One pooled client shared by every route: keep-alive connections to each
-/// upstream are reused across requests.
+/// A pooled HTTP/HTTPS client: keep-alive connections to each upstream are
+/// reused across requests. Cloning shares the pool.
+#[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
-}
-
-impl Default for Upstream {
-    fn default() -> Self {
-        Self::new()
-    }
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Upstream {
-    pub fn new() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    /// A client for `http://` and `https://` upstreams, verifying
+    /// certificates against `tls`'s roots (there is no way to skip it).
+    pub fn new(tls: Arc<rustls::ClientConfig>) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.enforce_http(false);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)

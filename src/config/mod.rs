@@ -55,15 +55,25 @@ pub struct ServerSettings {
     /// Open connections beyond this wait in the kernel's accept queue
     /// (hookgate extension; bounds memory under a connection flood).
     pub max_connections: usize,
+    /// TLS termination; without it the listener speaks plain HTTP/1.1 + h2c.
+    pub tls: Option<TlsSettings>,
 }
 
+/// `server.tls`: where the certificate lives, and what was loaded from it.
 #[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub config: Arc<rustls::ServerConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct AdminSettings {
     pub listen: SocketAddr,
     pub token: Option<Secret>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoreSettings {
     pub backend: Backend,
     pub key_prefix: String,
@@ -127,6 +137,11 @@ pub struct RouteConfig {
     pub path: String,
     pub methods: Vec<Method>,
     pub upstream: Uri,
+    /// Extra CA file for an https upstream (shown by `check`).
+    pub upstream_ca: Option<PathBuf>,
+    /// TLS client config for an https upstream: webpki roots plus
+    /// `upstream_ca`.
+    pub upstream_tls: Arc<rustls::ClientConfig>,
     pub upstream_timeout: Duration,
     pub processing_ttl: Duration,
     pub retention: Duration,
@@ -207,6 +222,7 @@ impl Config {
             env,
             problems: Vec::new(),
             warnings: Vec::new(),
+            default_upstream_tls: None,
         };
         let raw: RawConfig = match toml::from_str(text) {
             Ok(raw) => raw,
@@ -243,9 +259,13 @@ impl Config {
             Backend::Memory => "memory (nothing survives a restart)".to_owned(),
         };
         let mut out = format!(
-            "config {} is valid\nlisten {} (plain HTTP/1.1 + h2c)\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",
+            "config {} is valid\nlisten {} ({})\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",
             self.source.display(),
             self.server.listen,
+            match &self.server.tls {
+                Some(tls) => format!("TLS 1.2/1.3 with {}, ALPN h2 + http/1.1", tls.cert.display()),
+                None => "plain HTTP/1.1 + h2c".to_owned(),
+            },
             backend,
             self.store.key_prefix,
             humanize(self.store.timeout),
@@ -313,6 +333,8 @@ struct Validator<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
     problems: Vec<Problem>,
     warnings: Vec<String>,
+    /// Built once, shared by every route without `upstream_ca`.
+    default_upstream_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Validator<'_> {
@@ -430,13 +452,20 @@ impl Validator<'_> {
     }
 
     fn server(&mut self, at: &KeyPath, raw: RawServer) -> ServerSettings {
-        if raw.tls.is_some() {
-            self.fail(
-                &at.key("tls"),
-                "TLS termination is not available in this version of hookgate; terminate TLS in front of it for now",
-            );
-        }
+        let tls = raw.tls.as_ref().and_then(|tls| {
+            let at = at.key("tls");
+            let cert = PathBuf::from(self.string(&at.key("cert"), &tls.cert)?);
+            let key = PathBuf::from(self.string(&at.key("key"), &tls.key)?);
+            match crate::tls::server_config(&cert, &key) {
+                Ok(config) => Some(TlsSettings { cert, key, config }),
+                Err(message) => {
+                    self.fail(&at, message);
+                    None
+                }
+            }
+        });
         ServerSettings {
+            tls,
             listen: self.addr(&at.key("listen"), &raw.listen),
             max_body_bytes: self.size(
                 &at.key("max_body_bytes"),
@@ -632,10 +661,16 @@ impl Validator<'_> {
         }
         let methods = self.methods(&at.key("methods"), raw.methods.as_deref());
         let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
-        if raw.upstream_ca.is_some() {
+        let upstream_ca = raw
+            .upstream_ca
+            .as_ref()
+            .and_then(|path| self.string(&at.key("upstream_ca"), path))
+            .map(PathBuf::from);
+        let upstream_tls = self.upstream_tls(&at.key("upstream_ca"), upstream_ca.as_deref());
+        if upstream_ca.is_some() && upstream.scheme_str() != Some("https") {
             self.fail(
                 &at.key("upstream_ca"),
-                "https upstreams are not available in this version of hookgate",
+                "upstream_ca only applies to an https:// upstream",
             );
         }
 
@@ -725,6 +760,8 @@ impl Validator<'_> {
             path,
             methods,
             upstream,
+            upstream_ca,
+            upstream_tls,
             upstream_timeout: self.duration(
                 &at.key("upstream_timeout"),
                 raw.upstream_timeout.as_ref(),
@@ -792,6 +829,37 @@ impl Validator<'_> {
             _ => {
                 self.fail(at, format!("{text:?} must be an absolute http:// URL"));
                 fallback
+            }
+        }
+    }
+
+    /// The TLS client config of a route: shared when it adds no CA.
+    fn upstream_tls(&mut self, at: &KeyPath, ca: Option<&Path>) -> Arc<rustls::ClientConfig> {
+        let built = match ca {
+            None => {
+                if let Some(shared) = &self.default_upstream_tls {
+                    return Arc::clone(shared);
+                }
+                crate::tls::client_config(&[])
+            }
+            Some(path) => crate::tls::load_certs(path).and_then(|certs| crate::tls::client_config(&certs)),
+        };
+        match built {
+            Ok(config) => {
+                if ca.is_none() {
+                    self.default_upstream_tls = Some(Arc::clone(&config));
+                }
+                config
+            }
+            Err(message) => {
+                self.fail(at, message);
+                Arc::new(
+                    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                        .with_safe_default_protocol_versions()
+                        .expect("ring supports the default versions")
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth(),
+                )
             }
         }
     }

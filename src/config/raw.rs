@@ -28,11 +28,8 @@ pub struct RawServer {
     pub tls: Option<RawTls>,
 }
 
-/// Parsed so the schema is complete; validation rejects it until TLS
-/// termination exists.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 pub struct RawTls {
     pub cert: String,
     pub key: String,
