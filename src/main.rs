@@ -132,7 +132,8 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
             let _ = reloader.reload_file(&path);
         }
     });
-    app.serve(&config, listener, admin_listener, shutdown_signal()).await;
+    app.serve(&config, listener, admin_listener, shutdown_signal())
+        .await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -379,7 +379,11 @@ impl Gateway {
 
 /// Read the whole body, bounded in size (checked while streaming; a
 /// declared Content-Length over the limit fails at once) and in time.
-async fn read_body(body: Incoming, headers: &HeaderMap, limits: &Runtime) -> Result<Bytes, GatewayError> {
+async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limits: &Runtime,
+) -> Result<Bytes, GatewayError> {
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -45,7 +45,11 @@ impl RestartOnly {
 }
 
 impl Reloader {
-    pub fn new(gateway: Arc<Gateway>, tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>, config: &Config) -> Self {
+    pub fn new(
+        gateway: Arc<Gateway>,
+        tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
+        config: &Config,
+    ) -> Self {
         Self {
             gateway,
             tls,
@@ -64,7 +68,9 @@ impl Reloader {
             }
             Err(error) => {
                 counter.with_label_values(&["failure"]).inc();
-                tracing::error!("config reload rejected, the running config keeps serving:\n{error}");
+                tracing::error!(
+                    "config reload rejected, the running config keeps serving:\n{error}"
+                );
                 Err(error.to_string())
             }
         }
@@ -73,11 +79,17 @@ impl Reloader {
     /// Swap in everything reloadable from `config`; returns what needs a
     /// restart (also logged).
     pub fn apply(&self, config: &Config) -> Vec<String> {
-        let running = self.running.lock().unwrap_or_else(|poison| poison.into_inner());
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let wanted = RestartOnly::of(config);
         let mut needs_restart = Vec::new();
         if wanted.listen != running.listen {
-            needs_restart.push(format!("server.listen ({} -> {})", running.listen, wanted.listen));
+            needs_restart.push(format!(
+                "server.listen ({} -> {})",
+                running.listen, wanted.listen
+            ));
         }
         if wanted.admin != running.admin {
             needs_restart.push("[admin]".to_owned());
@@ -89,7 +101,10 @@ impl Reloader {
             needs_restart.push("server.tls on/off".to_owned());
         }
         for setting in &needs_restart {
-            tracing::warn!(setting, "config change needs a restart; the running value stays");
+            tracing::warn!(
+                setting,
+                "config change needs a restart; the running value stays"
+            );
         }
         for warning in &config.warnings {
             tracing::warn!("{warning}");

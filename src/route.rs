@@ -37,7 +37,10 @@ impl RouteTable {
         let mut clients: Vec<(Arc<rustls::ClientConfig>, Upstream)> = Vec::new();
         let mut by_path = HashMap::new();
         for config in routes {
-            let upstream = match clients.iter().find(|(tls, _)| Arc::ptr_eq(tls, &config.upstream_tls)) {
+            let upstream = match clients
+                .iter()
+                .find(|(tls, _)| Arc::ptr_eq(tls, &config.upstream_tls))
+            {
                 Some((_, upstream)) => upstream.clone(),
                 None => {
                     let upstream = Upstream::new(Arc::clone(&config.upstream_tls));

@@ -154,10 +154,12 @@ where
                 }
                 Some(tls) => {
                     let acceptor = TlsAcceptor::from(tls.config.load_full());
-                    let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                    let handshake =
+                        tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            let connection = builder.serve_connection(TokioIo::new(stream), service);
+                            let connection =
+                                builder.serve_connection(TokioIo::new(stream), service);
                             watcher.watch(connection.into_owned()).await
                         }
                         Ok(Err(error)) => {

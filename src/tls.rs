@@ -41,8 +41,12 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// rotated certificate.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
     let chain = load_certs(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("{} is not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        format!(
+            "{} is not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}",
+            key.display()
+        )
+    })?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
         .map_err(|e| e.to_string())?

@@ -818,16 +818,12 @@ impl Validator<'_> {
             }
         };
         match uri.scheme_str() {
-            Some("http") if uri.authority().is_some() => uri,
-            Some("https") => {
+            Some("http" | "https") if uri.authority().is_some() => uri,
+            _ => {
                 self.fail(
                     at,
-                    "https upstreams are not available in this version of hookgate",
+                    format!("{text:?} must be an absolute http:// or https:// URL"),
                 );
-                fallback
-            }
-            _ => {
-                self.fail(at, format!("{text:?} must be an absolute http:// URL"));
                 fallback
             }
         }
@@ -842,7 +838,9 @@ impl Validator<'_> {
                 }
                 crate::tls::client_config(&[])
             }
-            Some(path) => crate::tls::load_certs(path).and_then(|certs| crate::tls::client_config(&certs)),
+            Some(path) => {
+                crate::tls::load_certs(path).and_then(|certs| crate::tls::client_config(&certs))
+            }
         };
         match built {
             Ok(config) => {
@@ -854,11 +852,13 @@ impl Validator<'_> {
             Err(message) => {
                 self.fail(at, message);
                 Arc::new(
-                    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                        .with_safe_default_protocol_versions()
-                        .expect("ring supports the default versions")
-                        .with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth(),
+                    rustls::ClientConfig::builder_with_provider(Arc::new(
+                        rustls::crypto::ring::default_provider(),
+                    ))
+                    .with_safe_default_protocol_versions()
+                    .expect("ring supports the default versions")
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
                 )
             }
         }

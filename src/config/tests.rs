@@ -102,7 +102,7 @@ fn reports_every_validation_problem_with_its_key() {
     for expected in [
         "routes[0].name: \"Orders!\" must match [a-z0-9_-]+",
         "routes[0].processing_ttl:",
-        "routes[0].upstream: \"ftp://x/\" must be an absolute http:// URL",
+        "routes[0].upstream: \"ftp://x/\" must be an absolute http:// or https:// URL",
         "routes[0].verify.secrets[0]: environment variable `MISSING_SECRET` is not set",
     ] {
         assert!(

@@ -6,5 +6,7 @@ mod conformance;
 mod delivery;
 mod faults;
 mod observability;
+mod reload;
 mod schemes;
 mod support;
+mod tls;

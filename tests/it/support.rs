@@ -187,6 +187,18 @@ impl Upstream {
     }
 
     pub async fn with(behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static) -> Upstream {
+        Self::serve(None, behaviour).await
+    }
+
+    /// An upstream behind TLS with `config`'s certificate.
+    pub async fn tls(config: Arc<rustls::ServerConfig>) -> Upstream {
+        Self::serve(Some(config), ok_plan).await
+    }
+
+    async fn serve(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static,
+    ) -> Upstream {
         let behaviour: Arc<Behaviour> = Arc::new(behaviour);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -201,6 +213,7 @@ impl Upstream {
                 };
                 let log = Arc::clone(&log);
                 let behaviour = Arc::clone(&behaviour);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
                         let log = Arc::clone(&log);
@@ -232,9 +245,18 @@ impl Upstream {
                             Ok::<_, Infallible>(response)
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Some(config) => {
+                            match tokio_rustls::TlsAcceptor::from(config).accept(stream).await {
+                                Ok(stream) => {
+                                    http.serve_connection(TokioIo::new(stream), service).await
+                                }
+                                Err(_) => Ok(()),
+                            }
+                        }
+                    };
                 });
             }
         });
@@ -465,13 +487,22 @@ impl Sender {
     }
 
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Answer {
-        let response = self.client.request(request).await.expect("request failed");
+        self.try_send(request).await.expect("request failed")
+    }
+
+    /// Send, or the transport error.
+    pub async fn try_send(&self, request: Request<Full<Bytes>>) -> Result<Answer, String> {
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
         let (parts, body) = response.into_parts();
-        Answer {
+        Ok(Answer {
             status: parts.status,
             headers: parts.headers,
-            body: body.collect().await.unwrap().to_bytes(),
-        }
+            body: body.collect().await.map_err(|e| e.to_string())?.to_bytes(),
+        })
     }
 
     /// POST a correctly signed `body`.
@@ -579,4 +610,111 @@ pub fn write_config(dir: &Path, text: &str) -> (std::path::PathBuf, u16) {
     )
     .unwrap();
     (path, port)
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// A test CA and certificates it signs, as PEM files in a temp dir.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    pub fn new(name: &str) -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let pki = Pki {
+            dir: tempfile::tempdir().unwrap(),
+            ca,
+        };
+        std::fs::write(pki.ca_path(), pki.ca.pem()).unwrap();
+        pki
+    }
+
+    pub fn ca_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A certificate for localhost and 127.0.0.1: (cert path, key path).
+    pub fn leaf(&self, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (cert_path, key_path) = (
+            self.dir.path().join(format!("{name}.crt")),
+            self.dir.path().join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+
+    pub fn server_config(&self, name: &str) -> Arc<rustls::ServerConfig> {
+        let (cert, key) = self.leaf(name);
+        hookgate::tls::server_config(&cert, &key).unwrap()
+    }
+
+    /// A client trusting only this CA, offering only `version` in ALPN.
+    pub fn sender(&self, version: http::Version) -> HttpsSender {
+        let roots = hookgate::tls::load_certs(&self.ca_path()).unwrap();
+        let mut store = rustls::RootCertStore::empty();
+        for root in roots {
+            store.add(root).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+        let h2 = version == http::Version::HTTP_2;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_only();
+        let connector = if h2 {
+            connector.enable_http2().build()
+        } else {
+            connector.enable_http1().build()
+        };
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder.http2_only(h2);
+        HttpsSender {
+            client: builder.build(connector),
+        }
+    }
+}
+
+pub struct HttpsSender {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl HttpsSender {
+    /// Send, or the connection/handshake error as text.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<(Answer, http::Version), String> {
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let version = response.version();
+        let (parts, body) = response.into_parts();
+        let answer = Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.collect().await.map_err(|e| e.to_string())?.to_bytes(),
+        };
+        Ok((answer, version))
+    }
 }
