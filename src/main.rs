@@ -43,6 +43,11 @@ enum LogFormat {
     Json,
 }
 
+/// mimalloc instead of glibc malloc: the request path allocates and frees
+/// small buffers at a high rate; measured in BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code for a bad config or bad usage (SPEC §1).
 const EXIT_CONFIG: u8 = 2;
 

@@ -1,0 +1,204 @@
+//! The benchmark's load generator, for what `wrk` cannot do:
+//!
+//! - `rate`: open-loop load at a fixed request rate; latency is measured from
+//!   each request's *scheduled* send time, so a stall is not hidden
+//!   (coordinated omission). Prints achieved rate and p50/p99/p99.9.
+//! - `sign`: write Stripe-style signed deliveries (one per line,
+//!   `signature<TAB>body`) for wrk's Lua script; a share of them repeat
+//!   earlier events, as retries do.
+//! - `idle`: open N keep-alive connections, make one request on each, keep
+//!   them open, and report a process's peak RSS (VmHWM).
+//!
+//! Usage:
+//!   load rate URL RATE SECONDS CONNECTIONS [unique|replay]
+//!   load sign SECRET COUNT DUP_RATIO > deliveries.tsv
+//!   load idle HOST:PORT CONNECTIONS PID
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    match arg(0).as_str() {
+        "rate" => {
+            let mode = if arg(5).is_empty() {
+                "unique".to_owned()
+            } else {
+                arg(5)
+            };
+            rate(
+                &arg(1),
+                arg(2).parse().unwrap(),
+                arg(3).parse().unwrap(),
+                arg(4).parse().unwrap(),
+                &mode,
+            )
+            .await
+        }
+        "sign" => sign(&arg(1), arg(2).parse().unwrap(), arg(3).parse().unwrap()),
+        "idle" => {
+            idle(
+                arg(1).parse().unwrap(),
+                arg(2).parse().unwrap(),
+                arg(3).parse().unwrap(),
+            )
+            .await
+        }
+        _ => eprintln!("usage: see the top of bench/load.rs"),
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn sign(secret: &str, count: usize, dup_ratio: f64) {
+    let t = now_secs();
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    let mut unique = 0usize;
+    for _ in 0..count {
+        let id = if unique > 0 && rand::random::<f64>() < dup_ratio {
+            rand::random::<usize>() % unique
+        } else {
+            unique += 1;
+            unique - 1
+        };
+        // A retry carries the same bytes as the first delivery.
+        let body =
+            format!(r#"{{"id":"evt_{t}_{id}","object":"event","type":"invoice.paid","n":{id}}}"#);
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{t}.{body}").as_bytes());
+        let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+        writeln!(out, "{signature}\t{body}").unwrap();
+    }
+    eprintln!("{count} deliveries of {unique} events");
+}
+
+async fn rate(url: &str, rate: u64, seconds: u64, connections: usize, mode: &str) {
+    let uri: http::Uri = url.parse().unwrap();
+    let addr: SocketAddr = format!("{}:{}", uri.host().unwrap(), uri.port_u16().unwrap_or(80))
+        .parse()
+        .unwrap();
+    let total = (rate * seconds) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = Instant::now() + Duration::from_millis(200);
+    let run = format!("{}-{}", std::process::id(), now_secs());
+    let url = Arc::new(url.to_owned());
+    let mode = Arc::new(mode.to_owned());
+    let mut workers = Vec::new();
+    for worker in 0..connections {
+        let (url, mode, run) = (Arc::clone(&url), Arc::clone(&mode), run.clone());
+        workers.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let mut latencies = Vec::new();
+            let mut failures = 0usize;
+            for i in (worker..total).step_by(connections) {
+                let scheduled = start + interval * i as u32;
+                tokio::time::sleep_until(scheduled.into()).await;
+                let id = match mode.as_str() {
+                    "replay" => "bench-replay".to_owned(),
+                    _ => format!("{run}-{i}"),
+                };
+                let request = Request::post(url.as_str())
+                    .header("host", "bench")
+                    .header("x-id", &id)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(format!(r#"{{"id":"{id}"}}"#))))
+                    .unwrap();
+                match sender.send_request(request).await {
+                    Ok(response) => {
+                        let ok = response.status().is_success();
+                        let _ = response.into_body().collect().await;
+                        if !ok {
+                            failures += 1;
+                        }
+                    }
+                    Err(_) => failures += 1,
+                }
+                latencies.push(scheduled.elapsed());
+            }
+            (latencies, failures)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    let mut failures = 0;
+    for worker in workers {
+        let (l, f) = worker.await.unwrap();
+        latencies.extend(l);
+        failures += f;
+    }
+    let elapsed = start.elapsed();
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
+            * 1e3
+    };
+    println!(
+        "rate={:.0} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} failures={failures}",
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        pct(0.50),
+        pct(0.99),
+        pct(0.999),
+    );
+}
+
+async fn idle(addr: SocketAddr, connections: usize, pid: u32) {
+    let mut open = Vec::with_capacity(connections);
+    let request = b"GET /healthcheck-idle HTTP/1.1\r\nHost: bench\r\n\r\n";
+    for _ in 0..connections {
+        let mut stream = match TcpStream::connect(addr).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                eprintln!("connect failed after {} connections: {error}", open.len());
+                break;
+            }
+        };
+        stream.write_all(request).await.unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = stream.read(&mut buf).await;
+        open.push(stream);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    println!(
+        "connections={} rss_mib={:.1} peak_rss_mib={:.1}",
+        open.len(),
+        field("VmRSS:") as f64 / 1024.0,
+        field("VmHWM:") as f64 / 1024.0
+    );
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# hookgate benchmark: throughput and latency side by side with the upstream
+# alone and nginx in front of it, on this machine, in one run. Every
+# scenario also checks exactly-once at the upstream. See BENCHMARKS.md.
+#
+#   bench/run.sh            # ~3 minutes
+#   DURATION=30 bench/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10}
+CONNECTIONS=${CONNECTIONS:-32}
+THREADS=${THREADS:-2}
+IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
+UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 REDIS=6391
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+need() {
+    command -v "$1" >/dev/null 2>&1 && return
+    echo "--- installing $2"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+need wrk wrk
+need nginx nginx-light
+need redis-server redis-server
+
+echo "--- building (release)"
+cargo build --release --quiet --bin hookgate --example bench-upstream --example load
+BIN=target/release
+WORK=$(mktemp -d /tmp/hookgate-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+stats() { curl -s "127.0.0.1:$UP/stats"; }
+field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+rss_peak() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+
+# --- the pieces
+"$BIN/examples/bench-upstream" "127.0.0.1:$UP" & PIDS+=($!)
+redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction \
+    --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
+sed -e "s|__DIR__|$WORK|g" -e "s|__UPSTREAM__|$UP|" -e "s|__PORT__|$NGINX|" bench/nginx.conf > "$WORK/nginx.conf"
+nginx -c "$WORK/nginx.conf"
+
+gateway_config() { # backend-lines port
+    cat <<TOML
+[server]
+listen = "127.0.0.1:$2"
+max_connections = 20000
+[store]
+$1
+key_prefix = "bench:"
+[[routes]]
+name = "bench"
+path = "/hook"
+upstream = "http://127.0.0.1:$UP/hook"
+key = ["header:X-Id"]
+retention = "1h"
+[routes.verify]
+scheme = "none"
+[[routes]]
+name = "stripe"
+path = "/stripe"
+upstream = "http://127.0.0.1:$UP/stripe"
+retention = "1h"
+[routes.verify]
+scheme = "stripe"
+secrets = ["whsec_bench"]
+TOML
+}
+gateway_config "backend = \"redis\"
+url = \"redis://127.0.0.1:$REDIS/0\"" $HG_REDIS > "$WORK/redis.toml"
+gateway_config "backend = \"embedded\"
+path = \"$WORK/bench.db\"" $HG_EMBEDDED > "$WORK/embedded.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/redis.toml" 2>"$WORK/hg-redis.log" & HG_REDIS_PID=$!; PIDS+=($HG_REDIS_PID)
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
+for port in $UP $NGINX $HG_REDIS $HG_EMBEDDED $REDIS; do wait_port $port; done
+
+"$BIN/examples/load" sign whsec_bench 200000 0.2 > "$WORK/deliveries.tsv" 2>/dev/null
+export BENCH_DELIVERIES="$WORK/deliveries.tsv" BENCH_THREADS=$THREADS
+
+ROWS=()
+scenario() { # name port path script pid
+    local name=$1 port=$2 path=$3 script=$4 pid=${5:-}
+    local before after result requests unique dups
+    before=$(stats)
+    result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "bench/wrk/$script.lua" "http://127.0.0.1:$port$path" | grep '^RESULT')
+    after=$(stats)
+    requests=$(( $(echo "$after" | field requests) - $(echo "$before" | field requests) ))
+    unique=$(( $(echo "$after" | field unique_keys) - $(echo "$before" | field unique_keys) ))
+    dups=$(( $(echo "$after" | field duplicates) - $(echo "$before" | field duplicates) ))
+    local rss="-"
+    [ -n "$pid" ] && rss=$(rss_peak "$pid")
+    ROWS+=("$name|$result|$requests|$unique|$dups|$rss")
+    echo "    $name: $result upstream_calls=$requests duplicates_at_upstream=$dups"
+}
+
+echo "--- throughput: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s"
+scenario "upstream alone" $UP /hook unique
+scenario "nginx proxy_pass" $NGINX /hook unique
+scenario "hookgate redis, unique keys" $HG_REDIS /hook unique $HG_REDIS_PID
+curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_REDIS/hook"
+scenario "hookgate redis, replay" $HG_REDIS /hook replay $HG_REDIS_PID
+scenario "hookgate redis, stripe 20% dup" $HG_REDIS /stripe stripe $HG_REDIS_PID
+scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
+curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_EMBEDDED/hook"
+scenario "hookgate embedded, replay" $HG_EMBEDDED /hook replay $HG_EMB_PID
+
+echo "--- latency at a fixed 1000 req/s, ${DURATION}s, 16 connections (open loop)"
+LAT_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 1000 "$DURATION" 16)
+LAT_NGINX=$("$BIN/examples/load" rate "http://127.0.0.1:$NGINX/hook" 1000 "$DURATION" 16)
+LAT_HG=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_REDIS/hook" 1000 "$DURATION" 16)
+LAT_EMB=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_EMBEDDED/hook" 1000 "$DURATION" 16)
+
+echo "--- $IDLE_CONNECTIONS idle keep-alive connections"
+# A fresh gateway, so the peak is the connections' and not the load's.
+gateway_config "backend = \"redis\"
+url = \"redis://127.0.0.1:$REDIS/0\"" 3500 > "$WORK/idle.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/idle.toml" 2>"$WORK/hg-idle.log" & IDLE_PID=$!; PIDS+=($IDLE_PID)
+wait_port 3500
+IDLE=$("$BIN/examples/load" idle 127.0.0.1:3500 "$IDLE_CONNECTIONS" $IDLE_PID)
+
+# --- report
+num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+printf '\n%-34s %10s %9s %9s %9s %9s %11s %9s\n' scenario "req/s" "p50 ms" "p99 ms" "p99.9 ms" "failed" "upstream" "peak RSS"
+NGINX_RPS=0
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r name result requests unique dups rss <<<"$row"
+    rps=$(num rps "$result")
+    [ "$name" = "nginx proxy_pass" ] && NGINX_RPS=$rps
+    printf '%-34s %10s %9s %9s %9s %9s %11s %9s\n' "$name" "$rps" "$(num p50_ms "$result")" "$(num p99_ms "$result")" \
+        "$(num p999_ms "$result")" "$(num failed "$result")" "$requests" "${rss} MiB"
+done
+echo
+echo "ratios against nginx (req/s):"
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r name result _ <<<"$row"
+    case "$name" in hookgate*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$NGINX_RPS" 'BEGIN {printf "  %-34s %.2fx\n", n, a/b}';; esac
+done
+echo
+echo "latency at 1000 req/s (open loop, from scheduled send time):"
+printf '  %-20s %s\n' "upstream alone" "$LAT_UP" "nginx" "$LAT_NGINX" "hookgate redis" "$LAT_HG" "hookgate embedded" "$LAT_EMB"
+awk -v a="$(num p99_ms "$LAT_HG")" -v b="$(num p99_ms "$LAT_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
+echo
+echo "idle keep-alive connections: $IDLE"
+echo
+echo "exactly-once check (upstream side effects):"
+status=0
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r name result requests unique dups rss <<<"$row"
+    case "$name" in hookgate*)
+        if [ "$dups" -ne 0 ]; then echo "  FAIL $name: $dups duplicate side effects"; status=1
+        else echo "  ok   $name: $requests upstream calls, $unique distinct events, 0 duplicates"; fi;;
+    esac
+done
+exit $status
