@@ -55,6 +55,7 @@ async fn main() {
             key_prefix: "store-bench:".into(),
             timeout: Duration::from_secs(5),
             on_error: OnStoreError::Reject,
+            min_replicas_acked: 0,
         };
         let store =
             Arc::new(Store::open(&settings, StoreMetrics::unregistered()).expect("open store"));

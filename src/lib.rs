@@ -71,6 +71,7 @@ impl App {
     /// Build everything `config` asks for; the embedded store opens (and
     /// locks) its file here.
     pub async fn new(config: &Config) -> Result<App, store::StoreError> {
+        tls::install_default_provider();
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let store = Store::open(&config.store, metrics.store.clone())?;

@@ -154,9 +154,16 @@ impl Gateway {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// The store key of `key` on `route`: `{key_prefix}{scope}:{key}`.
+    /// The store key of `key` on `route`: `{key_prefix}{scope}:{key}`. On a
+    /// Redis Cluster, a route with a replay guard claims two keys in one
+    /// script, so its keys share the hash tag `{scope}` (one slot per such
+    /// route).
     pub fn store_key(&self, route: &RouteConfig, key: &str) -> String {
-        format!("{}{}:{}", self.key_prefix, route.scope, key)
+        if route.replay_guard && self.store.is_cluster() {
+            format!("{}{{{}}}:{}", self.key_prefix, route.scope, key)
+        } else {
+            format!("{}{}:{}", self.key_prefix, route.scope, key)
+        }
     }
 
     /// Handle one request; count it, log it, tag it with its request id.

@@ -24,6 +24,12 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Make *ring* the process-wide default too, for libraries that build their
+/// own rustls configs (the Redis client's `rediss://`). Idempotent.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Every certificate in a PEM file (a chain, or a CA bundle).
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)

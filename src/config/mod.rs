@@ -80,6 +80,8 @@ pub struct StoreSettings {
     /// Deadline for each store operation.
     pub timeout: Duration,
     pub on_error: OnStoreError,
+    /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
+    pub min_replicas_acked: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +95,10 @@ pub enum Backend {
     Redis {
         url: String,
     },
+    /// Seed nodes of a Redis Cluster.
+    RedisCluster {
+        nodes: Vec<String>,
+    },
 }
 
 impl Backend {
@@ -101,6 +107,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Embedded { .. } => "embedded",
             Backend::Redis { .. } => "redis",
+            Backend::RedisCluster { .. } => "redis-cluster",
         }
     }
 }
@@ -256,6 +263,9 @@ impl Config {
                 path.display()
             ),
             Backend::Redis { .. } => "redis".to_owned(),
+            Backend::RedisCluster { nodes } => {
+                format!("redis-cluster ({} seed nodes)", nodes.len())
+            }
             Backend::Memory => "memory (nothing survives a restart)".to_owned(),
         };
         let mut out = format!(
@@ -551,11 +561,29 @@ impl Validator<'_> {
                 }
             },
             "redis-cluster" => {
-                self.fail(
-                    &at.key("backend"),
-                    "backend \"redis-cluster\" is not available in this version of hookgate; use \"embedded\", \"memory\" or \"redis\"",
-                );
-                Backend::Memory
+                let nodes: Vec<String> = raw
+                    .nodes
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .filter_map(|(i, node)| {
+                        let node = self.string(&at.key("nodes").index(i), node)?;
+                        if let Err(err) = redis::Client::open(node.as_str()) {
+                            self.fail(
+                                &at.key("nodes").index(i),
+                                format!("not a valid Redis URL: {err}"),
+                            );
+                        }
+                        Some(node)
+                    })
+                    .collect();
+                if raw.nodes.as_ref().is_none_or(Vec::is_empty) {
+                    self.fail(
+                        at,
+                        "backend \"redis-cluster\" needs `nodes = [\"redis://host:7000\", ...]`",
+                    );
+                }
+                Backend::RedisCluster { nodes }
             }
             "" => Backend::Memory,
             other => {
@@ -569,6 +597,7 @@ impl Validator<'_> {
         let applies = |key: &str| match key {
             "path" | "synchronous" => backend_name == "embedded",
             "url" => backend_name == "redis",
+            "min_replicas_acked" => backend_name.starts_with("redis"),
             _ => backend_name == "redis-cluster",
         };
         for (name, present) in [
@@ -576,6 +605,7 @@ impl Validator<'_> {
             ("synchronous", raw.synchronous.is_some()),
             ("url", raw.url.is_some()),
             ("nodes", raw.nodes.is_some()),
+            ("min_replicas_acked", raw.min_replicas_acked.is_some()),
         ] {
             if present && !applies(name) {
                 self.fail(
@@ -607,6 +637,7 @@ impl Validator<'_> {
                 ],
                 OnStoreError::Reject,
             ),
+            min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
         }
     }
 

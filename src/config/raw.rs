@@ -54,6 +54,8 @@ pub struct RawStore {
     pub on_error: Option<String>,
     /// embedded: SQLite `synchronous`, "normal" or "full".
     pub synchronous: Option<String>,
+    /// redis, redis-cluster: replicas that must acknowledge a claim.
+    pub min_replicas_acked: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{Cluster, RedisStore, Single};
 use crate::config::{Backend, StoreSettings};
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
@@ -143,7 +143,8 @@ pub struct Store {
 enum StoreBackend {
     Memory(MemoryStore),
     Embedded(EmbeddedStore),
-    Redis(RedisStore),
+    Redis(RedisStore<Single>),
+    RedisCluster(RedisStore<Cluster>),
 }
 
 /// Dispatch one call to whichever backend is configured, under the deadline,
@@ -156,6 +157,7 @@ macro_rules! dispatch {
                     StoreBackend::Memory($store) => $call.await,
                     StoreBackend::Embedded($store) => $call.await,
                     StoreBackend::Redis($store) => $call.await,
+                    StoreBackend::RedisCluster($store) => $call.await,
                 }
             })
             .await
@@ -172,9 +174,14 @@ impl Store {
             Backend::Embedded { path, synchronous } => {
                 StoreBackend::Embedded(EmbeddedStore::open(path, *synchronous)?)
             }
-            Backend::Redis { url } => {
-                StoreBackend::Redis(RedisStore::connect(url, settings.timeout)?)
-            }
+            Backend::Redis { url } => StoreBackend::Redis(RedisStore::connect(
+                url,
+                settings.timeout,
+                settings.min_replicas_acked,
+            )?),
+            Backend::RedisCluster { nodes } => StoreBackend::RedisCluster(
+                RedisStore::connect_cluster(nodes, settings.timeout, settings.min_replicas_acked)?,
+            ),
         };
         Ok(Store {
             backend,
@@ -188,6 +195,7 @@ impl Store {
             StoreBackend::Memory(_) => "memory",
             StoreBackend::Embedded(_) => "embedded",
             StoreBackend::Redis(_) => "redis",
+            StoreBackend::RedisCluster(_) => "redis-cluster",
         }
     }
 
@@ -215,8 +223,19 @@ impl Store {
                     .await
                     .unwrap_or_default()
             }
+            StoreBackend::RedisCluster(store) => {
+                tokio::time::timeout(self.timeout, store.risks(longest_retention))
+                    .await
+                    .unwrap_or_default()
+            }
             _ => Vec::new(),
         }
+    }
+
+    /// Whether keys are spread over cluster slots, so keys that one script
+    /// touches together need a common hash tag.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.backend, StoreBackend::RedisCluster(_))
     }
 
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {

@@ -255,6 +255,7 @@ fn settings(backend: StoreBackend) -> StoreSettings {
         key_prefix: "hookgate:".into(),
         timeout: Duration::from_secs(2),
         on_error: OnStoreError::Reject,
+        min_replicas_acked: 0,
     }
 }
 
