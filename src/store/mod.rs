@@ -144,7 +144,8 @@ enum StoreBackend {
     Memory(MemoryStore),
     Embedded(EmbeddedStore),
     Redis(RedisStore<Single>),
-    RedisCluster(RedisStore<Cluster>),
+    /// Boxed: the cluster client is large, and there is one store per process.
+    RedisCluster(Box<RedisStore<Cluster>>),
 }
 
 /// Dispatch one call to whichever backend is configured, under the deadline,
@@ -179,9 +180,9 @@ impl Store {
                 settings.timeout,
                 settings.min_replicas_acked,
             )?),
-            Backend::RedisCluster { nodes } => StoreBackend::RedisCluster(
+            Backend::RedisCluster { nodes } => StoreBackend::RedisCluster(Box::new(
                 RedisStore::connect_cluster(nodes, settings.timeout, settings.min_replicas_acked)?,
-            ),
+            )),
         };
         Ok(Store {
             backend,
