@@ -208,43 +208,44 @@ async fn delete_forgets_and_retention_expires(store: Store) {
 }
 
 async fn a_replay_guard_links_a_body_to_its_first_key(store: Store) {
+    // Keys share a hash tag, as the gateway arranges on a cluster.
     let guarded = |key: &'static str, guard: &'static str| ClaimRequest {
         guard_key: Some(guard),
         ..request(key, SHA_A, LONG)
     };
-    let first = match store.claim(guarded("g1", "body:1")).await.unwrap() {
+    let first = match store.claim(guarded("{g}1", "{g}body:1")).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(matches!(
-        store.claim(guarded("g2", "body:1")).await.unwrap(),
+        store.claim(guarded("{g}2", "{g}body:1")).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     assert!(store
-        .complete("g1", &first, &response("first"), LONG)
+        .complete("{g}1", &first, &response("first"), LONG)
         .await
         .unwrap());
-    match store.claim(guarded("g2", "body:1")).await.unwrap() {
+    match store.claim(guarded("{g}2", "{g}body:1")).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "first"),
         other => panic!("the same body under a new key is a duplicate: {other:?}"),
     }
     assert!(
-        store.get("g2").await.unwrap().is_none(),
+        store.get("{g}2").await.unwrap().is_none(),
         "the forged key is not recorded"
     );
     assert!(matches!(
-        store.claim(guarded("g3", "body:2")).await.unwrap(),
+        store.claim(guarded("{g}3", "{g}body:2")).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 
     // A released first claim does not block the body: the next key forwards.
-    let released = match store.claim(guarded("g4", "body:3")).await.unwrap() {
+    let released = match store.claim(guarded("{g}4", "{g}body:3")).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
-    assert!(store.release("g4", &released).await.unwrap());
+    assert!(store.release("{g}4", &released).await.unwrap());
     assert!(matches!(
-        store.claim(guarded("g5", "body:3")).await.unwrap(),
+        store.claim(guarded("{g}5", "{g}body:3")).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 }
@@ -282,6 +283,19 @@ macro_rules! conformance {
                         path: dir.path().join("hookgate.db"),
                         synchronous: hookgate::config::Synchronous::Normal,
                     };
+                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
+                    super::$name(store).await;
+                }
+            )*
+            use hookgate::metrics::StoreMetrics;
+            use hookgate::store::Store;
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(cluster) = crate::support::shared_cluster().await else { return };
+                    let backend = super::StoreBackend::RedisCluster { nodes: cluster.nodes() };
                     let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
                     super::$name(store).await;
                 }

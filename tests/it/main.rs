@@ -5,6 +5,7 @@ mod cli;
 mod conformance;
 mod delivery;
 mod faults;
+mod fleet;
 mod observability;
 mod reload;
 mod schemes;

@@ -1,0 +1,224 @@
+//! Fleets: several gateway processes on one Redis Cluster, a master failing
+//! over mid-stream, a gateway killed mid-call. Real processes, loopback only.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use http::StatusCode;
+use rand::seq::SliceRandom;
+
+use crate::support::*;
+
+fn cluster_config(
+    upstream: &str,
+    cluster: &RedisCluster,
+    route_extra: &str,
+    store_extra: &str,
+) -> String {
+    config_text(upstream, &Backend::Memory, route_extra, store_extra)
+        .replace("backend = \"memory\"", &cluster.toml())
+}
+
+/// 120 events × 4 deliveries, spread at random over three gateway processes,
+/// concurrently: every event reaches the upstream exactly once.
+#[tokio::test]
+async fn three_gateways_on_one_cluster_forward_each_event_once() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(rand::random::<u64>() % 15),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = cluster_config(&upstream.url("/"), cluster, "", "");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut gateways = Vec::new();
+    for dir in &dirs {
+        let (path, port) = write_config(dir.path(), &text);
+        gateways.push(GatewayProcess::start(&path, port).await);
+    }
+    let urls: Vec<String> = gateways.iter().map(|g| g.url("/hook")).collect();
+
+    let mut deliveries: Vec<String> = (0..120)
+        .flat_map(|i| std::iter::repeat_n(format!("evt_fleet_{i}"), 4))
+        .collect();
+    deliveries.shuffle(&mut rand::thread_rng());
+    let sender = Sender::new();
+    let mut tasks = Vec::new();
+    for (n, id) in deliveries.into_iter().enumerate() {
+        let (sender, url) = (sender.clone(), urls[n % urls.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            sender.deliver_until_settled(&url, &event(&id)).await
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().status, StatusCode::OK);
+    }
+    let counts = upstream.counts();
+    assert_eq!(counts.len(), 120);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+/// Deliver `events` through `urls` like senders do — retrying on 409, 503
+/// and connection errors until a 2xx — while `disrupt` runs once midway.
+async fn deliver_all(urls: &[String], events: usize, prefix: &str) -> HashMap<String, StatusCode> {
+    let sender = Sender::new();
+    let mut tasks = Vec::new();
+    for i in 0..events {
+        let url = urls[i % urls.len()].clone();
+        let other = urls[(i + 1) % urls.len()].clone();
+        let (sender, id) = (sender.clone(), format!("{prefix}_{i}"));
+        tasks.push(tokio::spawn(async move {
+            // Pace the stream so the disruption lands in the middle of it.
+            tokio::time::sleep(Duration::from_millis(i as u64 * 15)).await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            let mut target = url;
+            loop {
+                match sender.try_send(signed(&target, &event(&id))).await {
+                    Ok(answer) if answer.status.is_success() => return (id, answer.status),
+                    Ok(_) => {}
+                    Err(_) => target = other.clone(), // that gateway is gone
+                }
+                assert!(std::time::Instant::now() < deadline, "{id} never settled");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    let mut settled = HashMap::new();
+    for task in tasks {
+        let (id, status) = task.await.unwrap();
+        settled.insert(id, status);
+    }
+    settled
+}
+
+/// Kill the master that owns a busy key while deliveries stream; its replica
+/// takes over, and the killed node comes back as a replica (as an operator or
+/// orchestrator would bring it back). Returns (events lost, events the
+/// upstream saw more than once).
+async fn failover_run(min_replicas_acked: u32) -> (usize, usize) {
+    let cluster = std::sync::Arc::new(
+        RedisCluster::start()
+            .await
+            .expect("redis-server is installed"),
+    );
+    let upstream = Upstream::start().await;
+    let store = format!("min_replicas_acked = {min_replicas_acked}");
+    let text = cluster_config(
+        &upstream.url("/"),
+        &cluster,
+        "processing_ttl = \"2s\"\nretention = \"1h\"",
+        &store,
+    )
+    .replace("timeout = \"300ms\"", "timeout = \"1s\"");
+    let a = TestGateway::start(&text).await;
+    let b = TestGateway::start(&text).await;
+    let urls = vec![a.url("/hook"), b.url("/hook")];
+    let prefix = format!("evt_failover_{min_replicas_acked}");
+    let victim = cluster
+        .master_of(&format!("{}hook:{prefix}_0", key_prefix(&text)))
+        .await;
+
+    let disruption = {
+        let cluster = std::sync::Arc::clone(&cluster);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            cluster.kill(victim).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            cluster.restart(victim).await;
+        })
+    };
+    let settled = deliver_all(&urls, 100, &prefix).await;
+    disruption.await.unwrap();
+    assert_eq!(settled.len(), 100, "every event settled with a 2xx");
+    let counts = upstream.counts();
+    let lost = (0..100)
+        .filter(|i| !counts.contains_key(&format!("{prefix}_{i}")))
+        .count();
+    let doubled = counts.values().filter(|&&n| n > 1).count();
+    a.shutdown().await;
+    b.shutdown().await;
+    (lost, doubled)
+}
+
+fn key_prefix(text: &str) -> String {
+    text.split("key_prefix = \"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// With `min_replicas_acked = 1` a master failover neither loses nor
+/// doubles an event; without it, the window is measured and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_failover_loses_and_doubles_nothing_with_wait() {
+    if RedisServer::start_check().is_none() {
+        return;
+    }
+    let (lost, doubled) = failover_run(1).await;
+    assert_eq!(lost, 0, "no event lost");
+    assert_eq!(
+        doubled, 0,
+        "no event forwarded twice with min_replicas_acked = 1"
+    );
+
+    let (lost, doubled) = failover_run(0).await;
+    assert_eq!(lost, 0, "no event lost");
+    eprintln!("failover without min_replicas_acked: {doubled} of 100 events forwarded twice");
+}
+
+/// SIGKILL a gateway while its upstream calls run: its claims expire after
+/// `processing_ttl`, the senders' retries complete through the survivor, and
+/// no event is lost.
+#[tokio::test]
+async fn a_killed_gateways_claims_expire_and_the_survivor_finishes() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: if seen.nth == 1 {
+            Duration::from_millis(800)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = cluster_config(
+        &upstream.url("/"),
+        cluster,
+        "processing_ttl = \"1s\"\nretention = \"1h\"",
+        "",
+    );
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (path_a, port_a) = write_config(dir_a.path(), &text);
+    let (path_b, port_b) = write_config(dir_b.path(), &text);
+    let mut a = GatewayProcess::start(&path_a, port_a).await;
+    let b = GatewayProcess::start(&path_b, port_b).await;
+    let urls = vec![a.url("/hook"), b.url("/hook")];
+
+    let stream = tokio::spawn({
+        let urls = urls.clone();
+        async move { deliver_all(&urls, 40, "evt_sigkill").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.stop("KILL");
+    let settled = stream.await.unwrap();
+    assert_eq!(
+        settled.len(),
+        40,
+        "every event settled through the survivor"
+    );
+    let counts = upstream.counts();
+    for i in 0..40 {
+        assert!(
+            counts.contains_key(&format!("evt_sigkill_{i}")),
+            "evt_sigkill_{i} was lost"
+        );
+    }
+    drop(b);
+}
