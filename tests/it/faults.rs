@@ -308,3 +308,49 @@ async fn connections_beyond_the_limit_wait_their_turn() {
     drop(second);
     gateway.shutdown().await;
 }
+
+/// `redis://user:password@host` authenticates as an ACL user; wrong
+/// credentials are a store failure (503), not a silent bypass.
+#[tokio::test]
+async fn redis_acl_credentials_are_used() {
+    let acl = [
+        "--user", "default", "off", "--user", "hookgate", "on", ">s3cret", "~*", "+@all",
+    ];
+    let Some(redis) =
+        RedisServer::start_with(&acl, Some("redis://hookgate:s3cret@127.0.0.1:{port}/0")).await
+    else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let good = format!("redis://hookgate:s3cret@127.0.0.1:{}/0", redis.port);
+    let gateway = TestGateway::start(&config_text(
+        &upstream.url("/"),
+        &Backend::Redis(good),
+        "",
+        "",
+    ))
+    .await;
+    assert_eq!(
+        Sender::new()
+            .deliver(&gateway.url("/hook"), &event("evt_acl"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    gateway.shutdown().await;
+
+    let bad = format!("redis://hookgate:wrong@127.0.0.1:{}/0", redis.port);
+    let gateway = TestGateway::start(&config_text(
+        &upstream.url("/"),
+        &Backend::Redis(bad),
+        "",
+        "",
+    ))
+    .await;
+    let answer = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_acl_bad"))
+        .await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upstream.count("evt_acl_bad"), 0);
+    gateway.shutdown().await;
+}
