@@ -23,7 +23,7 @@
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
 //!   own listener.
 //!
-//! [`run`] wires them together for the binary; tests use the same pieces.
+//! [`App`] wires them together for the binary; tests use the same pieces.
 
 #![forbid(unsafe_code)]
 
@@ -131,19 +131,4 @@ impl App {
             let _ = task.await;
         }
     }
-}
-
-/// Run a gateway for `config` on already bound listeners until `shutdown`
-/// resolves, then drain.
-pub async fn run(
-    config: &Config,
-    listener: TcpListener,
-    admin_listener: Option<TcpListener>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), store::StoreError> {
-    App::new(config)
-        .await?
-        .serve(config, listener, admin_listener, shutdown)
-        .await;
-    Ok(())
 }
