@@ -7,11 +7,12 @@
 //! [`pipeline::Gateway::handle`] walks through them in order:
 //!
 //! - [`config`] — the TOML file, validated into typed settings.
-//! - [`server`] — accept, connection limits, HTTP/1.1 + h2c, graceful drain.
+//! - [`server`] — accept, TLS, connection limits, HTTP/1.1 + h2, graceful drain.
 //! - [`route`] — exact-path and method matching.
 //! - [`verify`] — signature schemes, on the raw body, before anything else.
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
-//! - [`store`] — atomic claims with fenced leases (`memory`, `redis`).
+//! - [`store`] — atomic claims with fenced leases (`memory`, `embedded`,
+//!   `redis`, `redis-cluster`).
 //! - [`lease`] — renewal while the upstream runs; claims held at shutdown.
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
