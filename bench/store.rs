@@ -56,6 +56,7 @@ async fn main() {
             timeout: Duration::from_secs(5),
             on_error: OnStoreError::Reject,
             min_replicas_acked: 0,
+            tls_ca: None,
         };
         let store =
             Arc::new(Store::open(&settings, StoreMetrics::unregistered()).expect("open store"));

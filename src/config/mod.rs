@@ -82,6 +82,8 @@ pub struct StoreSettings {
     pub on_error: OnStoreError,
     /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
     pub min_replicas_acked: u32,
+    /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -597,7 +599,7 @@ impl Validator<'_> {
         let applies = |key: &str| match key {
             "path" | "synchronous" => backend_name == "embedded",
             "url" => backend_name == "redis",
-            "min_replicas_acked" => backend_name.starts_with("redis"),
+            "min_replicas_acked" | "tls_ca" => backend_name.starts_with("redis"),
             _ => backend_name == "redis-cluster",
         };
         for (name, present) in [
@@ -606,6 +608,7 @@ impl Validator<'_> {
             ("url", raw.url.is_some()),
             ("nodes", raw.nodes.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
+            ("tls_ca", raw.tls_ca.is_some()),
         ] {
             if present && !applies(name) {
                 self.fail(
@@ -638,6 +641,13 @@ impl Validator<'_> {
                 OnStoreError::Reject,
             ),
             min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
+            tls_ca: raw.tls_ca.as_ref().and_then(|path| {
+                let path = PathBuf::from(self.string(&at.key("tls_ca"), path)?);
+                if let Err(message) = crate::tls::load_certs(&path) {
+                    self.fail(&at.key("tls_ca"), message);
+                }
+                Some(path)
+            }),
         }
     }
 

@@ -56,6 +56,8 @@ pub struct RawStore {
     pub synchronous: Option<String>,
     /// redis, redis-cluster: replicas that must acknowledge a claim.
     pub min_replicas_acked: Option<u32>,
+    /// redis, redis-cluster: PEM CA bundle trusted for rediss:// servers.
+    pub tls_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

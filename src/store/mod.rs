@@ -175,14 +175,10 @@ impl Store {
             Backend::Embedded { path, synchronous } => {
                 StoreBackend::Embedded(EmbeddedStore::open(path, *synchronous)?)
             }
-            Backend::Redis { url } => StoreBackend::Redis(RedisStore::connect(
-                url,
-                settings.timeout,
-                settings.min_replicas_acked,
-            )?),
-            Backend::RedisCluster { nodes } => StoreBackend::RedisCluster(Box::new(
-                RedisStore::connect_cluster(nodes, settings.timeout, settings.min_replicas_acked)?,
-            )),
+            Backend::Redis { url } => StoreBackend::Redis(RedisStore::connect(url, settings)?),
+            Backend::RedisCluster { nodes } => {
+                StoreBackend::RedisCluster(Box::new(RedisStore::connect_cluster(nodes, settings)?))
+            }
         };
         Ok(Store {
             backend,

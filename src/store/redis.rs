@@ -41,6 +41,7 @@ use tokio::sync::OnceCell;
 use super::{
     new_token, retry_after, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
 };
+use crate::config::StoreSettings;
 use crate::replay::RecordedResponse;
 
 /// The current Redis time in ms, shared by every script.
@@ -178,12 +179,13 @@ pub struct RedisStore<C: Connector> {
 
 impl RedisStore<Single> {
     /// Prepare a lazily connecting store for one Redis at `url`.
-    pub fn connect(
-        url: &str,
-        timeout: Duration,
-        min_replicas_acked: u32,
-    ) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(backend)?;
+    pub fn connect(url: &str, settings: &StoreSettings) -> Result<Self, StoreError> {
+        let (timeout, min_replicas_acked) = (settings.timeout, settings.min_replicas_acked);
+        let client = match tls_roots(settings)? {
+            Some(certs) => redis::Client::build_with_tls(url, certs),
+            None => redis::Client::open(url),
+        }
+        .map_err(backend)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -199,12 +201,13 @@ impl RedisStore<Single> {
 
 impl RedisStore<Cluster> {
     /// Prepare a store for the cluster reachable through `nodes`.
-    pub fn connect_cluster(
-        nodes: &[String],
-        timeout: Duration,
-        min_replicas_acked: u32,
-    ) -> Result<Self, StoreError> {
-        let client = ClusterClient::builder(nodes.to_vec())
+    pub fn connect_cluster(nodes: &[String], settings: &StoreSettings) -> Result<Self, StoreError> {
+        let (timeout, min_replicas_acked) = (settings.timeout, settings.min_replicas_acked);
+        let mut builder = ClusterClient::builder(nodes.to_vec());
+        if let Some(certs) = tls_roots(settings)? {
+            builder = builder.certs(certs);
+        }
+        let client = builder
             .connection_timeout(timeout)
             .response_timeout(timeout)
             .retries(3)
@@ -428,6 +431,19 @@ impl<C: Connector> RedisStore<C> {
         }
         risks
     }
+}
+
+/// `store.tls_ca` as the root certificates of `rediss://` connections.
+fn tls_roots(settings: &StoreSettings) -> Result<Option<redis::TlsCertificates>, StoreError> {
+    let Some(path) = &settings.tls_ca else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| StoreError::Backend(format!("cannot read {}: {e}", path.display())))?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    }))
 }
 
 fn backend(err: redis::RedisError) -> StoreError {

@@ -257,6 +257,7 @@ fn settings(backend: StoreBackend) -> StoreSettings {
         timeout: Duration::from_secs(2),
         on_error: OnStoreError::Reject,
         min_replicas_acked: 0,
+        tls_ca: None,
     }
 }
 

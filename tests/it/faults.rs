@@ -354,3 +354,60 @@ async fn redis_acl_credentials_are_used() {
     assert_eq!(upstream.count("evt_acl_bad"), 0);
     gateway.shutdown().await;
 }
+
+/// `rediss://` to a Redis with a private CA: trusted through `store.tls_ca`,
+/// refused (503, nothing forwarded) without it.
+#[tokio::test]
+async fn rediss_is_verified_against_store_tls_ca() {
+    let pki = Pki::new("redis");
+    let (cert, key) = pki.leaf("redis");
+    let (cert, key, ca) = (
+        cert.display().to_string(),
+        key.display().to_string(),
+        pki.ca_path().display().to_string(),
+    );
+    let args = [
+        "--port",
+        "0",
+        "--tls-port",
+        "{port}",
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    let Some(redis) = RedisServer::start_with(&args, Some("tcp")).await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let url = format!("rediss://localhost:{}/0", redis.port);
+
+    let trusted = config_text(
+        &upstream.url("/"),
+        &Backend::Redis(url.clone()),
+        "",
+        &format!("tls_ca = \"{ca}\""),
+    );
+    let gateway = TestGateway::start(&trusted).await;
+    assert_eq!(
+        Sender::new()
+            .deliver(&gateway.url("/hook"), &event("evt_tls_store"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    gateway.shutdown().await;
+
+    let untrusted = config_text(&upstream.url("/"), &Backend::Redis(url), "", "");
+    let gateway = TestGateway::start(&untrusted).await;
+    let answer = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_tls_store_2"))
+        .await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upstream.count("evt_tls_store_2"), 0);
+    gateway.shutdown().await;
+}

@@ -66,15 +66,19 @@ impl RedisServer {
         Self::start_with(&[], None).await
     }
 
-    /// Start one with extra arguments; `probe_url` (with `{port}`) is what
-    /// the readiness check connects with.
+    /// Start one with extra arguments (`{port}` is replaced); `probe_url`
+    /// (with `{port}`) is what the readiness check connects with, or `"tcp"`
+    /// to only wait for the port.
     pub async fn start_with(args: &[&str], probe_url: Option<&str>) -> Option<RedisServer> {
         Self::start_check()?;
         let port = free_port();
         let mut server = RedisServer {
             port,
             child: None,
-            args: args.iter().map(|a| a.to_string()).collect(),
+            args: args
+                .iter()
+                .map(|a| a.replace("{port}", &port.to_string()))
+                .collect(),
             probe_url: probe_url.map(|url| url.replace("{port}", &port.to_string())),
         };
         server.restart().await;
@@ -121,6 +125,18 @@ impl RedisServer {
             .spawn()
             .expect("spawn redis-server");
         self.child = Some(child);
+        if self.probe_url.as_deref() == Some("tcp") {
+            // TLS-only servers: the port accepting is as far as a plain probe gets.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_err()
+            {
+                assert!(Instant::now() < deadline, "redis-server did not come up");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            return;
+        }
         let client =
             redis::Client::open(self.probe_url.clone().unwrap_or_else(|| self.url())).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
