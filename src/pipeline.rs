@@ -353,6 +353,10 @@ impl Gateway {
                 .await
             {
                 Ok(true) => return,
+                Ok(false) if attempt > 1 && self.recorded_already(store_key, recorded).await => {
+                    // An earlier attempt timed out here but was applied.
+                    return;
+                }
                 Ok(false) => {
                     tracing::warn!(route = %route.name, ?status, "lease was lost before the response could be recorded");
                     if status == LeaseStatus::Held {
@@ -373,6 +377,15 @@ impl Gateway {
                 }
             }
         }
+    }
+
+    /// Whether the record already holds `recorded` (a completion whose
+    /// answer was lost to a timeout).
+    async fn recorded_already(&self, store_key: &str, recorded: &RecordedResponse) -> bool {
+        matches!(
+            self.store.get(store_key).await,
+            Ok(Some(record)) if record.response.as_ref() == Some(recorded)
+        )
     }
 
     /// Let the sender's next retry claim the key again. If this fails the
