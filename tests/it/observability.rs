@@ -11,22 +11,6 @@ use crate::support::*;
 
 const TOKEN: &str = "admin-token-0123456789";
 
-/// The value of one sample of `name` whose labels include all of `labels`.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter(|line| {
-            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
-        })
-        .find(|line| {
-            labels
-                .iter()
-                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-}
-
 fn with_admin(text: &str, token: bool) -> String {
     let token = if token {
         format!("token = \"{TOKEN}\"\n")
@@ -318,13 +302,7 @@ async fn the_admin_api_shows_forgets_and_releases_keys() {
     // The first holder's next renewal finds its claim taken over.
     let mut lost = None;
     for _ in 0..50 {
-        let body = String::from_utf8(
-            get(&gateway.admin_url("/metrics"), None)
-                .await
-                .body
-                .to_vec(),
-        )
-        .unwrap();
+        let body = scrape(&gateway.admin_url("/metrics")).await;
         lost = sample(&body, "hookgate_leases_lost_total", &[("route", "hook")]);
         if lost.is_some() {
             break;

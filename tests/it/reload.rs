@@ -26,21 +26,13 @@ fn with_admin(text: &str, port: u16) -> String {
 }
 
 async fn reloads(admin_port: u16, result: &str) -> f64 {
-    let metrics = Sender::new()
-        .send(
-            http::Request::get(format!("http://127.0.0.1:{admin_port}/metrics"))
-                .body(Default::default())
-                .unwrap(),
-        )
-        .await;
-    let body = String::from_utf8(metrics.body.to_vec()).unwrap();
-    body.lines()
-        .find(|l| {
-            l.starts_with("hookgate_config_reloads_total")
-                && l.contains(&format!("result=\"{result}\""))
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(-1.0)
+    let body = scrape(&format!("http://127.0.0.1:{admin_port}/metrics")).await;
+    sample(
+        &body,
+        "hookgate_config_reloads_total",
+        &[("result", result)],
+    )
+    .unwrap_or(-1.0)
 }
 
 /// A second route goes live while deliveries keep flowing; none fails.

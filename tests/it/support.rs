@@ -938,3 +938,29 @@ pub async fn shared_cluster() -> Option<&'static RedisCluster> {
     static SHARED: tokio::sync::OnceCell<Option<RedisCluster>> = tokio::sync::OnceCell::const_new();
     SHARED.get_or_init(RedisCluster::start).await.as_ref()
 }
+
+// ---------------------------------------------------------------- metrics
+
+/// The Prometheus text an admin listener serves at `url`.
+pub async fn scrape(url: &str) -> String {
+    let answer = Sender::new()
+        .send(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .await;
+    String::from_utf8(answer.body.to_vec()).unwrap()
+}
+
+/// The value of one sample of `name` whose labels include all of `labels`.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .find(|line| {
+            labels
+                .iter()
+                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}

@@ -80,19 +80,8 @@ async fn untrusted_clients_and_plain_http_fail_without_harm() {
     assert_eq!(ok.status, StatusCode::OK, "the gateway is still healthy");
     assert_eq!(upstream.total(), 1);
 
-    let metrics = Sender::new()
-        .send(
-            http::Request::get(gateway.admin_url("/metrics"))
-                .body(Default::default())
-                .unwrap(),
-        )
-        .await;
-    let body = String::from_utf8(metrics.body.to_vec()).unwrap();
-    let failures: f64 = body
-        .lines()
-        .find(|l| l.starts_with("hookgate_tls_handshake_failures_total "))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap();
+    let body = scrape(&gateway.admin_url("/metrics")).await;
+    let failures = sample(&body, "hookgate_tls_handshake_failures_total", &[]).unwrap();
     assert!(failures >= 4.0, "{failures}");
     gateway.shutdown().await;
 }
