@@ -34,8 +34,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::oneshot;
 
 use super::{
-    new_token, now_ms, retry_after, ClaimOutcome, ClaimRequest, Lease, Record, RecordState,
-    StoreError,
+    new_token, now_ms, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
 };
 use crate::config::Synchronous;
 use crate::replay::RecordedResponse;
@@ -496,17 +495,6 @@ fn claim(
     Ok(settled(record, now).unwrap_or(ClaimOutcome::InFlight {
         retry_after: Duration::from_secs(1),
     }))
-}
-
-/// The answer a live record gives a claim, unless it can be claimed.
-fn settled(record: Record, now: u64) -> Option<ClaimOutcome> {
-    match (record.state, record.lease_until_ms) {
-        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
-        (RecordState::Processing, Some(until)) if until > now => Some(ClaimOutcome::InFlight {
-            retry_after: retry_after(until, now),
-        }),
-        _ => None,
-    }
 }
 
 fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Option<Record>> {

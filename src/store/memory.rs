@@ -8,8 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    new_token, now_ms, retry_after, ClaimOutcome, ClaimRequest, Lease, Record, RecordState,
-    StoreError,
+    new_token, now_ms, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
 };
 use crate::replay::RecordedResponse;
 
@@ -94,7 +93,7 @@ impl MemoryStore {
         self.sweep(now);
         let mut tables = self.lock();
         let existing = live(&tables.records, request.key, now);
-        if let Some(answer) = existing.and_then(|record| settled(record, now)) {
+        if let Some(answer) = existing.and_then(|record| settled(record.clone(), now)) {
             return Ok(answer);
         }
         if existing.is_none() {
@@ -102,7 +101,7 @@ impl MemoryStore {
                 .guard_key
                 .and_then(|guard| live(&tables.guards, guard, now))
                 .and_then(|first| live(&tables.records, first, now));
-            if let Some(answer) = first.and_then(|record| settled(record, now)) {
+            if let Some(answer) = first.and_then(|record| settled(record.clone(), now)) {
                 return Ok(answer);
             }
         }
@@ -199,17 +198,6 @@ impl MemoryStore {
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
-    }
-}
-
-/// The answer a live record gives a claim, unless it can be claimed.
-fn settled(record: &Record, now: u64) -> Option<ClaimOutcome> {
-    match (record.state, record.lease_until_ms) {
-        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record.clone())),
-        (RecordState::Processing, Some(until)) if until > now => Some(ClaimOutcome::InFlight {
-            retry_after: retry_after(until, now),
-        }),
-        _ => None,
     }
 }
 

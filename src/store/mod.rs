@@ -283,6 +283,18 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The answer a live record gives a claim — its recording when completed,
+/// in flight while its lease runs — or `None` when it may be claimed.
+pub(crate) fn settled(record: Record, now_ms: u64) -> Option<ClaimOutcome> {
+    match (record.state, record.lease_until_ms) {
+        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
+        (RecordState::Processing, Some(until)) if until > now_ms => Some(ClaimOutcome::InFlight {
+            retry_after: retry_after(until, now_ms),
+        }),
+        _ => None,
+    }
+}
+
 /// Retry-After for a live claim: the rest of its lease, at least a second.
 pub(crate) fn retry_after(lease_until_ms: u64, now_ms: u64) -> Duration {
     Duration::from_millis(lease_until_ms.saturating_sub(now_ms)).max(Duration::from_secs(1))

@@ -39,7 +39,7 @@ use redis::{Cmd, Script, Value};
 use tokio::sync::OnceCell;
 
 use super::{
-    new_token, retry_after, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
+    new_token, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
 };
 use crate::config::StoreSettings;
 use crate::replay::RecordedResponse;
@@ -290,13 +290,13 @@ impl<C: Connector> RedisStore<C> {
                 }))
             }
             [Value::Int(0), Value::Int(now), fields] => {
+                // The script found it completed or live (by Redis's clock).
                 let record = parse_record(fields)?;
-                match record.state {
-                    RecordState::Completed => Ok(ClaimOutcome::Completed(record)),
-                    _ => Ok(ClaimOutcome::InFlight {
-                        retry_after: retry_after(record.lease_until_ms.unwrap_or(0), *now as u64),
+                Ok(
+                    settled(record, *now as u64).unwrap_or(ClaimOutcome::InFlight {
+                        retry_after: Duration::from_secs(1),
                     }),
-                }
+                )
             }
             other => Err(StoreError::Corrupt(format!(
                 "unexpected claim reply {other:?}"
