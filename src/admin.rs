@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use crate::config::Secret;
 use crate::pipeline::Gateway;
 use crate::server::{accept_loop, Limits};
-use crate::store::Record;
+use crate::store::{Record, StoreError};
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -169,32 +169,16 @@ impl Admin {
                 Ok(Some(record)) => {
                     json_response(StatusCode::OK, &record_json(&route.name, &key, &record))
                 }
-                Ok(None) => error(
-                    StatusCode::NOT_FOUND,
-                    "key_not_found",
-                    "no record for this key",
-                ),
-                Err(e) => error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    &e.to_string(),
-                ),
+                Ok(None) => key_not_found(),
+                Err(e) => store_unavailable(&e),
             },
             (Method::DELETE, None) => match store.delete(&store_key).await {
                 Ok(true) => json_response(
                     StatusCode::OK,
                     &json!({"deleted": true, "route": route.name, "key": key}),
                 ),
-                Ok(false) => error(
-                    StatusCode::NOT_FOUND,
-                    "key_not_found",
-                    "no record for this key",
-                ),
-                Err(e) => error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    &e.to_string(),
-                ),
+                Ok(false) => key_not_found(),
+                Err(e) => store_unavailable(&e),
             },
             (Method::POST, Some("release")) => {
                 self.force_release(&store_key, &route.name, &key).await
@@ -218,20 +202,8 @@ impl Admin {
         let store = self.gateway.store();
         let record = match store.get(store_key).await {
             Ok(Some(record)) => record,
-            Ok(None) => {
-                return error(
-                    StatusCode::NOT_FOUND,
-                    "key_not_found",
-                    "no record for this key",
-                )
-            }
-            Err(e) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    &e.to_string(),
-                )
-            }
+            Ok(None) => return key_not_found(),
+            Err(e) => return store_unavailable(&e),
         };
         let Some(token) = record.token.clone() else {
             return error(
@@ -254,11 +226,7 @@ impl Admin {
                 "not_in_flight",
                 "the claim changed meanwhile",
             ),
-            Err(e) => error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                &e.to_string(),
-            ),
+            Err(e) => store_unavailable(&e),
         }
     }
 }
@@ -309,6 +277,22 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+fn key_not_found() -> Response<Full<Bytes>> {
+    error(
+        StatusCode::NOT_FOUND,
+        "key_not_found",
+        "no record for this key",
+    )
+}
+
+fn store_unavailable(failure: &StoreError) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        &failure.to_string(),
+    )
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
