@@ -35,10 +35,11 @@ async fn reloads(admin_port: u16, result: &str) -> f64 {
     .unwrap_or(-1.0)
 }
 
-/// A second route goes live while deliveries keep flowing; none fails.
-#[tokio::test]
-async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
-    let upstream = Upstream::start().await;
+/// The binary on a memory store with an admin listener, its config in a
+/// temp dir: (dir, config path, admin port, process).
+async fn start_with_admin(
+    upstream: &Upstream,
+) -> (tempfile::TempDir, std::path::PathBuf, u16, GatewayProcess) {
     let dir = tempfile::tempdir().unwrap();
     let admin_port = free_port();
     let text = with_admin(
@@ -47,6 +48,14 @@ async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
     );
     let (path, port) = write_config(dir.path(), &text);
     let gateway = GatewayProcess::start(&path, port).await;
+    (dir, path, admin_port, gateway)
+}
+
+/// A second route goes live while deliveries keep flowing; none fails.
+#[tokio::test]
+async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, admin_port, gateway) = start_with_admin(&upstream).await;
 
     let running = Arc::new(AtomicBool::new(true));
     let stream = {
@@ -111,14 +120,7 @@ async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
 #[tokio::test]
 async fn a_broken_config_leaves_the_old_one_serving() {
     let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let admin_port = free_port();
-    let text = with_admin(
-        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
-        admin_port,
-    );
-    let (path, port) = write_config(dir.path(), &text);
-    let mut gateway = GatewayProcess::start(&path, port).await;
+    let (_dir, path, admin_port, mut gateway) = start_with_admin(&upstream).await;
 
     let broken = std::fs::read_to_string(&path)
         .unwrap()
