@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hookgate::config::{Backend, OnStoreError, StoreSettings, Synchronous};
+use hookgate::config::{Backend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
 use hookgate::replay::RecordedResponse;
 use hookgate::store::{ClaimOutcome, ClaimRequest, Store};
@@ -51,15 +51,11 @@ async fn main() {
     ];
     for (name, backend) in backends {
         let settings = StoreSettings {
-            backend,
-            key_prefix: "store-bench:".into(),
             timeout: Duration::from_secs(5),
-            on_error: OnStoreError::Reject,
-            min_replicas_acked: 0,
-            tls_ca: None,
+            ..StoreSettings::new(backend)
         };
-        let store =
-            Arc::new(Store::open(&settings, StoreMetrics::unregistered()).expect("open store"));
+        let store = Store::open(&settings, "store-bench:", StoreMetrics::unregistered());
+        let store = Arc::new(store.expect("open store"));
         if store.ping().await.is_err() {
             println!("{name:<22} unavailable");
             continue;
@@ -83,7 +79,7 @@ async fn main() {
                         .claim(ClaimRequest {
                             key: &key,
                             body_sha256: "00",
-                            lease: Duration::from_secs(30),
+                            processing_ttl: Duration::from_secs(30),
                             retention: Duration::from_secs(60),
                             guard_key: None,
                         })

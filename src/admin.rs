@@ -24,10 +24,11 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::config::Secret;
+use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
+use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{Record, StoreError};
+use crate::store::{ForceRelease, Record, StoreError};
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -81,8 +82,11 @@ impl Admin {
             }
             (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
             (&Method::GET, "/readyz") => self.readyz().await,
-            (_, path) if path.starts_with("/admin/") => self.admin(&request, path, peer).await,
-            _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+            (_, path) if path.starts_with("/admin/") => self
+                .admin(&request, path, peer)
+                .await
+                .unwrap_or_else(|error| error.to_response()),
+            _ => AdminError::NotFound.to_response(),
         }
     }
 
@@ -113,13 +117,9 @@ impl Admin {
         request: &Request<Incoming>,
         path: &str,
         peer: SocketAddr,
-    ) -> Response<Full<Bytes>> {
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
         let Some(token) = &self.token else {
-            return error(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "the admin API is off (no admin.token)",
-            );
+            return Err(AdminError::Off);
         };
         let presented = request
             .headers()
@@ -128,105 +128,52 @@ impl Admin {
             .unwrap_or_default();
         if !bool::from(presented.ct_eq(token.expose())) {
             tracing::warn!(target: "hookgate::admin", %peer, path, "admin request with a missing or wrong token");
-            let mut response = error(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a valid bearer token is required",
-            );
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return response;
+            return Err(AdminError::Unauthorized);
         }
 
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let (route_name, raw_key, action) = match segments.as_slice() {
             ["admin", "routes", route, "keys", key] => (*route, *key, None),
             ["admin", "routes", route, "keys", key, action] => (*route, *key, Some(*action)),
-            _ => return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+            _ => return Err(AdminError::NotFound),
         };
-        let Some(route) = self.gateway.route(route_name) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                "route_not_found",
-                "no route of that name",
-            );
-        };
-        let Some(key) = percent_decode(raw_key) else {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "key_invalid",
-                "the key is not valid percent-encoding",
-            );
-        };
-        let store_key = self.gateway.store_key(&route, &key);
+        let route = self
+            .gateway
+            .route(route_name)
+            .ok_or(AdminError::UnknownRoute)?;
+        let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
         let store = self.gateway.store();
+        let store_key = store.key(&route.scope, &key);
         let method = request.method().clone();
         tracing::info!(target: "hookgate::admin", %peer, %method, route = %route.name, key, action, "admin action");
 
+        let unavailable = |error: StoreError| AdminError::StoreUnavailable(error.to_string());
         match (method, action) {
-            (Method::GET, None) => match store.get(&store_key).await {
-                Ok(Some(record)) => {
-                    json_response(StatusCode::OK, &record_json(&route.name, &key, &record))
-                }
-                Ok(None) => key_not_found(),
-                Err(e) => store_unavailable(&e),
+            (Method::GET, None) => match store.get(&store_key).await.map_err(unavailable)? {
+                Some(record) => Ok(json_response(
+                    StatusCode::OK,
+                    &record_json(&route.name, &key, &record),
+                )),
+                None => Err(AdminError::KeyNotFound),
             },
-            (Method::DELETE, None) => match store.delete(&store_key).await {
-                Ok(true) => json_response(
+            (Method::DELETE, None) => match store.delete(&store_key).await.map_err(unavailable)? {
+                true => Ok(json_response(
                     StatusCode::OK,
                     &json!({"deleted": true, "route": route.name, "key": key}),
-                ),
-                Ok(false) => key_not_found(),
-                Err(e) => store_unavailable(&e),
+                )),
+                false => Err(AdminError::KeyNotFound),
             },
             (Method::POST, Some("release")) => {
-                self.force_release(&store_key, &route.name, &key).await
+                match store.force_release(&store_key).await.map_err(unavailable)? {
+                    ForceRelease::Released => Ok(json_response(
+                        StatusCode::OK,
+                        &json!({"released": true, "route": route.name, "key": key}),
+                    )),
+                    ForceRelease::NotInFlight => Err(AdminError::NotInFlight),
+                    ForceRelease::NotFound => Err(AdminError::KeyNotFound),
+                }
             }
-            _ => error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "use GET, DELETE, or POST …/release",
-            ),
-        }
-    }
-
-    /// Release a claim whatever its holder: compare-and-set on the token it
-    /// holds now, so a claim that completes meanwhile is left alone.
-    async fn force_release(
-        &self,
-        store_key: &str,
-        route: &str,
-        key: &str,
-    ) -> Response<Full<Bytes>> {
-        let store = self.gateway.store();
-        let record = match store.get(store_key).await {
-            Ok(Some(record)) => record,
-            Ok(None) => return key_not_found(),
-            Err(e) => return store_unavailable(&e),
-        };
-        let Some(token) = record.token.clone() else {
-            return error(
-                StatusCode::CONFLICT,
-                "not_in_flight",
-                "the key holds no claim to release",
-            );
-        };
-        let lease = crate::store::Lease {
-            token,
-            attempt: record.attempts,
-        };
-        match store.release(store_key, &lease).await {
-            Ok(true) => json_response(
-                StatusCode::OK,
-                &json!({"released": true, "route": route, "key": key}),
-            ),
-            Ok(false) => error(
-                StatusCode::CONFLICT,
-                "not_in_flight",
-                "the claim changed meanwhile",
-            ),
-            Err(e) => store_unavailable(&e),
+            _ => Err(AdminError::MethodNotAllowed),
         }
     }
 }
@@ -241,7 +188,7 @@ fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
         "body_sha256": record.body_sha256,
         "first_seen": record.first_seen_ms,
         "completed_at": record.completed_at_ms,
-        "lease_expires_at": record.lease_until_ms,
+        "lease_expires_at": record.lease_expires_at_ms,
         "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
     })
 }
@@ -268,38 +215,6 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response
-}
-
-fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
-    let mut response = text(status, body.to_string());
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn key_not_found() -> Response<Full<Bytes>> {
-    error(
-        StatusCode::NOT_FOUND,
-        "key_not_found",
-        "no record for this key",
-    )
-}
-
-fn store_unavailable(failure: &StoreError) -> Response<Full<Bytes>> {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-        &failure.to_string(),
-    )
-}
-
-fn error(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
-    json_response(
-        status,
-        &json!({"error": {"code": code, "message": message}}),
-    )
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! The responses hookgate writes itself: one error type for the whole request
-//! path, mapped to status, stable code and JSON body in exactly one place.
+//! The responses hookgate writes itself: one error type for the request path
+//! ([`GatewayError`]) and one for the admin API ([`AdminError`]), each mapped
+//! to status, stable code and JSON body in exactly one place, and pinned by
+//! the table tests below.
 //!
 //! `code()` is the SPEC §4 string (also the log field); the body is
 //! `{"error":{"code":"…","message":"…"}}` and never echoes secrets,
@@ -99,16 +101,8 @@ impl GatewayError {
     }
 
     pub fn to_response(&self) -> Response<Full<Bytes>> {
-        let body = serde_json::json!({
-            "error": { "code": self.code(), "message": self.to_string() }
-        });
-        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-        *response.status_mut() = self.status();
+        let mut response = error_response(self.status(), self.code(), &self.to_string());
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
         if let Some(wait) = self.retry_after() {
             let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
@@ -121,6 +115,96 @@ impl GatewayError {
         }
         response
     }
+}
+
+/// What the admin API (its own listener) answers when it cannot do what was
+/// asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    #[error("no such admin endpoint")]
+    NotFound,
+    #[error("the admin API is off (no admin.token)")]
+    Off,
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("no route of that name")]
+    UnknownRoute,
+    #[error("the key is not valid percent-encoding")]
+    KeyEncoding,
+    #[error("no record for this key")]
+    KeyNotFound,
+    #[error("the key holds no claim to release")]
+    NotInFlight,
+    #[error("use GET, DELETE, or POST …/release")]
+    MethodNotAllowed,
+    #[error("the store is unavailable: {0}")]
+    StoreUnavailable(String),
+}
+
+impl AdminError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AdminError::NotFound
+            | AdminError::Off
+            | AdminError::UnknownRoute
+            | AdminError::KeyNotFound => StatusCode::NOT_FOUND,
+            AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::KeyEncoding => StatusCode::BAD_REQUEST,
+            AdminError::NotInFlight => StatusCode::CONFLICT,
+            AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The stable code; documented with the admin API in the README.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AdminError::NotFound | AdminError::Off => "not_found",
+            AdminError::Unauthorized => "unauthorized",
+            AdminError::UnknownRoute => "route_not_found",
+            AdminError::KeyEncoding => "key_encoding_invalid",
+            AdminError::KeyNotFound => "key_not_found",
+            AdminError::NotInFlight => "not_in_flight",
+            AdminError::MethodNotAllowed => "method_not_allowed",
+            AdminError::StoreUnavailable(_) => "store_unavailable",
+        }
+    }
+
+    pub fn to_response(&self) -> Response<Full<Bytes>> {
+        let mut response = error_response(self.status(), self.code(), &self.to_string());
+        let headers = response.headers_mut();
+        match self {
+            AdminError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            AdminError::StoreUnavailable(_) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(STORE_RETRY_AFTER.as_secs()),
+                );
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+/// A JSON response: hookgate's one shape for every answer it writes itself.
+pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
+    json_response(
+        status,
+        &serde_json::json!({ "error": { "code": code, "message": message } }),
+    )
 }
 
 #[cfg(test)]
@@ -184,5 +268,35 @@ mod tests {
             allowed: vec![Method::POST, Method::PUT],
         };
         assert_eq!(not_allowed.to_response().headers()["allow"], "POST, PUT");
+    }
+
+    /// Pins the admin API's statuses and codes.
+    #[test]
+    fn maps_every_admin_error_to_its_status_and_code() {
+        let table: Vec<(AdminError, u16, &str)> = vec![
+            (AdminError::NotFound, 404, "not_found"),
+            (AdminError::Off, 404, "not_found"),
+            (AdminError::Unauthorized, 401, "unauthorized"),
+            (AdminError::UnknownRoute, 404, "route_not_found"),
+            (AdminError::KeyEncoding, 400, "key_encoding_invalid"),
+            (AdminError::KeyNotFound, 404, "key_not_found"),
+            (AdminError::NotInFlight, 409, "not_in_flight"),
+            (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
+            (
+                AdminError::StoreUnavailable("timed out".into()),
+                503,
+                "store_unavailable",
+            ),
+        ];
+        for (error, status, code) in table {
+            assert_eq!(error.code(), code);
+            let response = error.to_response();
+            assert_eq!(response.status().as_u16(), status, "{code}");
+            assert_eq!(response.headers()["content-type"], "application/json");
+        }
+        let unauthorized = AdminError::Unauthorized.to_response();
+        assert_eq!(unauthorized.headers()["www-authenticate"], "Bearer");
+        let unavailable = AdminError::StoreUnavailable(String::new()).to_response();
+        assert_eq!(unavailable.headers()["retry-after"], "5");
     }
 }

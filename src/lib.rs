@@ -6,19 +6,32 @@
 //! The modules follow the life of a delivery (SPEC §4), and
 //! [`pipeline::Gateway::handle`] walks through them in order:
 //!
-//! - [`config`] — the TOML file, validated into typed settings.
-//! - [`server`] — accept, TLS, connection limits, HTTP/1.1 + h2, graceful drain.
-//! - [`route`] — exact-path and method matching.
+//! - [`config`] — the TOML file, validated into typed settings: [`config::Fixed`]
+//!   (read once) and [`config::Live`] (what a reload swaps in).
+//! - [`server`] — accept, TLS, connection limits, HTTP/1.1 + h2.
+//! - [`pipeline`] — one delivery's life, one step per SPEC §4 stage; also
+//!   the gateway's drain at shutdown, which releases the claims still held.
+//! - [`route`] — exact-path and method matching; the pooled upstream
+//!   clients, kept across reloads.
 //! - [`verify`] — signature schemes, on the raw body, before anything else.
+//!   One file per sender, each with its [`verify::Profile`] (default key,
+//!   retry horizon, retention, replay guard); adding a sender is that file
+//!   plus one line in [`verify::PROFILES`].
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
-//! - [`store`] — atomic claims with fenced leases (`memory`, `embedded`,
-//!   `redis`, `redis-cluster`).
-//! - [`lease`] — renewal while the upstream runs; claims held at shutdown.
+//! - [`store`] — the [`store::Backend`] contract (atomic claims with fenced
+//!   leases) and its backends, `memory`, `embedded`, `redis` and
+//!   `redis-cluster`; [`store::Store`] adds the key layout and deadlines.
+//!   Adding a backend is one file implementing the trait, one arm in
+//!   [`store::Store::open`] and one line in the conformance suite.
+//! - [`claim`] — a claim's life: renewal while the upstream runs, then
+//!   complete or release; the set of claims this process holds.
 //! - [`upstream`] — the forwarded request and the pooled client.
-//! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
-//! - [`reload`] — SIGHUP: swap routes, secrets and certificate atomically.
 //! - [`replay`] — recorded responses and their replay.
-//! - [`error`] — every response hookgate writes itself, status and code.
+//! - [`error`] — every response hookgate writes itself, status and code,
+//!   the admin API's included.
+//! - [`secret`] — key material that never reaches a log.
+//! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
+//! - [`reload`] — SIGHUP: swap the live config atomically.
 //! - [`headers`] — header names and hop-by-hop rules.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
@@ -29,16 +42,17 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod claim;
 pub mod config;
 pub mod error;
 pub mod headers;
 pub mod key;
-pub mod lease;
 pub mod metrics;
 pub mod pipeline;
 pub mod reload;
 pub mod replay;
 pub mod route;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod tls;
@@ -53,7 +67,7 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 
 use crate::admin::Admin;
-use crate::config::Config;
+use crate::config::{Config, ServerSettings};
 use crate::metrics::Metrics;
 use crate::pipeline::Gateway;
 use crate::reload::Reloader;
@@ -64,6 +78,7 @@ use crate::store::Store;
 pub struct App {
     pub gateway: Arc<Gateway>,
     admin: Arc<Admin>,
+    server: ServerSettings,
     tls: Option<server::Tls>,
     reloader: Arc<Reloader>,
 }
@@ -75,8 +90,10 @@ impl App {
         tls::install_default_provider();
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
-        let store = Store::open(&config.store, metrics.store.clone())?;
+        let fixed = &config.fixed;
+        let store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?;
         let longest_retention = config
+            .live
             .routes
             .iter()
             .map(|route| route.retention)
@@ -87,9 +104,9 @@ impl App {
             tracing::warn!("{risk}");
         }
         let gateway = Arc::new(Gateway::new(config, store, metrics));
-        let token = config.admin.as_ref().and_then(|admin| admin.token.clone());
+        let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
         let admin = Arc::new(Admin::new(Arc::clone(&gateway), token, risks));
-        let tls = config.server.tls.as_ref().map(|tls| server::Tls {
+        let tls = config.live.tls.as_ref().map(|tls| server::Tls {
             config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
             handshake_failures: gateway.metrics().tls_handshake_failures.clone(),
         });
@@ -101,6 +118,7 @@ impl App {
         Ok(App {
             gateway,
             admin,
+            server: fixed.server.clone(),
             tls,
             reloader,
         })
@@ -115,7 +133,6 @@ impl App {
     /// `shutdown` resolves, then drain.
     pub async fn serve(
         self,
-        config: &Config,
         listener: TcpListener,
         admin_listener: Option<TcpListener>,
         shutdown: impl Future<Output = ()>,
@@ -126,7 +143,7 @@ impl App {
                 let _ = admin_stopped.await;
             }))
         });
-        server::serve(listener, self.gateway, &config.server, self.tls, shutdown).await;
+        server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
         let _ = stop_admin.send(());
         if let Some(task) = admin_task {
             let _ = task.await;

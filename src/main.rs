@@ -106,10 +106,11 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let listener = TcpListener::bind(config.server.listen)
+    let fixed = &config.fixed;
+    let listener = TcpListener::bind(fixed.server.listen)
         .await
-        .with_context(|| format!("cannot bind {}", config.server.listen))?;
-    let admin_listener = match &config.admin {
+        .with_context(|| format!("cannot bind {}", fixed.server.listen))?;
+    let admin_listener = match &fixed.admin {
         Some(admin) => Some(
             TcpListener::bind(admin.listen)
                 .await
@@ -117,15 +118,15 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let app = hookgate::App::new(&config).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
-        admin = ?config.admin.as_ref().map(|admin| admin.listen),
-        store = config.store.backend.name(),
-        routes = config.routes.len(),
+        admin = ?fixed.admin.as_ref().map(|admin| admin.listen),
+        store = fixed.store.backend.name(),
+        routes = config.live.routes.len(),
         version = env!("CARGO_PKG_VERSION"),
         "hookgate is serving"
     );
-    let app = hookgate::App::new(&config).await?;
     let reloader = app.reloader();
     tokio::spawn(async move {
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
@@ -137,8 +138,7 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
             let _ = reloader.reload_file(&path);
         }
     });
-    app.serve(&config, listener, admin_listener, shutdown_signal())
-        .await;
+    app.serve(listener, admin_listener, shutdown_signal()).await;
     tracing::info!("stopped");
     Ok(())
 }

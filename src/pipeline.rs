@@ -1,11 +1,14 @@
 //! The life of one webhook delivery, SPEC §4, on one screen.
 //!
 //! [`Gateway::handle`] runs the stages in order — route, read body, verify,
-//! extract key, claim, forward (renewing the lease), record or release — and
+//! extract key, claim, forward (renewing the claim), record or release — and
 //! every stage either moves on or ends the request with a [`GatewayError`].
+//! The claim's life, from the store's answer to its end, is one
+//! [`Claim`](crate::claim::Claim).
 //! The order is the security model: nothing touches the store before the
 //! signature checks out, and nothing reaches the upstream before the claim.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,19 +22,16 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, OnMismatch, OnStoreError, RouteConfig};
+use crate::claim::{Claim, Claims};
+use crate::config::{Config, Live, OnMismatch, OnStoreError, RequestLimits, RouteConfig};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::key;
-use crate::lease::{renewing, LeaseStatus, Leases};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
-use crate::route::{Route, RouteTable};
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, Record, Store};
+use crate::route::{Route, RouteTable, Upstreams};
+use crate::store::{ClaimOutcome, ClaimRequest, Record, Store};
 use crate::upstream::{build_request, Delivery, UpstreamError, UpstreamResponse};
-
-/// Attempts at recording a final response before giving up on it.
-const COMPLETE_ATTEMPTS: u32 = 3;
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -75,31 +75,30 @@ pub struct Gateway {
     /// snapshot to the end, so in-flight requests finish on the config they
     /// started with.
     runtime: ArcSwap<Runtime>,
+    /// The upstream clients, kept across reloads for their pooled
+    /// connections.
+    upstreams: Upstreams,
     store: Store,
-    leases: Arc<Leases>,
+    /// The claims this process holds, for shutdown.
+    claims: Arc<Claims>,
     metrics: Metrics,
-    /// Fixed for the life of the process: changing it would orphan every
-    /// stored key.
-    key_prefix: String,
     /// Set once shutdown begins, so readiness turns false while draining.
     draining: AtomicBool,
 }
 
-/// The reloadable part of the config.
+/// The live part of the config, ready to serve.
 pub struct Runtime {
     pub routes: RouteTable,
     on_store_error: OnStoreError,
-    max_body_bytes: usize,
-    body_read_timeout: Duration,
+    limits: RequestLimits,
 }
 
 impl Runtime {
-    fn new(config: &Config) -> Self {
+    fn new(live: &Live, upstreams: &Upstreams, metrics: &Metrics) -> Self {
         Self {
-            routes: RouteTable::new(&config.routes),
-            on_store_error: config.store.on_error,
-            max_body_bytes: config.server.max_body_bytes,
-            body_read_timeout: config.server.body_read_timeout,
+            routes: RouteTable::new(&live.routes, upstreams, metrics),
+            on_store_error: live.on_store_error,
+            limits: live.limits,
         }
     }
 }
@@ -111,30 +110,38 @@ struct RequestLog<'a> {
     upstream: Option<Duration>,
 }
 
+/// What the claim stage decided.
+enum Claimed<'s> {
+    /// This delivery owns the key: forward it.
+    New(Claim<'s>),
+    /// A duplicate of a completed event, answered from its record.
+    Duplicate(Response<Full<Bytes>>),
+    /// The store is down and `on_error = "forward"`: forward unrecorded.
+    Unprotected,
+}
+
 impl Gateway {
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
+        let upstreams = Upstreams::default();
         Self {
-            runtime: ArcSwap::from_pointee(Runtime::new(config)),
+            runtime: ArcSwap::from_pointee(Runtime::new(&config.live, &upstreams, &metrics)),
+            upstreams,
             store,
-            leases: Arc::default(),
+            claims: Arc::default(),
             metrics,
-            key_prefix: config.store.key_prefix.clone(),
             draining: AtomicBool::new(false),
         }
     }
 
-    /// Swap in the routes, secrets and request limits of `config`; requests
+    /// Swap in the routes, secrets and request limits of `live`; requests
     /// already running keep the old ones.
-    pub fn reload(&self, config: &Config) {
-        self.runtime.store(Arc::new(Runtime::new(config)));
+    pub fn reload(&self, live: &Live) {
+        self.runtime
+            .store(Arc::new(Runtime::new(live, &self.upstreams, &self.metrics)));
     }
 
     pub fn store(&self) -> &Store {
         &self.store
-    }
-
-    pub fn leases(&self) -> &Arc<Leases> {
-        &self.leases
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -146,23 +153,34 @@ impl Gateway {
         self.runtime.load().routes.named(name).cloned()
     }
 
-    pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-    }
-
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// The store key of `key` on `route`: `{key_prefix}{scope}:{key}`. On a
-    /// Redis Cluster, a route with a replay guard claims two keys in one
-    /// script, so its keys share the hash tag `{scope}` (one slot per such
-    /// route).
-    pub fn store_key(&self, route: &RouteConfig, key: &str) -> String {
-        if route.replay_guard && self.store.is_cluster() {
-            format!("{}{{{}}}:{}", self.key_prefix, route.scope, key)
+    /// Shutdown: readiness turns false, running deliveries get `grace` to
+    /// finish (`connections` resolves once every connection has closed);
+    /// then the claims still held are released, so the senders' retries are
+    /// forwarded at once instead of after `processing_ttl`.
+    pub async fn drain(&self, grace: Duration, connections: impl Future<Output = ()>) {
+        self.draining.store(true, Ordering::Relaxed);
+        tracing::info!(
+            in_flight = self.claims.count(),
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: draining in-flight requests"
+        );
+        let finished = tokio::time::timeout(grace, async {
+            connections.await;
+            self.claims.wait_idle().await;
+        })
+        .await;
+        if finished.is_err() {
+            let released = self.claims.release_all(&self.store).await;
+            tracing::warn!(
+                released,
+                "grace period over: released unfinished claims so the senders' retries are processed"
+            );
         } else {
-            format!("{}{}:{}", self.key_prefix, route.scope, key)
+            tracing::info!("drained");
         }
     }
 
@@ -221,52 +239,26 @@ impl Gateway {
 
         // 2. Read the body, bounded in size and time.
         let (parts, body) = request.into_parts();
-        let body = read_body(body, &parts.headers, runtime).await?;
+        let body = read_body(body, &parts.headers, runtime.limits).await?;
 
         // 3. Verify the signature on the raw bytes, before anything else.
         route
             .verifier
             .verify(&parts.headers, &body, SystemTime::now())?;
 
-        // 4. Extract the idempotency key and scope it.
+        // 4. Extract the idempotency key.
         let body_sha256 = hex::encode(Sha256::digest(&body));
         let key = key::extract(&route.key, &parts.headers, &body, &body_sha256)?;
         log.key = Some(key.clone());
-        let store_key = self.store_key(route, &key);
-        let guard_key = route
-            .replay_guard
-            .then(|| self.store_key(route, &format!("body-sha256:{body_sha256}")));
 
-        // 5. Claim it.
-        let claim = self
-            .store
-            .claim(ClaimRequest {
-                key: &store_key,
-                body_sha256: &body_sha256,
-                lease: route.processing_ttl,
-                retention: route.retention,
-                guard_key: guard_key.as_deref(),
-            })
-            .await;
-        let lease = match claim {
-            Ok(ClaimOutcome::New(lease)) => Some(lease),
-            Ok(ClaimOutcome::Completed(record)) => {
-                return replay(route, &record, &body_sha256).map(|r| (r, Outcome::Replayed));
-            }
-            Ok(ClaimOutcome::InFlight { retry_after }) => {
-                return Err(GatewayError::InFlight { retry_after });
-            }
-            Err(error) if runtime.on_store_error == OnStoreError::Forward => {
-                tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
-                None
-            }
-            Err(error) => {
-                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
-                return Err(GatewayError::StoreUnavailable);
-            }
+        // 5. Claim it: a duplicate ends here, answered from the record.
+        let claim = match self.claim(runtime, route, &key, &body_sha256).await? {
+            Claimed::New(claim) => Some(claim),
+            Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
+            Claimed::Unprotected => None,
         };
 
-        // 6. Forward, renewing the lease while the upstream works.
+        // 6. Forward, renewing the claim while the upstream works.
         let upstream_request = build_request(Delivery {
             route,
             parts: &parts,
@@ -276,40 +268,14 @@ impl Gateway {
             peer: connection.peer.ip(),
             proto: connection.proto,
         });
-        let called = Instant::now();
-        let call = async {
-            let result = route
-                .upstream
-                .send(upstream_request, route.upstream_timeout)
-                .await;
-            if let Ok(answer) = &result {
-                self.metrics
-                    .upstream_answered(&route.name, answer.status, called.elapsed());
-            }
-            result
-        };
-        let Some(lease) = lease else {
-            let result = call.await;
-            log.upstream = Some(called.elapsed());
+        let call = self.call(route, upstream_request);
+        let Some(mut claim) = claim else {
+            let (result, elapsed) = call.await;
+            log.upstream = Some(elapsed);
             return finish_unclaimed(result);
         };
-        let _held = self.leases.hold(&store_key, &lease);
-        let lost = || {
-            self.metrics
-                .leases_lost
-                .with_label_values(&[&route.name])
-                .inc()
-        };
-        let (result, status) = renewing(
-            &self.store,
-            &store_key,
-            &lease,
-            route.processing_ttl,
-            call,
-            lost,
-        )
-        .await;
-        log.upstream = Some(called.elapsed());
+        let (result, elapsed) = claim.renewing(call).await;
+        log.upstream = Some(elapsed);
 
         // 7. Record a final answer; release the claim for anything else.
         match result {
@@ -320,80 +286,83 @@ impl Gateway {
                     &answer.body,
                     route.max_cached_body_bytes,
                 );
-                self.complete(route, &store_key, &lease, &recorded, status)
-                    .await;
+                claim.complete(&recorded, route.retention).await;
                 Ok((pass_through(answer), Outcome::Forwarded))
             }
             Ok(answer) => {
-                self.release(&store_key, &lease).await;
+                claim.release().await;
                 Ok((pass_through(answer), Outcome::UpstreamError))
             }
             Err(error) => {
                 tracing::warn!(route = %route.name, %error, "upstream call failed");
-                self.release(&store_key, &lease).await;
+                claim.release().await;
                 Err(upstream_error(error))
             }
         }
     }
 
-    /// Record the final response. A few quick retries: losing the recording
-    /// means the next retry is forwarded again once the lease runs out.
-    async fn complete(
+    /// Stage 5: claim `key` on `route`.
+    async fn claim(
         &self,
-        route: &RouteConfig,
-        store_key: &str,
-        lease: &Lease,
-        recorded: &RecordedResponse,
-        status: LeaseStatus,
-    ) {
-        for attempt in 1..=COMPLETE_ATTEMPTS {
-            match self
-                .store
-                .complete(store_key, lease, recorded, route.retention)
-                .await
-            {
-                Ok(true) => return,
-                Ok(false) if attempt > 1 && self.recorded_already(store_key, recorded).await => {
-                    // An earlier attempt timed out here but was applied.
-                    return;
-                }
-                Ok(false) => {
-                    tracing::warn!(route = %route.name, ?status, "lease was lost before the response could be recorded");
-                    if status == LeaseStatus::Held {
-                        // Taken over between the last renewal and now.
-                        self.metrics
-                            .leases_lost
-                            .with_label_values(&[&route.name])
-                            .inc();
-                    }
-                    return;
-                }
-                Err(error) if attempt < COMPLETE_ATTEMPTS => {
-                    tracing::warn!(route = %route.name, %error, attempt, "recording the response failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(error) => {
-                    tracing::error!(route = %route.name, %error, "could not record the response; a retry after processing_ttl will be forwarded again");
-                }
+        runtime: &Runtime,
+        route: &Route,
+        key: &str,
+        body_sha256: &str,
+    ) -> Result<Claimed<'_>, GatewayError> {
+        let store_key = self.store.key(&route.scope, key);
+        let guard_key = route
+            .replay_guard
+            .then(|| self.store.guard_key(&route.scope, body_sha256));
+        let outcome = self
+            .store
+            .claim(ClaimRequest {
+                key: &store_key,
+                body_sha256,
+                processing_ttl: route.processing_ttl,
+                retention: route.retention,
+                guard_key: guard_key.as_deref(),
+            })
+            .await;
+        match outcome {
+            Ok(ClaimOutcome::New(lease)) => Ok(Claimed::New(Claim::new(
+                &self.store,
+                &self.claims,
+                store_key,
+                lease,
+                route.processing_ttl,
+                route.leases_lost.clone(),
+            ))),
+            Ok(ClaimOutcome::Completed(record)) => {
+                replay(route, &record, body_sha256).map(Claimed::Duplicate)
+            }
+            Ok(ClaimOutcome::InFlight { retry_after }) => {
+                Err(GatewayError::InFlight { retry_after })
+            }
+            Err(error) if runtime.on_store_error == OnStoreError::Forward => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
+                Ok(Claimed::Unprotected)
+            }
+            Err(error) => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                Err(GatewayError::StoreUnavailable)
             }
         }
     }
 
-    /// Whether the record already holds `recorded` (a completion whose
-    /// answer was lost to a timeout).
-    async fn recorded_already(&self, store_key: &str, recorded: &RecordedResponse) -> bool {
-        matches!(
-            self.store.get(store_key).await,
-            Ok(Some(record)) if record.response.as_ref() == Some(recorded)
-        )
-    }
-
-    /// Let the sender's next retry claim the key again. If this fails the
-    /// lease simply runs out after `processing_ttl`.
-    async fn release(&self, store_key: &str, lease: &Lease) {
-        if let Err(error) = self.store.release(store_key, lease).await {
-            tracing::warn!(%error, "could not release claim; it expires with its lease");
+    /// Stage 6: one upstream call, timed; the answer's class counted.
+    async fn call(
+        &self,
+        route: &Route,
+        request: Request<Full<Bytes>>,
+    ) -> (Result<UpstreamResponse, UpstreamError>, Duration) {
+        let called = Instant::now();
+        let result = route.upstream.send(request, route.upstream_timeout).await;
+        let elapsed = called.elapsed();
+        if let Ok(answer) = &result {
+            self.metrics
+                .upstream_answered(&route.name, answer.status, elapsed);
         }
+        (result, elapsed)
     }
 }
 
@@ -402,7 +371,7 @@ impl Gateway {
 async fn read_body(
     body: Incoming,
     headers: &HeaderMap,
-    limits: &Runtime,
+    limits: RequestLimits,
 ) -> Result<Bytes, GatewayError> {
     let declared = headers
         .get(http::header::CONTENT_LENGTH)

@@ -4,9 +4,11 @@
 //! config; requests already running finish on the one they started with.
 //!
 //! An invalid file changes nothing: the error is logged with its location and
-//! the old config keeps serving. Listen addresses, the admin listener, the
-//! store, and switching TLS on or off are logged as needing a restart and
-//! keep their running values. Every attempt is counted in
+//! the old config keeps serving. What a reload may change is the config's
+//! [`Live`](crate::config::Live) part; everything in
+//! [`Fixed`](crate::config::Fixed) — listeners, connection limits, the admin
+//! listener, the store, switching TLS on or off — is logged as needing a
+//! restart and keeps its running value. Every attempt is counted in
 //! `hookgate_config_reloads_total{result}`.
 
 use std::path::Path;
@@ -14,34 +16,15 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::config::{AdminSettings, Config, StoreSettings};
+use crate::config::{Config, Fixed};
 use crate::pipeline::Gateway;
 
 /// Applies new configs to a running gateway.
 pub struct Reloader {
     gateway: Arc<Gateway>,
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
-    running: Mutex<RestartOnly>,
-}
-
-/// The settings a reload cannot change, as the process runs with them.
-#[derive(PartialEq)]
-struct RestartOnly {
-    listen: std::net::SocketAddr,
-    admin: Option<AdminSettings>,
-    store: StoreSettings,
-    tls: bool,
-}
-
-impl RestartOnly {
-    fn of(config: &Config) -> Self {
-        Self {
-            listen: config.server.listen,
-            admin: config.admin.clone(),
-            store: config.store.clone(),
-            tls: config.server.tls.is_some(),
-        }
-    }
+    /// The restart-only settings the process runs with.
+    running: Mutex<Fixed>,
 }
 
 impl Reloader {
@@ -53,7 +36,7 @@ impl Reloader {
         Self {
             gateway,
             tls,
-            running: Mutex::new(RestartOnly::of(config)),
+            running: Mutex::new(config.fixed.clone()),
         }
     }
 
@@ -76,30 +59,15 @@ impl Reloader {
         }
     }
 
-    /// Swap in everything reloadable from `config`; returns what needs a
-    /// restart (also logged).
+    /// Swap in everything live from `config`; returns the restart-only
+    /// settings it would change (also logged), which keep their running
+    /// values.
     pub fn apply(&self, config: &Config) -> Vec<String> {
         let running = self
             .running
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let wanted = RestartOnly::of(config);
-        let mut needs_restart = Vec::new();
-        if wanted.listen != running.listen {
-            needs_restart.push(format!(
-                "server.listen ({} -> {})",
-                running.listen, wanted.listen
-            ));
-        }
-        if wanted.admin != running.admin {
-            needs_restart.push("[admin]".to_owned());
-        }
-        if wanted.store != running.store {
-            needs_restart.push("[store]".to_owned());
-        }
-        if wanted.tls != running.tls {
-            needs_restart.push("server.tls on/off".to_owned());
-        }
+        let needs_restart = config.fixed.changes_from(&running);
         for setting in &needs_restart {
             tracing::warn!(
                 setting,
@@ -110,11 +78,11 @@ impl Reloader {
             tracing::warn!("{warning}");
         }
 
-        self.gateway.reload(config);
-        if let (Some(current), Some(new)) = (&self.tls, &config.server.tls) {
+        self.gateway.reload(&config.live);
+        if let (Some(current), Some(new)) = (&self.tls, &config.live.tls) {
             current.store(Arc::clone(&new.config));
         }
-        tracing::info!(routes = config.routes.len(), "config reloaded");
+        tracing::info!(routes = config.live.routes.len(), "config reloaded");
         needs_restart
     }
 }

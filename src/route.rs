@@ -3,20 +3,25 @@
 
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use http::Method;
+use prometheus::IntCounter;
 
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
+use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 
 /// A configured route, ready to forward.
 pub struct Route {
     pub config: Arc<RouteConfig>,
     /// Shared by every route with the same TLS roots, so keep-alive
-    /// connections are pooled across them.
+    /// connections are pooled across them (and kept across reloads).
     pub upstream: Upstream,
+    /// `hookgate_leases_lost_total{route}`, looked up once per reload
+    /// instead of once per request.
+    pub leases_lost: IntCounter,
 }
 
 impl Deref for Route {
@@ -32,28 +37,60 @@ pub struct RouteTable {
     by_path: HashMap<String, Arc<Route>>,
 }
 
-impl RouteTable {
-    pub fn new(routes: &[Arc<RouteConfig>]) -> Self {
-        let mut clients: Vec<(Arc<rustls::ClientConfig>, Upstream)> = Vec::new();
-        let mut by_path = HashMap::new();
-        for config in routes {
-            let upstream = match clients
-                .iter()
-                .find(|(tls, _)| Arc::ptr_eq(tls, &config.upstream_tls))
-            {
-                Some((_, upstream)) => upstream.clone(),
-                None => {
-                    let upstream = Upstream::new(Arc::clone(&config.upstream_tls));
-                    clients.push((Arc::clone(&config.upstream_tls), upstream.clone()));
-                    upstream
+/// The pooled upstream clients, one per set of trusted roots (the Mozilla
+/// roots, plus a route's `upstream_ca` when it has one). A reload reuses the
+/// client of every route whose roots did not change, so its keep-alive
+/// connections survive a SIGHUP.
+#[derive(Default)]
+pub struct Upstreams {
+    clients: Mutex<Vec<(Option<UpstreamCa>, Upstream)>>,
+}
+
+impl Upstreams {
+    /// The client for each of `routes`, in order: a running one where the
+    /// roots match, a new one otherwise. Clients no route uses any more are
+    /// dropped once the requests still using them finish.
+    fn for_routes(&self, routes: &[Arc<RouteConfig>]) -> Vec<Upstream> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let mut kept: Vec<(Option<UpstreamCa>, Upstream)> = Vec::new();
+        let picked = routes
+            .iter()
+            .map(|route| {
+                let ca = &route.upstream_ca;
+                if let Some((_, client)) = kept.iter().find(|(roots, _)| roots == ca) {
+                    return client.clone();
                 }
-            };
-            let route = Route {
-                config: Arc::clone(config),
-                upstream,
-            };
-            by_path.insert(config.path.clone(), Arc::new(route));
-        }
+                let client = match clients.iter().find(|(roots, _)| roots == ca) {
+                    Some((_, client)) => client.clone(),
+                    None => Upstream::new(ca.as_ref().map_or(&[][..], |ca| &ca.certs)),
+                };
+                kept.push((ca.clone(), client.clone()));
+                client
+            })
+            .collect();
+        *clients = kept;
+        picked
+    }
+}
+
+impl RouteTable {
+    pub fn new(routes: &[Arc<RouteConfig>], upstreams: &Upstreams, metrics: &Metrics) -> Self {
+        let clients = upstreams.for_routes(routes);
+        let by_path = routes
+            .iter()
+            .zip(clients)
+            .map(|(config, upstream)| {
+                let route = Route {
+                    config: Arc::clone(config),
+                    upstream,
+                    leases_lost: metrics.leases_lost.with_label_values(&[&config.name]),
+                };
+                (config.path.clone(), Arc::new(route))
+            })
+            .collect();
         Self { by_path }
     }
 

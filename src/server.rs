@@ -96,8 +96,9 @@ pub async fn serve(
         }
     })
     .await;
-    gateway.start_draining();
-    drain(graceful, &gateway, settings.shutdown_grace).await;
+    gateway
+        .drain(settings.shutdown_grace, graceful.shutdown())
+        .await;
 }
 
 /// Accept connections until `shutdown`, serving each with the handler that
@@ -200,28 +201,4 @@ fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
         .keep_alive_interval(H2_KEEP_ALIVE)
         .keep_alive_timeout(H2_KEEP_ALIVE);
     builder
-}
-
-/// Finish in-flight requests within `grace`; then release what is left.
-async fn drain(graceful: GracefulShutdown, gateway: &Gateway, grace: Duration) {
-    let in_flight = gateway.leases().count();
-    tracing::info!(
-        in_flight,
-        grace_ms = grace.as_millis() as u64,
-        "shutting down: draining in-flight requests"
-    );
-    let finished = tokio::time::timeout(grace, async {
-        graceful.shutdown().await;
-        gateway.leases().wait_idle().await;
-    })
-    .await;
-    if finished.is_err() {
-        let released = gateway.leases().release_all(gateway.store()).await;
-        tracing::warn!(
-            released,
-            "grace period over: released unfinished claims so the senders' retries are processed"
-        );
-    } else {
-        tracing::info!("drained");
-    }
 }

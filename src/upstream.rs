@@ -7,7 +7,6 @@
 //! whatever the sender spoke.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +18,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
 
 use crate::config::RouteConfig;
 use crate::headers::{
@@ -56,8 +56,13 @@ pub struct Upstream {
 
 impl Upstream {
     /// A client for `http://` and `https://` upstreams, verifying
-    /// certificates against `tls`'s roots (there is no way to skip it).
-    pub fn new(tls: Arc<rustls::ClientConfig>) -> Self {
+    /// certificates against the Mozilla roots plus `extra_roots` (there is no
+    /// way to skip it). The roots were checked when the config loaded.
+    pub fn new(extra_roots: &[CertificateDer<'static>]) -> Self {
+        let tls = crate::tls::client_config(extra_roots).unwrap_or_else(|error| {
+            tracing::error!(%error, "upstream_ca unusable; trusting the Mozilla roots only");
+            crate::tls::client_config(&[]).expect("the Mozilla roots are usable")
+        });
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));

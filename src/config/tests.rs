@@ -1,7 +1,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use http::{HeaderMap, HeaderValue, Method};
+
 use super::*;
+use crate::key::KeySource;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -46,12 +49,15 @@ prefix = "sha256="
 #[test]
 fn applies_defaults() {
     let config = parse(MINIMAL).unwrap();
-    assert_eq!(config.server.max_body_bytes, 1 << 20);
-    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
-    assert_eq!(config.store.key_prefix, "hookgate:");
-    assert_eq!(config.store.timeout, Duration::from_millis(500));
-    assert_eq!(config.store.on_error, OnStoreError::Reject);
-    let route = &config.routes[0];
+    assert_eq!(config.live.limits.max_body_bytes, 1 << 20);
+    assert_eq!(
+        config.fixed.server.header_read_timeout,
+        Duration::from_secs(10)
+    );
+    assert_eq!(config.fixed.key_prefix, "hookgate:");
+    assert_eq!(config.fixed.store.timeout, Duration::from_millis(500));
+    assert_eq!(config.live.on_store_error, OnStoreError::Reject);
+    let route = &config.live.routes[0];
     assert_eq!(route.methods, [Method::POST]);
     assert_eq!(route.scope, "orders");
     assert_eq!(route.processing_ttl, Duration::from_secs(30));
@@ -61,10 +67,23 @@ fn applies_defaults() {
         "idempotency-key"
     );
     assert_eq!(route.max_cached_body_bytes, 65_536);
-    match &route.verifier {
-        Verifier::Hmac(v) => assert_eq!(v.secrets[0].expose(), b"whsec_test"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(route.scheme.name, "hmac");
+    // The secret from ${SECRET} verifies, with the configured header and prefix.
+    let signed = |signature: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-signature", HeaderValue::from_str(signature).unwrap());
+        route
+            .verifier
+            .verify(&headers, b"{}", std::time::SystemTime::now())
+    };
+    let tag = {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test").unwrap();
+        mac.update(b"{}");
+        hex::encode(mac.finalize().into_bytes())
+    };
+    assert_eq!(signed(&format!("sha256={tag}")), Ok(()));
+    assert!(signed(&tag).is_err(), "the prefix is required");
     assert!(config.summary().contains("orders"));
     assert!(
         !config.summary().contains("whsec_test"),
@@ -127,7 +146,10 @@ fn a_route_must_say_how_it_verifies() {
 
     let unsigned = format!("{text}[routes.verify]\nscheme = \"none\"\n");
     let config = parse(&unsigned).unwrap();
-    assert!(matches!(config.routes[0].verifier, Verifier::None));
+    let route = &config.live.routes[0];
+    assert_eq!(route.scheme.name, "none");
+    let now = std::time::SystemTime::now();
+    assert_eq!(route.verifier.verify(&HeaderMap::new(), b"x", now), Ok(()));
 }
 
 #[test]
@@ -177,21 +199,23 @@ fn parses_store_and_admin() {
         .replace("[store]", "[admin]\nlisten = \"127.0.0.1:9090\"\ntoken = \"${ADMIN_TOKEN}\"\n\n[store]");
     let config = parse(&text).unwrap();
     assert_eq!(
-        config.store.backend,
+        config.fixed.store.backend,
         Backend::Redis {
             url: "redis://127.0.0.1:6379/0".into()
         }
     );
-    assert_eq!(config.store.on_error, OnStoreError::Forward);
-    assert_eq!(config.store.timeout, Duration::from_millis(250));
-    let admin = config.admin.unwrap();
+    assert_eq!(config.live.on_store_error, OnStoreError::Forward);
+    assert_eq!(config.fixed.store.timeout, Duration::from_millis(250));
+    let admin = config.fixed.admin.unwrap();
     assert_eq!(format!("{:?}", admin.token), "Some([redacted])");
 }
 
 #[test]
 fn empty_idempotency_header_disables_injection() {
     let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");
-    assert!(parse(&text).unwrap().routes[0].idempotency_header.is_none());
+    assert!(parse(&text).unwrap().live.routes[0]
+        .idempotency_header
+        .is_none());
 }
 
 fn route_with(verify: &str, extra: &str) -> String {
@@ -209,18 +233,18 @@ fn provider_schemes_bring_their_defaults() {
         "",
     ))
     .unwrap();
-    let route = &stripe.routes[0];
+    let route = &stripe.live.routes[0];
     assert_eq!(route.key, [KeySource::parse("json:/id").unwrap()]);
     assert!(!route.replay_guard);
     assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
 
     let github = parse(&route_with("scheme = \"github\"\nsecrets = [\"s\"]", "")).unwrap();
     assert!(
-        github.routes[0].replay_guard,
+        github.live.routes[0].replay_guard,
         "on by default: the delivery id is unsigned"
     );
     assert_eq!(
-        github.routes[0].key[0].to_string(),
+        github.live.routes[0].key[0].to_string(),
         "header:x-github-delivery"
     );
 
@@ -229,16 +253,20 @@ fn provider_schemes_bring_their_defaults() {
         "replay_guard = \"body\"",
     ))
     .unwrap();
-    let keys: Vec<String> = svix.routes[0].key.iter().map(ToString::to_string).collect();
+    let keys: Vec<String> = svix.live.routes[0]
+        .key
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(keys, ["header:webhook-id", "header:svix-id"]);
-    assert!(svix.routes[0].replay_guard);
+    assert!(svix.live.routes[0].replay_guard);
 
     let shopify_off = parse(&route_with(
         "scheme = \"shopify\"\nsecrets = [\"s\"]",
         "replay_guard = \"off\"",
     ))
     .unwrap();
-    assert!(!shopify_off.routes[0].replay_guard);
+    assert!(!shopify_off.live.routes[0].replay_guard);
 }
 
 #[test]

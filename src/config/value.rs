@@ -1,8 +1,6 @@
 //! Scalar value parsing shared by every config section: `${VAR}`
-//! interpolation, durations (`"250ms"`, `"30s"`, `"5m"`, `"72h"`, `"30d"`) and
-//! the [`Secret`] newtype that keeps key material out of logs.
+//! interpolation and durations (`"250ms"`, `"30s"`, `"5m"`, `"72h"`, `"30d"`).
 
-use std::fmt;
 use std::time::Duration;
 
 /// Replace every `${NAME}` with the environment variable `NAME`.
@@ -61,34 +59,6 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{input:?} is too long"))
 }
 
-/// Key material. `Debug` and `Display` print `[redacted]`, so a secret can sit
-/// in any struct that is logged without leaking.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Box<[u8]>);
-
-impl Secret {
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(bytes.into().into_boxed_slice())
-    }
-
-    /// The raw key bytes; only verifiers and the admin token check call this.
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,12 +101,5 @@ mod tests {
         for bad in ["30", "s", "3.5s", "10x", "-1s", ""] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn secrets_are_redacted() {
-        let secret = Secret::new("hunter2");
-        assert_eq!(format!("{secret:?} {secret}"), "[redacted] [redacted]");
-        assert_eq!(secret.expose(), b"hunter2");
     }
 }

@@ -34,7 +34,8 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::oneshot;
 
 use super::{
-    new_token, now_ms, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Lease, Record, RecordState,
+    StoreError,
 };
 use crate::config::Synchronous;
 use crate::replay::RecordedResponse;
@@ -74,19 +75,64 @@ const SELECT_LIVE: &str = "SELECT state, token, body_sha256, attempts, first_see
      completed_at, response_status, response_headers, response_body \
      FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 
+const EXISTS: &str = "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
+
+const GUARD_FIRST_KEY: &str =
+    "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2";
+
+/// Insert, or take over a row that may be claimed: expired, released, or
+/// processing with a lapsed lease. Anything else is left untouched (no row
+/// returned) and answers from the record.
+const CLAIM: &str = "\
+INSERT INTO webhook_events \
+    (key, state, token, body_sha256, attempts, first_seen, lease_until, expires_at) \
+VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?5, ?6) \
+ON CONFLICT (key) DO UPDATE SET \
+    state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
+    attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 \
+                    ELSE webhook_events.attempts + 1 END, \
+    first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
+                      ELSE webhook_events.first_seen END, \
+    lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
+    response_status = NULL, response_headers = NULL, response_body = NULL \
+WHERE webhook_events.expires_at <= ?4 \
+   OR webhook_events.state = 'released' \
+   OR (webhook_events.state = 'processing' AND webhook_events.lease_until <= ?4) \
+RETURNING attempts";
+
+const SET_GUARD: &str = "\
+INSERT INTO replay_guards (body_key, first_key, expires_at) VALUES (?1, ?2, ?3) \
+ON CONFLICT (body_key) DO UPDATE SET \
+    first_key = excluded.first_key, expires_at = excluded.expires_at";
+
+const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3 \
+     WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
+
+const COMPLETE: &str = "\
+UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
+    completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
+    expires_at = ?7 \
+WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
+
+const RELEASE: &str = "\
+UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
+WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
+
+const DELETE: &str = "DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
+
 /// One request to the database thread.
 enum Op {
     Claim {
         key: String,
         guard_key: Option<String>,
         body_sha256: String,
-        lease: Duration,
+        processing_ttl: Duration,
         retention: Duration,
     },
     Renew {
         key: String,
         token: String,
-        ttl: Duration,
+        processing_ttl: Duration,
     },
     Complete {
         key: String,
@@ -121,8 +167,9 @@ pub struct EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Open (or create) the database at `path` and start its thread.
-    pub fn open(path: &Path, synchronous: Synchronous) -> Result<Self, StoreError> {
+    /// Open (or create) the database at `path` and start its thread; leases
+    /// and expiry are judged by `clock`.
+    pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
         let lock = lock_file(path)?;
         let connection = Connection::open(path).map_err(|e| open_error(path, e))?;
         let sync = match synchronous {
@@ -139,7 +186,7 @@ impl EmbeddedStore {
             .name("hookgate-sqlite".into())
             .spawn(move || {
                 let _lock = lock;
-                serve(connection, queue);
+                serve(connection, queue, &clock);
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the database thread: {e}")))?;
         Ok(Self { jobs })
@@ -155,13 +202,24 @@ impl EmbeddedStore {
             .map_err(|_| StoreError::Backend("the database thread has stopped".into()))?
     }
 
-    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn applied(&self, op: Op) -> Result<bool, StoreError> {
+        match self.call(op).await? {
+            Reply::Applied(applied) => Ok(applied),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+impl Backend for EmbeddedStore {
+    const NAME: &'static str = "embedded";
+
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         match self
             .call(Op::Claim {
                 key: request.key.to_owned(),
                 guard_key: request.guard_key.map(str::to_owned),
                 body_sha256: request.body_sha256.to_owned(),
-                lease: request.lease,
+                processing_ttl: request.processing_ttl,
                 retention: request.retention,
             })
             .await?
@@ -171,16 +229,21 @@ impl EmbeddedStore {
         }
     }
 
-    pub async fn renew(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+    async fn renew(
+        &self,
+        key: &str,
+        token: &str,
+        processing_ttl: Duration,
+    ) -> Result<bool, StoreError> {
         let op = Op::Renew {
             key: key.to_owned(),
             token: token.to_owned(),
-            ttl,
+            processing_ttl,
         };
         self.applied(op).await
     }
 
-    pub async fn complete(
+    async fn complete(
         &self,
         key: &str,
         token: &str,
@@ -196,7 +259,7 @@ impl EmbeddedStore {
         self.applied(op).await
     }
 
-    pub async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
         let op = Op::Release {
             key: key.to_owned(),
             token: token.to_owned(),
@@ -204,7 +267,7 @@ impl EmbeddedStore {
         self.applied(op).await
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         match self
             .call(Op::Get {
                 key: key.to_owned(),
@@ -216,23 +279,16 @@ impl EmbeddedStore {
         }
     }
 
-    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         self.applied(Op::Delete {
             key: key.to_owned(),
         })
         .await
     }
 
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         match self.call(Op::Ping).await? {
             Reply::Pong => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    async fn applied(&self, op: Op) -> Result<bool, StoreError> {
-        match self.call(op).await? {
-            Reply::Applied(applied) => Ok(applied),
             _ => Err(unexpected()),
         }
     }
@@ -268,7 +324,7 @@ fn lock_file(path: &Path) -> Result<File, StoreError> {
 }
 
 /// The database thread: group-commit batches of requests, sweep between them.
-fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>) {
+fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) {
     let mut last_sweep = std::time::Instant::now();
     let mut backlog = false;
     loop {
@@ -290,13 +346,13 @@ fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>) {
                     Err(_) => break,
                 }
             }
-            run_batch(&mut connection, batch);
+            run_batch(&mut connection, batch, clock.now_ms());
         }
         // A full step means more is waiting: take the next one after the
         // next batch of requests instead of waiting a whole interval.
         if backlog || last_sweep.elapsed() >= SWEEP_EVERY {
             last_sweep = std::time::Instant::now();
-            backlog = match sweep_step(&connection) {
+            backlog = match sweep_step(&connection, clock.now_ms()) {
                 Ok(deleted) => deleted >= SWEEP_BATCH,
                 Err(error) => {
                     tracing::warn!(%error, "expiring old records failed");
@@ -307,8 +363,7 @@ fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>) {
     }
 }
 
-fn run_batch(connection: &mut Connection, batch: Vec<Job>) {
-    let now = now_ms();
+fn run_batch(connection: &mut Connection, batch: Vec<Job>, now: u64) {
     let transaction = match connection.transaction() {
         Ok(transaction) => transaction,
         Err(error) => {
@@ -341,8 +396,8 @@ fn run_batch(connection: &mut Connection, batch: Vec<Job>) {
 /// Delete up to `SWEEP_BATCH` expired rows of each table: one short write,
 /// interleaved with request batches, so a large backlog drains without
 /// stalling requests.
-fn sweep_step(connection: &Connection) -> rusqlite::Result<usize> {
-    let now = now_ms() as i64;
+fn sweep_step(connection: &Connection, now: u64) -> rusqlite::Result<usize> {
+    let now = now as i64;
     let mut deleted = 0;
     for table in ["webhook_events", "replay_guards"] {
         deleted += connection.execute(
@@ -373,85 +428,66 @@ fn query_one<T>(
 fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
     let now_i = now as i64;
     let ms = |d: Duration| now_i + d.as_millis() as i64;
+    let applied = |n: usize| Reply::Applied(n == 1);
     match op {
         Op::Claim {
             key,
             guard_key,
             body_sha256,
-            lease,
+            processing_ttl,
             retention,
-        } => claim(tx, &key, guard_key.as_deref(), &body_sha256, ms(lease), ms(retention), now).map(Reply::Claim),
-        Op::Renew { key, token, ttl } => run(
-                tx,
-                "UPDATE webhook_events SET lease_until = ?3 \
-                 WHERE key = ?1 AND token = ?2 AND expires_at > ?4",
-                params![key, token, ms(ttl), now_i],
-            )
-            .map(|n| Reply::Applied(n == 1)),
+        } => {
+            let until = (ms(processing_ttl), ms(retention));
+            claim(tx, &key, guard_key.as_deref(), &body_sha256, until, now).map(Reply::Claim)
+        }
+        Op::Renew {
+            key,
+            token,
+            processing_ttl,
+        } => run(tx, RENEW, params![key, token, ms(processing_ttl), now_i]).map(applied),
         Op::Complete {
             key,
             token,
             response,
             retention,
         } => run(
-                tx,
-                "UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
-                 completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
-                 expires_at = ?7 \
-                 WHERE key = ?1 AND token = ?2 AND expires_at > ?3",
-                params![
-                    key,
-                    token,
-                    now_i,
-                    response.status.as_u16(),
-                    response.encode_headers(),
-                    response.body.as_ref(),
-                    ms(retention)
-                ],
-            )
-            .map(|n| Reply::Applied(n == 1)),
-        Op::Release { key, token } => run(
-                tx,
-                "UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
-                 WHERE key = ?1 AND token = ?2 AND expires_at > ?3",
-                params![key, token, now_i],
-            )
-            .map(|n| Reply::Applied(n == 1)),
+            tx,
+            COMPLETE,
+            params![
+                key,
+                token,
+                now_i,
+                response.status.as_u16(),
+                response.encode_headers(),
+                response.body.as_ref(),
+                ms(retention)
+            ],
+        )
+        .map(applied),
+        Op::Release { key, token } => run(tx, RELEASE, params![key, token, now_i]).map(applied),
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
-        Op::Delete { key } => run(
-                tx,
-                "DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
-                params![key, now_i],
-            )
-            .map(|n| Reply::Applied(n == 1)),
+        Op::Delete { key } => run(tx, DELETE, params![key, now_i]).map(applied),
         Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
     }
 }
 
+/// Claim `key`: `until` is (lease expiry, record expiry) in Unix ms.
 fn claim(
     tx: &Transaction<'_>,
     key: &str,
     guard_key: Option<&str>,
     body_sha256: &str,
-    lease_until: i64,
-    expires_at: i64,
+    (lease_expires_at, expires_at): (i64, i64),
     now: u64,
 ) -> rusqlite::Result<ClaimOutcome> {
     let now_i = now as i64;
     if let Some(guard_key) = guard_key {
-        let existing: Option<i64> = query_one(
-            tx,
-            "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2",
-            params![key, now_i],
-            |row| row.get(0),
-        )?;
+        let existing: Option<i64> = query_one(tx, EXISTS, params![key, now_i], |row| row.get(0))?;
         if existing.is_none() {
-            let first: Option<String> = query_one(
-                tx,
-                "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2",
-                params![guard_key, now_i],
-                |row| row.get(0),
-            )?;
+            let first: Option<String> =
+                query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
+                    row.get(0)
+                })?;
             if let Some(first) = first.filter(|first| first != key) {
                 if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
                     return Ok(answer);
@@ -460,34 +496,11 @@ fn claim(
         }
     }
     let token = new_token();
-    // Insert, or take over a row that may be claimed: expired, released, or
-    // processing with a lapsed lease. Anything else is left untouched and
-    // answers below.
-    let attempts: Option<u32> = query_one(
-                tx,
-            "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, first_seen, lease_until, expires_at) \
-             VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?5, ?6) \
-             ON CONFLICT (key) DO UPDATE SET \
-               state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
-               attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 ELSE webhook_events.attempts + 1 END, \
-               first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 ELSE webhook_events.first_seen END, \
-               lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
-               response_status = NULL, response_headers = NULL, response_body = NULL \
-             WHERE webhook_events.expires_at <= ?4 \
-                OR webhook_events.state = 'released' \
-                OR (webhook_events.state = 'processing' AND webhook_events.lease_until <= ?4) \
-             RETURNING attempts",
-            params![key, token, body_sha256, now_i, lease_until, expires_at],
-            |row| row.get(0),
-        )?;
+    let claimed = params![key, token, body_sha256, now_i, lease_expires_at, expires_at];
+    let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
     if let Some(attempt) = attempts {
         if let Some(guard_key) = guard_key {
-            run(
-                tx,
-                "INSERT INTO replay_guards (body_key, first_key, expires_at) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, expires_at = excluded.expires_at",
-                params![guard_key, key, expires_at],
-            )?;
+            run(tx, SET_GUARD, params![guard_key, key, expires_at])?;
         }
         return Ok(ClaimOutcome::New(Lease { token, attempt }));
     }
@@ -525,7 +538,7 @@ fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Op
             body_sha256: row.get(2)?,
             attempts: row.get(3)?,
             first_seen_ms: row.get::<_, i64>(4)? as u64,
-            lease_until_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+            lease_expires_at_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
             completed_at_ms: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
             response,
         })
@@ -544,7 +557,7 @@ mod tests {
     fn the_sweep_deletes_expired_rows_in_bounded_steps() {
         let connection = Connection::open_in_memory().unwrap();
         connection.execute_batch(SCHEMA).unwrap();
-        let now = now_ms() as i64;
+        let now = Clock::system().now_ms() as i64;
         let insert = |key: String, expires_at: i64| {
             connection
                 .execute(
@@ -566,12 +579,12 @@ mod tests {
             .unwrap();
 
         assert_eq!(
-            sweep_step(&connection).unwrap(),
+            sweep_step(&connection, now as u64).unwrap(),
             SWEEP_BATCH + 1,
             "one bounded step per table"
         );
-        assert_eq!(sweep_step(&connection).unwrap(), 500);
-        assert_eq!(sweep_step(&connection).unwrap(), 0);
+        assert_eq!(sweep_step(&connection, now as u64).unwrap(), 500);
+        assert_eq!(sweep_step(&connection, now as u64).unwrap(), 0);
         let left: Vec<String> = connection
             .prepare("SELECT key FROM webhook_events")
             .unwrap()

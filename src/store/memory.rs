@@ -8,7 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    new_token, now_ms, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Lease, Record, RecordState,
+    StoreError,
 };
 use crate::replay::RecordedResponse;
 
@@ -17,6 +18,7 @@ const SWEEP_EVERY_MS: u64 = 10_000;
 
 pub struct MemoryStore {
     tables: Mutex<Tables>,
+    clock: Clock,
     last_sweep_ms: AtomicU64,
 }
 
@@ -38,17 +40,12 @@ fn live<'a, T>(map: &'a HashMap<String, Expiring<T>>, key: &str, now: u64) -> Op
         .map(|entry| &entry.value)
 }
 
-impl Default for MemoryStore {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl MemoryStore {
-    pub fn new() -> Self {
+    pub fn new(clock: Clock) -> Self {
         Self {
             tables: Mutex::default(),
-            last_sweep_ms: AtomicU64::new(now_ms()),
+            last_sweep_ms: AtomicU64::new(clock.now_ms()),
+            clock,
         }
     }
 
@@ -64,7 +61,7 @@ impl MemoryStore {
         key: &str,
         f: impl FnOnce(Option<&mut Expiring<Record>>, u64) -> T,
     ) -> T {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut tables = self.lock();
         let entry = tables
             .records
@@ -87,9 +84,13 @@ impl MemoryStore {
         tables.records.retain(|_, entry| entry.expires_at_ms > now);
         tables.guards.retain(|_, entry| entry.expires_at_ms > now);
     }
+}
 
-    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let now = now_ms();
+impl Backend for MemoryStore {
+    const NAME: &'static str = "memory";
+
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let now = self.clock.now_ms();
         self.sweep(now);
         let mut tables = self.lock();
         let existing = live(&tables.records, request.key, now);
@@ -115,7 +116,7 @@ impl MemoryStore {
             body_sha256: request.body_sha256.to_owned(),
             attempts,
             first_seen_ms,
-            lease_until_ms: Some(now + millis(request.lease)),
+            lease_expires_at_ms: Some(now + millis(request.processing_ttl)),
             completed_at_ms: None,
             response: None,
         };
@@ -142,17 +143,22 @@ impl MemoryStore {
         }))
     }
 
-    pub async fn renew(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+    async fn renew(
+        &self,
+        key: &str,
+        token: &str,
+        processing_ttl: Duration,
+    ) -> Result<bool, StoreError> {
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
-                entry.value.lease_until_ms = Some(now + millis(ttl));
+                entry.value.lease_expires_at_ms = Some(now + millis(processing_ttl));
                 true
             }
             _ => false,
         }))
     }
 
-    pub async fn complete(
+    async fn complete(
         &self,
         key: &str,
         token: &str,
@@ -164,7 +170,7 @@ impl MemoryStore {
                 let record = &mut entry.value;
                 record.state = RecordState::Completed;
                 record.token = None;
-                record.lease_until_ms = None;
+                record.lease_expires_at_ms = None;
                 record.completed_at_ms = Some(now);
                 record.response = Some(response.clone());
                 entry.expires_at_ms = now + millis(retention);
@@ -174,29 +180,29 @@ impl MemoryStore {
         }))
     }
 
-    pub async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
         Ok(self.with_record(key, |entry, _| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 entry.value.state = RecordState::Released;
                 entry.value.token = None;
-                entry.value.lease_until_ms = None;
+                entry.value.lease_expires_at_ms = None;
                 true
             }
             _ => false,
         }))
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         Ok(self.with_record(key, |entry, _| entry.map(|entry| entry.value.clone())))
     }
 
-    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        let now = now_ms();
+    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
         let removed = self.lock().records.remove(key);
         Ok(removed.is_some_and(|entry| entry.expires_at_ms > now))
     }
 
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }

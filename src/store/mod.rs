@@ -2,8 +2,9 @@
 //! gateway instance that uses the same backend.
 //!
 //! A record moves `Processing` → `Completed`, or `Processing` → `Released` →
-//! `Processing` again when the upstream failed and the sender retries. Its
-//! invariants, held by every backend:
+//! `Processing` again when the upstream failed and the sender retries. The
+//! contract is the [`Backend`] trait; every backend holds its invariants, and
+//! `tests/it/conformance.rs` runs the same suite against each:
 //!
 //! - `claim` is atomic: of any number of concurrent claims of a key, exactly
 //!   one gets [`ClaimOutcome::New`] with a fresh random fencing token.
@@ -16,22 +17,30 @@
 //! - With a replay guard, a new key whose body already claimed another key
 //!   is answered by that key's record (see [`ClaimRequest::guard_key`]).
 //!
-//! Every operation is bounded by the store `timeout`; a slow store is an
-//! unavailable store ([`StoreError::Timeout`]).
+//! [`Store`] wraps whichever backend is configured: it owns the key layout
+//! (prefix, scope and hash tags), bounds every operation by the store
+//! `timeout` (a slow store is an unavailable store, [`StoreError::Timeout`])
+//! and times and counts it. Adding a backend is one file that implements
+//! [`Backend`], one arm in [`Store::open`], and one line in the conformance
+//! suite.
 
+mod clock;
 mod embedded;
 mod memory;
+mod record;
 mod redis;
 
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
+pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
-pub use self::redis::{Cluster, RedisStore, Single};
-use crate::config::{Backend, StoreSettings};
+pub(crate) use self::record::{new_token, settled};
+pub use self::record::{ClaimOutcome, ClaimRequest, Lease, Record, RecordState};
+pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
+use crate::config::{Backend as BackendSettings, StoreSettings};
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 
@@ -45,155 +54,211 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// Where a record is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordState {
-    /// A delivery holds the claim and is calling the upstream.
-    Processing,
-    /// The upstream failed (not final); the next delivery claims again.
-    Released,
-    /// The upstream answered finally; later deliveries get the recording.
-    Completed,
-}
+/// The contract of a claim store backend (see the module doc for its
+/// invariants). Keys arrive fully laid out by [`Store::key`].
+pub trait Backend: Send + Sync + 'static {
+    /// The `backend` name in `[store]`.
+    const NAME: &'static str;
+    /// Whether keys that one operation touches together (a key and its
+    /// replay guard) must share a hash tag: Redis Cluster.
+    const HASH_TAGS: bool = false;
 
-impl RecordState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordState::Processing => "processing",
-            RecordState::Released => "released",
-            RecordState::Completed => "completed",
-        }
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
+    /// Extend the lease of the holder of `token` to `processing_ttl` from now.
+    fn renew(
+        &self,
+        key: &str,
+        token: &str,
+        processing_ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Record the final response; the record then lives for `retention`.
+    fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        response: &RecordedResponse,
+        retention: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Give the key up so the next delivery claims it; the attempt count stays.
+    fn release(
+        &self,
+        key: &str,
+        token: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Forget the key whatever its state; `false` when there was none.
+    fn delete(&self, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Settings of the backend that would silently lose claims (Redis
+    /// eviction, no persistence), as operator warnings; empty when fine or
+    /// unknown.
+    fn risks(&self, longest_retention: Duration) -> impl Future<Output = Vec<String>> + Send {
+        let _ = longest_retention;
+        async { Vec::new() }
     }
+}
 
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            RecordState::Processing,
-            RecordState::Released,
-            RecordState::Completed,
-        ]
-        .into_iter()
-        .find(|state| state.as_str() == text)
+type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// [`Backend`] behind a pointer, so [`Store`] holds any backend without a
+/// type parameter. One allocation per operation; next to a store round trip
+/// it does not show (BENCHMARKS.md).
+trait DynBackend: Send + Sync {
+    fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome>;
+    fn renew<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> Op<'a, bool>;
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        response: &'a RecordedResponse,
+        retention: Duration,
+    ) -> Op<'a, bool>;
+    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> Op<'a, bool>;
+    fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>>;
+    fn delete<'a>(&'a self, key: &'a str) -> Op<'a, bool>;
+    fn ping(&self) -> Op<'_, ()>;
+    fn risks(
+        &self,
+        longest_retention: Duration,
+    ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>>;
+}
+
+impl<B: Backend> DynBackend for B {
+    fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome> {
+        Box::pin(Backend::claim(self, request))
+    }
+    fn renew<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> Op<'a, bool> {
+        Box::pin(Backend::renew(self, key, token, ttl))
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        response: &'a RecordedResponse,
+        retention: Duration,
+    ) -> Op<'a, bool> {
+        Box::pin(Backend::complete(self, key, token, response, retention))
+    }
+    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> Op<'a, bool> {
+        Box::pin(Backend::release(self, key, token))
+    }
+    fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>> {
+        Box::pin(Backend::get(self, key))
+    }
+    fn delete<'a>(&'a self, key: &'a str) -> Op<'a, bool> {
+        Box::pin(Backend::delete(self, key))
+    }
+    fn ping(&self) -> Op<'_, ()> {
+        Box::pin(Backend::ping(self))
+    }
+    fn risks(
+        &self,
+        longest_retention: Duration,
+    ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>> {
+        Box::pin(Backend::risks(self, longest_retention))
     }
 }
 
-/// What the store knows about one key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    pub state: RecordState,
-    /// Fencing token of the current holder; only while `Processing`.
-    pub token: Option<String>,
-    /// Hex SHA-256 of the body that claimed the key.
-    pub body_sha256: String,
-    /// How many deliveries were forwarded (claims taken).
-    pub attempts: u32,
-    /// Unix milliseconds of the first claim.
-    pub first_seen_ms: u64,
-    /// Unix milliseconds the lease runs out; only while `Processing`.
-    pub lease_until_ms: Option<u64>,
-    pub completed_at_ms: Option<u64>,
-    /// The recorded upstream response; only when `Completed`.
-    pub response: Option<RecordedResponse>,
-}
-
-/// Proof of holding a claim: pass it back to `renew`, `complete`, `release`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub token: String,
-    /// 1 for the first forward of this key, 2 after one release, …
-    pub attempt: u32,
-}
-
-#[derive(Debug)]
-pub enum ClaimOutcome {
-    /// This delivery owns the key: forward it.
-    New(Lease),
-    /// Another delivery holds a live claim.
-    InFlight {
-        /// Until the current lease runs out (at least a second).
-        retry_after: Duration,
-    },
-    /// The key finished; replay its recording.
-    Completed(Record),
-}
-
-/// What a claim writes, besides the key.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimRequest<'a> {
-    pub key: &'a str,
-    pub body_sha256: &'a str,
-    pub lease: Duration,
-    /// How long the record lives (reset by claim and complete).
-    pub retention: Duration,
-    /// Replay guard: a key naming the verified body. When `key` is new but
-    /// this body already claimed another key, that key's state answers
-    /// (completed → replay, live claim → in flight). A fresh claim points the
-    /// guard at `key` for `retention`.
-    pub guard_key: Option<&'a str>,
-}
-
-/// The configured backend, with the per-operation deadline applied in one
-/// place.
+/// The configured backend, with the key layout and the per-operation
+/// deadline applied in one place.
 pub struct Store {
-    backend: StoreBackend,
+    backend: Box<dyn DynBackend>,
+    name: &'static str,
+    key_prefix: String,
+    hash_tags: bool,
     timeout: Duration,
     metrics: StoreMetrics,
 }
 
-enum StoreBackend {
-    Memory(MemoryStore),
-    Embedded(EmbeddedStore),
-    Redis(RedisStore<Single>),
-    /// Boxed: the cluster client is large, and there is one store per process.
-    RedisCluster(Box<RedisStore<Cluster>>),
-}
-
-/// Dispatch one call to whichever backend is configured, under the deadline,
-/// timed and counted as `$op`.
-macro_rules! dispatch {
-    ($self:ident, $op:literal, $store:ident => $call:expr) => {
-        $self
-            .deadline($op, async {
-                match &$self.backend {
-                    StoreBackend::Memory($store) => $call.await,
-                    StoreBackend::Embedded($store) => $call.await,
-                    StoreBackend::Redis($store) => $call.await,
-                    StoreBackend::RedisCluster($store) => $call.await,
-                }
-            })
-            .await
-    };
+/// What a forced release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceRelease {
+    Released,
+    /// The key holds no live claim (completed, released, or it changed
+    /// meanwhile).
+    NotInFlight,
+    NotFound,
 }
 
 impl Store {
     /// Build the configured backend. The embedded store opens (and locks) its
-    /// file here, so a second instance fails at start-up. Redis connects lazily: a gateway starts
-    /// (and answers 503) while Redis is down, and recovers by itself.
-    pub fn open(settings: &StoreSettings, metrics: StoreMetrics) -> Result<Store, StoreError> {
-        let backend = match &settings.backend {
-            Backend::Memory => StoreBackend::Memory(MemoryStore::new()),
-            Backend::Embedded { path, synchronous } => {
-                StoreBackend::Embedded(EmbeddedStore::open(path, *synchronous)?)
+    /// file here, so a second instance fails at start-up. Redis connects
+    /// lazily: a gateway starts (and answers 503) while Redis is down, and
+    /// recovers by itself.
+    pub fn open(
+        settings: &StoreSettings,
+        key_prefix: &str,
+        metrics: StoreMetrics,
+    ) -> Result<Store, StoreError> {
+        let timeout = settings.timeout;
+        Ok(match &settings.backend {
+            BackendSettings::Memory => Store::new(
+                MemoryStore::new(Clock::system()),
+                key_prefix,
+                timeout,
+                metrics,
+            ),
+            BackendSettings::Embedded { path, synchronous } => {
+                let backend = EmbeddedStore::open(path, *synchronous, Clock::system())?;
+                Store::new(backend, key_prefix, timeout, metrics)
             }
-            Backend::Redis { url } => StoreBackend::Redis(RedisStore::connect(url, settings)?),
-            Backend::RedisCluster { nodes } => {
-                StoreBackend::RedisCluster(Box::new(RedisStore::connect_cluster(nodes, settings)?))
+            BackendSettings::Redis { url } => {
+                let backend = RedisStore::connect(url, settings)?;
+                Store::new(backend, key_prefix, timeout, metrics)
             }
-        };
-        Ok(Store {
-            backend,
-            timeout: settings.timeout,
-            metrics,
+            BackendSettings::RedisCluster { nodes } => {
+                let backend = RedisStore::connect_cluster(nodes, settings)?;
+                Store::new(backend, key_prefix, timeout, metrics)
+            }
         })
     }
 
-    pub fn backend_name(&self) -> &'static str {
-        match self.backend {
-            StoreBackend::Memory(_) => "memory",
-            StoreBackend::Embedded(_) => "embedded",
-            StoreBackend::Redis(_) => "redis",
-            StoreBackend::RedisCluster(_) => "redis-cluster",
+    /// A store over `backend`, each operation bounded by `timeout`.
+    pub fn new<B: Backend>(
+        backend: B,
+        key_prefix: &str,
+        timeout: Duration,
+        metrics: StoreMetrics,
+    ) -> Store {
+        Store {
+            backend: Box::new(backend),
+            name: B::NAME,
+            key_prefix: key_prefix.to_owned(),
+            hash_tags: B::HASH_TAGS,
+            timeout,
+            metrics,
         }
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The store key of `key` in `scope`: `{key_prefix}{scope}:{key}`. On a
+    /// Redis Cluster the scope is a hash tag, `{key_prefix}{{scope}}:{key}`,
+    /// so a key and its replay guard live in one slot (and so does the
+    /// scope; see docs/operations.md).
+    pub fn key(&self, scope: &str, key: &str) -> String {
+        if self.hash_tags {
+            format!("{}{{{scope}}}:{key}", self.key_prefix)
+        } else {
+            format!("{}{scope}:{key}", self.key_prefix)
+        }
+    }
+
+    /// The replay guard key of a verified body in `scope`.
+    pub fn guard_key(&self, scope: &str, body_sha256: &str) -> String {
+        self.key(scope, &format!("body-sha256:{body_sha256}"))
     }
 
     async fn deadline<T>(
@@ -210,37 +275,28 @@ impl Store {
         result
     }
 
-    /// Settings of the backend that would silently lose claims (Redis
-    /// eviction, no persistence), as operator warnings. Empty when fine or
-    /// unknown.
+    /// Backend settings that would silently lose claims, as warnings.
     pub async fn risks(&self, longest_retention: Duration) -> Vec<String> {
-        match &self.backend {
-            StoreBackend::Redis(store) => {
-                tokio::time::timeout(self.timeout, store.risks(longest_retention))
-                    .await
-                    .unwrap_or_default()
-            }
-            StoreBackend::RedisCluster(store) => {
-                tokio::time::timeout(self.timeout, store.risks(longest_retention))
-                    .await
-                    .unwrap_or_default()
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    /// Whether keys are spread over cluster slots, so keys that one script
-    /// touches together need a common hash tag.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.backend, StoreBackend::RedisCluster(_))
+        tokio::time::timeout(self.timeout, self.backend.risks(longest_retention))
+            .await
+            .unwrap_or_default()
     }
 
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        dispatch!(self, "claim", store => store.claim(request))
+        self.deadline("claim", self.backend.claim(request)).await
     }
 
-    pub async fn renew(&self, key: &str, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        dispatch!(self, "renew", store => store.renew(key, &lease.token, ttl))
+    pub async fn renew(
+        &self,
+        key: &str,
+        lease: &Lease,
+        processing_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.deadline(
+            "renew",
+            self.backend.renew(key, &lease.token, processing_ttl),
+        )
+        .await
     }
 
     pub async fn complete(
@@ -250,52 +306,46 @@ impl Store {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, "complete", store => store.complete(key, &lease.token, response, retention))
+        let op = self
+            .backend
+            .complete(key, &lease.token, response, retention);
+        self.deadline("complete", op).await
     }
 
     pub async fn release(&self, key: &str, lease: &Lease) -> Result<bool, StoreError> {
-        dispatch!(self, "release", store => store.release(key, &lease.token))
+        self.deadline("release", self.backend.release(key, &lease.token))
+            .await
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        dispatch!(self, "get", store => store.get(key))
+        self.deadline("get", self.backend.get(key)).await
     }
 
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        dispatch!(self, "delete", store => store.delete(key))
+        self.deadline("delete", self.backend.delete(key)).await
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        dispatch!(self, "ping", store => store.ping())
+        self.deadline("ping", self.backend.ping()).await
     }
-}
 
-/// A fresh fencing token: 128 random bits, hex.
-pub(crate) fn new_token() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
-
-/// Wall-clock Unix milliseconds (the memory store's clock; Redis uses its own
-/// `TIME` so that all gateways share one clock).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The answer a live record gives a claim — its recording when completed,
-/// in flight while its lease runs — or `None` when it may be claimed.
-pub(crate) fn settled(record: Record, now_ms: u64) -> Option<ClaimOutcome> {
-    match (record.state, record.lease_until_ms) {
-        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
-        (RecordState::Processing, Some(until)) if until > now_ms => Some(ClaimOutcome::InFlight {
-            retry_after: retry_after(until, now_ms),
-        }),
-        _ => None,
+    /// Release a claim whatever its holder (admin): compare-and-set on the
+    /// token it holds now, so a claim that completes meanwhile is left alone.
+    pub async fn force_release(&self, key: &str) -> Result<ForceRelease, StoreError> {
+        let Some(record) = self.get(key).await? else {
+            return Ok(ForceRelease::NotFound);
+        };
+        let Some(token) = record.token else {
+            return Ok(ForceRelease::NotInFlight);
+        };
+        let lease = Lease {
+            token,
+            attempt: record.attempts,
+        };
+        Ok(if self.release(key, &lease).await? {
+            ForceRelease::Released
+        } else {
+            ForceRelease::NotInFlight
+        })
     }
-}
-
-/// Retry-After for a live claim: the rest of its lease, at least a second.
-pub(crate) fn retry_after(lease_until_ms: u64, now_ms: u64) -> Duration {
-    Duration::from_millis(lease_until_ms.saturating_sub(now_ms)).max(Duration::from_secs(1))
 }

@@ -39,7 +39,7 @@ use redis::{Cmd, Script, Value};
 use tokio::sync::OnceCell;
 
 use super::{
-    new_token, settled, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
 };
 use crate::config::StoreSettings;
 use crate::replay::RecordedResponse;
@@ -101,7 +101,11 @@ return 1
 
 /// How the store reaches Redis: one server or a cluster.
 pub trait Connector: Send + Sync + 'static {
-    type Connection: ConnectionLike + Clone + Send;
+    type Connection: ConnectionLike + Clone + Send + Sync;
+    /// The backend's name in `[store]`.
+    const NAME: &'static str;
+    /// Whether keys are spread over slots (see [`Backend::HASH_TAGS`]).
+    const HASH_TAGS: bool;
 
     /// A connection to send one operation on.
     fn connection(&self) -> impl Future<Output = Result<Self::Connection, StoreError>> + Send;
@@ -119,6 +123,8 @@ pub struct Single(ConnectionManager);
 
 impl Connector for Single {
     type Connection = ConnectionManager;
+    const NAME: &'static str = "redis";
+    const HASH_TAGS: bool = false;
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         Ok(self.0.clone())
@@ -141,6 +147,8 @@ pub struct Cluster {
 
 impl Connector for Cluster {
     type Connection = ClusterConnection;
+    const NAME: &'static str = "redis-cluster";
+    const HASH_TAGS: bool = true;
 
     async fn connection(&self) -> Result<ClusterConnection, StoreError> {
         self.connection
@@ -264,7 +272,23 @@ impl<C: Connector> RedisStore<C> {
         }
         Ok(())
     }
-    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+
+    /// Run a compare-and-set script: 1 when the token matched.
+    async fn applied(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<bool, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        let applied: i64 = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        Ok(applied == 1)
+    }
+}
+
+impl<C: Connector> Backend for RedisStore<C> {
+    const NAME: &'static str = C::NAME;
+    const HASH_TAGS: bool = C::HASH_TAGS;
+
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let token = new_token();
         let mut invocation = self.claim.key(request.key);
         if let Some(guard) = request.guard_key {
@@ -274,7 +298,7 @@ impl<C: Connector> RedisStore<C> {
         let reply: Vec<Value> = invocation
             .arg(&token)
             .arg(request.body_sha256)
-            .arg(request.lease.as_millis() as u64)
+            .arg(request.processing_ttl.as_millis() as u64)
             .arg(request.retention.as_millis() as u64)
             .invoke_async(&mut connection)
             .await
@@ -304,13 +328,18 @@ impl<C: Connector> RedisStore<C> {
         }
     }
 
-    pub async fn renew(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+    async fn renew(
+        &self,
+        key: &str,
+        token: &str,
+        processing_ttl: Duration,
+    ) -> Result<bool, StoreError> {
         let mut invocation = self.renew.key(key);
-        invocation.arg(token).arg(ttl.as_millis() as u64);
+        invocation.arg(token).arg(processing_ttl.as_millis() as u64);
         self.applied(&invocation).await
     }
 
-    pub async fn complete(
+    async fn complete(
         &self,
         key: &str,
         token: &str,
@@ -336,23 +365,13 @@ impl<C: Connector> RedisStore<C> {
         Ok(applied)
     }
 
-    pub async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
         let mut invocation = self.release.key(key);
         invocation.arg(token);
         self.applied(&invocation).await
     }
 
-    /// Run a compare-and-set script: 1 when the token matched.
-    async fn applied(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<bool, StoreError> {
-        let mut connection = self.connector.connection().await?;
-        let applied: i64 = invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(backend)?;
-        Ok(applied == 1)
-    }
-
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let mut connection = self.connector.connection().await?;
         let fields: Value = redis::cmd("HGETALL")
             .arg(key)
@@ -366,7 +385,7 @@ impl<C: Connector> RedisStore<C> {
         }
     }
 
-    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         let mut connection = self.connector.connection().await?;
         let removed: i64 = redis::cmd("DEL")
             .arg(key)
@@ -376,7 +395,7 @@ impl<C: Connector> RedisStore<C> {
         Ok(removed == 1)
     }
 
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         let mut connection = self.connector.connection().await?;
         redis::cmd("PING")
             .query_async::<String>(&mut connection)
@@ -384,15 +403,13 @@ impl<C: Connector> RedisStore<C> {
             .map(drop)
             .map_err(backend)
     }
-}
 
-impl<C: Connector> RedisStore<C> {
     /// Redis settings that would silently lose claims: eviction (a claim or
     /// recording evicted under memory pressure is a forgotten event) and, for
     /// retentions over a day, no persistence (a Redis restart forgets
     /// everything). `CONFIG` may be refused on managed Redis; then nothing is
     /// reported.
-    pub async fn risks(&self, longest_retention: Duration) -> Vec<String> {
+    async fn risks(&self, longest_retention: Duration) -> Vec<String> {
         let mut risks = Vec::new();
         let Ok(connection) = self.connector.connection().await else {
             return risks;
@@ -431,6 +448,13 @@ impl<C: Connector> RedisStore<C> {
         }
         risks
     }
+}
+
+/// Whether `url` is a Redis URL the client accepts (`check` and start-up).
+pub fn check_url(url: &str) -> Result<(), String> {
+    redis::Client::open(url)
+        .map(drop)
+        .map_err(|err| format!("not a valid Redis URL: {err}"))
 }
 
 /// `store.tls_ca` as the root certificates of `rediss://` connections.
@@ -472,7 +496,7 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
         body_sha256: String::new(),
         attempts: 0,
         first_seen_ms: 0,
-        lease_until_ms: None,
+        lease_expires_at_ms: None,
         completed_at_ms: None,
         response: None,
     };
@@ -487,7 +511,7 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"body_sha256" => record.body_sha256 = text.into_owned(),
             b"attempts" => record.attempts = number().unwrap_or(0) as u32,
             b"first_seen" => record.first_seen_ms = number().unwrap_or(0),
-            b"lease_until" => record.lease_until_ms = number(),
+            b"lease_until" => record.lease_expires_at_ms = number(),
             b"completed_at" => record.completed_at_ms = number(),
             b"status" => status = number(),
             b"headers" => headers = value,

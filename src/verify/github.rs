@@ -5,18 +5,34 @@
 //! (`X-GitHub-Delivery`) is unsigned, which is why `replay_guard = "body"` is
 //! on by default for this scheme.
 
+use std::time::Duration;
+
 use http::HeaderName;
 
-use super::{Algorithm, Encoding, HmacVerifier};
-use crate::config::Secret;
+use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, Verifier, DAY, HOUR};
 
-pub fn verifier(secrets: Vec<Secret>) -> HmacVerifier {
-    HmacVerifier {
+pub static PROFILE: Profile = Profile {
+    name: "github",
+    default_key: &["header:X-GitHub-Delivery"],
+    // Manual redelivery from the dashboard is possible for 3 days.
+    retry_horizon: Some(Duration::from_secs(72 * HOUR)),
+    default_retention: Duration::from_secs(7 * DAY),
+    replay_guard: true,
+    timestamped: false,
+    build: |spec| {
+        Ok(Verifier::new(HmacVerifier {
+            options: options(),
+            secrets: spec.secrets,
+        }))
+    },
+};
+
+fn options() -> HmacOptions {
+    HmacOptions {
         header: HeaderName::from_static("x-hub-signature-256"),
         algorithm: Algorithm::Sha256,
         encoding: Encoding::Hex,
         prefix: "sha256=".to_owned(),
-        secrets,
     }
 }
 
@@ -25,7 +41,15 @@ mod tests {
     use http::{HeaderMap, HeaderValue};
 
     use super::*;
+    use crate::secret::Secret;
     use crate::verify::VerifyError;
+
+    fn verifier(secrets: Vec<Secret>) -> HmacVerifier {
+        HmacVerifier {
+            options: options(),
+            secrets,
+        }
+    }
 
     // GitHub's documented example ("Validating webhook deliveries", docs.github.com):
     // secret "It's a Secret to Everybody", payload "Hello, World!".

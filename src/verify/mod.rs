@@ -7,26 +7,36 @@
 //! oversized headers, bad hex or base64 — is a clean [`VerifyError`], never a
 //! panic. One file per scheme; this module holds what they share.
 
+mod generic;
 mod github;
-mod hmac;
 mod shopify;
 mod slack;
 mod standard_webhooks;
 mod stripe;
 
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use ::hmac::{Hmac, Mac};
+use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName};
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
-pub use self::hmac::{Encoding, HmacVerifier};
-pub use self::slack::SlackVerifier;
-pub use self::standard_webhooks::StandardWebhooksVerifier;
-pub use self::stripe::StripeVerifier;
+pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
+
+/// Every sender hookgate knows, by the `scheme` name of `[routes.verify]`.
+/// Adding a sender is one file with its [`Profile`] and one line here.
+pub static PROFILES: &[&Profile] = &[
+    &stripe::PROFILE,
+    &github::PROFILE,
+    &shopify::PROFILE,
+    &standard_webhooks::PROFILE,
+    &slack::PROFILE,
+    &generic::PROFILE,
+    &NONE,
+];
 
 /// Longest signature header accepted; real ones are well under 1 KiB, and a
 /// cap keeps a hostile header from costing decode time.
@@ -42,162 +52,112 @@ pub enum VerifyError {
     TimestampOutOfTolerance,
 }
 
-/// The sender conventions hookgate knows (the `scheme` in `[routes.verify]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    None,
-    Hmac,
-    Stripe,
-    Github,
-    Shopify,
-    StandardWebhooks,
-    Slack,
+/// What hookgate knows about one sender's convention: everything a route
+/// with `scheme = "<name>"` gets by default. Each scheme file owns one.
+pub struct Profile {
+    /// The `scheme` name: the sender's name in lowercase.
+    pub name: &'static str,
+    /// Key sources of the sender's event id, first present wins; empty when
+    /// the sender has no convention and the route must set `key`.
+    pub default_key: &'static [&'static str],
+    /// How long the sender may redeliver an event; `retention` must outlast
+    /// it (`check` warns otherwise).
+    pub retry_horizon: Option<Duration>,
+    /// Default `retention`: comfortably past the retry horizon.
+    pub default_retention: Duration,
+    /// The signature covers only the body (no timestamp, no id), so a signed
+    /// body can be re-sent under a fresh key: `replay_guard = "body"` by
+    /// default.
+    pub replay_guard: bool,
+    /// Whether deliveries carry a signed timestamp (`tolerance` applies).
+    pub timestamped: bool,
+    /// The verifier of a route from its `[routes.verify]`.
+    pub build: fn(VerifySpec) -> Result<Verifier, String>,
 }
 
-impl Scheme {
-    pub const ALL: [Scheme; 7] = [
-        Scheme::Stripe,
-        Scheme::Github,
-        Scheme::Shopify,
-        Scheme::StandardWebhooks,
-        Scheme::Slack,
-        Scheme::Hmac,
-        Scheme::None,
-    ];
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|scheme| scheme.name() == name)
+impl Profile {
+    pub fn named(name: &str) -> Option<&'static Profile> {
+        PROFILES
+            .iter()
+            .copied()
+            .find(|profile| profile.name == name)
     }
+}
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::None => "none",
-            Scheme::Hmac => "hmac",
-            Scheme::Stripe => "stripe",
-            Scheme::Github => "github",
-            Scheme::Shopify => "shopify",
-            Scheme::StandardWebhooks => "standard-webhooks",
-            Scheme::Slack => "slack",
-        }
+impl fmt::Debug for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
     }
+}
 
-    /// The sender's event id, when the sender has a convention for it
-    /// (key sources, first present wins).
-    pub fn default_key(self) -> Option<&'static [&'static str]> {
-        match self {
-            Scheme::Stripe => Some(&["json:/id"]),
-            Scheme::Github => Some(&["header:X-GitHub-Delivery"]),
-            Scheme::Shopify => Some(&["header:X-Shopify-Webhook-Id"]),
-            Scheme::StandardWebhooks => Some(&["header:webhook-id", "header:svix-id"]),
-            Scheme::Slack => Some(&["json:/event_id"]),
-            Scheme::Hmac | Scheme::None => None,
-        }
+impl PartialEq for Profile {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
     }
+}
 
-    /// How long the sender may redeliver an event; `retention` must outlast it.
-    pub fn retry_horizon(self) -> Option<Duration> {
-        const HOUR: u64 = 3600;
-        match self {
-            Scheme::Stripe | Scheme::Github => Some(Duration::from_secs(72 * HOUR)),
-            Scheme::StandardWebhooks => Some(Duration::from_secs(28 * HOUR)),
-            Scheme::Shopify => Some(Duration::from_secs(4 * HOUR)),
-            Scheme::Slack => Some(Duration::from_secs(HOUR)),
-            Scheme::Hmac | Scheme::None => None,
-        }
-    }
+const HOUR: u64 = 3600;
+const DAY: u64 = 24 * HOUR;
 
-    /// Default `retention`: comfortably past the retry horizon.
-    pub fn default_retention(self) -> Duration {
-        match self {
-            Scheme::StandardWebhooks => Duration::from_secs(3 * 86_400),
-            Scheme::Shopify | Scheme::Slack => Duration::from_secs(86_400),
-            _ => Duration::from_secs(7 * 86_400),
-        }
-    }
+/// `scheme = "none"`, written out explicitly: nothing is verified.
+static NONE: Profile = Profile {
+    name: "none",
+    default_key: &[],
+    retry_horizon: None,
+    default_retention: Duration::from_secs(7 * DAY),
+    replay_guard: false,
+    timestamped: false,
+    build: |_| Ok(Verifier::new(Unverified)),
+};
 
-    /// Senders whose signature covers only the body (no timestamp, no id)
-    /// are exposed to a signed body being re-sent under a fresh key.
-    pub fn default_replay_guard(self) -> bool {
-        matches!(self, Scheme::Github | Scheme::Shopify)
-    }
+#[derive(Debug)]
+struct Unverified;
 
-    pub fn is_timestamped(self) -> bool {
-        matches!(
-            self,
-            Scheme::Stripe | Scheme::StandardWebhooks | Scheme::Slack
-        )
+impl Verify for Unverified {
+    fn verify(&self, _: &HeaderMap, _: &[u8], _: SystemTime) -> Result<(), VerifyError> {
+        Ok(())
     }
 }
 
 /// Default `tolerance` of the timestamped schemes.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
-/// A route's configured verifier.
-#[derive(Debug)]
-pub enum Verifier {
-    /// `scheme = "none"`, written out explicitly.
-    None,
-    /// `hmac`, and `github` / `shopify`, which are fixed instances of it.
-    Hmac(HmacVerifier),
-    Stripe(StripeVerifier),
-    StandardWebhooks(StandardWebhooksVerifier),
-    Slack(SlackVerifier),
+/// A route's `[routes.verify]`, validated: what a [`Profile`] builds its
+/// verifier from.
+#[derive(Debug, Clone)]
+pub struct VerifySpec {
+    /// As written (after `${VAR}`); any may match, so a rotation never drops
+    /// a delivery. Schemes that encode their secrets decode them here.
+    pub secrets: Vec<Secret>,
+    /// Timestamped schemes: how far a signature's time may be from now.
+    pub tolerance: Duration,
+    /// `scheme = "hmac"` only: where and how the signature is written.
+    pub hmac: Option<HmacOptions>,
 }
 
+/// Checks one delivery's signature on the raw body. `now` is injected so
+/// tolerance windows are testable at their edges.
+pub trait Verify: fmt::Debug + Send + Sync {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError>;
+}
+
+/// A route's configured verifier.
+#[derive(Debug)]
+pub struct Verifier(Box<dyn Verify>);
+
 impl Verifier {
-    /// Build the verifier of `scheme` from its config: `secrets` as written,
-    /// `hmac` the operator's header options (only for `scheme = "hmac"`).
-    pub fn build(
-        scheme: Scheme,
-        secrets: &[String],
-        tolerance: Option<Duration>,
-        hmac: Option<HmacVerifier>,
-    ) -> Result<Verifier, String> {
-        let tolerance = tolerance.unwrap_or(DEFAULT_TOLERANCE);
-        let raw = || {
-            secrets
-                .iter()
-                .map(|s| Secret::new(s.as_bytes()))
-                .collect::<Vec<_>>()
-        };
-        Ok(match scheme {
-            Scheme::None => Verifier::None,
-            Scheme::Hmac => Verifier::Hmac(hmac.ok_or("scheme \"hmac\" needs its header options")?),
-            Scheme::Github => Verifier::Hmac(github::verifier(raw())),
-            Scheme::Shopify => Verifier::Hmac(shopify::verifier(raw())),
-            Scheme::Stripe => Verifier::Stripe(StripeVerifier {
-                secrets: raw(),
-                tolerance,
-            }),
-            Scheme::Slack => Verifier::Slack(SlackVerifier {
-                secrets: raw(),
-                tolerance,
-            }),
-            Scheme::StandardWebhooks => Verifier::StandardWebhooks(StandardWebhooksVerifier {
-                secrets: secrets
-                    .iter()
-                    .map(|s| standard_webhooks::decode_secret(s))
-                    .collect::<Result<_, _>>()?,
-                tolerance,
-            }),
-        })
+    pub fn new(verify: impl Verify + 'static) -> Self {
+        Self(Box::new(verify))
     }
 
-    /// Verify `body` as received, with `now` injected so tolerance windows
-    /// are testable at their edges.
+    /// Verify `body` as received.
     pub fn verify(
         &self,
         headers: &HeaderMap,
         body: &[u8],
         now: SystemTime,
     ) -> Result<(), VerifyError> {
-        match self {
-            Verifier::None => Ok(()),
-            Verifier::Hmac(verifier) => verifier.verify(headers, body),
-            Verifier::Stripe(verifier) => verifier.verify(headers, body, now),
-            Verifier::StandardWebhooks(verifier) => verifier.verify(headers, body, now),
-            Verifier::Slack(verifier) => verifier.verify(headers, body, now),
-        }
+        self.0.verify(headers, body, now)
     }
 }
 
@@ -210,7 +170,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     fn tag(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-        fn compute<M: Mac + ::hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        fn compute<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
             let mut mac = <M as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length");
             for part in parts {
                 mac.update(part);
@@ -318,36 +278,42 @@ mod tests {
 
     use super::*;
 
-    /// One verifier per scheme, and the headers each reads.
+    /// Every scheme's verifier (but `none`), and the headers each reads.
     fn every_scheme() -> Vec<(Verifier, &'static [&'static str])> {
-        let secrets = vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()];
-        let hmac = HmacVerifier {
-            header: HeaderName::from_static("x-signature"),
-            algorithm: Algorithm::Sha512,
-            encoding: Encoding::Base64,
-            prefix: "sha512=".into(),
-            secrets: vec![Secret::new("k")],
+        let spec = VerifySpec {
+            secrets: vec![Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
+            tolerance: DEFAULT_TOLERANCE,
+            hmac: Some(HmacOptions {
+                header: HeaderName::from_static("x-signature"),
+                algorithm: Algorithm::Sha512,
+                encoding: Encoding::Base64,
+                prefix: "sha512=".into(),
+            }),
         };
-        let build = |scheme| Verifier::build(scheme, &secrets, None, Some(hmac.clone())).unwrap();
-        vec![
-            (build(Scheme::Stripe), &["stripe-signature"][..]),
-            (build(Scheme::Github), &["x-hub-signature-256"][..]),
-            (build(Scheme::Shopify), &["x-shopify-hmac-sha256"][..]),
-            (
-                build(Scheme::Slack),
-                &["x-slack-signature", "x-slack-request-timestamp"][..],
-            ),
-            (
-                build(Scheme::StandardWebhooks),
-                &[
+        let headers = |name: &str| -> &'static [&'static str] {
+            match name {
+                "stripe" => &["stripe-signature"],
+                "github" => &["x-hub-signature-256"],
+                "shopify" => &["x-shopify-hmac-sha256"],
+                "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
+                "standard-webhooks" => &[
                     "webhook-id",
                     "webhook-timestamp",
                     "webhook-signature",
                     "svix-signature",
-                ][..],
-            ),
-            (build(Scheme::Hmac), &["x-signature"][..]),
-        ]
+                ],
+                "hmac" => &["x-signature"],
+                other => panic!("no headers listed for scheme {other:?}"),
+            }
+        };
+        PROFILES
+            .iter()
+            .filter(|profile| profile.name != "none")
+            .map(|profile| {
+                let verifier = (profile.build)(spec.clone()).unwrap();
+                (verifier, headers(profile.name))
+            })
+            .collect()
     }
 
     /// Header values shaped like signatures: their separators, prefixes and

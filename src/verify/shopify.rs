@@ -4,18 +4,34 @@
 //! Like GitHub, the default key (`X-Shopify-Webhook-Id`) is not signed, so
 //! `replay_guard = "body"` is on by default.
 
+use std::time::Duration;
+
 use http::HeaderName;
 
-use super::{Algorithm, Encoding, HmacVerifier};
-use crate::config::Secret;
+use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, Verifier, DAY, HOUR};
 
-pub fn verifier(secrets: Vec<Secret>) -> HmacVerifier {
-    HmacVerifier {
+pub static PROFILE: Profile = Profile {
+    name: "shopify",
+    default_key: &["header:X-Shopify-Webhook-Id"],
+    // Shopify retries 8 times over 4 hours.
+    retry_horizon: Some(Duration::from_secs(4 * HOUR)),
+    default_retention: Duration::from_secs(DAY),
+    replay_guard: true,
+    timestamped: false,
+    build: |spec| {
+        Ok(Verifier::new(HmacVerifier {
+            options: options(),
+            secrets: spec.secrets,
+        }))
+    },
+};
+
+fn options() -> HmacOptions {
+    HmacOptions {
         header: HeaderName::from_static("x-shopify-hmac-sha256"),
         algorithm: Algorithm::Sha256,
         encoding: Encoding::Base64,
         prefix: String::new(),
-        secrets,
     }
 }
 
@@ -24,7 +40,15 @@ mod tests {
     use http::{HeaderMap, HeaderValue};
 
     use super::*;
+    use crate::secret::Secret;
     use crate::verify::VerifyError;
+
+    fn verifier(secrets: Vec<Secret>) -> HmacVerifier {
+        HmacVerifier {
+            options: options(),
+            secrets,
+        }
+    }
 
     // Shopify documents the algorithm (shopify.dev, "Verify a webhook":
     // base64 of HMAC-SHA256 of the raw body, keyed by the client secret) but

@@ -6,8 +6,24 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName};
 
-use super::{single_header, Timestamped, VerifyError};
-use crate::config::Secret;
+use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use crate::secret::Secret;
+
+pub static PROFILE: Profile = Profile {
+    name: "slack",
+    default_key: &["json:/event_id"],
+    // The Events API retries 3 times within about an hour.
+    retry_horizon: Some(Duration::from_secs(HOUR)),
+    default_retention: Duration::from_secs(DAY),
+    replay_guard: false,
+    timestamped: true,
+    build: |spec| {
+        Ok(Verifier::new(SlackVerifier {
+            secrets: spec.secrets,
+            tolerance: spec.tolerance,
+        }))
+    },
+};
 
 const SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
 const TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
@@ -18,13 +34,8 @@ pub struct SlackVerifier {
     pub tolerance: Duration,
 }
 
-impl SlackVerifier {
-    pub fn verify(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), VerifyError> {
+impl Verify for SlackVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
         let timestamp = single_header(headers, &TIMESTAMP)?;
         let signature = single_header(headers, &SIGNATURE)?
             .strip_prefix("v0=")

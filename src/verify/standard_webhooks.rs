@@ -13,8 +13,28 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{single_header, Timestamped, VerifyError};
-use crate::config::Secret;
+use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use crate::secret::Secret;
+
+pub static PROFILE: Profile = Profile {
+    name: "standard-webhooks",
+    default_key: &["header:webhook-id", "header:svix-id"],
+    // Svix's schedule spans about 28 hours.
+    retry_horizon: Some(Duration::from_secs(28 * HOUR)),
+    default_retention: Duration::from_secs(3 * DAY),
+    replay_guard: false,
+    timestamped: true,
+    build: |spec| {
+        Ok(Verifier::new(StandardWebhooksVerifier {
+            secrets: spec
+                .secrets
+                .iter()
+                .map(decode_secret)
+                .collect::<Result<_, _>>()?,
+            tolerance: spec.tolerance,
+        }))
+    },
+};
 
 /// `(id, timestamp, signature)` header names, in order of preference.
 static HEADER_SETS: [[HeaderName; 3]; 2] = [
@@ -39,7 +59,8 @@ pub struct StandardWebhooksVerifier {
 
 /// `whsec_<base64>` (the prefix is optional, as in the reference libraries)
 /// into the key bytes.
-pub fn decode_secret(text: &str) -> Result<Secret, String> {
+pub fn decode_secret(secret: &Secret) -> Result<Secret, String> {
+    let text = std::str::from_utf8(secret.expose()).unwrap_or_default();
     let encoded = text.strip_prefix("whsec_").unwrap_or(text);
     base64::engine::general_purpose::STANDARD
         .decode(encoded)
@@ -47,13 +68,8 @@ pub fn decode_secret(text: &str) -> Result<Secret, String> {
         .map_err(|_| "a standard-webhooks secret must be \"whsec_\" followed by base64".to_owned())
 }
 
-impl StandardWebhooksVerifier {
-    pub fn verify(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), VerifyError> {
+impl Verify for StandardWebhooksVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
         let [id, timestamp, signature] = HEADER_SETS
             .iter()
             .find(|set| headers.contains_key(&set[2]))
@@ -97,7 +113,10 @@ mod tests {
 
     fn verifier(secrets: &[&str]) -> StandardWebhooksVerifier {
         StandardWebhooksVerifier {
-            secrets: secrets.iter().map(|s| decode_secret(s).unwrap()).collect(),
+            secrets: secrets
+                .iter()
+                .map(|s| decode_secret(&Secret::new(*s)).unwrap())
+                .collect(),
             tolerance: Duration::from_secs(300),
         }
     }
@@ -202,6 +221,6 @@ mod tests {
         let mut missing_id = headers("webhook", ID, &ts, SIG);
         missing_id.remove("webhook-id");
         assert_eq!(v.verify(&missing_id, BODY, at(TS)), bad);
-        assert!(decode_secret("whsec_not base64!").is_err());
+        assert!(decode_secret(&Secret::new("whsec_not base64!")).is_err());
     }
 }

@@ -11,8 +11,24 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName};
 
-use super::{single_header, Timestamped, VerifyError};
-use crate::config::Secret;
+use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use crate::secret::Secret;
+
+pub static PROFILE: Profile = Profile {
+    name: "stripe",
+    default_key: &["json:/id"],
+    // Stripe retries for up to 3 days in live mode.
+    retry_horizon: Some(Duration::from_secs(72 * HOUR)),
+    default_retention: Duration::from_secs(7 * DAY),
+    replay_guard: false,
+    timestamped: true,
+    build: |spec| {
+        Ok(Verifier::new(StripeVerifier {
+            secrets: spec.secrets,
+            tolerance: spec.tolerance,
+        }))
+    },
+};
 
 const HEADER: HeaderName = HeaderName::from_static("stripe-signature");
 /// More `v1` entries than this is not a real Stripe header.
@@ -24,13 +40,8 @@ pub struct StripeVerifier {
     pub tolerance: Duration,
 }
 
-impl StripeVerifier {
-    pub fn verify(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), VerifyError> {
+impl Verify for StripeVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
         let value = single_header(headers, &HEADER)?;
         let mut timestamp = None;
         let mut signatures = Vec::new();

@@ -1,26 +1,49 @@
-//! The store contract (see `hookgate::store`), run against every backend.
+//! The store contract (`hookgate::store::Backend`), run against every
+//! backend. Adding a backend is one more line in the `conformance!` list at
+//! the bottom.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookgate::config::{Backend as StoreBackend, OnStoreError, StoreSettings};
+use hookgate::config::{Backend as StoreBackend, StoreSettings, Synchronous};
+use hookgate::metrics::StoreMetrics;
 use hookgate::replay::RecordedResponse;
-use hookgate::store::{ClaimOutcome, ClaimRequest, Lease, RecordState, Store};
+use hookgate::store::{
+    Backend, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Lease, MemoryStore, RecordState,
+    RedisStore, Store,
+};
 use http::{HeaderMap, StatusCode};
 
-use crate::support::RedisServer;
+use crate::support::{shared_cluster, RedisServer};
 
 const SHA_A: &str = "aaaa";
 const SHA_B: &str = "bbbb";
 const LONG: Duration = Duration::from_secs(60);
 
-fn request<'a>(key: &'a str, sha: &'a str, lease: Duration) -> ClaimRequest<'a> {
+/// How a test lets time pass for a backend: the store clock of the
+/// backends that keep their own (memory, embedded) moves at once; Redis
+/// judges leases by its own clock, so there the test waits.
+pub enum Time {
+    Clock(Clock),
+    Wall,
+}
+
+impl Time {
+    async fn pass(&self, duration: Duration) {
+        match self {
+            Time::Clock(clock) => clock.advance(duration),
+            Time::Wall => tokio::time::sleep(duration).await,
+        }
+    }
+}
+
+fn request<'a>(key: &'a str, sha: &'a str, processing_ttl: Duration) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         body_sha256: sha,
-        lease,
+        processing_ttl,
         retention: Duration::from_secs(600),
         guard_key: None,
     }
@@ -43,7 +66,7 @@ async fn claim_new(store: &Store, key: &str, lease: Duration) -> Lease {
     }
 }
 
-async fn claim_then_duplicates(store: Store) {
+async fn claim_then_duplicates(store: Store, _: Time) {
     let lease = claim_new(&store, "k1", LONG).await;
     assert_eq!(lease.attempt, 1);
     match store.claim(request("k1", SHA_A, LONG)).await.unwrap() {
@@ -54,7 +77,7 @@ async fn claim_then_duplicates(store: Store) {
     }
     let record = store.get("k1").await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Processing);
-    assert!(record.lease_until_ms.is_some());
+    assert!(record.lease_expires_at_ms.is_some());
 
     assert!(store
         .complete("k1", &lease, &response("done"), LONG)
@@ -74,7 +97,7 @@ async fn claim_then_duplicates(store: Store) {
     store.ping().await.unwrap();
 }
 
-async fn concurrent_claims_have_one_winner(store: Store) {
+async fn concurrent_claims_have_one_winner(store: Store, _: Time) {
     let store = Arc::new(store);
     let mut tasks = Vec::new();
     for contender in 0..40 {
@@ -103,15 +126,16 @@ async fn concurrent_claims_have_one_winner(store: Store) {
     assert_eq!(tokens.len(), 25, "fencing tokens are unique");
 }
 
-async fn an_expired_holder_is_fenced_out(store: Store) {
+async fn an_expired_holder_is_fenced_out(store: Store, time: Time) {
     let old = claim_new(&store, "k2", Duration::from_millis(200)).await;
-    // Poll until the lease runs out and a successor takes the key.
-    let successor = loop {
-        match store.claim(request("k2", SHA_B, LONG)).await.unwrap() {
-            ClaimOutcome::New(lease) => break lease,
-            ClaimOutcome::InFlight { .. } => tokio::time::sleep(Duration::from_millis(25)).await,
-            other => panic!("unexpected {other:?}"),
-        }
+    assert!(matches!(
+        store.claim(request("k2", SHA_B, LONG)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+    time.pass(Duration::from_millis(300)).await;
+    let successor = match store.claim(request("k2", SHA_B, LONG)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("the lapsed lease is taken over, got {other:?}"),
     };
     assert_eq!(successor.attempt, 2);
     assert_ne!(successor.token, old.token);
@@ -139,7 +163,7 @@ async fn an_expired_holder_is_fenced_out(store: Store) {
     assert_eq!(record.attempts, 2);
 }
 
-async fn release_keeps_the_attempt_count(store: Store) {
+async fn release_keeps_the_attempt_count(store: Store, _: Time) {
     let first = claim_new(&store, "k3", LONG).await;
     assert!(store.release("k3", &first).await.unwrap());
     let record = store.get("k3").await.unwrap().unwrap();
@@ -166,11 +190,11 @@ async fn release_keeps_the_attempt_count(store: Store) {
     );
 }
 
-async fn renewal_extends_the_lease(store: Store) {
+async fn renewal_extends_the_lease(store: Store, time: Time) {
     let ttl = Duration::from_millis(300);
     let lease = claim_new(&store, "k4", ttl).await;
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        time.pass(Duration::from_millis(100)).await;
         assert!(store.renew("k4", &lease, ttl).await.unwrap());
     }
     // 600 ms after a 300 ms claim: still ours thanks to renewal.
@@ -180,7 +204,7 @@ async fn renewal_extends_the_lease(store: Store) {
     ));
 }
 
-async fn delete_forgets_and_retention_expires(store: Store) {
+async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
     let lease = claim_new(&store, "k5", LONG).await;
     assert!(store
         .complete("k5", &lease, &response("done"), LONG)
@@ -199,7 +223,7 @@ async fn delete_forgets_and_retention_expires(store: Store) {
         .complete("k6", &lease, &response("short"), Duration::from_millis(200))
         .await
         .unwrap());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    time.pass(Duration::from_millis(400)).await;
     assert!(
         store.get("k6").await.unwrap().is_none(),
         "past retention the record is gone"
@@ -207,7 +231,7 @@ async fn delete_forgets_and_retention_expires(store: Store) {
     assert_eq!(claim_new(&store, "k6", LONG).await.attempt, 1);
 }
 
-async fn a_replay_guard_links_a_body_to_its_first_key(store: Store) {
+async fn a_replay_guard_links_a_body_to_its_first_key(store: Store, _: Time) {
     // Keys share a hash tag, as the gateway arranges on a cluster.
     let guarded = |key: &'static str, guard: &'static str| ClaimRequest {
         guard_key: Some(guard),
@@ -250,83 +274,81 @@ async fn a_replay_guard_links_a_body_to_its_first_key(store: Store) {
     ));
 }
 
-fn settings(backend: StoreBackend) -> StoreSettings {
-    StoreSettings {
-        backend,
-        key_prefix: "hookgate:".into(),
-        timeout: Duration::from_secs(2),
-        on_error: OnStoreError::Reject,
-        min_replicas_acked: 0,
-        tls_ca: None,
+/// A backend under test, as the gateway wraps it, and how to let time pass.
+struct Opened {
+    store: Store,
+    time: Time,
+    /// What must live as long as the test: a temp dir, a redis-server.
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+fn opened(backend: impl Backend, time: Time, keep: impl std::any::Any + Send) -> Opened {
+    let metrics = StoreMetrics::unregistered();
+    Opened {
+        store: Store::new(backend, "hookgate:", Duration::from_secs(2), metrics),
+        time,
+        _keep: Box::new(keep),
     }
 }
 
-/// Each contract test once per backend.
+async fn memory() -> Option<Opened> {
+    let clock = Clock::system();
+    let backend = MemoryStore::new(clock.clone());
+    Some(opened(backend, Time::Clock(clock), ()))
+}
+
+async fn embedded() -> Option<Opened> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::system();
+    let path = dir.path().join("hookgate.db");
+    let backend = EmbeddedStore::open(&path, Synchronous::Normal, clock.clone()).unwrap();
+    Some(opened(backend, Time::Clock(clock), dir))
+}
+
+async fn redis() -> Option<Opened> {
+    let redis = RedisServer::start().await?;
+    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
+    Some(opened(backend, Time::Wall, redis))
+}
+
+async fn cluster() -> Option<Opened> {
+    let nodes = shared_cluster().await?.nodes();
+    let settings = StoreSettings::new(StoreBackend::RedisCluster {
+        nodes: nodes.clone(),
+    });
+    let backend = RedisStore::connect_cluster(&nodes, &settings).unwrap();
+    Some(opened(backend, Time::Wall, ()))
+}
+
+/// Each contract test once per backend; each backend is the `async fn` of
+/// that name above (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
+    (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
+        $( conformance!(@backend $backend $tests); )*
+    };
+    (@backend $backend:ident [$($test:ident),* $(,)?]) => {
+        mod $backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let store = Store::open(&super::settings(super::StoreBackend::Memory), StoreMetrics::unregistered()).unwrap();
-                    super::$name(store).await;
+                async fn $test() {
+                    let Some(opened) = super::$backend().await else { return };
+                    super::$test(opened.store, opened.time).await;
                 }
             )*
-            use hookgate::metrics::StoreMetrics;
-            use hookgate::store::Store;
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let backend = super::StoreBackend::Embedded {
-                        path: dir.path().join("hookgate.db"),
-                        synchronous: hookgate::config::Synchronous::Normal,
-                    };
-                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
-                    super::$name(store).await;
-                }
-            )*
-            use hookgate::metrics::StoreMetrics;
-            use hookgate::store::Store;
-        }
-        mod cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(cluster) = crate::support::shared_cluster().await else { return };
-                    let backend = super::StoreBackend::RedisCluster { nodes: cluster.nodes() };
-                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
-                    super::$name(store).await;
-                }
-            )*
-            use hookgate::metrics::StoreMetrics;
-            use hookgate::store::Store;
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(redis) = super::RedisServer::start().await else { return };
-                    let backend = super::StoreBackend::Redis { url: redis.url() };
-                    let store = Store::open(&super::settings(backend), StoreMetrics::unregistered()).unwrap();
-                    super::$name(store).await;
-                    drop(redis);
-                }
-            )*
-            use hookgate::metrics::StoreMetrics;
-            use hookgate::store::Store;
         }
     };
 }
 
-conformance!(
-    claim_then_duplicates,
-    concurrent_claims_have_one_winner,
-    an_expired_holder_is_fenced_out,
-    release_keeps_the_attempt_count,
-    renewal_extends_the_lease,
-    delete_forgets_and_retention_expires,
-    a_replay_guard_links_a_body_to_its_first_key,
-);
+conformance! {
+    tests: [
+        claim_then_duplicates,
+        concurrent_claims_have_one_winner,
+        an_expired_holder_is_fenced_out,
+        release_keeps_the_attempt_count,
+        renewal_extends_the_lease,
+        delete_forgets_and_retention_expires,
+        a_replay_guard_links_a_body_to_its_first_key,
+    ],
+    backends: [memory, embedded, redis, cluster],
+}

@@ -418,14 +418,14 @@ impl TestGateway {
         let gateway = Arc::clone(&app.gateway);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let admin_listener = match config.admin {
+        let admin_listener = match config.fixed.admin {
             Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
             None => None,
         };
         let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            app.serve(&config, listener, admin_listener, async {
+            app.serve(listener, admin_listener, async {
                 let _ = stopped.await;
             })
             .await;

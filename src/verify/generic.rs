@@ -2,11 +2,34 @@
 //! named convention. The operator names the header, the digest, the encoding
 //! and an optional literal prefix (`sha256=`).
 
+use std::time::{Duration, SystemTime};
+
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{signature_matches, single_header, Algorithm, VerifyError};
-use crate::config::Secret;
+use super::{
+    signature_matches, single_header, Algorithm, Profile, Verifier, Verify, VerifyError, DAY,
+};
+use crate::secret::Secret;
+
+/// A sender without a named convention: the operator chooses the key.
+pub static PROFILE: Profile = Profile {
+    name: "hmac",
+    default_key: &[],
+    retry_horizon: None,
+    default_retention: Duration::from_secs(7 * DAY),
+    replay_guard: false,
+    timestamped: false,
+    build: |spec| {
+        let options = spec
+            .hmac
+            .ok_or("scheme \"hmac\" needs its header options")?;
+        Ok(Verifier::new(HmacVerifier {
+            options,
+            secrets: spec.secrets,
+        }))
+    },
+};
 
 /// How the signature bytes are written in the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,30 +47,47 @@ impl Encoding {
     }
 }
 
+/// Where and how a body-only HMAC is written: the operator's settings for
+/// `scheme = "hmac"`, fixed ones for the senders that use this shape.
 #[derive(Debug, Clone)]
-pub struct HmacVerifier {
+pub struct HmacOptions {
     pub header: HeaderName,
     pub algorithm: Algorithm,
     pub encoding: Encoding,
+    /// A literal prefix before the encoded signature (`sha256=`).
     pub prefix: String,
+}
+
+/// An HMAC over the raw body: `hmac`, and `github` / `shopify`, which are
+/// fixed instances of it.
+#[derive(Debug, Clone)]
+pub struct HmacVerifier {
+    pub options: HmacOptions,
     pub secrets: Vec<Secret>,
 }
 
 impl HmacVerifier {
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
-        let value = single_header(headers, &self.header)?;
+        let options = &self.options;
+        let value = single_header(headers, &options.header)?;
         let encoded = value
-            .strip_prefix(self.prefix.as_str())
+            .strip_prefix(options.prefix.as_str())
             .ok_or(VerifyError::SignatureInvalid)?;
-        let signature = self
+        let signature = options
             .encoding
             .decode(encoded)
             .ok_or(VerifyError::SignatureInvalid)?;
-        if signature_matches(self.algorithm, &self.secrets, &[body], &[signature]) {
+        if signature_matches(options.algorithm, &self.secrets, &[body], &[signature]) {
             Ok(())
         } else {
             Err(VerifyError::SignatureInvalid)
         }
+    }
+}
+
+impl Verify for HmacVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<(), VerifyError> {
+        HmacVerifier::verify(self, headers, body)
     }
 }
 
@@ -58,10 +98,12 @@ mod tests {
 
     fn verifier(encoding: Encoding, prefix: &str) -> HmacVerifier {
         HmacVerifier {
-            header: HeaderName::from_static("x-signature"),
-            algorithm: Algorithm::Sha256,
-            encoding,
-            prefix: prefix.to_owned(),
+            options: HmacOptions {
+                header: HeaderName::from_static("x-signature"),
+                algorithm: Algorithm::Sha256,
+                encoding,
+                prefix: prefix.to_owned(),
+            },
             secrets: vec![
                 Secret::new("old"),
                 Secret::new("It's a Secret to Everybody"),
@@ -96,7 +138,7 @@ mod tests {
         );
 
         let mut v = verifier(Encoding::Hex, "");
-        v.algorithm = Algorithm::Sha512;
+        v.options.algorithm = Algorithm::Sha512;
         assert!(v.verify(&headers(HEX), BODY).is_err());
     }
 

@@ -1,0 +1,421 @@
+//! `[[routes]]`: path, methods, upstream, key sources, lifetimes, and each
+//! route's `[routes.verify]`, built into its verifier by the scheme's
+//! [`Profile`].
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, Uri};
+
+use super::locate::KeyPath;
+use super::raw::{RawRoute, RawVerify};
+use super::settings::{OnMismatch, RouteConfig, UpstreamCa};
+use super::summary::humanize;
+use super::validate::Validator;
+use crate::key::KeySource;
+use crate::secret::Secret;
+use crate::verify::{
+    Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE, PROFILES,
+};
+
+const DEFAULT_MAX_CACHED_BODY_BYTES: u64 = 64 * 1024;
+
+impl Validator<'_> {
+    pub(super) fn routes(&mut self, at: &KeyPath, raw: Vec<RawRoute>) -> Vec<Arc<RouteConfig>> {
+        if raw.is_empty() {
+            self.warn("no [[routes]] configured: every request will get 404".to_owned());
+        }
+        let mut names = HashSet::new();
+        let mut paths = HashSet::new();
+        let mut routes = Vec::with_capacity(raw.len());
+        for (i, raw_route) in raw.into_iter().enumerate() {
+            let at = at.index(i);
+            let route = self.route(&at, raw_route);
+            if !names.insert(route.name.clone()) {
+                self.fail(
+                    &at.key("name"),
+                    format!("route name {:?} is used twice", route.name),
+                );
+            }
+            if !paths.insert(route.path.clone()) {
+                self.fail(
+                    &at.key("path"),
+                    format!("path {:?} is used by two routes", route.path),
+                );
+            }
+            routes.push(Arc::new(route));
+        }
+        routes
+    }
+
+    fn route(&mut self, at: &KeyPath, raw: RawRoute) -> RouteConfig {
+        let name = self.identifier(&at.key("name"), &raw.name);
+        let path = self.string(&at.key("path"), &raw.path).unwrap_or_default();
+        if !path.starts_with('/') || path.contains(['?', '#']) {
+            self.fail(
+                &at.key("path"),
+                format!("{path:?} must be an absolute path without query"),
+            );
+        }
+        let methods = self.methods(&at.key("methods"), raw.methods.as_deref());
+        let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
+        let upstream_ca = raw
+            .upstream_ca
+            .as_ref()
+            .and_then(|path| self.upstream_ca(&at.key("upstream_ca"), path));
+        if upstream_ca.is_some() && upstream.scheme_str() != Some("https") {
+            self.fail(
+                &at.key("upstream_ca"),
+                "upstream_ca only applies to an https:// upstream",
+            );
+        }
+
+        let (scheme, verifier) = match raw.verify {
+            Some(verify) => self.verify(&at.key("verify"), verify),
+            None => {
+                self.fail(
+                    at,
+                    "route has no [routes.verify]; write `scheme = \"none\"` to accept unsigned traffic on purpose",
+                );
+                (none(), None)
+            }
+        };
+        // Broken verify settings fail the whole config: this placeholder is
+        // never served, it only lets validation go on and report the rest.
+        let verifier = verifier.unwrap_or_else(|| (none().build)(placeholder()).expect("builds"));
+
+        let processing_ttl = self.duration(
+            &at.key("processing_ttl"),
+            raw.processing_ttl.as_ref(),
+            Duration::from_secs(30),
+        );
+        let retention = self.duration(
+            &at.key("retention"),
+            raw.retention.as_ref(),
+            scheme.default_retention,
+        );
+        if retention <= processing_ttl {
+            self.fail(
+                &at.key("retention"),
+                "retention must be longer than processing_ttl",
+            );
+        }
+        if let Some(horizon) = scheme.retry_horizon.filter(|h| retention < *h) {
+            self.warn(format!(
+                "{at}.retention: {} is shorter than {}'s retry horizon of {}; a late retry would be processed again",
+                humanize(retention),
+                scheme.name,
+                humanize(horizon),
+            ));
+        }
+
+        let idempotency_header = match &raw.idempotency_header {
+            None => Some(HeaderName::from_static("idempotency-key")),
+            Some(raw) => match self.string(&at.key("idempotency_header"), raw) {
+                Some(text) if text.is_empty() => None,
+                Some(text) => HeaderName::from_bytes(text.as_bytes()).map_or_else(
+                    |_| {
+                        self.fail(
+                            &at.key("idempotency_header"),
+                            format!("{text:?} is not a valid header name"),
+                        );
+                        None
+                    },
+                    Some,
+                ),
+                None => None,
+            },
+        };
+
+        let key = self.key_sources(&at.key("key"), raw.key.as_deref(), scheme);
+        let scope = match &raw.scope {
+            Some(scope) => self.identifier(&at.key("scope"), scope),
+            None => name.clone(),
+        };
+        let on_mismatch = self.choice(
+            &at.key("on_mismatch"),
+            raw.on_mismatch.as_ref(),
+            &[
+                ("reject", OnMismatch::Reject),
+                ("replay", OnMismatch::Replay),
+            ],
+            OnMismatch::Reject,
+        );
+        let replay_guard = self.choice(
+            &at.key("replay_guard"),
+            raw.replay_guard.as_ref(),
+            &[("body", true), ("off", false)],
+            scheme.replay_guard,
+        );
+        let max_cached_body_bytes = self.size(
+            &at.key("max_cached_body_bytes"),
+            raw.max_cached_body_bytes,
+            DEFAULT_MAX_CACHED_BODY_BYTES,
+            16 << 20,
+        );
+
+        RouteConfig {
+            name,
+            path,
+            methods,
+            upstream,
+            upstream_ca,
+            upstream_timeout: self.duration(
+                &at.key("upstream_timeout"),
+                raw.upstream_timeout.as_ref(),
+                Duration::from_secs(30),
+            ),
+            processing_ttl,
+            retention,
+            idempotency_header,
+            key,
+            scope,
+            on_mismatch,
+            replay_guard,
+            max_cached_body_bytes,
+            scheme,
+            verifier,
+        }
+    }
+
+    fn methods(&mut self, at: &KeyPath, raw: Option<&[String]>) -> Vec<Method> {
+        let Some(raw) = raw else {
+            return vec![Method::POST];
+        };
+        if raw.is_empty() {
+            self.fail(at, "list at least one method");
+        }
+        raw.iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let text = self.string(&at.index(i), text)?;
+                match Method::from_bytes(text.as_bytes()) {
+                    Ok(method) if text.bytes().all(|b| b.is_ascii_uppercase()) => Some(method),
+                    _ => {
+                        self.fail(
+                            &at.index(i),
+                            format!("{text:?} is not an HTTP method like \"POST\""),
+                        );
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn upstream(&mut self, at: &KeyPath, raw: &str) -> Uri {
+        let fallback = Uri::from_static("http://127.0.0.1/");
+        let Some(text) = self.string(at, raw) else {
+            return fallback;
+        };
+        let uri: Uri = match text.parse() {
+            Ok(uri) => uri,
+            Err(err) => {
+                self.fail(at, format!("{text:?} is not a URL: {err}"));
+                return fallback;
+            }
+        };
+        match uri.scheme_str() {
+            Some("http" | "https") if uri.authority().is_some() => uri,
+            _ => {
+                self.fail(
+                    at,
+                    format!("{text:?} must be an absolute http:// or https:// URL"),
+                );
+                fallback
+            }
+        }
+    }
+
+    /// The CA certificates of `upstream_ca`, read now so a bad file is a
+    /// config error and not a failed delivery.
+    fn upstream_ca(&mut self, at: &KeyPath, raw: &str) -> Option<UpstreamCa> {
+        let path = PathBuf::from(self.string(at, raw)?);
+        let certs = crate::tls::load_certs(&path)
+            .and_then(|certs| crate::tls::client_config(&certs).map(|_| certs));
+        match certs {
+            Ok(certs) => Some(UpstreamCa { path, certs }),
+            Err(message) => {
+                self.fail(at, message);
+                None
+            }
+        }
+    }
+
+    fn key_sources(
+        &mut self,
+        at: &KeyPath,
+        raw: Option<&[String]>,
+        scheme: &Profile,
+    ) -> Vec<KeySource> {
+        let texts: Vec<(KeyPath, String)> = match raw {
+            Some(list) => list
+                .iter()
+                .enumerate()
+                .filter_map(|(i, text)| Some((at.index(i), self.string(&at.index(i), text)?)))
+                .collect(),
+            None if scheme.default_key.is_empty() => {
+                self.fail(
+                    at,
+                    format!(
+                        "scheme {:?} has no default key; set `key = [...]`",
+                        scheme.name
+                    ),
+                );
+                Vec::new()
+            }
+            None => scheme
+                .default_key
+                .iter()
+                .map(|d| (at.clone(), (*d).to_owned()))
+                .collect(),
+        };
+        if raw.is_some_and(<[String]>::is_empty) {
+            self.fail(at, "list at least one key source");
+        }
+        texts
+            .into_iter()
+            .filter_map(|(key, text)| match KeySource::parse(&text) {
+                Ok(source) => Some(source),
+                Err(message) => {
+                    self.fail(&key, message);
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The route's scheme and, when its settings are valid, its verifier.
+    fn verify(&mut self, at: &KeyPath, raw: RawVerify) -> (&'static Profile, Option<Verifier>) {
+        let scheme_text = self
+            .string(&at.key("scheme"), &raw.scheme)
+            .unwrap_or_default();
+        let Some(scheme) = Profile::named(&scheme_text) else {
+            let names: Vec<String> = PROFILES.iter().map(|p| format!("{:?}", p.name)).collect();
+            self.fail(
+                &at.key("scheme"),
+                format!("{scheme_text:?} is not one of {}", names.join(", ")),
+            );
+            return (none(), None);
+        };
+        let tolerance = match &raw.tolerance {
+            Some(text) => {
+                if !scheme.timestamped {
+                    self.fail(
+                        &at.key("tolerance"),
+                        format!("scheme {scheme_text:?} has no timestamp to check"),
+                    );
+                }
+                self.duration(&at.key("tolerance"), Some(text), DEFAULT_TOLERANCE)
+            }
+            None => DEFAULT_TOLERANCE,
+        };
+        let hmac = if scheme.name == "hmac" {
+            Some(self.hmac_options(at, &raw))
+        } else {
+            for (name, present) in [
+                ("header", raw.header.is_some()),
+                ("algorithm", raw.algorithm.is_some()),
+                ("encoding", raw.encoding.is_some()),
+                ("prefix", raw.prefix.is_some()),
+            ] {
+                if present {
+                    self.fail(
+                        &at.key(name),
+                        format!("`{name}` only applies to scheme \"hmac\""),
+                    );
+                }
+            }
+            None
+        };
+        let secrets: Vec<Secret> = raw
+            .secrets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let value = self.string(&at.key("secrets").index(i), text)?;
+                if value.is_empty() {
+                    self.fail(&at.key("secrets").index(i), "secret is empty");
+                    return None;
+                }
+                Some(Secret::new(value))
+            })
+            .collect();
+        match (scheme == none(), raw.secrets.is_empty()) {
+            (true, false) => self.fail(
+                &at.key("secrets"),
+                "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
+            ),
+            (false, true) => self.fail(&at.key("secrets"), "list at least one secret"),
+            _ => {}
+        }
+        let spec = VerifySpec {
+            secrets,
+            tolerance,
+            hmac,
+        };
+        match (scheme.build)(spec) {
+            Ok(verifier) => (scheme, Some(verifier)),
+            Err(message) => {
+                self.fail(&at.key("secrets"), message);
+                (scheme, None)
+            }
+        }
+    }
+
+    /// The operator-defined header of `scheme = "hmac"`.
+    fn hmac_options(&mut self, at: &KeyPath, raw: &RawVerify) -> HmacOptions {
+        let header = match &raw.header {
+            Some(text) => {
+                let text = self.string(&at.key("header"), text).unwrap_or_default();
+                HeaderName::from_bytes(text.as_bytes()).unwrap_or_else(|_| {
+                    self.fail(
+                        &at.key("header"),
+                        format!("{text:?} is not a valid header name"),
+                    );
+                    HeaderName::from_static("x-signature")
+                })
+            }
+            None => {
+                self.fail(at, "scheme \"hmac\" needs `header = \"X-Signature\"`");
+                HeaderName::from_static("x-signature")
+            }
+        };
+        let prefix = match &raw.prefix {
+            Some(text) => self.string(&at.key("prefix"), text).unwrap_or_default(),
+            None => String::new(),
+        };
+        HmacOptions {
+            header,
+            algorithm: self.choice(
+                &at.key("algorithm"),
+                raw.algorithm.as_ref(),
+                &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
+                Algorithm::Sha256,
+            ),
+            encoding: self.choice(
+                &at.key("encoding"),
+                raw.encoding.as_ref(),
+                &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
+                Encoding::Hex,
+            ),
+            prefix,
+        }
+    }
+}
+
+fn none() -> &'static Profile {
+    Profile::named("none").expect("\"none\" is a listed scheme")
+}
+
+/// What a route whose verify settings are broken carries while validation
+/// goes on to report everything: it is never served.
+fn placeholder() -> VerifySpec {
+    VerifySpec {
+        secrets: Vec::new(),
+        tolerance: DEFAULT_TOLERANCE,
+        hmac: None,
+    }
+}

@@ -1,0 +1,221 @@
+//! The validated settings, split by how they change: [`Fixed`] is read once
+//! at start-up, [`Live`] is what a reload (SIGHUP) swaps in. The split is the
+//! one source of the reload rules: the runtime is built from `Live` alone,
+//! and a reload compares `Fixed` to say what needs a restart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, Uri};
+use rustls::pki_types::CertificateDer;
+
+use crate::key::KeySource;
+use crate::secret::Secret;
+use crate::verify::{Profile, Verifier};
+
+/// Read once at start-up. A reload that changes any of it keeps the running
+/// value and logs the setting as needing a restart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fixed {
+    pub server: ServerSettings,
+    pub admin: Option<AdminSettings>,
+    pub store: StoreSettings,
+    /// Prepended to every stored key. Changing it would orphan every record.
+    pub key_prefix: String,
+}
+
+impl Fixed {
+    /// The settings that differ from `running`, named as in the file.
+    pub fn changes_from(&self, running: &Fixed) -> Vec<String> {
+        let (new, old) = (&self.server, &running.server);
+        let mut changed = Vec::new();
+        for (name, differs) in [
+            ("server.listen", new.listen != old.listen),
+            (
+                "server.header_read_timeout",
+                new.header_read_timeout != old.header_read_timeout,
+            ),
+            (
+                "server.shutdown_grace",
+                new.shutdown_grace != old.shutdown_grace,
+            ),
+            (
+                "server.max_connections",
+                new.max_connections != old.max_connections,
+            ),
+            ("server.tls on/off", new.tls != old.tls),
+            ("[admin]", self.admin != running.admin),
+            ("[store]", self.store != running.store),
+            ("store.key_prefix", self.key_prefix != running.key_prefix),
+        ] {
+            if differs {
+                changed.push(name.to_owned());
+            }
+        }
+        changed
+    }
+}
+
+/// Swapped in atomically by a reload; requests already running finish on
+/// the snapshot they started with.
+#[derive(Debug)]
+pub struct Live {
+    pub routes: Vec<Arc<RouteConfig>>,
+    pub limits: RequestLimits,
+    /// What to do when the store cannot answer (SPEC §2 `store.on_error`).
+    pub on_store_error: OnStoreError,
+    /// The listener's certificate; new connections get the reloaded one.
+    pub tls: Option<TlsSettings>,
+}
+
+/// The public listener, as bound at start-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    /// Slow-header (slowloris) protection; also bounds a TLS handshake.
+    pub header_read_timeout: Duration,
+    /// How long SIGTERM waits for in-flight requests before releasing them.
+    pub shutdown_grace: Duration,
+    /// Open connections beyond this wait in the kernel's accept queue
+    /// (hookgate extension; bounds memory under a connection flood).
+    pub max_connections: usize,
+    /// Whether the listener terminates TLS (the certificate itself is live).
+    pub tls: bool,
+}
+
+/// Per-request bounds on what a sender may send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestLimits {
+    /// Bodies larger than this get 413 before any other work.
+    pub max_body_bytes: usize,
+    /// A sender that stalls mid-body is cut off after this (hookgate extension).
+    pub body_read_timeout: Duration,
+}
+
+/// `server.tls`: where the certificate lives, and what was loaded from it.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub config: Arc<rustls::ServerConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    pub token: Option<Secret>,
+}
+
+/// How to reach the store: everything a benchmark or a test needs to open
+/// one, and nothing about how the pipeline uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreSettings {
+    pub backend: Backend,
+    /// Deadline for each store operation.
+    pub timeout: Duration,
+    /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
+    pub min_replicas_acked: u32,
+    /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl StoreSettings {
+    /// Defaults for `backend`, as a config without those keys gets them.
+    pub fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            timeout: Duration::from_millis(500),
+            min_replicas_acked: 0,
+            tls_ca: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// One SQLite file, one gateway instance.
+    Embedded {
+        path: PathBuf,
+        synchronous: Synchronous,
+    },
+    Redis {
+        url: String,
+    },
+    /// Seed nodes of a Redis Cluster.
+    RedisCluster {
+        nodes: Vec<String>,
+    },
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Embedded { .. } => "embedded",
+            Backend::Redis { .. } => "redis",
+            Backend::RedisCluster { .. } => "redis-cluster",
+        }
+    }
+}
+
+/// How hard the embedded store pushes each commit to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Survives a crash of hookgate; may lose the last commits on power loss.
+    Normal,
+    /// Also survives power loss, at one fsync per commit batch.
+    Full,
+}
+
+/// What to do when the store cannot answer (SPEC §2 `on_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// 503 + Retry-After; nothing is forwarded. The sender retries later.
+    Reject,
+    /// Forward without deduplication: availability over exactly-once.
+    Forward,
+}
+
+/// Same key, different body (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMismatch {
+    Reject,
+    Replay,
+}
+
+/// One `[[routes]]` entry, validated.
+#[derive(Debug)]
+pub struct RouteConfig {
+    pub name: String,
+    pub path: String,
+    pub methods: Vec<Method>,
+    pub upstream: Uri,
+    /// `upstream_ca`: the file (shown by `check`) and the CA certificates
+    /// read from it, trusted for an https upstream beside the Mozilla roots.
+    pub upstream_ca: Option<UpstreamCa>,
+    pub upstream_timeout: Duration,
+    /// The lease on a claim, renewed while the upstream call runs.
+    pub processing_ttl: Duration,
+    pub retention: Duration,
+    /// `None` when the operator disabled injection with `""`.
+    pub idempotency_header: Option<HeaderName>,
+    pub key: Vec<KeySource>,
+    pub scope: String,
+    pub on_mismatch: OnMismatch,
+    /// Also claim the verified body's SHA-256, so a signed body re-sent under
+    /// a new (unsigned) key is a duplicate of the first delivery.
+    pub replay_guard: bool,
+    pub max_cached_body_bytes: usize,
+    pub scheme: &'static Profile,
+    pub verifier: Verifier,
+}
+
+/// A route's `upstream_ca`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamCa {
+    pub path: PathBuf,
+    pub certs: Vec<CertificateDer<'static>>,
+}

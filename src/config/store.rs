@@ -1,0 +1,138 @@
+//! `[store]`: which backend and how to reach it, plus the two settings of
+//! how the pipeline uses it (`key_prefix`, fixed; `on_error`, live).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::locate::KeyPath;
+use super::raw::RawStore;
+use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
+use super::validate::Validator;
+
+impl Validator<'_> {
+    /// The connection settings, the key prefix, and `on_error`.
+    pub(super) fn store(
+        &mut self,
+        at: &KeyPath,
+        raw: RawStore,
+    ) -> (StoreSettings, String, OnStoreError) {
+        let backend_name = match &raw.backend {
+            Some(name) => self.string(&at.key("backend"), name).unwrap_or_default(),
+            None => "embedded".to_owned(),
+        };
+        let backend = match backend_name.as_str() {
+            "memory" => Backend::Memory,
+            "embedded" => Backend::Embedded {
+                path: PathBuf::from(match &raw.path {
+                    Some(path) => self.string(&at.key("path"), path).unwrap_or_default(),
+                    None => "hookgate.db".to_owned(),
+                }),
+                synchronous: self.choice(
+                    &at.key("synchronous"),
+                    raw.synchronous.as_ref(),
+                    &[("normal", Synchronous::Normal), ("full", Synchronous::Full)],
+                    Synchronous::Normal,
+                ),
+            },
+            "redis" => match &raw.url {
+                Some(url) => {
+                    let url = self.string(&at.key("url"), url).unwrap_or_default();
+                    if let Err(message) = crate::store::check_redis_url(&url) {
+                        self.fail(&at.key("url"), message);
+                    }
+                    Backend::Redis { url }
+                }
+                None => {
+                    self.fail(
+                        at,
+                        "backend \"redis\" needs `url = \"redis://host:6379/0\"`",
+                    );
+                    Backend::Memory
+                }
+            },
+            "redis-cluster" => {
+                let nodes: Vec<String> = raw
+                    .nodes
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .filter_map(|(i, node)| {
+                        let node = self.string(&at.key("nodes").index(i), node)?;
+                        if let Err(message) = crate::store::check_redis_url(&node) {
+                            self.fail(&at.key("nodes").index(i), message);
+                        }
+                        Some(node)
+                    })
+                    .collect();
+                if raw.nodes.as_ref().is_none_or(Vec::is_empty) {
+                    self.fail(
+                        at,
+                        "backend \"redis-cluster\" needs `nodes = [\"redis://host:7000\", ...]`",
+                    );
+                }
+                Backend::RedisCluster { nodes }
+            }
+            "" => Backend::Memory,
+            other => {
+                self.fail(
+                    &at.key("backend"),
+                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\""),
+                );
+                Backend::Memory
+            }
+        };
+        let applies = |key: &str| match key {
+            "path" | "synchronous" => backend_name == "embedded",
+            "url" => backend_name == "redis",
+            "min_replicas_acked" | "tls_ca" => backend_name.starts_with("redis"),
+            _ => backend_name == "redis-cluster",
+        };
+        for (name, present) in [
+            ("path", raw.path.is_some()),
+            ("synchronous", raw.synchronous.is_some()),
+            ("url", raw.url.is_some()),
+            ("nodes", raw.nodes.is_some()),
+            ("min_replicas_acked", raw.min_replicas_acked.is_some()),
+            ("tls_ca", raw.tls_ca.is_some()),
+        ] {
+            if present && !applies(name) {
+                self.fail(
+                    &at.key(name),
+                    format!("`{name}` does not apply to backend {backend_name:?}"),
+                );
+            }
+        }
+        let key_prefix = match &raw.key_prefix {
+            Some(prefix) => self
+                .string(&at.key("key_prefix"), prefix)
+                .unwrap_or_default(),
+            None => "hookgate:".to_owned(),
+        };
+        let on_error = self.choice(
+            &at.key("on_error"),
+            raw.on_error.as_ref(),
+            &[
+                ("reject", OnStoreError::Reject),
+                ("forward", OnStoreError::Forward),
+            ],
+            OnStoreError::Reject,
+        );
+        let settings = StoreSettings {
+            backend,
+            timeout: self.duration(
+                &at.key("timeout"),
+                raw.timeout.as_ref(),
+                Duration::from_millis(500),
+            ),
+            min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
+            tls_ca: raw.tls_ca.as_ref().and_then(|path| {
+                let path = PathBuf::from(self.string(&at.key("tls_ca"), path)?);
+                if let Err(message) = crate::tls::load_certs(&path) {
+                    self.fail(&at.key("tls_ca"), message);
+                }
+                Some(path)
+            }),
+        };
+        (settings, key_prefix, on_error)
+    }
+}

@@ -1,0 +1,88 @@
+//! What `hookgate check` prints: the listeners, the store and every route in
+//! a few readable lines, then the warnings. Never a secret.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::{Backend, Config, OnStoreError};
+
+impl Config {
+    /// The human summary `hookgate check` prints.
+    pub fn summary(&self) -> String {
+        let Config { fixed, live, .. } = self;
+        let backend = match &fixed.store.backend {
+            Backend::Embedded { path, .. } => format!(
+                "embedded {} (one gateway instance per file; use redis for several)",
+                path.display()
+            ),
+            Backend::Redis { .. } => "redis".to_owned(),
+            Backend::RedisCluster { nodes } => {
+                format!("redis-cluster ({} seed nodes)", nodes.len())
+            }
+            Backend::Memory => "memory (nothing survives a restart)".to_owned(),
+        };
+        let mut out = format!(
+            "config {} is valid\nlisten {} ({})\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",
+            self.source.display(),
+            fixed.server.listen,
+            match &live.tls {
+                Some(tls) => format!("TLS 1.2/1.3 with {}, ALPN h2 + http/1.1", tls.cert.display()),
+                None => "plain HTTP/1.1 + h2c".to_owned(),
+            },
+            backend,
+            fixed.key_prefix,
+            humanize(fixed.store.timeout),
+            match live.on_store_error {
+                OnStoreError::Reject => "reject",
+                OnStoreError::Forward => "forward",
+            },
+        );
+        if let Some(admin) = &fixed.admin {
+            out += &format!(
+                "admin {} (admin API {})\n",
+                admin.listen,
+                if admin.token.is_some() { "on" } else { "off" }
+            );
+        }
+        out += &format!("{} route(s):\n", live.routes.len());
+        for route in &live.routes {
+            let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
+            let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
+            out += &format!(
+                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, ttl {ttl}, retention {retention}{guard}\n",
+                name = route.name,
+                methods = methods.join(","),
+                path = route.path,
+                upstream = route.upstream,
+                pad = "",
+                scheme = route.scheme.name,
+                keys = keys.join(", "),
+                scope = route.scope,
+                ttl = humanize(route.processing_ttl),
+                retention = humanize(route.retention),
+                guard = if route.replay_guard { ", replay guard on" } else { "" },
+            );
+        }
+        for warning in &self.warnings {
+            out += &format!("warning: {warning}\n");
+        }
+        out
+    }
+}
+
+/// Render a duration the way the config writes them.
+pub fn humanize(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}

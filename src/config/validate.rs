@@ -1,0 +1,153 @@
+//! The validator core: turns raw values into typed ones, and collects every
+//! problem with its location instead of stopping at the first. Each method
+//! returns a usable placeholder on error so validation can go on. The
+//! sections (`server`, `store`, `routes`) build on these.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use super::locate::{line_col, KeyPath, Locator};
+use super::value::{interpolate, parse_duration};
+use super::Problem;
+
+/// Collects problems while turning raw sections into settings. Each method
+/// returns a usable placeholder on error so validation can continue and
+/// report everything at once.
+pub(super) struct Validator<'a> {
+    file: String,
+    text: &'a str,
+    locator: Locator,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    problems: Vec<Problem>,
+    warnings: Vec<String>,
+}
+
+impl<'a> Validator<'a> {
+    pub fn new(path: &Path, text: &'a str, env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Self {
+            file: path.display().to_string(),
+            text,
+            locator: Locator::new(text),
+            env,
+            problems: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Everything wrong, and everything risky, found so far.
+    pub fn finish(self) -> (Vec<Problem>, Vec<String>) {
+        (self.problems, self.warnings)
+    }
+
+    /// A legal but risky setting, for `check` to print and `run` to log.
+    pub fn warn(&mut self, warning: String) {
+        self.warnings.push(warning);
+    }
+
+    /// A problem at a byte offset of the file (a TOML syntax error).
+    pub fn problem_at_offset(&self, offset: usize, message: String) -> Problem {
+        let key = self.locator.path_at(offset);
+        self.problem_at(offset, &key, message)
+    }
+
+    fn problem_at(&self, offset: usize, key: &KeyPath, message: String) -> Problem {
+        let (line, column) = line_col(self.text, offset);
+        Problem {
+            file: self.file.clone(),
+            line,
+            column,
+            key: key.to_string(),
+            message,
+        }
+    }
+
+    pub fn fail(&mut self, key: &KeyPath, message: impl Into<String>) {
+        let offset = self.locator.span_of(key).map_or(0, |span| span.start);
+        let problem = self.problem_at(offset, key, message.into());
+        self.problems.push(problem);
+    }
+
+    /// Expand `${VAR}`s; on error record it and return `None`.
+    pub fn string(&mut self, key: &KeyPath, raw: &str) -> Option<String> {
+        match interpolate(raw, self.env) {
+            Ok(value) => Some(value),
+            Err(message) => {
+                self.fail(key, message);
+                None
+            }
+        }
+    }
+
+    pub fn duration(&mut self, key: &KeyPath, raw: Option<&String>, default: Duration) -> Duration {
+        let Some(raw) = raw else { return default };
+        let Some(text) = self.string(key, raw) else {
+            return default;
+        };
+        match parse_duration(&text) {
+            Ok(d) if d.is_zero() => {
+                self.fail(key, "must be greater than zero");
+                default
+            }
+            Ok(d) => d,
+            Err(message) => {
+                self.fail(key, message);
+                default
+            }
+        }
+    }
+
+    pub fn size(&mut self, key: &KeyPath, raw: Option<u64>, default: u64, max: u64) -> usize {
+        let value = raw.unwrap_or(default);
+        if value == 0 || value > max {
+            self.fail(key, format!("must be between 1 and {max}"));
+            return default as usize;
+        }
+        value as usize
+    }
+
+    pub fn addr(&mut self, key: &KeyPath, raw: &str) -> SocketAddr {
+        let fallback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let Some(text) = self.string(key, raw) else {
+            return fallback;
+        };
+        text.parse().unwrap_or_else(|_| {
+            self.fail(
+                key,
+                format!("{text:?} is not a socket address like \"0.0.0.0:8443\""),
+            );
+            fallback
+        })
+    }
+
+    pub fn choice<T: Copy>(
+        &mut self,
+        key: &KeyPath,
+        raw: Option<&String>,
+        options: &[(&str, T)],
+        default: T,
+    ) -> T {
+        let Some(raw) = raw else { return default };
+        let Some(text) = self.string(key, raw) else {
+            return default;
+        };
+        if let Some((_, value)) = options.iter().find(|(name, _)| *name == text) {
+            return *value;
+        }
+        let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+        self.fail(key, format!("{text:?} is not one of {}", names.join(", ")));
+        default
+    }
+
+    pub fn identifier(&mut self, key: &KeyPath, raw: &str) -> String {
+        let value = self.string(key, raw).unwrap_or_default();
+        let ok = !value.is_empty()
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !ok {
+            self.fail(key, format!("{value:?} must match [a-z0-9_-]+"));
+        }
+        value
+    }
+}
