@@ -161,7 +161,7 @@ async fn a_slow_upstream_keeps_its_lease(backend: Backend) {
         let (sender, url, body) = (sender.clone(), gateway.url("/hook"), body.clone());
         tokio::spawn(async move { sender.deliver(&url, &body).await })
     };
-    assert!(eventually(Duration::from_secs(2), || upstream.total() == 1).await);
+    assert!(eventually(Duration::from_secs(2), || ready(upstream.total() == 1)).await);
     let mut conflicts = 0;
     while !first.is_finished() {
         let duplicate = sender.deliver(&gateway.url("/hook"), &body).await;

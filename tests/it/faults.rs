@@ -201,7 +201,7 @@ async fn shutdown_finishes_and_records_in_flight_deliveries() {
     let url = gateway.url("/hook");
     let delivery =
         tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_drain")).await });
-    assert!(eventually(Duration::from_secs(2), || upstream.total() == 1).await);
+    assert!(eventually(Duration::from_secs(2), || ready(upstream.total() == 1)).await);
     gateway.shutdown().await;
 
     assert_eq!(delivery.await.unwrap().status, StatusCode::OK);
@@ -232,7 +232,7 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
     let handle = std::sync::Arc::clone(&gateway.gateway);
     let url = gateway.url("/hook");
     tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_stuck")).await });
-    assert!(eventually(Duration::from_secs(2), || upstream.total() == 1).await);
+    assert!(eventually(Duration::from_secs(2), || ready(upstream.total() == 1)).await);
     gateway.shutdown().await;
     let record = handle
         .store()

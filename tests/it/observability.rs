@@ -62,7 +62,12 @@ async fn metrics_count_real_traffic_under_bounded_labels() {
         let (sender, url) = (sender.clone(), url.clone());
         tokio::spawn(async move { sender.deliver(&url, &event("evt_slow_m")).await })
     };
-    assert!(eventually(Duration::from_secs(2), || upstream.count("evt_slow_m") == 1).await);
+    assert!(
+        eventually(Duration::from_secs(2), || ready(
+            upstream.count("evt_slow_m") == 1
+        ))
+        .await
+    );
     assert_eq!(
         sender.deliver(&url, &event("evt_slow_m")).await.status,
         StatusCode::CONFLICT
@@ -279,7 +284,12 @@ async fn the_admin_api_shows_forgets_and_releases_keys() {
         let (sender, url) = (sender.clone(), url.clone());
         tokio::spawn(async move { sender.deliver(&url, &event("evt_stuck")).await })
     };
-    assert!(eventually(Duration::from_secs(2), || upstream.count("evt_stuck") == 1).await);
+    assert!(
+        eventually(Duration::from_secs(2), || ready(
+            upstream.count("evt_stuck") == 1
+        ))
+        .await
+    );
     assert_eq!(
         sender.deliver(&url, &event("evt_stuck")).await.status,
         StatusCode::CONFLICT
@@ -296,7 +306,10 @@ async fn the_admin_api_shows_forgets_and_releases_keys() {
         tokio::spawn(async move { sender.deliver(&url, &event("evt_stuck")).await })
     };
     assert!(
-        eventually(Duration::from_secs(2), || upstream.count("evt_stuck") == 2).await,
+        eventually(Duration::from_secs(2), || ready(
+            upstream.count("evt_stuck") == 2
+        ))
+        .await,
         "forwarded after release"
     );
     // The first holder's next renewal finds its claim taken over.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{StatusCode, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
@@ -218,15 +219,178 @@ async fn restart_only_changes_are_reported() {
     let changed = text
         .replace("timeout = \"300ms\"", "timeout = \"900ms\"")
         .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"")
-        .replace("path = \"/hook\"", "path = \"/moved\"");
+        .replace("path = \"/hook\"", "path = \"/moved\"")
+        .replace(
+            "shutdown_grace = \"2s\"",
+            "shutdown_grace = \"3s\"\nheader_read_timeout = \"4s\"\nmax_connections = 7",
+        )
+        .replace("key_prefix = \"t", "key_prefix = \"moved-t");
     let needs_restart = app.reloader().apply(&parse_config(&changed));
-    assert_eq!(needs_restart.len(), 2, "{needs_restart:?}");
-    assert!(needs_restart[0].starts_with("server.listen"));
-    assert_eq!(needs_restart[1], "[store]");
+    assert_eq!(
+        needs_restart,
+        [
+            "server.listen",
+            "server.header_read_timeout",
+            "server.shutdown_grace",
+            "server.max_connections",
+            "[store]",
+            "store.key_prefix",
+        ]
+    );
     assert!(
         app.gateway
             .route("hook")
             .is_some_and(|route| route.path == "/moved"),
         "routes were swapped"
     );
+}
+
+/// A reload of `text` on the running test gateway; nothing needs a restart.
+fn reload(gateway: &TestGateway, text: &str) {
+    let needs_restart = gateway.reloader.apply(&parse_config(text));
+    assert_eq!(needs_restart, Vec::<String>::new(), "all of it is live");
+}
+
+/// Routes and secrets: a moved path and a withdrawn secret apply to the next
+/// request.
+#[tokio::test]
+async fn routes_and_secrets_are_live() {
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let deliver = |path: &str, id: &str| {
+        let (url, body) = (gateway.url(path), event(id));
+        let sender = sender.clone();
+        async move { sender.deliver(&url, &body).await }
+    };
+    assert_eq!(deliver("/hook", "evt_1").await.status, StatusCode::OK);
+
+    let moved = text.replace("path = \"/hook\"", "path = \"/moved\"");
+    reload(&gateway, &moved);
+    assert_eq!(deliver("/hook", "evt_2").await.code(), "route_not_found");
+    assert_eq!(deliver("/moved", "evt_2").await.status, StatusCode::OK);
+
+    // The test secret withdrawn: only "old-secret" is left.
+    let rotated = moved.replace(", \"${TEST_SECRET}\"", "");
+    reload(&gateway, &rotated);
+    assert_eq!(deliver("/moved", "evt_3").await.code(), "signature_invalid");
+    assert_eq!(upstream.total(), 2);
+    gateway.shutdown().await;
+}
+
+/// `server.max_body_bytes` and `server.body_read_timeout` bound the next
+/// request after a reload.
+#[tokio::test]
+async fn request_limits_are_live() {
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let big = |id: &str| format!(r#"{{"id":"{id}","pad":"{}"}}"#, "x".repeat(2000));
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &big("evt_a")).await.status,
+        StatusCode::OK
+    );
+
+    reload(
+        &gateway,
+        &text.replace(
+            "max_body_bytes = 4096",
+            "max_body_bytes = 1024\nbody_read_timeout = \"300ms\"",
+        ),
+    );
+    assert_eq!(
+        sender.deliver(&url, &big("evt_b")).await.code(),
+        "body_too_large"
+    );
+
+    // A sender that stops halfway through its body is cut off after 300 ms.
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let head = "POST /hook HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"id\":";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .expect("answered before the old 30 s timeout")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(upstream.total(), 1);
+    gateway.shutdown().await;
+}
+
+/// `store.on_error` applies at once: with the store down, a reload to
+/// "forward" lets deliveries through, and it is not reported as needing a
+/// restart.
+#[tokio::test]
+async fn store_on_error_is_live() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    redis.kill();
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &event("evt_1")).await.code(),
+        "store_unavailable"
+    );
+
+    reload(
+        &gateway,
+        &text.replace("[store]", "[store]\non_error = \"forward\""),
+    );
+    assert_eq!(
+        sender.deliver(&url, &event("evt_2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(upstream.count("evt_2"), 1);
+    assert_eq!(upstream.count("evt_1"), 0);
+    gateway.shutdown().await;
+}
+
+/// A reload keeps the pooled upstream connection of a route whose upstream
+/// did not change; a route moved to another upstream goes there.
+#[tokio::test]
+async fn a_reload_keeps_upstream_keep_alive_connections() {
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Memory, "", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &event("evt_1")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(upstream.connections(), 1);
+
+    reload(
+        &gateway,
+        &text.replace("upstream_timeout = \"5s\"", "upstream_timeout = \"6s\""),
+    );
+    assert_eq!(
+        sender.deliver(&url, &event("evt_2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "the pooled connection was reused"
+    );
+
+    let other = Upstream::start().await;
+    reload(&gateway, &text.replace(&upstream.url("/"), &other.url("/")));
+    assert_eq!(
+        sender.deliver(&url, &event("evt_3")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!((upstream.total(), other.total()), (2, 1));
+    gateway.shutdown().await;
 }

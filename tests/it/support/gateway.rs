@@ -1,0 +1,218 @@
+//! The gateway under test: in-process on 127.0.0.1:0 ([`TestGateway`]), or the
+//! real binary on a config file ([`GatewayProcess`]), and the test config.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate::config::Config;
+use hookgate::pipeline::Gateway;
+use hookgate::reload::Reloader;
+use hookgate::App;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use super::{eventually, free_port, SECRET};
+
+/// Store section of a test config.
+#[derive(Clone)]
+pub enum Backend {
+    Memory,
+    /// The SQLite file's path.
+    Embedded(std::path::PathBuf),
+    Redis(String),
+}
+
+impl Backend {
+    pub fn toml(&self) -> String {
+        match self {
+            Backend::Memory => "backend = \"memory\"".into(),
+            Backend::Embedded(path) => {
+                format!("backend = \"embedded\"\npath = \"{}\"", path.display())
+            }
+            Backend::Redis(url) => format!("backend = \"redis\"\nurl = \"{url}\""),
+        }
+    }
+}
+
+/// A config with one signed route `/hook` (key `json:/id`) to `upstream`,
+/// plus `route_extra` lines in that route and `store_extra` in `[store]`.
+pub fn config_text(
+    upstream: &str,
+    backend: &Backend,
+    route_extra: &str,
+    store_extra: &str,
+) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = 4096
+shutdown_grace = "2s"
+
+[store]
+{backend}
+timeout = "300ms"
+key_prefix = "t{prefix}:"
+{store_extra}
+
+[[routes]]
+name = "hook"
+path = "/hook"
+upstream = "{upstream}"
+key = ["json:/id"]
+upstream_timeout = "5s"
+{route_extra}
+
+[routes.verify]
+scheme = "hmac"
+secrets = ["old-secret", "${{TEST_SECRET}}"]
+header = "X-Signature"
+prefix = "sha256="
+"#,
+        backend = backend.toml(),
+        prefix = rand::random::<u32>(),
+    )
+}
+
+pub fn parse_config(text: &str) -> Config {
+    Config::parse(text, Path::new("test.toml"), &|name| {
+        (name == "TEST_SECRET").then(|| SECRET.to_owned())
+    })
+    .unwrap_or_else(|e| panic!("test config invalid: {e}\n{text}"))
+}
+
+/// The gateway, in-process, on a free port (and its admin listener on
+/// another, when the config has `[admin]`).
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub admin_addr: Option<SocketAddr>,
+    pub gateway: Arc<Gateway>,
+    /// Applies a reloaded config, as SIGHUP does.
+    pub reloader: Arc<Reloader>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestGateway {
+    pub async fn start(text: &str) -> TestGateway {
+        let config = parse_config(text);
+        let app = App::new(&config).await.expect("store");
+        let gateway = Arc::clone(&app.gateway);
+        let reloader = app.reloader();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let admin_listener = match config.fixed.admin {
+            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            app.serve(listener, admin_listener, async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        TestGateway {
+            addr,
+            admin_addr,
+            gateway,
+            reloader,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!(
+            "http://{}{path}",
+            self.admin_addr.expect("config has [admin]")
+        )
+    }
+
+    /// Trigger a graceful shutdown and wait until `serve` returns.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+}
+
+/// The real `hookgate` binary, running `run` on a config file.
+pub struct GatewayProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+    /// stderr goes to a file: a pipe nobody drains would block the gateway.
+    log: tempfile::NamedTempFile,
+}
+
+impl GatewayProcess {
+    /// Start `hookgate run` on `config` and wait until it accepts connections
+    /// on `port`.
+    pub async fn start(config: &Path, port: u16) -> GatewayProcess {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config)
+            .env("TEST_SECRET", SECRET)
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("spawn hookgate");
+        let mut process = GatewayProcess { child, port, log };
+        let listening = eventually(Duration::from_secs(10), || {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("hookgate exited early with {status}: {}", process.logs());
+            }
+            std::future::ready(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+        });
+        assert!(listening.await, "hookgate did not start listening");
+        process
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Send `signal` (e.g. "TERM", "KILL") and wait for the exit status.
+    pub fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// Everything it logged so far.
+    pub fn logs(&mut self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config file in `dir` serving on a free port; returns (path, port).
+pub fn write_config(dir: &Path, text: &str) -> (std::path::PathBuf, u16) {
+    let port = free_port();
+    let path = dir.join("gateway.toml");
+    std::fs::write(
+        &path,
+        text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    (path, port)
+}

@@ -1,0 +1,289 @@
+//! A private `redis-server` on a free port that a test can kill and restart,
+//! and a real 3-master/3-replica Redis Cluster.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, free_port};
+
+/// A private `redis-server` on a free port, killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    /// Extra `redis-server` arguments (e.g. an ACL user).
+    args: Vec<String>,
+    /// URL the readiness check connects with.
+    probe_url: Option<String>,
+}
+
+impl RedisServer {
+    /// Start one, or `None` when redis-server is not installed. Under
+    /// `CI=true` a missing redis-server fails the test instead.
+    pub async fn start() -> Option<RedisServer> {
+        Self::start_with(&[], None).await
+    }
+
+    /// Start one with extra arguments (`{port}` is replaced); `probe_url`
+    /// (with `{port}`) is what the readiness check connects with, or `"tcp"`
+    /// to only wait for the port.
+    pub async fn start_with(args: &[&str], probe_url: Option<&str>) -> Option<RedisServer> {
+        Self::start_check()?;
+        let port = free_port();
+        let mut server = RedisServer {
+            port,
+            child: None,
+            args: args
+                .iter()
+                .map(|a| a.replace("{port}", &port.to_string()))
+                .collect(),
+            probe_url: probe_url.map(|url| url.replace("{port}", &port.to_string())),
+        };
+        server.restart().await;
+        Some(server)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// `Some` when redis-server (and redis-cli) are installed; under
+    /// `CI=true` their absence fails the test instead of skipping it.
+    pub fn start_check() -> Option<()> {
+        let found = ["redis-server", "redis-cli"]
+            .iter()
+            .all(|bin| Command::new(bin).arg("--version").output().is_ok());
+        if !found {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "redis-server is not installed, and CI=true forbids skipping"
+            );
+            eprintln!("skipping: redis-server not installed");
+            return None;
+        }
+        Some(())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// (Re)start on the same port and wait until it answers.
+    pub async fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        if self.probe_url.as_deref() == Some("tcp") {
+            // TLS-only servers: the port accepting is as far as a plain probe gets.
+            let port = self.port;
+            let up = eventually(Duration::from_secs(10), || async move {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+            });
+            assert!(up.await, "redis-server did not come up");
+            return;
+        }
+        let client =
+            ::redis::Client::open(self.probe_url.clone().unwrap_or_else(|| self.url())).unwrap();
+        let up = eventually(Duration::from_secs(10), || async {
+            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                return false;
+            };
+            ::redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .is_ok()
+        });
+        assert!(up.await, "redis-server did not come up");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A real Redis Cluster: 3 masters + 3 replicas on free ports, joined with
+/// `redis-cli --cluster create`. Each server is tied to this test process by
+/// a watchdog shell, so none outlives the test binary.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    /// Start one, or `None` when redis-server is missing (fails under CI=true).
+    pub async fn start() -> Option<RedisCluster> {
+        RedisServer::start_check()?;
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        for port in &ports {
+            spawn_cluster_node(dir.path(), *port);
+        }
+        for port in &ports {
+            wait_for_ping(*port).await;
+        }
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let created = tokio::task::spawn_blocking(move || {
+            Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&nodes)
+                .args(["--cluster-replicas", "1", "--cluster-yes"])
+                .output()
+                .expect("redis-cli")
+        })
+        .await
+        .unwrap();
+        assert!(
+            created.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = RedisCluster { ports, _dir: dir };
+        cluster.wait_healthy().await;
+        Some(cluster)
+    }
+
+    pub fn nodes(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// `nodes = [...]` for a `[store]` section.
+    pub fn toml(&self) -> String {
+        let nodes: Vec<String> = self.nodes().iter().map(|n| format!("\"{n}\"")).collect();
+        format!(
+            "backend = \"redis-cluster\"\nnodes = [{}]",
+            nodes.join(", ")
+        )
+    }
+
+    async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> {
+        let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let mut cmd = ::redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query_async(&mut conn).await.ok()
+    }
+
+    async fn text(port: u16, args: &[&str]) -> String {
+        match Self::command(port, args).await {
+            Some(::redis::Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Some(::redis::Value::VerbatimString { text, .. }) => text,
+            Some(::redis::Value::SimpleString(text)) => text,
+            _ => String::new(),
+        }
+    }
+
+    /// Until every live node reports `cluster_state:ok` and agrees on 3 masters.
+    pub async fn wait_healthy(&self) {
+        let healthy = eventually(Duration::from_secs(30), || async {
+            let mut ok = true;
+            for port in &self.ports {
+                let info = Self::text(*port, &["CLUSTER", "INFO"]).await;
+                if info.is_empty() {
+                    continue; // a killed node
+                }
+                ok &= info.contains("cluster_state:ok");
+            }
+            ok
+        });
+        assert!(healthy.await, "cluster did not become healthy");
+    }
+
+    /// The port of the master currently serving `key`.
+    pub async fn master_of(&self, key: &str) -> u16 {
+        for port in &self.ports {
+            let slot = match Self::command(*port, &["CLUSTER", "KEYSLOT", key]).await {
+                Some(::redis::Value::Int(slot)) => slot,
+                _ => continue,
+            };
+            let nodes = Self::text(*port, &["CLUSTER", "NODES"]).await;
+            for line in nodes.lines() {
+                let fields: Vec<&str> = line.split(' ').collect();
+                if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                    continue;
+                }
+                let serves = fields[8..].iter().any(|range| match range.split_once('-') {
+                    Some((a, b)) => {
+                        (a.parse().unwrap_or(-1)..=b.parse().unwrap_or(-2)).contains(&slot)
+                    }
+                    None => range.parse() == Ok(slot),
+                });
+                if serves {
+                    let addr = fields[1].split('@').next().unwrap();
+                    return addr.rsplit(':').next().unwrap().parse().unwrap();
+                }
+            }
+        }
+        panic!("no master serves {key}");
+    }
+
+    /// Start the node on `port` again (it rejoins with its saved identity,
+    /// as a replica of whoever took over its slots).
+    pub async fn restart(&self, port: u16) {
+        spawn_cluster_node(self._dir.path(), port);
+        wait_for_ping(port).await;
+    }
+
+    /// SIGKILL the server on `port`.
+    pub async fn kill(&self, port: u16) {
+        let info = Self::text(port, &["INFO", "server"]).await;
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .expect("process_id")
+            .trim()
+            .to_owned();
+        Command::new("kill").args(["-9", &pid]).status().unwrap();
+    }
+}
+
+/// One cluster node, under a watchdog shell that kills it when this test
+/// process is gone.
+fn spawn_cluster_node(dir: &std::path::Path, port: u16) {
+    let script = format!(
+        "redis-server --port {port} --bind 127.0.0.1 --cluster-enabled yes \
+         --cluster-config-file nodes-{port}.conf --cluster-node-timeout 1000 \
+         --save '' --appendonly no --protected-mode no --dir {dir} --logfile redis-{port}.log & \
+         r=$!; while kill -0 {parent} 2>/dev/null && kill -0 $r 2>/dev/null; do sleep 0.2; done; kill -9 $r",
+        dir = dir.display(),
+        parent = std::process::id(),
+    );
+    let mut watchdog = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server");
+    std::thread::spawn(move || watchdog.wait());
+}
+
+async fn wait_for_ping(port: u16) {
+    let up = eventually(Duration::from_secs(10), || async move {
+        RedisCluster::text(port, &["PING"]).await == "PONG"
+    });
+    assert!(up.await, "redis-server on {port} did not come up");
+}
+
+/// One cluster shared by the tests that only need a healthy one (the
+/// failover tests start their own).
+pub async fn shared_cluster() -> Option<&'static RedisCluster> {
+    static SHARED: tokio::sync::OnceCell<Option<RedisCluster>> = tokio::sync::OnceCell::const_new();
+    SHARED.get_or_init(RedisCluster::start).await.as_ref()
+}

@@ -1,0 +1,125 @@
+//! The sender's side: signing, delivering, and retrying like a webhook
+//! sender does.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sha2::Sha256;
+
+use super::SECRET;
+
+pub fn sign(body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A response as a sender sees it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `error.code` of a hookgate error body.
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+}
+
+#[derive(Clone)]
+pub struct Sender {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Sender {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sender {
+    pub fn new() -> Sender {
+        Sender {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    pub fn h2c() -> Sender {
+        Sender {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Answer {
+        self.try_send(request).await.expect("request failed")
+    }
+
+    /// Send, or the transport error.
+    pub async fn try_send(&self, request: Request<Full<Bytes>>) -> Result<Answer, String> {
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (parts, body) = response.into_parts();
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.collect().await.map_err(|e| e.to_string())?.to_bytes(),
+        })
+    }
+
+    /// POST a correctly signed `body`.
+    pub async fn deliver(&self, url: &str, body: &str) -> Answer {
+        self.send(signed(url, body)).await
+    }
+
+    /// Deliver like a webhook sender: retry on 409/503 until an answer sticks.
+    pub async fn deliver_until_settled(&self, url: &str, body: &str) -> Answer {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let answer = self.deliver(url, body).await;
+            let busy = matches!(answer.status.as_u16(), 409 | 503);
+            if !busy || Instant::now() > deadline {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 20)).await;
+        }
+    }
+}
+
+pub fn signed(url: &str, body: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-signature", sign(body.as_bytes()))
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
+pub fn event(id: &str) -> String {
+    format!(r#"{{"id":"{id}","type":"order.paid","amount":4200}}"#)
+}

@@ -1,0 +1,196 @@
+//! The recording upstream: a real HTTP server standing in for the legacy
+//! consumer, counting side effects per idempotency key.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Which call this was for its idempotency key (1 = first).
+    pub nth: usize,
+}
+
+impl Seen {
+    pub fn key(&self) -> String {
+        self.headers
+            .get("idempotency-key")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// What the upstream does with a request.
+pub struct Plan {
+    pub status: StatusCode,
+    pub delay: Duration,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+type Behaviour = dyn Fn(&Seen) -> Plan + Send + Sync;
+
+/// The default: 200, a JSON body naming the key and the call number, a
+/// session cookie and a custom header — everything a replay must reproduce
+/// (or, for the cookie, must not).
+pub fn ok_plan(seen: &Seen) -> Plan {
+    Plan {
+        status: StatusCode::OK,
+        delay: Duration::ZERO,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("x-upstream", "legacy".into()),
+            ("set-cookie", "session=secret; HttpOnly".into()),
+        ],
+        body: format!(r#"{{"processed":"{}","call":{}}}"#, seen.key(), seen.nth),
+    }
+}
+
+/// A real HTTP server standing in for the legacy consumer. It counts side
+/// effects per idempotency key, the way a double charge would show.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// TCP connections accepted so far (keep-alive reuse shows here).
+    connections: Arc<AtomicUsize>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        Self::with(ok_plan).await
+    }
+
+    pub async fn with(behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static) -> Upstream {
+        Self::serve(None, behaviour).await
+    }
+
+    /// An upstream behind TLS with `config`'s certificate.
+    pub async fn tls(config: Arc<rustls::ServerConfig>) -> Upstream {
+        Self::serve(Some(config), ok_plan).await
+    }
+
+    async fn serve(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static,
+    ) -> Upstream {
+        let behaviour: Arc<Behaviour> = Arc::new(behaviour);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let log = Arc::clone(&seen);
+        let connections: Arc<AtomicUsize> = Arc::default();
+        let accepted_count = Arc::clone(&connections);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    accepted = listener.accept() => accepted.unwrap(),
+                    _ = &mut stopped => return,
+                };
+                accepted_count.fetch_add(1, Ordering::Relaxed);
+                let log = Arc::clone(&log);
+                let behaviour = Arc::clone(&behaviour);
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let log = Arc::clone(&log);
+                        let behaviour = Arc::clone(&behaviour);
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes();
+                            let seen = {
+                                let mut log = log.lock().unwrap();
+                                let mut seen = Seen {
+                                    method: parts.method.to_string(),
+                                    uri: parts.uri.to_string(),
+                                    headers: parts.headers,
+                                    body,
+                                    nth: 0,
+                                };
+                                let key = seen.key();
+                                seen.nth = 1 + log.iter().filter(|s| s.key() == key).count();
+                                log.push(seen.clone());
+                                seen
+                            };
+                            let plan = behaviour(&seen);
+                            tokio::time::sleep(plan.delay).await;
+                            let mut response = Response::new(Full::new(Bytes::from(plan.body)));
+                            *response.status_mut() = plan.status;
+                            for (name, value) in plan.headers {
+                                response.headers_mut().append(name, value.parse().unwrap());
+                            }
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Some(config) => {
+                            match tokio_rustls::TlsAcceptor::from(config).accept(stream).await {
+                                Ok(stream) => {
+                                    http.serve_connection(TokioIo::new(stream), service).await
+                                }
+                                Err(_) => Ok(()),
+                            }
+                        }
+                    };
+                });
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            connections,
+            _stop: stop,
+        }
+    }
+
+    /// How many TCP connections the upstream accepted.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// How many times the upstream processed `key`.
+    pub fn count(&self, key: &str) -> usize {
+        self.seen().iter().filter(|s| s.key() == key).count()
+    }
+
+    pub fn total(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Calls per key.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for seen in self.seen() {
+            *counts.entry(seen.key()).or_default() += 1;
+        }
+        counts
+    }
+}
