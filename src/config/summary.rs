@@ -50,7 +50,7 @@ impl Config {
             let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
             let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
             out += &format!(
-                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, ttl {ttl}, retention {retention}{guard}\n",
+                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n",
                 name = route.name,
                 methods = methods.join(","),
                 path = route.path,

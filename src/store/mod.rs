@@ -115,7 +115,7 @@ type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>
 /// it does not show (BENCHMARKS.md).
 trait DynBackend: Send + Sync {
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome>;
-    fn renew<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> Op<'a, bool>;
+    fn renew<'a>(&'a self, key: &'a str, token: &'a str, processing_ttl: Duration) -> Op<'a, bool>;
     fn complete<'a>(
         &'a self,
         key: &'a str,
@@ -137,8 +137,8 @@ impl<B: Backend> DynBackend for B {
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome> {
         Box::pin(Backend::claim(self, request))
     }
-    fn renew<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> Op<'a, bool> {
-        Box::pin(Backend::renew(self, key, token, ttl))
+    fn renew<'a>(&'a self, key: &'a str, token: &'a str, processing_ttl: Duration) -> Op<'a, bool> {
+        Box::pin(Backend::renew(self, key, token, processing_ttl))
     }
     fn complete<'a>(
         &'a self,
