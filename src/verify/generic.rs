@@ -8,7 +8,8 @@ use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
 use super::{
-    signature_matches, single_header, Algorithm, Profile, Verifier, Verify, VerifyError, DAY,
+    signature_matches, single_header, Algorithm, Profile, Verifier, Verify, VerifyError,
+    VerifySpec, DAY,
 };
 use crate::secret::Secret;
 
@@ -20,14 +21,12 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: false,
     timestamped: false,
-    build: |spec| {
+    build: |mut spec| {
         let options = spec
             .hmac
+            .take()
             .ok_or("scheme \"hmac\" needs its header options")?;
-        Ok(Verifier::new(HmacVerifier {
-            options,
-            secrets: spec.secrets,
-        }))
+        HmacVerifier::from_spec(options, spec)
     },
 };
 
@@ -67,6 +66,15 @@ pub struct HmacVerifier {
 }
 
 impl HmacVerifier {
+    /// A verifier with `options` (the operator's for `hmac`, fixed ones for
+    /// GitHub and Shopify), keyed by the route's secrets.
+    pub(super) fn from_spec(options: HmacOptions, spec: VerifySpec) -> Result<Verifier, String> {
+        Ok(Verifier::new(HmacVerifier {
+            options,
+            secrets: spec.secrets,
+        }))
+    }
+
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         let options = &self.options;
         let value = single_header(headers, &options.header)?;

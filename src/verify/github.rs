@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, Verifier, DAY, HOUR};
+use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, DAY, HOUR};
 
 pub static PROFILE: Profile = Profile {
     name: "github",
@@ -19,12 +19,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: true,
     timestamped: false,
-    build: |spec| {
-        Ok(Verifier::new(HmacVerifier {
-            options: options(),
-            secrets: spec.secrets,
-        }))
-    },
+    build: |spec| HmacVerifier::from_spec(options(), spec),
 };
 
 fn options() -> HmacOptions {
