@@ -74,7 +74,7 @@ upstream = "http://127.0.0.1:$UP/stripe"
 retention = "1h"
 [routes.verify]
 scheme = "stripe"
-secrets = ["whsec_bench"]
+secrets = ["whsec_bench_0123456789"]
 TOML
 }
 gateway_config "backend = \"redis\"
@@ -85,7 +85,7 @@ HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/redis.toml" 2>"$WORK/hg-re
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
 for port in $UP $NGINX $HG_REDIS $HG_EMBEDDED $REDIS; do wait_port $port; done
 
-"$BIN/examples/load" sign whsec_bench 200000 0.2 > "$WORK/deliveries.tsv" 2>/dev/null
+"$BIN/examples/load" sign whsec_bench_0123456789 200000 0.2 > "$WORK/deliveries.tsv" 2>/dev/null
 export BENCH_DELIVERIES="$WORK/deliveries.tsv" BENCH_THREADS=$THREADS
 
 ROWS=()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hookgate::config::{Backend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
-use hookgate::replay::RecordedResponse;
+use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{ClaimOutcome, ClaimRequest, Store};
 use http::{HeaderMap, StatusCode};
 
@@ -70,6 +70,7 @@ async fn main() {
                     status: StatusCode::OK,
                     headers: HeaderMap::new(),
                     body: Bytes::from_static(b"{\"ok\":true}"),
+                    body_kept: BodyKept::Whole,
                 };
                 let mut latencies = Vec::new();
                 for i in (worker..ops).step_by(concurrency) {

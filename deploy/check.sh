@@ -47,8 +47,8 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels
 echo "--- hookgate check on the shipped configs"
 cargo build --quiet --bin hookgate
 BIN=target/debug/hookgate
-HOOKGATE_ADMIN_TOKEN=0123456789abcdef0123 DEMO_WEBHOOK_SECRET=x "$BIN" check --config deploy/compose/gateway.toml >/dev/null
-ORDERS_WEBHOOK_SECRET=x "$BIN" check --config gateway.toml.example >/dev/null
+HOOKGATE_ADMIN_TOKEN=0123456789abcdef0123 DEMO_WEBHOOK_SECRET=dev-secret-0123456789 "$BIN" check --config deploy/compose/gateway.toml >/dev/null
+ORDERS_WEBHOOK_SECRET=dev-secret-0123456789 "$BIN" check --config gateway.toml.example >/dev/null
 
 if command -v systemd-analyze >/dev/null 2>&1; then
     echo "--- systemd-analyze verify (with the binary path pointed at this build)"

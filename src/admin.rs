@@ -28,7 +28,7 @@ use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{ForceRelease, Record, StoreError};
+use crate::store::{Deleted, ForceRelease, Record, StoreError};
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -156,13 +156,21 @@ impl Admin {
                 )),
                 None => Err(AdminError::KeyNotFound),
             },
-            (Method::DELETE, None) => match store.delete(&store_key).await.map_err(unavailable)? {
-                true => Ok(json_response(
-                    StatusCode::OK,
-                    &json!({"deleted": true, "route": route.name, "key": key}),
-                )),
-                false => Err(AdminError::KeyNotFound),
-            },
+            (Method::DELETE, None) => {
+                let force = query_flag(request, "force");
+                if force {
+                    tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, key,
+                        "forced delete: a delivery still in flight no longer holds its key");
+                }
+                match store.delete(&store_key, force).await.map_err(unavailable)? {
+                    Deleted::Deleted => Ok(json_response(
+                        StatusCode::OK,
+                        &json!({"deleted": true, "route": route.name, "key": key}),
+                    )),
+                    Deleted::InFlight => Err(AdminError::InFlight),
+                    Deleted::NotFound => Err(AdminError::KeyNotFound),
+                }
+            }
             (Method::POST, Some("release")) => {
                 match store.force_release(&store_key).await.map_err(unavailable)? {
                     ForceRelease::Released => Ok(json_response(
@@ -190,7 +198,18 @@ fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
         "completed_at": record.completed_at_ms,
         "lease_expires_at": record.lease_expires_at_ms,
         "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
+        "response_body": record.response.as_ref().map(|r| r.body_kept.as_str()),
     })
+}
+
+/// Whether the query string sets `name=true`.
+fn query_flag(request: &Request<Incoming>, name: &str) -> bool {
+    request
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .any(|pair| pair.split_once('=') == Some((name, "true")))
 }
 
 /// Decode `%XX` escapes; `None` for a broken escape or non-UTF-8 result.

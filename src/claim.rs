@@ -145,6 +145,15 @@ impl<'s> Claim<'s> {
         )
     }
 
+    /// Keep the key claimed, unrenewed, until its lease runs out: the
+    /// upstream may still be working on a call whose outcome is unknown, and
+    /// a prompt retry must get 409 rather than run beside it. Shutdown does
+    /// not release a held claim either.
+    pub fn hold(self) {
+        tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
+            "outcome unknown: the claim is held until its lease runs out");
+    }
+
     /// Let the sender's next retry claim the key again. If this fails the
     /// lease simply runs out after `processing_ttl`.
     pub async fn release(self) {

@@ -46,6 +46,8 @@ pub enum GatewayError {
     UpstreamUnreachable,
     #[error("the upstream did not answer in time")]
     UpstreamTimeout,
+    #[error("the upstream answered, but its response body broke off; the answer is recorded")]
+    UpstreamBodyIncomplete,
     #[error("internal error")]
     Internal,
 }
@@ -65,6 +67,7 @@ impl GatewayError {
             GatewayError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::UpstreamBodyIncomplete => StatusCode::BAD_GATEWAY,
             GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -88,6 +91,7 @@ impl GatewayError {
             GatewayError::StoreUnavailable => "store_unavailable",
             GatewayError::UpstreamUnreachable => "upstream_unreachable",
             GatewayError::UpstreamTimeout => "upstream_timeout",
+            GatewayError::UpstreamBodyIncomplete => "upstream_body_incomplete",
             GatewayError::Internal => "internal_error",
         }
     }
@@ -135,6 +139,8 @@ pub enum AdminError {
     KeyNotFound,
     #[error("the key holds no claim to release")]
     NotInFlight,
+    #[error("a delivery of this key is still running; add ?force=true to forget it anyway")]
+    InFlight,
     #[error("use GET, DELETE, or POST …/release")]
     MethodNotAllowed,
     #[error("the store is unavailable: {0}")]
@@ -150,7 +156,7 @@ impl AdminError {
             | AdminError::KeyNotFound => StatusCode::NOT_FOUND,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::KeyEncoding => StatusCode::BAD_REQUEST,
-            AdminError::NotInFlight => StatusCode::CONFLICT,
+            AdminError::NotInFlight | AdminError::InFlight => StatusCode::CONFLICT,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -165,6 +171,7 @@ impl AdminError {
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::KeyNotFound => "key_not_found",
             AdminError::NotInFlight => "not_in_flight",
+            AdminError::InFlight => "in_flight",
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::StoreUnavailable(_) => "store_unavailable",
         }
@@ -250,6 +257,11 @@ mod tests {
                 "upstream_unreachable",
             ),
             (GatewayError::UpstreamTimeout, 504, "upstream_timeout"),
+            (
+                GatewayError::UpstreamBodyIncomplete,
+                502,
+                "upstream_body_incomplete",
+            ),
             (GatewayError::Internal, 500, "internal_error"),
         ];
         for (error, status, code) in table {
@@ -281,6 +293,7 @@ mod tests {
             (AdminError::KeyEncoding, 400, "key_encoding_invalid"),
             (AdminError::KeyNotFound, 404, "key_not_found"),
             (AdminError::NotInFlight, 409, "not_in_flight"),
+            (AdminError::InFlight, 409, "in_flight"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
             (
                 AdminError::StoreUnavailable("timed out".into()),

@@ -23,7 +23,9 @@ use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
 use crate::claim::{Claim, Claims};
-use crate::config::{Config, Live, OnMismatch, OnStoreError, RequestLimits, RouteConfig};
+use crate::config::{
+    Config, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits, RouteConfig,
+};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::key;
@@ -31,7 +33,7 @@ use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
 use crate::store::{ClaimOutcome, ClaimRequest, Record, Store};
-use crate::upstream::{build_request, Delivery, UpstreamError, UpstreamResponse};
+use crate::upstream::{build_request, BodyRead, Delivery, UpstreamError, UpstreamResponse};
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -272,33 +274,36 @@ impl Gateway {
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
             log.upstream = Some(elapsed);
-            return finish_unclaimed(result);
+            return settle_sender(result);
         };
         let (result, elapsed) = claim.renewing(call).await;
         log.upstream = Some(elapsed);
 
-        // 7. Record a final answer; release the claim for anything else.
-        match result {
+        // 7. Settle the claim by what the upstream is known to have done:
+        //    final → record; refused or not delivered → release; unknown →
+        //    hold until the lease runs out (or release, per `on_unknown`).
+        match &result {
             Ok(answer) if is_final(answer.status) => {
                 let recorded = RecordedResponse::record(
                     answer.status,
                     &answer.headers,
                     &answer.body,
+                    answer.body_read,
                     route.max_cached_body_bytes,
                 );
                 claim.complete(&recorded, route.retention).await;
-                Ok((pass_through(answer), Outcome::Forwarded))
             }
-            Ok(answer) => {
-                claim.release().await;
-                Ok((pass_through(answer), Outcome::UpstreamError))
+            Err(error) if error.outcome_unknown() && route.on_unknown == OnUnknown::Hold => {
+                tracing::warn!(route = %route.name, %error, "upstream outcome unknown");
+                claim.hold();
             }
             Err(error) => {
                 tracing::warn!(route = %route.name, %error, "upstream call failed");
                 claim.release().await;
-                Err(upstream_error(error))
             }
+            Ok(_) => claim.release().await,
         }
+        settle_sender(result)
     }
 
     /// Stage 5: claim `key` on `route`.
@@ -447,32 +452,30 @@ fn replay(
     Ok(recorded.replay())
 }
 
-/// The upstream's answer, returned to the delivery that caused it.
-fn pass_through(answer: UpstreamResponse) -> Response<Full<Bytes>> {
+/// What the delivery that caused the upstream call gets back: the upstream's
+/// own answer, or the error that says what happened to the call.
+fn settle_sender(
+    result: Result<UpstreamResponse, UpstreamError>,
+) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+    let answer = result.map_err(|error| match error {
+        UpstreamError::Timeout => GatewayError::UpstreamTimeout,
+        UpstreamError::NotDelivered(_) | UpstreamError::Broken(_) => {
+            GatewayError::UpstreamUnreachable
+        }
+    })?;
+    let outcome = if !is_final(answer.status) {
+        Outcome::UpstreamError
+    } else if answer.body_read == BodyRead::BrokeOff {
+        // Recorded (the upstream did the work), but this sender would get a
+        // truncated body: say so instead.
+        return Err(GatewayError::UpstreamBodyIncomplete);
+    } else {
+        Outcome::Forwarded
+    };
     let mut response = Response::new(Full::new(answer.body));
     *response.status_mut() = answer.status;
     *response.headers_mut() = answer.headers;
-    response
-}
-
-fn upstream_error(error: UpstreamError) -> GatewayError {
-    match error {
-        UpstreamError::Unreachable(_) => GatewayError::UpstreamUnreachable,
-        UpstreamError::Timeout => GatewayError::UpstreamTimeout,
-    }
-}
-
-/// `on_error = "forward"`: the store was down, so nothing is recorded.
-fn finish_unclaimed(
-    result: Result<UpstreamResponse, UpstreamError>,
-) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
-    let answer = result.map_err(upstream_error)?;
-    let outcome = if is_final(answer.status) {
-        Outcome::Forwarded
-    } else {
-        Outcome::UpstreamError
-    };
-    Ok((pass_through(answer), outcome))
+    Ok((response, outcome))
 }
 
 #[cfg(test)]

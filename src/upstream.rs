@@ -31,20 +31,52 @@ const MAX_UPSTREAM_BODY_BYTES: usize = 16 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The upstream's answer, fully read.
+/// The upstream's answer: its status and headers, and as much of the body
+/// as arrived.
 #[derive(Debug)]
 pub struct UpstreamResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// Whether `body` is all of it.
+    pub body_read: BodyRead,
 }
 
+/// How much of an upstream body arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    Whole,
+    /// Over the 16 MiB read cap: the upstream finished, hookgate did not
+    /// keep the body (`body` is empty).
+    TooLarge,
+    /// The connection broke, or `upstream_timeout` ran out, after the status
+    /// arrived (`body` is empty).
+    BrokeOff,
+}
+
+/// A call that produced no status: what the upstream is known to have done
+/// (SPEC §4 step 7).
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// Nothing left hookgate: connect refused, DNS, TLS. The upstream did
+    /// not see the request.
     #[error("upstream unreachable: {0}")]
-    Unreachable(String),
+    NotDelivered(String),
+    /// The request was sent and the connection broke before a status came:
+    /// the upstream may have done the work.
+    #[error("upstream connection broke after the request was sent: {0}")]
+    Broken(String),
+    /// No status within `upstream_timeout`: the upstream may still be working.
     #[error("upstream timed out")]
     Timeout,
+}
+
+impl UpstreamError {
+    /// Whether the upstream may have acted on the request (the "unknown"
+    /// class), as opposed to never having received it.
+    pub fn outcome_unknown(&self) -> bool {
+        !matches!(self, UpstreamError::NotDelivered(_))
+    }
 }
 
 /// A pooled HTTP/HTTPS client: keep-alive connections to each upstream are
@@ -79,36 +111,41 @@ impl Upstream {
         Self { client }
     }
 
-    /// Send `request` and read the whole answer within `timeout`.
+    /// Send `request` and read the answer within `timeout`. A status that
+    /// arrived in time is returned even when its body then broke off or ran
+    /// out of time: the upstream answered, so its status is its word.
     pub async fn send(
         &self,
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<UpstreamResponse, UpstreamError> {
-        let call = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|err| UpstreamError::Unreachable(error_chain(&err)))?;
-            let (parts, body) = response.into_parts();
-            let body = match Limited::new(body, MAX_UPSTREAM_BODY_BYTES).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(err) if err.is::<http_body_util::LengthLimitError>() => Bytes::new(),
-                Err(err) => return Err(UpstreamError::Unreachable(err.to_string())),
-            };
-            let mut headers = parts.headers;
-            strip_hop_by_hop(&mut headers);
-            headers.remove(header::CONTENT_LENGTH);
-            Ok(UpstreamResponse {
-                status: parts.status,
-                headers,
-                body,
-            })
+        let deadline = tokio::time::Instant::now() + timeout;
+        let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+            Err(_) => return Err(UpstreamError::Timeout),
+            Ok(Err(err)) if err.is_connect() => {
+                return Err(UpstreamError::NotDelivered(error_chain(&err)))
+            }
+            Ok(Err(err)) => return Err(UpstreamError::Broken(error_chain(&err))),
+            Ok(Ok(response)) => response,
         };
-        tokio::time::timeout(timeout, call)
-            .await
-            .unwrap_or(Err(UpstreamError::Timeout))
+        let (parts, body) = response.into_parts();
+        let read = Limited::new(body, MAX_UPSTREAM_BODY_BYTES).collect();
+        let (body, body_read) = match tokio::time::timeout_at(deadline, read).await {
+            Ok(Ok(collected)) => (collected.to_bytes(), BodyRead::Whole),
+            Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => {
+                (Bytes::new(), BodyRead::TooLarge)
+            }
+            Ok(Err(_)) | Err(_) => (Bytes::new(), BodyRead::BrokeOff),
+        };
+        let mut headers = parts.headers;
+        strip_hop_by_hop(&mut headers);
+        headers.remove(header::CONTENT_LENGTH);
+        Ok(UpstreamResponse {
+            status: parts.status,
+            headers,
+            body,
+            body_read,
+        })
     }
 }
 

@@ -75,6 +75,7 @@ pub struct RawRoute {
     pub key: Option<Vec<String>>,
     pub scope: Option<String>,
     pub on_mismatch: Option<String>,
+    pub on_unknown: Option<String>,
     pub replay_guard: Option<String>,
     pub max_cached_body_bytes: Option<u64>,
     pub verify: Option<RawVerify>,

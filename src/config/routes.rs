@@ -11,13 +11,14 @@ use http::{HeaderName, Method, Uri};
 
 use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
-use super::settings::{OnMismatch, RouteConfig, UpstreamCa};
+use super::settings::{OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
 use super::summary::humanize;
 use super::validate::Validator;
 use crate::key::KeySource;
 use crate::secret::Secret;
 use crate::verify::{
-    Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE, PROFILES,
+    Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE,
+    MIN_SECRET_BYTES, PROFILES,
 };
 
 const DEFAULT_MAX_CACHED_BODY_BYTES: u64 = 64 * 1024;
@@ -96,10 +97,22 @@ impl Validator<'_> {
             raw.retention.as_ref(),
             scheme.default_retention,
         );
+        let upstream_timeout = self.duration(
+            &at.key("upstream_timeout"),
+            raw.upstream_timeout.as_ref(),
+            Duration::from_secs(30),
+        );
         if retention <= processing_ttl {
             self.fail(
                 &at.key("retention"),
                 "retention must be longer than processing_ttl",
+            );
+        }
+        if retention <= upstream_timeout {
+            // The record would expire while the call it guards still runs.
+            self.fail(
+                &at.key("retention"),
+                "retention must be longer than upstream_timeout",
             );
         }
         if let Some(horizon) = scheme.retry_horizon.filter(|h| retention < *h) {
@@ -143,12 +156,31 @@ impl Validator<'_> {
             ],
             OnMismatch::Reject,
         );
+        let on_unknown = self.choice(
+            &at.key("on_unknown"),
+            raw.on_unknown.as_ref(),
+            &[("hold", OnUnknown::Hold), ("release", OnUnknown::Release)],
+            OnUnknown::Hold,
+        );
         let replay_guard = self.choice(
             &at.key("replay_guard"),
             raw.replay_guard.as_ref(),
             &[("body", true), ("off", false)],
             scheme.replay_guard,
         );
+        let unsigned: Vec<String> = key
+            .iter()
+            .filter(|source| !scheme.signs(source))
+            .map(ToString::to_string)
+            .collect();
+        if !unsigned.is_empty() && !replay_guard && scheme != none() {
+            self.warn(format!(
+                "{at}: the key source {} is not covered by the {} signature and replay_guard is off: \
+                 a captured body re-sent under a new key would be forwarded again; set replay_guard = \"body\"",
+                unsigned.join(", "),
+                scheme.name,
+            ));
+        }
         let max_cached_body_bytes = self.size(
             &at.key("max_cached_body_bytes"),
             raw.max_cached_body_bytes,
@@ -162,17 +194,14 @@ impl Validator<'_> {
             methods,
             upstream,
             upstream_ca,
-            upstream_timeout: self.duration(
-                &at.key("upstream_timeout"),
-                raw.upstream_timeout.as_ref(),
-                Duration::from_secs(30),
-            ),
+            upstream_timeout,
             processing_ttl,
             retention,
             idempotency_header,
             key,
             scope,
             on_mismatch,
+            on_unknown,
             replay_guard,
             max_cached_body_bytes,
             scheme,
@@ -338,6 +367,16 @@ impl Validator<'_> {
                 let value = self.string(&at.key("secrets").index(i), text)?;
                 if value.is_empty() {
                     self.fail(&at.key("secrets").index(i), "secret is empty");
+                    return None;
+                }
+                if value.len() < MIN_SECRET_BYTES {
+                    self.fail(
+                        &at.key("secrets").index(i),
+                        format!(
+                            "secret is {} bytes; at least {MIN_SECRET_BYTES} are required (use the secret your sender generated, or `openssl rand -hex 32`)",
+                            value.len()
+                        ),
+                    );
                     return None;
                 }
                 Some(Secret::new(value))

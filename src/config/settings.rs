@@ -186,6 +186,16 @@ pub enum OnMismatch {
     Replay,
 }
 
+/// An upstream call whose outcome is unknown (SPEC §4 step 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnknown {
+    /// Keep the claim, unrenewed, until its lease runs out: a prompt retry
+    /// gets 409 instead of running beside a call that may still be working.
+    Hold,
+    /// Release at once: the retry is forwarded at once.
+    Release,
+}
+
 /// One `[[routes]]` entry, validated.
 #[derive(Debug)]
 pub struct RouteConfig {
@@ -205,6 +215,9 @@ pub struct RouteConfig {
     pub key: Vec<KeySource>,
     pub scope: String,
     pub on_mismatch: OnMismatch,
+    /// A call whose outcome is unknown (timeout, connection broken after the
+    /// request was sent): hold the claim until its lease runs out, or release.
+    pub on_unknown: OnUnknown,
     /// Also claim the verified body's SHA-256, so a signed body re-sent under
     /// a new (unsigned) key is a duplicate of the first delivery.
     pub replay_guard: bool,

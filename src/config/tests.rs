@@ -8,7 +8,7 @@ use crate::key::KeySource;
 
 fn env(name: &str) -> Option<String> {
     match name {
-        "SECRET" => Some("whsec_test".to_owned()),
+        "SECRET" => Some("whsec_test_0123456789".to_owned()),
         "ADMIN_TOKEN" => Some("0123456789abcdef0123".to_owned()),
         _ => None,
     }
@@ -78,7 +78,7 @@ fn applies_defaults() {
     };
     let tag = {
         use hmac::Mac;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test").unwrap();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test_0123456789").unwrap();
         mac.update(b"{}");
         hex::encode(mac.finalize().into_bytes())
     };
@@ -86,7 +86,7 @@ fn applies_defaults() {
     assert!(signed(&tag).is_err(), "the prefix is required");
     assert!(config.summary().contains("orders"));
     assert!(
-        !config.summary().contains("whsec_test"),
+        !config.summary().contains("whsec_test_0123456789"),
         "summary must not print secrets"
     );
 }
@@ -229,7 +229,7 @@ fn route_with(verify: &str, extra: &str) -> String {
 #[test]
 fn provider_schemes_bring_their_defaults() {
     let stripe = parse(&route_with(
-        "scheme = \"stripe\"\nsecrets = [\"whsec_x\"]",
+        "scheme = \"stripe\"\nsecrets = [\"whsec_x0123456789abcdef\"]",
         "",
     ))
     .unwrap();
@@ -238,7 +238,11 @@ fn provider_schemes_bring_their_defaults() {
     assert!(!route.replay_guard);
     assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
 
-    let github = parse(&route_with("scheme = \"github\"\nsecrets = [\"s\"]", "")).unwrap();
+    let github = parse(&route_with(
+        "scheme = \"github\"\nsecrets = [\"s-0123456789abcdef\"]",
+        "",
+    ))
+    .unwrap();
     assert!(
         github.live.routes[0].replay_guard,
         "on by default: the delivery id is unsigned"
@@ -262,7 +266,7 @@ fn provider_schemes_bring_their_defaults() {
     assert!(svix.live.routes[0].replay_guard);
 
     let shopify_off = parse(&route_with(
-        "scheme = \"shopify\"\nsecrets = [\"s\"]",
+        "scheme = \"shopify\"\nsecrets = [\"s-0123456789abcdef\"]",
         "replay_guard = \"off\"",
     ))
     .unwrap();
@@ -272,7 +276,7 @@ fn provider_schemes_bring_their_defaults() {
 #[test]
 fn provider_scheme_mistakes_are_reported() {
     let bad_b64 = problems(&route_with(
-        "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_%%%\"]",
+        "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_%%%%%%%%%%%%%%%%\"]",
         "",
     ))
     .join("\n");
@@ -281,7 +285,7 @@ fn provider_scheme_mistakes_are_reported() {
         "{bad_b64}"
     );
     let tolerance = problems(&route_with(
-        "scheme = \"github\"\nsecrets = [\"s\"]\ntolerance = \"5m\"",
+        "scheme = \"github\"\nsecrets = [\"s-0123456789abcdef\"]\ntolerance = \"5m\"",
         "",
     ))
     .join("\n");
@@ -295,7 +299,7 @@ fn provider_scheme_mistakes_are_reported() {
         "{no_secret}"
     );
     let header = problems(&route_with(
-        "scheme = \"stripe\"\nsecrets = [\"s\"]\nheader = \"X\"",
+        "scheme = \"stripe\"\nsecrets = [\"s-0123456789abcdef\"]\nheader = \"X\"",
         "",
     ))
     .join("\n");
@@ -308,7 +312,7 @@ fn provider_scheme_mistakes_are_reported() {
 #[test]
 fn a_retention_shorter_than_the_retry_horizon_is_a_warning() {
     let config = parse(&route_with(
-        "scheme = \"stripe\"\nsecrets = [\"s\"]",
+        "scheme = \"stripe\"\nsecrets = [\"s-0123456789abcdef\"]",
         "retention = \"1d\"",
     ))
     .unwrap();
@@ -319,4 +323,70 @@ fn a_retention_shorter_than_the_retry_horizon_is_a_warning() {
         config.warnings
     );
     assert!(config.summary().contains("warning: routes[0].retention"));
+}
+
+#[test]
+fn weak_secrets_are_refused_for_every_scheme() {
+    for verify in [
+        "scheme = \"stripe\"\nsecrets = [\"whsec_short\"]",
+        "scheme = \"github\"\nsecrets = [\"hunter2\"]",
+        "scheme = \"shopify\"\nsecrets = [\"0123456789abcde\"]",
+        "scheme = \"slack\"\nsecrets = [\"x\"]",
+        "scheme = \"hmac\"\nsecrets = [\"short\"]\nheader = \"X-Sig\"",
+    ] {
+        let found = problems(&route_with(verify, "key = [\"json:/id\"]")).join("\n");
+        assert!(
+            found.contains("routes[0].verify.secrets[0]: secret is")
+                && found.contains("at least 16 are required"),
+            "{verify}: {found}"
+        );
+    }
+    for secret in ["whsec_", "whsec_dGVzdA=="] {
+        let verify = format!("scheme = \"standard-webhooks\"\nsecrets = [\"{secret}\"]");
+        let found = problems(&route_with(&verify, "")).join("\n");
+        assert!(
+            found.contains("at least 16 are required"),
+            "{secret}: {found}"
+        );
+    }
+    let sixteen = "scheme = \"github\"\nsecrets = [\"0123456789abcdef\"]";
+    assert!(parse(&route_with(sixteen, "")).is_ok());
+}
+
+#[test]
+fn lifetimes_must_hold_together_and_fit() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let found = problems(&route_with(
+        verify,
+        "retention = \"20s\"\nprocessing_ttl = \"5s\"\nupstream_timeout = \"30s\"",
+    ))
+    .join("\n");
+    assert!(
+        found.contains("routes[0].retention: retention must be longer than upstream_timeout"),
+        "{found}"
+    );
+    let found = problems(&route_with(verify, "retention = \"99999999999d\"")).join("\n");
+    assert!(
+        found.contains("routes[0].retention: must be at most 3650d"),
+        "{found}"
+    );
+    assert!(parse(&route_with(verify, "retention = \"3650d\"")).is_ok());
+}
+
+#[test]
+fn check_warns_when_an_unsigned_key_has_no_replay_guard() {
+    let github = "scheme = \"github\"\nsecrets = [\"0123456789abcdef\"]";
+    let off = parse(&route_with(github, "replay_guard = \"off\"")).unwrap();
+    let warning = off.warnings.join("\n");
+    assert!(
+        warning.contains("header:x-github-delivery is not covered by the github signature"),
+        "{warning}"
+    );
+    assert!(parse(&route_with(github, "")).unwrap().warnings.is_empty());
+    let svix =
+        "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]";
+    assert!(
+        parse(&route_with(svix, "")).unwrap().warnings.is_empty(),
+        "webhook-id is signed"
+    );
 }

@@ -23,6 +23,9 @@ pub(super) struct Validator<'a> {
     warnings: Vec<String>,
 }
 
+/// The longest duration any setting accepts.
+const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
+
 impl<'a> Validator<'a> {
     pub fn new(path: &Path, text: &'a str, env: &'a dyn Fn(&str) -> Option<String>) -> Self {
         Self {
@@ -87,6 +90,12 @@ impl<'a> Validator<'a> {
         match parse_duration(&text) {
             Ok(d) if d.is_zero() => {
                 self.fail(key, "must be greater than zero");
+                default
+            }
+            Ok(d) if d > MAX_DURATION => {
+                // Far beyond any sender's horizon, and near where "now +
+                // duration" stops fitting the stores' millisecond clocks.
+                self.fail(key, "must be at most 3650d (ten years)");
                 default
             }
             Ok(d) => d,

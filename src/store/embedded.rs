@@ -34,11 +34,11 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::oneshot;
 
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Lease, Record, RecordState,
-    StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record,
+    RecordState, StoreError,
 };
 use crate::config::Synchronous;
-use crate::replay::RecordedResponse;
+use crate::replay::{BodyKept, RecordedResponse};
 
 /// Most requests committed in one transaction.
 const MAX_BATCH: usize = 512;
@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS webhook_events (
     response_status  INTEGER,
     response_headers BLOB,              -- 'name: value' lines
     response_body    BLOB,
-    expires_at       INTEGER NOT NULL   -- unix ms; the row is forgotten after
+    expires_at       INTEGER NOT NULL,  -- unix ms; the row is forgotten after
+    response_body_kept TEXT             -- whole | dropped | incomplete (NULL: whole)
 );
 CREATE INDEX IF NOT EXISTS webhook_events_expires_at ON webhook_events (expires_at);
 CREATE TABLE IF NOT EXISTS replay_guards (
@@ -71,8 +72,12 @@ CREATE TABLE IF NOT EXISTS replay_guards (
 CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);
 ";
 
+/// Columns added after the first release, with their definitions: added at
+/// open to a file created before them.
+const ADDED_COLUMNS: [(&str, &str); 1] = [("response_body_kept", "TEXT")];
+
 const SELECT_LIVE: &str = "SELECT state, token, body_sha256, attempts, first_seen, lease_until, \
-     completed_at, response_status, response_headers, response_body \
+     completed_at, response_status, response_headers, response_body, response_body_kept \
      FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 
 const EXISTS: &str = "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
@@ -94,7 +99,8 @@ ON CONFLICT (key) DO UPDATE SET \
     first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
                       ELSE webhook_events.first_seen END, \
     lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
-    response_status = NULL, response_headers = NULL, response_body = NULL \
+    response_status = NULL, response_headers = NULL, response_body = NULL, \
+    response_body_kept = NULL \
 WHERE webhook_events.expires_at <= ?4 \
    OR webhook_events.state = 'released' \
    OR (webhook_events.state = 'processing' AND webhook_events.lease_until <= ?4) \
@@ -111,14 +117,17 @@ const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3 \
 const COMPLETE: &str = "\
 UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
     completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
-    expires_at = ?7 \
+    expires_at = ?7, response_body_kept = ?8 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
 const RELEASE: &str = "\
 UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
-const DELETE: &str = "DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
+/// Delete unless forced (?3) or a live claim holds the row.
+const DELETE: &str = "\
+DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2 \
+  AND (?3 OR state <> 'processing' OR lease_until <= ?2)";
 
 /// One request to the database thread.
 enum Op {
@@ -149,6 +158,7 @@ enum Op {
     },
     Delete {
         key: String,
+        force: bool,
     },
     Ping,
 }
@@ -157,6 +167,7 @@ enum Reply {
     Claim(ClaimOutcome),
     Applied(bool),
     Record(Option<Record>),
+    Deleted(Deleted),
     Pong,
 }
 
@@ -181,6 +192,7 @@ impl EmbeddedStore {
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA busy_timeout = 5000; {SCHEMA}"
             ))
             .map_err(|e| open_error(path, e))?;
+        add_missing_columns(&connection).map_err(|e| open_error(path, e))?;
         let (jobs, queue) = mpsc::channel::<Job>();
         thread::Builder::new()
             .name("hookgate-sqlite".into())
@@ -279,11 +291,15 @@ impl Backend for EmbeddedStore {
         }
     }
 
-    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        self.applied(Op::Delete {
+    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+        let op = Op::Delete {
             key: key.to_owned(),
-        })
-        .await
+            force,
+        };
+        match self.call(op).await? {
+            Reply::Deleted(deleted) => Ok(deleted),
+            _ => Err(unexpected()),
+        }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -300,6 +316,22 @@ fn unexpected() -> StoreError {
 
 fn open_error(path: &Path, error: rusqlite::Error) -> StoreError {
     StoreError::Backend(format!("cannot open {}: {error}", path.display()))
+}
+
+/// Bring a file from an earlier version up to the current columns.
+fn add_missing_columns(connection: &Connection) -> rusqlite::Result<()> {
+    let present: Vec<String> = connection
+        .prepare("SELECT name FROM pragma_table_info('webhook_events')")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for (column, definition) in ADDED_COLUMNS {
+        if !present.iter().any(|name| name == column) {
+            connection.execute_batch(&format!(
+                "ALTER TABLE webhook_events ADD COLUMN {column} {definition}"
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 /// Hold `{path}.lock` exclusively for the life of the process.
@@ -460,13 +492,24 @@ fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
                 response.status.as_u16(),
                 response.encode_headers(),
                 response.body.as_ref(),
-                ms(retention)
+                ms(retention),
+                response.body_kept.as_str()
             ],
         )
         .map(applied),
         Op::Release { key, token } => run(tx, RELEASE, params![key, token, now_i]).map(applied),
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
-        Op::Delete { key } => run(tx, DELETE, params![key, now_i]).map(applied),
+        Op::Delete { key, force } => {
+            if run(tx, DELETE, params![key, now_i, force])? == 1 {
+                Ok(Reply::Deleted(Deleted::Deleted))
+            } else if query_one(tx, EXISTS, params![key, now_i], |row| row.get::<_, i64>(0))?
+                .is_some()
+            {
+                Ok(Reply::Deleted(Deleted::InFlight))
+            } else {
+                Ok(Reply::Deleted(Deleted::NotFound))
+            }
+        }
         Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
     }
 }
@@ -518,12 +561,18 @@ fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Op
         let status: Option<u16> = row.get(7)?;
         let headers: Option<Vec<u8>> = row.get(8)?;
         let body: Option<Vec<u8>> = row.get(9)?;
+        let kept: Option<String> = row.get(10)?;
+        let kept = match kept.as_deref() {
+            None => BodyKept::Whole,
+            Some(text) => BodyKept::parse(text).ok_or_else(|| corrupt(format!("body {text:?}")))?,
+        };
         let response = match (state, status) {
             (RecordState::Completed, Some(status)) => Some(
                 RecordedResponse::decode(
                     status,
                     &headers.unwrap_or_default(),
                     Bytes::from(body.unwrap_or_default()),
+                    kept,
                 )
                 .map_err(corrupt)?,
             ),

@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Lease, Record, RecordState,
-    StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record,
+    RecordState, StoreError,
 };
 use crate::replay::RecordedResponse;
 
@@ -196,10 +196,21 @@ impl Backend for MemoryStore {
         Ok(self.with_record(key, |entry, _| entry.map(|entry| entry.value.clone())))
     }
 
-    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
         let now = self.clock.now_ms();
-        let removed = self.lock().records.remove(key);
-        Ok(removed.is_some_and(|entry| entry.expires_at_ms > now))
+        let mut tables = self.lock();
+        let Some(record) = live(&tables.records, key, now) else {
+            return Ok(Deleted::NotFound);
+        };
+        let in_flight = matches!(
+            settled(record.clone(), now),
+            Some(ClaimOutcome::InFlight { .. })
+        );
+        if in_flight && !force {
+            return Ok(Deleted::InFlight);
+        }
+        tables.records.remove(key);
+        Ok(Deleted::Deleted)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

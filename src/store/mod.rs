@@ -38,7 +38,7 @@ pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub(crate) use self::record::{new_token, settled};
-pub use self::record::{ClaimOutcome, ClaimRequest, Lease, Record, RecordState};
+pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState};
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 use crate::config::{Backend as BackendSettings, StoreSettings};
 use crate::metrics::StoreMetrics;
@@ -94,8 +94,14 @@ pub trait Backend: Send + Sync + 'static {
 
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
-    /// Forget the key whatever its state; `false` when there was none.
-    fn delete(&self, key: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Forget the key, so its next delivery is processed again — unless a
+    /// delivery holds a live claim on it and `force` is not set. Atomic: a
+    /// claim taken between a check and the delete is never removed.
+    fn delete(
+        &self,
+        key: &str,
+        force: bool,
+    ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -125,7 +131,7 @@ trait DynBackend: Send + Sync {
     ) -> Op<'a, bool>;
     fn release<'a>(&'a self, key: &'a str, token: &'a str) -> Op<'a, bool>;
     fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>>;
-    fn delete<'a>(&'a self, key: &'a str) -> Op<'a, bool>;
+    fn delete<'a>(&'a self, key: &'a str, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
     fn risks(
         &self,
@@ -155,8 +161,8 @@ impl<B: Backend> DynBackend for B {
     fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>> {
         Box::pin(Backend::get(self, key))
     }
-    fn delete<'a>(&'a self, key: &'a str) -> Op<'a, bool> {
-        Box::pin(Backend::delete(self, key))
+    fn delete<'a>(&'a self, key: &'a str, force: bool) -> Op<'a, Deleted> {
+        Box::pin(Backend::delete(self, key, force))
     }
     fn ping(&self) -> Op<'_, ()> {
         Box::pin(Backend::ping(self))
@@ -321,8 +327,10 @@ impl Store {
         self.deadline("get", self.backend.get(key)).await
     }
 
-    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        self.deadline("delete", self.backend.delete(key)).await
+    /// Forget `key` unless it is in flight (or `force`); see [`Backend::delete`].
+    pub async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+        self.deadline("delete", self.backend.delete(key, force))
+            .await
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

@@ -79,6 +79,16 @@ pub enum ClaimOutcome {
     Completed(Record),
 }
 
+/// What `delete` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Deleted,
+    /// Left alone: a delivery holds a live claim and may still be calling
+    /// the upstream (forgetting it would let a duplicate through beside it).
+    InFlight,
+    NotFound,
+}
+
 /// What a claim writes, besides the key.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {

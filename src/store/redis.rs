@@ -39,10 +39,11 @@ use redis::{Cmd, Script, Value};
 use tokio::sync::OnceCell;
 
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Lease, Record, RecordState, StoreError,
+    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
+    StoreError,
 };
 use crate::config::StoreSettings;
-use crate::replay::RecordedResponse;
+use crate::replay::{BodyKept, RecordedResponse};
 
 /// The current Redis time in ms, shared by every script.
 const NOW: &str = "local t = redis.call('TIME')
@@ -81,11 +82,11 @@ redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 return 1
 ";
 
-/// KEYS[1] key; ARGV token, status, headers, body, retention ms.
+/// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept.
 const COMPLETE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now,
-  'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4])
+  'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
@@ -96,6 +97,16 @@ const RELEASE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'released')
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+return 1
+";
+
+/// KEYS[1] key; ARGV force ("1" or "0"). Returns 1 deleted, 2 in flight,
+/// 0 not found.
+const DELETE: &str = "
+local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+if not s[1] then return 0 end
+if ARGV[1] ~= '1' and s[1] == 'processing' and tonumber(s[2]) > now then return 2 end
+redis.call('DEL', KEYS[1])
 return 1
 ";
 
@@ -183,6 +194,7 @@ pub struct RedisStore<C: Connector> {
     renew: Script,
     complete: Script,
     release: Script,
+    delete: Script,
 }
 
 impl RedisStore<Single> {
@@ -242,6 +254,7 @@ impl<C: Connector> RedisStore<C> {
             renew: script(RENEW),
             complete: script(COMPLETE),
             release: script(RELEASE),
+            delete: script(DELETE),
         }
     }
 
@@ -352,7 +365,8 @@ impl<C: Connector> Backend for RedisStore<C> {
             .arg(response.status.as_u16())
             .arg(response.encode_headers())
             .arg(response.body.as_ref())
-            .arg(retention.as_millis() as u64);
+            .arg(retention.as_millis() as u64)
+            .arg(response.body_kept.as_str());
         let applied = self.applied(&invocation).await?;
         if applied {
             // The upstream has answered: the recording is kept whatever the
@@ -385,14 +399,20 @@ impl<C: Connector> Backend for RedisStore<C> {
         }
     }
 
-    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
         let mut connection = self.connector.connection().await?;
-        let removed: i64 = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut connection)
+        let answer: i64 = self
+            .delete
+            .key(key)
+            .arg(if force { "1" } else { "0" })
+            .invoke_async(&mut connection)
             .await
             .map_err(backend)?;
-        Ok(removed == 1)
+        Ok(match answer {
+            1 => Deleted::Deleted,
+            2 => Deleted::InFlight,
+            _ => Deleted::NotFound,
+        })
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -501,6 +521,8 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
         response: None,
     };
     let (mut status, mut headers, mut body) = (None, Vec::new(), Vec::new());
+    // Records written before `body_kept` existed held their body whole.
+    let mut kept = Some(BodyKept::Whole);
     for (name, value) in pairs {
         let value = bytes(value);
         let text = String::from_utf8_lossy(&value);
@@ -516,6 +538,7 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"status" => status = number(),
             b"headers" => headers = value,
             b"body" => body = value,
+            b"body_kept" => kept = BodyKept::parse(&text),
             _ => {}
         }
     }
@@ -523,8 +546,9 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
     if record.state == RecordState::Completed {
         let status =
             status.ok_or_else(|| StoreError::Corrupt("completed record has no status".into()))?;
+        let kept = kept.ok_or_else(|| StoreError::Corrupt("bad body_kept".into()))?;
         record.response = Some(
-            RecordedResponse::decode(status as u16, &headers, body.into())
+            RecordedResponse::decode(status as u16, &headers, body.into(), kept)
                 .map_err(StoreError::Corrupt)?,
         );
     }

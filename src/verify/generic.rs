@@ -21,6 +21,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: false,
     timestamped: false,
+    signed_headers: &[],
     build: |mut spec| {
         let options = spec
             .hmac

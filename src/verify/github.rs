@@ -19,6 +19,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: true,
     timestamped: false,
+    signed_headers: &[],
     build: |spec| HmacVerifier::from_spec(options(), spec),
 };
 

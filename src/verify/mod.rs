@@ -22,6 +22,7 @@ use http::{HeaderMap, HeaderName};
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
+use crate::key::KeySource;
 use crate::secret::Secret;
 
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
@@ -71,6 +72,9 @@ pub struct Profile {
     pub replay_guard: bool,
     /// Whether deliveries carry a signed timestamp (`tolerance` applies).
     pub timestamped: bool,
+    /// Headers the signature covers besides the body (lowercase): a key
+    /// read from one of them is as trustworthy as the body.
+    pub signed_headers: &'static [&'static str],
     /// The verifier of a route from its `[routes.verify]`.
     pub build: fn(VerifySpec) -> Result<Verifier, String>,
 }
@@ -81,6 +85,16 @@ impl Profile {
             .iter()
             .copied()
             .find(|profile| profile.name == name)
+    }
+
+    /// Whether a key read from `source` is covered by this scheme's
+    /// signature: the body always is (when anything is verified), a header
+    /// only when the scheme signs it.
+    pub fn signs(&self, source: &KeySource) -> bool {
+        match source {
+            KeySource::Header(name) => self.signed_headers.contains(&name.as_str()),
+            _ => self.name != NONE.name,
+        }
     }
 }
 
@@ -107,6 +121,7 @@ static NONE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: false,
     timestamped: false,
+    signed_headers: &[],
     build: |_| Ok(Verifier::new(Unverified)),
 };
 
@@ -118,6 +133,11 @@ impl Verify for Unverified {
         Ok(())
     }
 }
+
+/// Fewest bytes of key material a secret may have. A shorter one — or a
+/// Standard Webhooks `whsec_` with next to nothing after it — makes an HMAC
+/// anyone can brute-force; every sender's dashboard generates far longer.
+pub const MIN_SECRET_BYTES: usize = 16;
 
 /// Default `tolerance` of the timestamped schemes.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);

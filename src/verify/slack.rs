@@ -17,6 +17,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(DAY),
     replay_guard: false,
     timestamped: true,
+    signed_headers: &[],
     build: |spec| {
         Ok(Verifier::new(SlackVerifier {
             secrets: spec.secrets,

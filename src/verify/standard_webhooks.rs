@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use super::{
+    single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR, MIN_SECRET_BYTES,
+};
 use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
@@ -24,6 +26,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(3 * DAY),
     replay_guard: false,
     timestamped: true,
+    signed_headers: &["webhook-id", "svix-id"],
     build: |spec| {
         Ok(Verifier::new(StandardWebhooksVerifier {
             secrets: spec
@@ -62,10 +65,18 @@ pub struct StandardWebhooksVerifier {
 pub fn decode_secret(secret: &Secret) -> Result<Secret, String> {
     let text = std::str::from_utf8(secret.expose()).unwrap_or_default();
     let encoded = text.strip_prefix("whsec_").unwrap_or(text);
-    base64::engine::general_purpose::STANDARD
+    let key = base64::engine::general_purpose::STANDARD
         .decode(encoded)
-        .map(Secret::new)
-        .map_err(|_| "a standard-webhooks secret must be \"whsec_\" followed by base64".to_owned())
+        .map_err(|_| {
+            "a standard-webhooks secret must be \"whsec_\" followed by base64".to_owned()
+        })?;
+    if key.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "this standard-webhooks secret decodes to {} bytes of key; at least {MIN_SECRET_BYTES} are required (use the whsec_ secret your sender generated)",
+            key.len()
+        ));
+    }
+    Ok(Secret::new(key))
 }
 
 impl Verify for StandardWebhooksVerifier {
@@ -133,7 +144,7 @@ mod tests {
 
     #[test]
     fn accepts_the_shared_vector_under_both_header_names() {
-        let v = verifier(&["whsec_dGVzdA==", SECRET]);
+        let v = verifier(&["whsec_b3RoZXItc2VjcmV0LTAxMjM0NTY3OA==", SECRET]);
         let ts = TS.to_string();
         assert_eq!(
             v.verify(&headers("webhook", ID, &ts, SIG), BODY, at(TS)),
@@ -215,12 +226,20 @@ mod tests {
             "bad base64"
         );
         assert_eq!(
-            verifier(&["whsec_dGVzdA=="]).verify(&headers("webhook", ID, &ts, SIG), BODY, at(TS)),
+            verifier(&["whsec_b3RoZXItc2VjcmV0LTAxMjM0NTY3OA=="]).verify(
+                &headers("webhook", ID, &ts, SIG),
+                BODY,
+                at(TS)
+            ),
             bad
         );
         let mut missing_id = headers("webhook", ID, &ts, SIG);
         missing_id.remove("webhook-id");
         assert_eq!(v.verify(&missing_id, BODY, at(TS)), bad);
         assert!(decode_secret(&Secret::new("whsec_not base64!")).is_err());
+        for weak in ["whsec_", "whsec_dGVzdA==", ""] {
+            let error = decode_secret(&Secret::new(weak)).unwrap_err();
+            assert!(error.contains("at least 16"), "{weak}: {error}");
+        }
     }
 }

@@ -22,6 +22,7 @@ pub static PROFILE: Profile = Profile {
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: false,
     timestamped: true,
+    signed_headers: &[],
     build: |spec| {
         Ok(Verifier::new(StripeVerifier {
             secrets: spec.secrets,

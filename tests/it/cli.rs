@@ -16,7 +16,7 @@ fn example() -> String {
 fn check_accepts_the_shipped_example() {
     let output = Command::new(BIN)
         .args(["check", "--config", &example()])
-        .env("ORDERS_WEBHOOK_SECRET", "example-secret")
+        .env("ORDERS_WEBHOOK_SECRET", "example-secret-0123456789")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -27,7 +27,7 @@ fn check_accepts_the_shipped_example() {
     );
     assert!(stdout.contains("/webhooks/orders"), "{stdout}");
     assert!(
-        !stdout.contains("example-secret"),
+        !stdout.contains("example-secret-0123456789"),
         "secrets are never printed"
     );
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::config::{Backend as StoreBackend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
-use hookgate::replay::RecordedResponse;
+use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Lease, MemoryStore, RecordState,
-    RedisStore, Store,
+    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Lease, MemoryStore,
+    RecordState, RedisStore, Store,
 };
 use http::{HeaderMap, StatusCode};
 
@@ -56,6 +56,7 @@ fn response(body: &'static str) -> RecordedResponse {
         status: StatusCode::CREATED,
         headers,
         body: Bytes::from_static(body.as_bytes()),
+        body_kept: BodyKept::Whole,
     }
 }
 
@@ -210,13 +211,23 @@ async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
         .complete("k5", &lease, &response("done"), LONG)
         .await
         .unwrap());
-    assert!(store.delete("k5").await.unwrap());
-    assert!(!store.delete("k5").await.unwrap());
+    assert_eq!(store.delete("k5", false).await.unwrap(), Deleted::Deleted);
+    assert_eq!(store.delete("k5", false).await.unwrap(), Deleted::NotFound);
     assert_eq!(
         claim_new(&store, "k5", LONG).await.attempt,
         1,
         "a deleted key starts over"
     );
+
+    // A live claim is not forgotten unless forced.
+    claim_new(&store, "k9", LONG).await;
+    assert_eq!(store.delete("k9", false).await.unwrap(), Deleted::InFlight);
+    assert!(store.get("k9").await.unwrap().is_some());
+    assert_eq!(store.delete("k9", true).await.unwrap(), Deleted::Deleted);
+    // A claim whose lease lapsed (its holder died) is.
+    claim_new(&store, "k10", Duration::from_millis(100)).await;
+    time.pass(Duration::from_millis(200)).await;
+    assert_eq!(store.delete("k10", false).await.unwrap(), Deleted::Deleted);
 
     let lease = claim_new(&store, "k6", LONG).await;
     assert!(store
@@ -272,6 +283,20 @@ async fn a_replay_guard_links_a_body_to_its_first_key(store: Store, _: Time) {
         store.claim(guarded("{g}5", "{g}body:3")).await.unwrap(),
         ClaimOutcome::New(_)
     ));
+}
+
+async fn a_recording_says_whether_it_kept_the_body(store: Store, _: Time) {
+    for (key, kept) in [("k7", BodyKept::Dropped), ("k8", BodyKept::Incomplete)] {
+        let lease = claim_new(&store, key, LONG).await;
+        let recorded = RecordedResponse {
+            body: Bytes::new(),
+            body_kept: kept,
+            ..response("")
+        };
+        assert!(store.complete(key, &lease, &recorded, LONG).await.unwrap());
+        let record = store.get(key).await.unwrap().unwrap();
+        assert_eq!(record.response.unwrap(), recorded);
+    }
 }
 
 /// A backend under test, as the gateway wraps it, and how to let time pass.
@@ -349,6 +374,7 @@ conformance! {
         renewal_extends_the_lease,
         delete_forgets_and_retention_expires,
         a_replay_guard_links_a_body_to_its_first_key,
+        a_recording_says_whether_it_kept_the_body,
     ],
     backends: [memory, embedded, redis, cluster],
 }

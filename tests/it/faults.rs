@@ -7,25 +7,8 @@ use http::StatusCode;
 
 use crate::support::*;
 
-fn store_key(text: &str, key: &str) -> String {
-    let prefix = text
-        .split("key_prefix = \"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap();
-    format!("{prefix}hook:{key}")
-}
-
-async fn assert_released(gateway: &TestGateway, text: &str, key: &str) {
-    let record = gateway
-        .gateway
-        .store()
-        .get(&store_key(text, key))
-        .await
-        .unwrap()
-        .unwrap();
+async fn assert_released(gateway: &TestGateway, key: &str) {
+    let record = gateway.record("hook", key).await.unwrap();
     assert_eq!(record.state.as_str(), "released", "{record:?}");
 }
 
@@ -45,21 +28,17 @@ async fn an_unreachable_upstream_is_502_and_releases_the_claim() {
             .await;
         assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
         assert_eq!(answer.code(), "upstream_unreachable");
-        assert_released(&gateway, &text, "evt_down").await;
+        assert_released(&gateway, "evt_down").await;
     }
-    let record = gateway
-        .gateway
-        .store()
-        .get(&store_key(&text, "evt_down"))
-        .await
-        .unwrap()
-        .unwrap();
+    let record = gateway.record("hook", "evt_down").await.unwrap();
     assert_eq!(record.attempts, 2);
     gateway.shutdown().await;
 }
 
+/// With `on_unknown = "release"`, a timeout releases the claim at once (the
+/// default, "hold", is in hostile.rs).
 #[tokio::test]
-async fn a_timed_out_upstream_is_504_and_releases_the_claim() {
+async fn a_timed_out_upstream_is_504_and_on_unknown_release_releases_the_claim() {
     let Some(redis) = RedisServer::start().await else {
         return;
     };
@@ -72,8 +51,10 @@ async fn a_timed_out_upstream_is_504_and_releases_the_claim() {
         ..ok_plan(seen)
     })
     .await;
-    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "")
-        .replace("upstream_timeout = \"5s\"", "upstream_timeout = \"500ms\"");
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "").replace(
+        "upstream_timeout = \"5s\"",
+        "upstream_timeout = \"500ms\"\non_unknown = \"release\"",
+    );
     let gateway = TestGateway::start(&text).await;
     let sender = Sender::new();
     let answer = sender
@@ -81,7 +62,7 @@ async fn a_timed_out_upstream_is_504_and_releases_the_claim() {
         .await;
     assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(answer.code(), "upstream_timeout");
-    assert_released(&gateway, &text, "evt_slow").await;
+    assert_released(&gateway, "evt_slow").await;
     let retry = sender
         .deliver(&gateway.url("/hook"), &event("evt_slow"))
         .await;
@@ -205,9 +186,9 @@ async fn shutdown_finishes_and_records_in_flight_deliveries() {
     gateway.shutdown().await;
 
     assert_eq!(delivery.await.unwrap().status, StatusCode::OK);
-    let record = store
-        .store()
-        .get(&store_key(&text, "evt_drain"))
+    let record = store.store();
+    let record = record
+        .get(&record.key("hook", "evt_drain"))
         .await
         .unwrap()
         .unwrap();
@@ -234,9 +215,9 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
     tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_stuck")).await });
     assert!(eventually(Duration::from_secs(2), || ready(upstream.total() == 1)).await);
     gateway.shutdown().await;
-    let record = handle
-        .store()
-        .get(&store_key(&text, "evt_stuck"))
+    let store = handle.store();
+    let record = store
+        .get(&store.key("hook", "evt_stuck"))
         .await
         .unwrap()
         .unwrap();

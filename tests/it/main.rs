@@ -6,6 +6,7 @@ mod conformance;
 mod delivery;
 mod faults;
 mod fleet;
+mod hostile;
 mod observability;
 mod reload;
 mod schemes;

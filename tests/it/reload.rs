@@ -271,7 +271,7 @@ async fn routes_and_secrets_are_live() {
     assert_eq!(deliver("/hook", "evt_2").await.code(), "route_not_found");
     assert_eq!(deliver("/moved", "evt_2").await.status, StatusCode::OK);
 
-    // The test secret withdrawn: only "old-secret" is left.
+    // The test secret withdrawn: only the old one is left.
     let rotated = moved.replace(", \"${TEST_SECRET}\"", "");
     reload(&gateway, &rotated);
     assert_eq!(deliver("/moved", "evt_3").await.code(), "signature_invalid");

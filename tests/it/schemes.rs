@@ -44,13 +44,13 @@ enum Sender_ {
 impl Sender_ {
     fn verify_toml(self) -> &'static str {
         match self {
-            Sender_::Stripe => "scheme = \"stripe\"\nsecrets = [\"whsec_stripe\"]",
-            Sender_::Github => "scheme = \"github\"\nsecrets = [\"gh-secret\"]",
-            Sender_::Shopify => "scheme = \"shopify\"\nsecrets = [\"shop-secret\"]",
+            Sender_::Stripe => "scheme = \"stripe\"\nsecrets = [\"whsec_stripe_0123456789\"]",
+            Sender_::Github => "scheme = \"github\"\nsecrets = [\"gh-secret-0123456789\"]",
+            Sender_::Shopify => "scheme = \"shopify\"\nsecrets = [\"shop-secret-0123456789\"]",
             Sender_::StandardWebhooks | Sender_::Svix => {
                 "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
             }
-            Sender_::Slack => "scheme = \"slack\"\nsecrets = [\"slack-secret\"]",
+            Sender_::Slack => "scheme = \"slack\"\nsecrets = [\"slack-secret-0123456789\"]",
         }
     }
 
@@ -59,16 +59,22 @@ impl Sender_ {
         let builder = Request::post(url).header("content-type", "application/json");
         let builder = match self {
             Sender_::Stripe => {
-                let sig = hex::encode(mac(b"whsec_stripe", format!("{ts}.{body}").as_bytes()));
+                let sig = hex::encode(mac(
+                    b"whsec_stripe_0123456789",
+                    format!("{ts}.{body}").as_bytes(),
+                ));
                 builder.header("stripe-signature", format!("t={ts},v1={sig}"))
             }
             Sender_::Github => builder.header("x-github-delivery", id).header(
                 "x-hub-signature-256",
-                format!("sha256={}", hex::encode(mac(b"gh-secret", body.as_bytes()))),
+                format!(
+                    "sha256={}",
+                    hex::encode(mac(b"gh-secret-0123456789", body.as_bytes()))
+                ),
             ),
             Sender_::Shopify => builder.header("x-shopify-webhook-id", id).header(
                 "x-shopify-hmac-sha256",
-                B64.encode(mac(b"shop-secret", body.as_bytes())),
+                B64.encode(mac(b"shop-secret-0123456789", body.as_bytes())),
             ),
             Sender_::StandardWebhooks | Sender_::Svix => {
                 let key = B64.decode(&SVIX_SECRET[6..]).unwrap();
@@ -84,7 +90,10 @@ impl Sender_ {
                     .header(format!("{prefix}-signature"), format!("v1,{sig}"))
             }
             Sender_::Slack => {
-                let sig = hex::encode(mac(b"slack-secret", format!("v0:{ts}:{body}").as_bytes()));
+                let sig = hex::encode(mac(
+                    b"slack-secret-0123456789",
+                    format!("v0:{ts}:{body}").as_bytes(),
+                ));
                 builder
                     .header("x-slack-request-timestamp", ts.to_string())
                     .header("x-slack-signature", format!("v0={sig}"))

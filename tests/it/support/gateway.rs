@@ -10,6 +10,7 @@ use std::time::Duration;
 use hookgate::config::Config;
 use hookgate::pipeline::Gateway;
 use hookgate::reload::Reloader;
+use hookgate::store::Record;
 use hookgate::App;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -68,7 +69,7 @@ upstream_timeout = "5s"
 
 [routes.verify]
 scheme = "hmac"
-secrets = ["old-secret", "${{TEST_SECRET}}"]
+secrets = ["old-secret-0123456789", "${{TEST_SECRET}}"]
 header = "X-Signature"
 prefix = "sha256="
 "#,
@@ -128,6 +129,12 @@ impl TestGateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// What the store holds for `key` in `scope`.
+    pub async fn record(&self, scope: &str, key: &str) -> Option<Record> {
+        let store = self.gateway.store();
+        store.get(&store.key(scope, key)).await.unwrap()
     }
 
     pub fn admin_url(&self, path: &str) -> String {
