@@ -34,6 +34,7 @@ use crate::store::{Deleted, ForceRelease, Record, StoreError};
 const LIMITS: Limits = Limits {
     max_connections: 64,
     header_read_timeout: Duration::from_secs(10),
+    idle_timeout: Duration::from_secs(60),
 };
 
 pub struct Admin {
@@ -58,7 +59,7 @@ impl Admin {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        let graceful = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
+        let open = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
             let admin = Arc::clone(&self);
             move |request: Request<Incoming>| {
                 let admin = Arc::clone(&admin);
@@ -66,7 +67,7 @@ impl Admin {
             }
         })
         .await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), open.close()).await;
     }
 
     async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {

@@ -11,6 +11,12 @@
 //! - hyper-util's auto builder speaks HTTP/1.1 and h2 (ALPN, or h2c in
 //!   plain text) on one port, with a header read timeout (slowloris) and
 //!   bounded header sizes;
+//! - every connection is supervised: one that has no request running for
+//!   `header_read_timeout` before its first request, or for `idle_timeout`
+//!   after one, is closed — whether it never sent a byte, stopped in the
+//!   middle of the protocol sniff, idles after its TLS handshake, or keeps
+//!   an h2 session alive with pings alone — so idle sockets cannot hold the
+//!   `max_connections` slots real senders need;
 //! - every public request runs as its own task, so a sender that hangs up
 //!   cannot cancel a delivery halfway between claim and record;
 //! - shutdown stops accepting, lets in-flight requests finish within
@@ -21,8 +27,9 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -32,10 +39,9 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use prometheus::IntCounter;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ServerSettings;
@@ -55,8 +61,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
-    /// Also the deadline of a TLS handshake.
+    /// Also the deadline of a TLS handshake, and of a connection's first
+    /// request.
     pub header_read_timeout: Duration,
+    /// How long a connection may sit with no request running once it has
+    /// served one (h2 pings and keep-alive do not count).
+    pub idle_timeout: Duration,
 }
 
 /// TLS on a listener: the current certificate (swapped by a reload) and the
@@ -79,9 +89,10 @@ pub async fn serve(
     let limits = Limits {
         max_connections: settings.max_connections,
         header_read_timeout: settings.header_read_timeout,
+        idle_timeout: settings.idle_timeout,
     };
     let serving = Arc::clone(&gateway);
-    let graceful = accept_loop(listener, limits, tls, shutdown, move |peer, proto| {
+    let open = accept_loop(listener, limits, tls, shutdown, move |peer, proto| {
         let gateway = Arc::clone(&serving);
         let info = ConnectionInfo { peer, proto };
         move |request: Request<Incoming>| {
@@ -96,34 +107,49 @@ pub async fn serve(
         }
     })
     .await;
-    gateway
-        .drain(settings.shutdown_grace, graceful.shutdown())
-        .await;
+    gateway.drain(settings.shutdown_grace, open.close()).await;
+}
+
+/// The connections a listener has open, for shutdown.
+pub struct OpenConnections {
+    /// One permit per connection slot; all back means all closed.
+    slots: Arc<Semaphore>,
+    max: u32,
+    shutdown: watch::Sender<bool>,
+}
+
+impl OpenConnections {
+    /// Ask every connection to finish the requests it is running and close;
+    /// resolves once all have.
+    pub async fn close(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.slots.acquire_many(self.max).await;
+    }
 }
 
 /// Accept connections until `shutdown`, serving each with the handler that
 /// `per_connection` makes for its peer and protocol (`http` or `https`).
-/// Returns the watcher of the connections still open.
 pub async fn accept_loop<C, H, F>(
     listener: TcpListener,
     limits: Limits,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
     per_connection: C,
-) -> GracefulShutdown
+) -> OpenConnections
 where
     C: Fn(SocketAddr, &'static str) -> H,
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
+    let max = u32::try_from(limits.max_connections).unwrap_or(u32::MAX >> 3);
+    let slots = Arc::new(Semaphore::new(max as usize));
+    let (stop, stopping) = watch::channel(false);
     let builder = Arc::new(http_builder(limits));
     tokio::pin!(shutdown);
 
     loop {
         let permit = tokio::select! {
-            permit = Arc::clone(&connections).acquire_owned() => match permit {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
             },
@@ -142,16 +168,24 @@ where
         };
         let _ = stream.set_nodelay(true);
         let handler = per_connection(peer, if tls.is_some() { "https" } else { "http" });
+        let activity = Arc::new(Activity::new());
+        let counted = Arc::clone(&activity);
         let service = service_fn(move |request| {
+            let running = counted.begin();
             let response = handler(request);
-            async move { Ok::<_, Infallible>(response.await) }
+            async move {
+                let response = response.await;
+                drop(running);
+                Ok::<_, Infallible>(response)
+            }
         });
-        let (watcher, builder, tls) = (graceful.watcher(), Arc::clone(&builder), tls.clone());
+        let (builder, tls, stopping) = (Arc::clone(&builder), tls.clone(), stopping.clone());
         tokio::spawn(async move {
             let served = match tls {
                 None => {
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(connection.into_owned()).await
+                    let io = TokioIo::new(stream);
+                    let connection = builder.serve_connection(io, service);
+                    supervise(connection, &activity, limits, stopping).await
                 }
                 Some(tls) => {
                     let acceptor = TlsAcceptor::from(tls.config.load_full());
@@ -159,9 +193,9 @@ where
                         tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            let connection =
-                                builder.serve_connection(TokioIo::new(stream), service);
-                            watcher.watch(connection.into_owned()).await
+                            let io = TokioIo::new(stream);
+                            let connection = builder.serve_connection(io, service);
+                            supervise(connection, &activity, limits, stopping).await
                         }
                         Ok(Err(error)) => {
                             tls.handshake_failures.inc();
@@ -182,7 +216,136 @@ where
             drop(permit);
         });
     }
-    graceful
+    OpenConnections {
+        slots,
+        max,
+        shutdown: stop,
+    }
+}
+
+/// How long an idle-closed connection gets to say goodbye (h2 GOAWAY) before
+/// it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Run one connection to its end, closing it when it idles too long (no
+/// request running for `header_read_timeout` before its first request, or
+/// for `idle_timeout` after one) or when the listener shuts down. A
+/// connection that sends nothing, stops in the middle of the protocol sniff,
+/// idles after a TLS handshake, or keeps an h2 session alive with pings
+/// alone thus frees its slot in bounded time.
+async fn supervise<Conn, E>(
+    connection: Conn,
+    activity: &Activity,
+    limits: Limits,
+    mut stopping: watch::Receiver<bool>,
+) -> Result<(), E>
+where
+    Conn: Future<Output = Result<(), E>> + GracefulClose,
+{
+    tokio::pin!(connection);
+    let mut closing = false;
+    let mut give_up = None;
+    loop {
+        let idle_until = activity.idle_until(limits);
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            () = sleep_until(Some(idle_until)), if !closing => {
+                if activity.idle_until(limits) <= Instant::now() {
+                    connection.as_mut().close_gracefully();
+                    closing = true;
+                    give_up = Some(Instant::now() + IDLE_CLOSE_GRACE);
+                }
+            }
+            _ = stopping.changed(), if !closing => {
+                connection.as_mut().close_gracefully();
+                closing = true;
+            }
+            () = sleep_until(give_up), if give_up.is_some() => return Ok(()),
+        }
+    }
+}
+
+/// Sleep until `deadline`, or forever when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// hyper-util's connection, closed gracefully (its own trait is sealed).
+trait GracefulClose {
+    fn close_gracefully(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GracefulClose for auto::Connection<'_, I, S, E>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn close_gracefully(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Whether a connection is serving a request, and since when it has not.
+struct Activity {
+    running: AtomicUsize,
+    served: AtomicBool,
+    idle_since: std::sync::Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            running: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            idle_since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// A request starts; it ends when the guard drops.
+    fn begin(self: &Arc<Self>) -> Running {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.served.store(true, Ordering::Relaxed);
+        Running(Arc::clone(self))
+    }
+
+    /// When the connection will have idled too long. While a request runs
+    /// that is never now: the time returned is when to look again.
+    fn idle_until(&self, limits: Limits) -> Instant {
+        if self.running.load(Ordering::SeqCst) > 0 {
+            return Instant::now() + limits.idle_timeout;
+        }
+        let since = *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let allowed = if self.served.load(Ordering::Relaxed) {
+            limits.idle_timeout
+        } else {
+            limits.header_read_timeout
+        };
+        since + allowed
+    }
+}
+
+/// One running request of a connection.
+struct Running(Arc<Activity>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        *self
+            .0
+            .idle_since
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Instant::now();
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {

@@ -24,6 +24,7 @@ pub struct RawServer {
     pub header_read_timeout: Option<String>,
     pub body_read_timeout: Option<String>,
     pub shutdown_grace: Option<String>,
+    pub idle_timeout: Option<String>,
     pub max_connections: Option<u64>,
     pub tls: Option<RawTls>,
 }

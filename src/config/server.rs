@@ -57,6 +57,11 @@ impl Validator<'_> {
                 raw.shutdown_grace.as_ref(),
                 Duration::from_secs(30),
             ),
+            idle_timeout: self.duration(
+                &at.key("idle_timeout"),
+                raw.idle_timeout.as_ref(),
+                Duration::from_secs(60),
+            ),
             max_connections: self.size(
                 &at.key("max_connections"),
                 raw.max_connections,

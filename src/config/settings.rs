@@ -41,6 +41,7 @@ impl Fixed {
                 "server.shutdown_grace",
                 new.shutdown_grace != old.shutdown_grace,
             ),
+            ("server.idle_timeout", new.idle_timeout != old.idle_timeout),
             (
                 "server.max_connections",
                 new.max_connections != old.max_connections,
@@ -78,6 +79,10 @@ pub struct ServerSettings {
     pub header_read_timeout: Duration,
     /// How long SIGTERM waits for in-flight requests before releasing them.
     pub shutdown_grace: Duration,
+    /// A connection with no request running for this long, once it has
+    /// served one, is closed (hookgate extension; before its first request
+    /// the bound is `header_read_timeout`).
+    pub idle_timeout: Duration,
     /// Open connections beyond this wait in the kernel's accept queue
     /// (hookgate extension; bounds memory under a connection flood).
     pub max_connections: usize,

@@ -271,3 +271,116 @@ async fn a_delete_during_a_running_call_is_refused_unless_forced() {
     assert_eq!(running.await.unwrap().status, StatusCode::OK);
     gateway.shutdown().await;
 }
+
+/// A config whose idle bounds are short enough to watch: 500 ms before a
+/// first request, 1 s between requests, and only two connection slots.
+fn tight(upstream: &str) -> String {
+    route_config(upstream, "").replace(
+        "shutdown_grace = \"2s\"",
+        "shutdown_grace = \"2s\"\nheader_read_timeout = \"500ms\"\nidle_timeout = \"1s\"\nmax_connections = 2",
+    )
+}
+
+/// Whether the gateway closes `stream` within `within` (EOF or reset).
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, within: Duration) -> bool {
+    let mut buffer = [0u8; 256];
+    loop {
+        match tokio::time::timeout(within, stream.read(&mut buffer)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue, // an HTTP error answer or an h2 frame; keep reading
+        }
+    }
+}
+
+/// Sockets that hold a slot without sending a request — silent ones, and
+/// ones that stop two bytes into the protocol sniff — are closed after
+/// `header_read_timeout`, and a real sender gets the slot.
+#[tokio::test]
+async fn idle_sockets_are_closed_and_free_their_slots() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&tight(&upstream.url("/"))).await;
+    let mut silent = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let mut sniffed = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    sniffed.write_all(b"PO").await.unwrap();
+
+    let started = std::time::Instant::now();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+    assert!(closed_within(&mut sniffed, Duration::from_secs(3)).await);
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    let answer = tokio::time::timeout(
+        Duration::from_secs(3),
+        Sender::new().deliver(&gateway.url("/hook"), &event("evt_after_idle")),
+    )
+    .await
+    .expect("a real sender is served once the idle slots are freed");
+    assert_eq!(answer.status, StatusCode::OK);
+    gateway.shutdown().await;
+}
+
+/// An h2 connection with no streams (pings alone keep it alive) is closed
+/// too, before and after it has served a request.
+#[tokio::test]
+async fn an_idle_h2_session_is_closed() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&tight(&upstream.url("/"))).await;
+    for requests in [0, 1] {
+        let stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+        let (mut send, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        let connection = tokio::spawn(connection);
+        for _ in 0..requests {
+            let request = signed(&gateway.url("/hook"), &event("evt_h2_idle"));
+            let response = send.send_request(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        let ended = tokio::time::timeout(Duration::from_secs(4), connection).await;
+        assert!(
+            ended.is_ok(),
+            "idle h2 session still open ({requests} requests)"
+        );
+    }
+    gateway.shutdown().await;
+}
+
+/// A TLS connection that completes its handshake and then sends nothing is
+/// closed like a plain one.
+#[tokio::test]
+async fn a_connection_idle_after_its_tls_handshake_is_closed() {
+    let pki = Pki::new("gateway");
+    let upstream = Upstream::start().await;
+    let (cert, key) = pki.leaf("gateway");
+    let text = tight(&upstream.url("/")).replace(
+        "shutdown_grace",
+        &format!(
+            "tls = {{ cert = \"{}\", key = \"{}\" }}\nshutdown_grace",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let gateway = TestGateway::start(&text).await;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in hookgate::tls::load_certs(&pki.ca_path()).unwrap() {
+        roots.add(cert).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
+        .expect("handshake");
+    assert!(closed_within(&mut tls, Duration::from_secs(3)).await);
+    gateway.shutdown().await;
+}
