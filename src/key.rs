@@ -55,6 +55,16 @@ impl std::fmt::Display for KeySource {
     }
 }
 
+/// A verified delivery with no key (SPEC §4, keyless requests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMissingKey {
+    /// 400 `key_missing`.
+    Reject,
+    /// Forward once, unclaimed: senders that never retry such requests
+    /// (Slack's `url_verification`, slash commands, interactivity).
+    Forward,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     #[error("no idempotency key source is present in the delivery")]
@@ -64,17 +74,22 @@ pub enum KeyError {
 }
 
 /// Find the key for one delivery. `body_sha256` is the hex digest the
-/// pipeline computed anyway (for the payload-mismatch check).
+/// pipeline computed anyway (for the payload-mismatch check);
+/// `header_allowed` says which headers may carry it (a signed id header
+/// only when it is the one the signature covered) — the others count as
+/// absent.
 pub fn extract(
     sources: &[KeySource],
     headers: &HeaderMap,
     body: &[u8],
     body_sha256: &str,
+    header_allowed: impl Fn(&HeaderName) -> bool,
 ) -> Result<String, KeyError> {
     // Parsed lazily, at most once; `None` inside means "not JSON".
     let mut json: Option<Option<Value>> = None;
     for source in sources {
         let found = match source {
+            KeySource::Header(name) if !header_allowed(name) => None,
             KeySource::Header(name) => match headers.get(name) {
                 Some(value) => Some(value.to_str().map_err(|_| KeyError::Invalid)?.to_owned()),
                 None => None,
@@ -116,7 +131,7 @@ mod tests {
     }
 
     fn run(list: &[&str], headers: &HeaderMap, body: &str) -> Result<String, KeyError> {
-        extract(&sources(list), headers, body.as_bytes(), "ab12")
+        extract(&sources(list), headers, body.as_bytes(), "ab12", |_| true)
     }
 
     #[test]
@@ -184,6 +199,24 @@ mod tests {
         assert_eq!(
             KeySource::parse("header:X-Id").unwrap().to_string(),
             "header:x-id"
+        );
+    }
+
+    #[test]
+    fn a_header_that_is_not_allowed_counts_as_absent() {
+        let mut headers = HeaderMap::new();
+        headers.insert("webhook-id", HeaderValue::from_static("forged"));
+        headers.insert("svix-id", HeaderValue::from_static("msg_1"));
+        let list = sources(&["header:webhook-id", "header:svix-id"]);
+        let only_svix = |name: &HeaderName| name == "svix-id";
+        assert_eq!(
+            extract(&list, &headers, b"", "ab12", only_svix).as_deref(),
+            Ok("msg_1")
+        );
+        let neither = |_: &HeaderName| false;
+        assert_eq!(
+            extract(&list, &headers, b"", "ab12", neither),
+            Err(KeyError::Missing)
         );
     }
 }

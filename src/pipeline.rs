@@ -28,7 +28,7 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
-use crate::key;
+use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
@@ -47,6 +47,8 @@ pub struct ConnectionInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Forwarded,
+    /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
+    ForwardedUnkeyed,
     Replayed,
     /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
     UpstreamError,
@@ -57,6 +59,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Forwarded => "forwarded",
+            Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
             Outcome::Replayed => "replayed",
             Outcome::UpstreamError => "upstream_error",
             Outcome::Rejected(code) => code,
@@ -248,16 +251,30 @@ impl Gateway {
             .verifier
             .verify(&parts.headers, &body, SystemTime::now())?;
 
-        // 4. Extract the idempotency key.
+        // 4. Extract the idempotency key from what the signature covered. A
+        //    keyless delivery is refused, or forwarded unclaimed where the
+        //    sender never retries those (`on_missing_key`).
         let body_sha256 = hex::encode(Sha256::digest(&body));
-        let key = key::extract(&route.key, &parts.headers, &body, &body_sha256)?;
-        log.key = Some(key.clone());
+        let allowed = |name: &_| {
+            route
+                .verifier
+                .key_header_allowed(route.scheme, &parts.headers, name)
+        };
+        let key = match key::extract(&route.key, &parts.headers, &body, &body_sha256, allowed) {
+            Ok(key) => Some(key),
+            Err(KeyError::Missing) if route.on_missing_key == OnMissingKey::Forward => None,
+            Err(error) => return Err(error.into()),
+        };
+        log.key = key.clone();
 
         // 5. Claim it: a duplicate ends here, answered from the record.
-        let claim = match self.claim(runtime, route, &key, &body_sha256).await? {
-            Claimed::New(claim) => Some(claim),
-            Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
-            Claimed::Unprotected => None,
+        let claim = match &key {
+            Some(key) => match self.claim(runtime, route, key, &body_sha256).await? {
+                Claimed::New(claim) => Some(claim),
+                Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
+                Claimed::Unprotected => None,
+            },
+            None => None,
         };
 
         // 6. Forward, renewing the claim while the upstream works.
@@ -265,7 +282,7 @@ impl Gateway {
             route,
             parts: &parts,
             body,
-            key: &key,
+            key: key.as_deref(),
             request_id,
             peer: connection.peer.ip(),
             proto: connection.proto,
@@ -274,7 +291,11 @@ impl Gateway {
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
             log.upstream = Some(elapsed);
-            return settle_sender(result);
+            let forwarded = match key {
+                Some(_) => Outcome::Forwarded,
+                None => Outcome::ForwardedUnkeyed,
+            };
+            return settle_sender(result, forwarded);
         };
         let (result, elapsed) = claim.renewing(call).await;
         log.upstream = Some(elapsed);
@@ -303,7 +324,7 @@ impl Gateway {
             }
             Ok(_) => claim.release().await,
         }
-        settle_sender(result)
+        settle_sender(result, Outcome::Forwarded)
     }
 
     /// Stage 5: claim `key` on `route`.
@@ -453,9 +474,11 @@ fn replay(
 }
 
 /// What the delivery that caused the upstream call gets back: the upstream's
-/// own answer, or the error that says what happened to the call.
+/// own answer (its outcome `forwarded` when final), or the error that says
+/// what happened to the call.
 fn settle_sender(
     result: Result<UpstreamResponse, UpstreamError>,
+    forwarded: Outcome,
 ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
     let answer = result.map_err(|error| match error {
         UpstreamError::Timeout => GatewayError::UpstreamTimeout,
@@ -470,7 +493,7 @@ fn settle_sender(
         // truncated body: say so instead.
         return Err(GatewayError::UpstreamBodyIncomplete);
     } else {
-        Outcome::Forwarded
+        forwarded
     };
     let mut response = Response::new(Full::new(answer.body));
     *response.status_mut() = answer.status;

@@ -165,8 +165,9 @@ pub struct Delivery<'a> {
     pub route: &'a RouteConfig,
     pub parts: &'a Parts,
     pub body: Bytes,
-    /// The bare idempotency key (without prefix or scope).
-    pub key: &'a str,
+    /// The bare idempotency key (without prefix or scope); `None` for a
+    /// keyless delivery forwarded unclaimed.
+    pub key: Option<&'a str>,
     pub request_id: &'a HeaderValue,
     pub peer: IpAddr,
     /// `http` or `https`, for `X-Forwarded-Proto`.
@@ -206,9 +207,15 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     headers.insert(X_REQUEST_ID, request_id.clone());
     if let Some(name) = &route.idempotency_header {
-        // The key was validated as visible ASCII, so this cannot fail.
-        if let Ok(value) = HeaderValue::from_str(key) {
-            headers.insert(name.clone(), value);
+        match key.map(HeaderValue::from_str) {
+            // The key was validated as visible ASCII, so this cannot fail.
+            Some(Ok(value)) => {
+                headers.insert(name.clone(), value);
+            }
+            // Never pass a sender's own value through as if it were ours.
+            _ => {
+                headers.remove(name);
+            }
         }
     }
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));

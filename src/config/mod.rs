@@ -36,6 +36,7 @@ pub use self::settings::{
 };
 pub use self::summary::humanize;
 pub use self::value::{interpolate, parse_duration};
+pub use crate::key::OnMissingKey;
 
 /// The validated configuration of one gateway process.
 #[derive(Debug)]

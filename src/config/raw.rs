@@ -77,6 +77,7 @@ pub struct RawRoute {
     pub scope: Option<String>,
     pub on_mismatch: Option<String>,
     pub on_unknown: Option<String>,
+    pub on_missing_key: Option<String>,
     pub replay_guard: Option<String>,
     pub max_cached_body_bytes: Option<u64>,
     pub verify: Option<RawVerify>,

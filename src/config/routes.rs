@@ -14,7 +14,7 @@ use super::raw::{RawRoute, RawVerify};
 use super::settings::{OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
 use super::summary::humanize;
 use super::validate::Validator;
-use crate::key::KeySource;
+use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 use crate::verify::{
     Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE,
@@ -156,6 +156,15 @@ impl Validator<'_> {
             ],
             OnMismatch::Reject,
         );
+        let on_missing_key = self.choice(
+            &at.key("on_missing_key"),
+            raw.on_missing_key.as_ref(),
+            &[
+                ("reject", OnMissingKey::Reject),
+                ("forward", OnMissingKey::Forward),
+            ],
+            scheme.on_missing_key,
+        );
         let on_unknown = self.choice(
             &at.key("on_unknown"),
             raw.on_unknown.as_ref(),
@@ -202,6 +211,7 @@ impl Validator<'_> {
             scope,
             on_mismatch,
             on_unknown,
+            on_missing_key,
             replay_guard,
             max_cached_body_bytes,
             scheme,

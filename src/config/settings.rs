@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, Uri};
 use rustls::pki_types::CertificateDer;
 
-use crate::key::KeySource;
+use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 use crate::verify::{Profile, Verifier};
 
@@ -220,6 +220,8 @@ pub struct RouteConfig {
     pub key: Vec<KeySource>,
     pub scope: String,
     pub on_mismatch: OnMismatch,
+    /// A signed delivery that carries no key (handshakes, commands).
+    pub on_missing_key: OnMissingKey,
     /// A call whose outcome is unknown (timeout, connection broken after the
     /// request was sent): hold the claim until its lease runs out, or release.
     pub on_unknown: OnUnknown,

@@ -11,6 +11,7 @@ use super::{
     signature_matches, single_header, Algorithm, Profile, Verifier, Verify, VerifyError,
     VerifySpec, DAY,
 };
+use crate::key::OnMissingKey;
 use crate::secret::Secret;
 
 /// A sender without a named convention: the operator chooses the key.
@@ -22,6 +23,7 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: false,
     signed_headers: &[],
+    on_missing_key: OnMissingKey::Reject,
     build: |mut spec| {
         let options = spec
             .hmac

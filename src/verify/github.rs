@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, DAY, HOUR};
+use crate::key::OnMissingKey;
 
 pub static PROFILE: Profile = Profile {
     name: "github",
@@ -20,6 +21,7 @@ pub static PROFILE: Profile = Profile {
     replay_guard: true,
     timestamped: false,
     signed_headers: &[],
+    on_missing_key: OnMissingKey::Reject,
     build: |spec| HmacVerifier::from_spec(options(), spec),
 };
 

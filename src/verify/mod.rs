@@ -22,7 +22,7 @@ use http::{HeaderMap, HeaderName};
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::key::KeySource;
+use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
@@ -72,6 +72,9 @@ pub struct Profile {
     pub replay_guard: bool,
     /// Whether deliveries carry a signed timestamp (`tolerance` applies).
     pub timestamped: bool,
+    /// Default `on_missing_key`: `Forward` for senders whose signed requests
+    /// without an event id are never retried (handshakes, commands).
+    pub on_missing_key: OnMissingKey,
     /// Headers the signature covers besides the body (lowercase): a key
     /// read from one of them is as trustworthy as the body.
     pub signed_headers: &'static [&'static str],
@@ -122,6 +125,7 @@ static NONE: Profile = Profile {
     replay_guard: false,
     timestamped: false,
     signed_headers: &[],
+    on_missing_key: OnMissingKey::Reject,
     build: |_| Ok(Verifier::new(Unverified)),
 };
 
@@ -159,6 +163,13 @@ pub struct VerifySpec {
 /// tolerance windows are testable at their edges.
 pub trait Verify: fmt::Debug + Send + Sync {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError>;
+
+    /// For a scheme whose signature covers an id header: the one a verified
+    /// delivery's signature covered (of those in [`Profile::signed_headers`]).
+    fn signed_id(&self, headers: &HeaderMap) -> Option<&'static HeaderName> {
+        let _ = headers;
+        None
+    }
 }
 
 /// A route's configured verifier.
@@ -178,6 +189,19 @@ impl Verifier {
         now: SystemTime,
     ) -> Result<(), VerifyError> {
         self.0.verify(headers, body, now)
+    }
+
+    /// Whether the key may be read from header `name` of a verified
+    /// delivery: an id header the scheme signs only when it is the one this
+    /// delivery's signature covered (SPEC §4: the key is bound to what was
+    /// verified); any other header as configured.
+    pub fn key_header_allowed(
+        &self,
+        scheme: &Profile,
+        headers: &HeaderMap,
+        name: &HeaderName,
+    ) -> bool {
+        !scheme.signed_headers.contains(&name.as_str()) || self.0.signed_id(headers) == Some(name)
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName};
 
 use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use crate::key::OnMissingKey;
 use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
@@ -18,6 +19,7 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: true,
     signed_headers: &[],
+    on_missing_key: OnMissingKey::Forward,
     build: |spec| {
         Ok(Verifier::new(SlackVerifier {
             secrets: spec.secrets,

@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderName};
 use super::{
     single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR, MIN_SECRET_BYTES,
 };
+use crate::key::OnMissingKey;
 use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
@@ -27,6 +28,7 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: true,
     signed_headers: &["webhook-id", "svix-id"],
+    on_missing_key: OnMissingKey::Reject,
     build: |spec| {
         Ok(Verifier::new(StandardWebhooksVerifier {
             secrets: spec
@@ -79,12 +81,16 @@ pub fn decode_secret(secret: &Secret) -> Result<Secret, String> {
     Ok(Secret::new(key))
 }
 
+/// The header set a delivery is verified with: `webhook-*` when it carries a
+/// `webhook-signature`, else `svix-*`.
+fn header_set(headers: &HeaderMap) -> Option<&'static [HeaderName; 3]> {
+    HEADER_SETS.iter().find(|set| headers.contains_key(&set[2]))
+}
+
 impl Verify for StandardWebhooksVerifier {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
-        let [id, timestamp, signature] = HEADER_SETS
-            .iter()
-            .find(|set| headers.contains_key(&set[2]))
-            .ok_or(VerifyError::SignatureInvalid)?;
+        let [id, timestamp, signature] =
+            header_set(headers).ok_or(VerifyError::SignatureInvalid)?;
         let id = single_header(headers, id)?;
         let timestamp = single_header(headers, timestamp)?;
         let signatures: Vec<Vec<u8>> = single_header(headers, signature)?
@@ -104,6 +110,13 @@ impl Verify for StandardWebhooksVerifier {
             tolerance: self.tolerance,
         }
         .check(now)
+    }
+
+    /// The id is signed: only the id of the set that was verified may
+    /// become the key, never an unsigned sibling (`webhook-id` added beside
+    /// a verified `svix-*` set).
+    fn signed_id(&self, headers: &HeaderMap) -> Option<&'static HeaderName> {
+        header_set(headers).map(|[id, _, _]| id)
     }
 }
 

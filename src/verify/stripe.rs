@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName};
 
 use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use crate::key::OnMissingKey;
 use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
@@ -23,6 +24,7 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: true,
     signed_headers: &[],
+    on_missing_key: OnMissingKey::Reject,
     build: |spec| {
         Ok(Verifier::new(StripeVerifier {
             secrets: spec.secrets,

@@ -280,3 +280,68 @@ async fn the_replay_guard_stops_a_signed_body_under_a_new_delivery_id() {
     guarded.shutdown().await;
     unguarded.shutdown().await;
 }
+
+/// One route of `sender`'s scheme on the memory store, plus `extra` lines.
+fn scheme_route(sender: Sender_, upstream: &Upstream, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"memory\"\n\
+         [[routes]]\nname = \"r\"\npath = \"/r\"\nupstream = \"{}\"\n{extra}\n[routes.verify]\n{}\n",
+        upstream.url("/"),
+        sender.verify_toml()
+    )
+}
+
+/// A verified `svix-*` set with an unsigned `webhook-id` added beside it:
+/// the key is the signed `svix-id`, so re-keying a captured delivery that way
+/// gives a duplicate, not a new event.
+#[tokio::test]
+async fn an_unsigned_webhook_id_beside_a_verified_svix_set_is_not_the_key() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&scheme_route(Sender_::Svix, &upstream, "")).await;
+    let client = Sender::new();
+    let body = Sender_::Svix.body("msg_real");
+    for (i, forged) in ["forged-1", "forged-2"].into_iter().enumerate() {
+        let mut request = Sender_::Svix.request(&gateway.url("/r"), "msg_real", &body, now());
+        request
+            .headers_mut()
+            .insert("webhook-id", forged.parse().unwrap());
+        let answer = client.send(request).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.replayed(), i == 1);
+    }
+    let counts = upstream.counts();
+    assert_eq!(counts.get("msg_real"), Some(&1), "{counts:?}");
+    assert_eq!(upstream.total(), 1);
+    gateway.shutdown().await;
+}
+
+/// Slack's `url_verification` handshake (the body from Slack's Events API
+/// docs) carries no `event_id`: a `slack` route forwards it unclaimed, every
+/// time, with no idempotency header; `on_missing_key = "reject"` refuses it.
+#[tokio::test]
+async fn slacks_url_verification_handshake_is_forwarded_unclaimed() {
+    const HANDSHAKE: &str = r#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&scheme_route(Sender_::Slack, &upstream, "")).await;
+    let client = Sender::new();
+    for _ in 0..2 {
+        let request = Sender_::Slack.request(&gateway.url("/r"), "", HANDSHAKE, now());
+        let answer = client.send(request).await;
+        assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+        assert!(!answer.replayed());
+    }
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2, "forwarded each time, never claimed");
+    assert!(seen
+        .iter()
+        .all(|s| s.headers.get("idempotency-key").is_none()));
+    assert_eq!(seen[0].body, HANDSHAKE);
+    gateway.shutdown().await;
+
+    let strict = scheme_route(Sender_::Slack, &upstream, "on_missing_key = \"reject\"");
+    let gateway = TestGateway::start(&strict).await;
+    let request = Sender_::Slack.request(&gateway.url("/r"), "", HANDSHAKE, now());
+    assert_eq!(client.send(request).await.code(), "key_missing");
+    assert_eq!(upstream.total(), 2);
+    gateway.shutdown().await;
+}
