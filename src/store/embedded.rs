@@ -525,16 +525,18 @@ fn claim(
 ) -> rusqlite::Result<ClaimOutcome> {
     let now_i = now as i64;
     if let Some(guard_key) = guard_key {
-        let existing: Option<i64> = query_one(tx, EXISTS, params![key, now_i], |row| row.get(0))?;
-        if existing.is_none() {
-            let first: Option<String> =
-                query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
-                    row.get(0)
-                })?;
-            if let Some(first) = first.filter(|first| first != key) {
-                if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
-                    return Ok(answer);
-                }
+        // The key's own record answers first; only a claimable key looks at
+        // the body's first key.
+        if let Some(answer) = live_record(tx, key, now)?.and_then(|r| settled(r, now)) {
+            return Ok(answer);
+        }
+        let first: Option<String> =
+            query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
+                row.get(0)
+            })?;
+        if let Some(first) = first.filter(|first| first != key) {
+            if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
+                return Ok(answer);
             }
         }
     }

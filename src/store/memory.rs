@@ -97,14 +97,13 @@ impl Backend for MemoryStore {
         if let Some(answer) = existing.and_then(|record| settled(record.clone(), now)) {
             return Ok(answer);
         }
-        if existing.is_none() {
-            let first = request
-                .guard_key
-                .and_then(|guard| live(&tables.guards, guard, now))
-                .and_then(|first| live(&tables.records, first, now));
-            if let Some(answer) = first.and_then(|record| settled(record.clone(), now)) {
-                return Ok(answer);
-            }
+        let first = request
+            .guard_key
+            .and_then(|guard| live(&tables.guards, guard, now))
+            .filter(|first| first.as_str() != request.key)
+            .and_then(|first| live(&tables.records, first, now));
+        if let Some(answer) = first.and_then(|record| settled(record.clone(), now)) {
+            return Ok(answer);
         }
         let (attempts, first_seen_ms) = existing.map_or((1, now), |record| {
             (record.attempts + 1, record.first_seen_ms)

@@ -14,8 +14,10 @@
 //!   whose lease expired and was taken over can never overwrite or delete its
 //!   successor's claim. They answer `false` when the token no longer matches.
 //! - A completed record, with the recorded response, lives for `retention`.
-//! - With a replay guard, a new key whose body already claimed another key
-//!   is answered by that key's record (see [`ClaimRequest::guard_key`]).
+//! - With a replay guard, a claimable key (new, released, or with a lapsed
+//!   lease) whose body already claimed another key is answered by that key's
+//!   record while it is completed or in flight (see
+//!   [`ClaimRequest::guard_key`]).
 //!
 //! [`Store`] wraps whichever backend is configured: it owns the key layout
 //! (prefix, scope and hash tags), bounds every operation by the store
@@ -255,16 +257,27 @@ impl Store {
     /// so a key and its replay guard live in one slot (and so does the
     /// scope; see docs/operations.md).
     pub fn key(&self, scope: &str, key: &str) -> String {
-        if self.hash_tags {
-            format!("{}{{{scope}}}:{key}", self.key_prefix)
-        } else {
-            format!("{}{scope}:{key}", self.key_prefix)
-        }
+        format!("{}{}:{key}", self.key_prefix, self.scope(scope))
     }
 
-    /// The replay guard key of a verified body in `scope`.
+    /// The replay guard of a verified body in `scope`:
+    /// `{key_prefix}{scope}#body-sha256:{hex}`. A scope is `[a-z0-9_-]+`, so
+    /// the `#` keeps guards out of the event keys' namespace whatever a
+    /// sender puts in its delivery id.
     pub fn guard_key(&self, scope: &str, body_sha256: &str) -> String {
-        self.key(scope, &format!("body-sha256:{body_sha256}"))
+        format!(
+            "{}{}#body-sha256:{body_sha256}",
+            self.key_prefix,
+            self.scope(scope)
+        )
+    }
+
+    fn scope(&self, scope: &str) -> String {
+        if self.hash_tags {
+            format!("{{{scope}}}")
+        } else {
+            scope.to_owned()
+        }
     }
 
     async fn deadline<T>(

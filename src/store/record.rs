@@ -99,10 +99,12 @@ pub struct ClaimRequest<'a> {
     pub processing_ttl: Duration,
     /// How long the record lives (reset by claim and complete).
     pub retention: Duration,
-    /// Replay guard: a key naming the verified body. When `key` is new but
-    /// this body already claimed another key, that key's state answers
-    /// (completed → replay, live claim → in flight). A fresh claim points the
-    /// guard at `key` for `retention`.
+    /// Replay guard: a key naming the verified body. When `key` may be
+    /// claimed (new, released, or its lease lapsed) but this body already
+    /// claimed another key, that key's state answers (completed → replay,
+    /// live claim → in flight) — so a delivery that failed and is retried
+    /// after the same body completed under another key is a duplicate too. A
+    /// fresh claim points the guard at `key` for `retention`.
     pub guard_key: Option<&'a str>,
 }
 

@@ -50,7 +50,8 @@ const NOW: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
-/// KEYS[1] key, optional KEYS[2] replay guard; ARGV token, body_sha256,
+/// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
+/// claimable, not only when it is new); ARGV token, body_sha256,
 /// lease ms, retention ms. Returns {1, attempts} when claimed,
 /// {0, now, HGETALL...} of the record that answers otherwise.
 const CLAIM: &str = "
@@ -60,7 +61,7 @@ local function settled(key)
 end
 if settled(KEYS[1]) then return {0, now, redis.call('HGETALL', KEYS[1])} end
 local r = redis.call('HMGET', KEYS[1], 'state', 'attempts')
-if not r[1] and KEYS[2] then
+if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
   if first and first ~= KEYS[1] and settled(first) then
     return {0, now, redis.call('HGETALL', first)}

@@ -384,3 +384,109 @@ async fn a_connection_idle_after_its_tls_handshake_is_closed() {
     assert!(closed_within(&mut tls, Duration::from_secs(3)).await);
     gateway.shutdown().await;
 }
+
+const GITHUB_SECRET: &str = "github-secret-0123456789";
+
+/// A GitHub route (replay guard on by default) on `backend`.
+fn github_route(upstream: &str, backend: &Backend) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\n{}\nkey_prefix = \"h{}:\"\n\
+         [[routes]]\nname = \"gh\"\npath = \"/gh\"\nupstream = \"{upstream}\"\n\
+         [routes.verify]\nscheme = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n",
+        backend.toml(),
+        rand::random::<u32>(),
+    )
+}
+
+/// A correctly signed GitHub delivery of `body` under delivery id `id`.
+fn github_delivery(
+    url: &str,
+    id: &str,
+    body: &str,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(GITHUB_SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+        )
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_owned(),
+        )))
+        .unwrap()
+}
+
+/// A delivery id crafted to look like a replay guard's name
+/// (`body-sha256:<hex>`) is an ordinary key: guards have their own
+/// namespace, so it neither collides (WRONGTYPE, 503) nor blocks the body.
+#[tokio::test]
+async fn a_delivery_id_shaped_like_a_guard_key_is_just_a_key() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = github_route(&upstream.url("/"), &Backend::Redis(redis.url()));
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/gh");
+    let first_body = r#"{"action":"opened","number":1}"#;
+    let first = sender.send(github_delivery(&url, "d-1", first_body)).await;
+    assert_eq!(first.status, StatusCode::OK);
+
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        first_body.as_bytes(),
+    ));
+    let crafted_id = format!("body-sha256:{digest}");
+    let other_body = r#"{"action":"closed","number":2}"#;
+    let crafted = sender
+        .send(github_delivery(&url, &crafted_id, other_body))
+        .await;
+    assert_eq!(crafted.status, StatusCode::OK, "{crafted:?}");
+    assert!(!crafted.replayed());
+    assert_eq!(upstream.total(), 2);
+    assert_eq!(upstream.count(&crafted_id), 1);
+    gateway.shutdown().await;
+}
+
+/// Delivery A of a body fails (500, released); the same body under a new id
+/// B succeeds; A's retry is then a duplicate of B — the guard holds for every
+/// later claim of the body, on every backend.
+#[tokio::test]
+async fn a_failed_delivery_retried_after_its_body_completed_under_another_id_is_a_duplicate() {
+    let redis = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = vec![
+        Backend::Memory,
+        Backend::Embedded(dir.path().join("hostile.db")),
+    ];
+    backends.extend(redis.as_ref().map(|redis| Backend::Redis(redis.url())));
+    for backend in backends {
+        let upstream = Upstream::with(|seen| Plan {
+            status: if seen.key() == "A" {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::OK
+            },
+            ..ok_plan(seen)
+        })
+        .await;
+        let gateway = TestGateway::start(&github_route(&upstream.url("/"), &backend)).await;
+        let sender = Sender::new();
+        let url = gateway.url("/gh");
+        let body = r#"{"action":"created","charge":4200}"#;
+        let a = sender.send(github_delivery(&url, "A", body)).await;
+        assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let b = sender.send(github_delivery(&url, "B", body)).await;
+        assert_eq!(b.status, StatusCode::OK);
+        let retry = sender.send(github_delivery(&url, "A", body)).await;
+        assert_eq!(retry.status, StatusCode::OK, "{}", backend.toml());
+        assert!(retry.replayed(), "{}", backend.toml());
+        assert_eq!(retry.body, b.body);
+        assert_eq!(upstream.total(), 2, "{}", backend.toml());
+        gateway.shutdown().await;
+    }
+}
