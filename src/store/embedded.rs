@@ -9,9 +9,12 @@
 //! ```
 //!
 //! SQLite is blocking, so a dedicated thread owns the connection. Requests
-//! reach it over a channel; it drains whatever has queued up and runs the
-//! whole batch in one transaction (group commit), answering each request only
-//! after that commit — one fsync for many claims. Between batches it deletes
+//! reach it over a bounded channel (a full one fails a request at once: a
+//! stalled disk must not turn into unbounded memory); it drains whatever has
+//! queued up and runs the whole batch in one transaction (group commit),
+//! answering each request only after that commit — one fsync for many
+//! claims. Work whose caller has already given up is skipped, and a claim
+//! applied after its caller gave up is released again. Between batches it deletes
 //! expired rows, a bounded number at a time, so a sweep never stalls requests
 //! for long. Claims go through one `INSERT … ON CONFLICT DO UPDATE … WHERE
 //! <claimable> RETURNING`, so insert-or-take-over is a single statement.
@@ -42,6 +45,7 @@ use crate::replay::{BodyKept, RecordedResponse};
 
 /// Most requests committed in one transaction.
 const MAX_BATCH: usize = 512;
+
 /// Expired rows deleted per sweep step.
 const SWEEP_BATCH: usize = 1_000;
 /// How often the thread looks for expired rows when idle or busy.
@@ -174,10 +178,15 @@ enum Reply {
 type Job = (Op, oneshot::Sender<Result<Reply, StoreError>>);
 
 pub struct EmbeddedStore {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::SyncSender<Job>,
 }
 
 impl EmbeddedStore {
+    /// Most requests waiting for the database thread. During a disk stall
+    /// callers give up after `store.timeout` (503); beyond this many
+    /// waiting, new requests fail at once instead of piling up in memory.
+    pub const MAX_QUEUED: usize = 4096;
+
     /// Open (or create) the database at `path` and start its thread; leases
     /// and expiry are judged by `clock`.
     pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
@@ -193,7 +202,7 @@ impl EmbeddedStore {
             ))
             .map_err(|e| open_error(path, e))?;
         add_missing_columns(&connection).map_err(|e| open_error(path, e))?;
-        let (jobs, queue) = mpsc::channel::<Job>();
+        let (jobs, queue) = mpsc::sync_channel::<Job>(Self::MAX_QUEUED);
         thread::Builder::new()
             .name("hookgate-sqlite".into())
             .spawn(move || {
@@ -207,8 +216,16 @@ impl EmbeddedStore {
     async fn call(&self, op: Op) -> Result<Reply, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send((op, reply))
-            .map_err(|_| StoreError::Backend("the database thread has stopped".into()))?;
+            .try_send((op, reply))
+            .map_err(|error| match error {
+                mpsc::TrySendError::Full(_) => StoreError::Backend(format!(
+                    "{} requests are waiting for the database (is the disk stalled?)",
+                    Self::MAX_QUEUED
+                )),
+                mpsc::TrySendError::Disconnected(_) => {
+                    StoreError::Backend("the database thread has stopped".into())
+                }
+            })?;
         answer
             .await
             .map_err(|_| StoreError::Backend("the database thread has stopped".into()))?
@@ -395,6 +412,14 @@ fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) 
     }
 }
 
+/// Run `batch` in one transaction and answer each request once it is
+/// durable.
+///
+/// A caller that gave up (its store `timeout` ran out, so it answered 503)
+/// has dropped its end of the reply: work it queued and is no longer
+/// waiting for is skipped, and a claim that was applied all the same — its
+/// caller gave up while it ran or committed — is released again, so no key is
+/// left `processing` under a token nobody holds.
 fn run_batch(connection: &mut Connection, batch: Vec<Job>, now: u64) {
     let transaction = match connection.transaction() {
         Ok(transaction) => transaction,
@@ -407,21 +432,51 @@ fn run_batch(connection: &mut Connection, batch: Vec<Job>, now: u64) {
     };
     let mut answers = Vec::with_capacity(batch.len());
     for (op, reply) in batch {
+        if reply.is_closed() {
+            continue;
+        }
+        let claimed_key = match &op {
+            Op::Claim { key, .. } => Some(key.clone()),
+            _ => None,
+        };
         let answer = execute(&transaction, op, now).map_err(|e| StoreError::Backend(e.to_string()));
-        answers.push((reply, answer));
+        answers.push((reply, answer, claimed_key));
     }
     // Answer only once the batch is durable.
-    match transaction.commit() {
-        Ok(()) => {
-            for (reply, answer) in answers {
-                let _ = reply.send(answer);
-            }
+    if let Err(error) = transaction.commit() {
+        for (reply, _, _) in answers {
+            let _ = reply.send(Err(StoreError::Backend(error.to_string())));
         }
-        Err(error) => {
-            for (reply, _) in answers {
-                let _ = reply.send(Err(StoreError::Backend(error.to_string())));
-            }
+        return;
+    }
+    let mut abandoned = Vec::new();
+    for (reply, answer, claimed_key) in answers {
+        if let Err(Ok(Reply::Claim(ClaimOutcome::New(lease)))) = reply.send(answer) {
+            abandoned.extend(claimed_key.map(|key| (key, lease.token)));
         }
+    }
+    if !abandoned.is_empty() {
+        release_abandoned(connection, &abandoned, now);
+    }
+}
+
+/// Release claims whose callers were gone by the time they were applied.
+fn release_abandoned(connection: &mut Connection, claims: &[(String, String)], now: u64) {
+    let released = connection.transaction().and_then(|tx| {
+        for (key, token) in claims {
+            run(&tx, RELEASE, params![key, token, now as i64])?;
+        }
+        tx.commit()
+    });
+    match released {
+        Ok(()) => tracing::info!(
+            claims = claims.len(),
+            "released claims whose callers had given up"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            "could not release abandoned claims; they expire with their lease"
+        ),
     }
 }
 

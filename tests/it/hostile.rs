@@ -490,3 +490,95 @@ async fn a_failed_delivery_retried_after_its_body_completed_under_another_id_is_
         gateway.shutdown().await;
     }
 }
+
+/// The embedded store under a disk stall (another connection holds SQLite's
+/// write lock): callers give up after `store.timeout`, requests beyond the
+/// queue bound fail at once instead of piling up in memory, and once the
+/// stall ends no key is left `processing` under a token nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orphans() {
+    use hookgate::store::{ClaimRequest, Clock, EmbeddedStore, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stall.db");
+    let backend = EmbeddedStore::open(
+        &path,
+        hookgate::config::Synchronous::Normal,
+        Clock::system(),
+    )
+    .unwrap();
+    let metrics = hookgate::metrics::StoreMetrics::unregistered();
+    let store = Arc::new(Store::new(
+        backend,
+        "stall:",
+        Duration::from_millis(200),
+        metrics,
+    ));
+    store.ping().await.unwrap();
+
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let (unlock, until_unlocked) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let connection = rusqlite::Connection::open(path).unwrap();
+            connection.execute_batch("BEGIN EXCLUSIVE").unwrap();
+            locked.send(()).unwrap();
+            until_unlocked.recv().unwrap();
+            connection.execute_batch("COMMIT").unwrap();
+        })
+    };
+    is_locked.recv().unwrap();
+
+    let started = std::time::Instant::now();
+    let claims: Vec<_> = (0..6_000)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = format!("stall:k{i}");
+                store
+                    .claim(ClaimRequest {
+                        key: &key,
+                        body_sha256: "00",
+                        processing_ttl: Duration::from_secs(60),
+                        retention: Duration::from_secs(600),
+                        guard_key: None,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut refused_at_once = 0;
+    for claim in claims {
+        let error = claim
+            .await
+            .unwrap()
+            .expect_err("nothing commits during the stall");
+        refused_at_once += usize::from(error.to_string().contains("waiting for the database"));
+    }
+    assert!(
+        refused_at_once >= 6_000 - EmbeddedStore::MAX_QUEUED - 512,
+        "the queue is bounded: only {refused_at_once} refused at once"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "callers did not pile up"
+    );
+
+    unlock.send(()).unwrap();
+    holder.join().unwrap();
+    // The ping queues behind everything the stall left: once it answers, the
+    // thread has been through all of it.
+    let drained = eventually(Duration::from_secs(15), || async {
+        store.ping().await.is_ok()
+    });
+    assert!(drained.await);
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let processing: i64 = reader
+        .query_row(
+            "SELECT COUNT(*) FROM webhook_events WHERE state = 'processing'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(processing, 0, "no orphaned claims");
+}
