@@ -33,6 +33,7 @@
 //! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
 //! - [`reload`] — SIGHUP: swap the live config atomically.
 //! - [`headers`] — header names and hop-by-hop rules.
+//! - [`cidr`] — address ranges, for `trusted_proxies`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
 //!   own listener.
@@ -42,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod cidr;
 pub mod claim;
 pub mod config;
 pub mod error;

@@ -22,6 +22,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
+use crate::cidr::Cidr;
 use crate::claim::{Claim, Claims};
 use crate::config::{
     Config, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits, RouteConfig,
@@ -96,6 +97,7 @@ pub struct Runtime {
     pub routes: RouteTable,
     on_store_error: OnStoreError,
     limits: RequestLimits,
+    trusted_proxies: Vec<Cidr>,
 }
 
 impl Runtime {
@@ -104,6 +106,7 @@ impl Runtime {
             routes: RouteTable::new(&live.routes, upstreams, metrics),
             on_store_error: live.on_store_error,
             limits: live.limits,
+            trusted_proxies: live.trusted_proxies.clone(),
         }
     }
 }
@@ -285,6 +288,8 @@ impl Gateway {
             key: key.as_deref(),
             request_id,
             peer: connection.peer.ip(),
+            peer_trusted: (runtime.trusted_proxies.iter())
+                .any(|range| range.contains(connection.peer.ip())),
             proto: connection.proto,
         });
         let call = self.call(route, upstream_request);

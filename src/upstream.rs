@@ -170,6 +170,9 @@ pub struct Delivery<'a> {
     pub key: Option<&'a str>,
     pub request_id: &'a HeaderValue,
     pub peer: IpAddr,
+    /// Whether the peer is a `trusted_proxies` hop, whose `X-Forwarded-For`
+    /// chain is kept.
+    pub peer_trusted: bool,
     /// `http` or `https`, for `X-Forwarded-Proto`.
     pub proto: &'static str,
 }
@@ -183,6 +186,7 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
         key,
         request_id,
         peer,
+        peer_trusted,
         proto,
     } = delivery;
     let mut headers = parts.headers.clone();
@@ -196,8 +200,11 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
     if let Some(host) = host {
         headers.insert(X_FORWARDED_HOST, host);
     }
-    let peer = peer.to_string();
-    let forwarded_for = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+    // A chain is only as good as who handed it over: from a trusted proxy
+    // it is kept and extended, from anyone else it starts at the peer.
+    let peer = peer.to_canonical().to_string();
+    let incoming = headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+    let forwarded_for = match incoming.filter(|_| peer_trusted) {
         Some(chain) => format!("{chain}, {peer}"),
         None => peer,
     };

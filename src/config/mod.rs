@@ -137,7 +137,7 @@ impl Config {
 impl Validator<'_> {
     fn config(&mut self, raw: RawConfig) -> (Fixed, Live) {
         let root = locate::KeyPath::root();
-        let (server, limits, tls) = self.server(&root.key("server"), raw.server);
+        let (server, limits, trusted_proxies, tls) = self.server(&root.key("server"), raw.server);
         let admin = raw.admin.map(|admin| self.admin(&root.key("admin"), admin));
         if let Some(admin) = &admin {
             // Port 0 (any free port, as in tests) can never collide.
@@ -160,6 +160,7 @@ impl Validator<'_> {
             routes,
             limits,
             on_store_error,
+            trusted_proxies,
             tls,
         };
         (fixed, live)

@@ -26,6 +26,7 @@ pub struct RawServer {
     pub shutdown_grace: Option<String>,
     pub idle_timeout: Option<String>,
     pub max_connections: Option<u64>,
+    pub trusted_proxies: Option<Vec<String>>,
     pub tls: Option<RawTls>,
 }
 

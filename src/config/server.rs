@@ -8,6 +8,7 @@ use super::locate::KeyPath;
 use super::raw::{RawAdmin, RawServer};
 use super::settings::{AdminSettings, RequestLimits, ServerSettings, TlsSettings};
 use super::validate::Validator;
+use crate::cidr::Cidr;
 use crate::secret::Secret;
 
 const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
@@ -18,7 +19,12 @@ impl Validator<'_> {
         &mut self,
         at: &KeyPath,
         raw: RawServer,
-    ) -> (ServerSettings, RequestLimits, Option<TlsSettings>) {
+    ) -> (
+        ServerSettings,
+        RequestLimits,
+        Vec<Cidr>,
+        Option<TlsSettings>,
+    ) {
         let tls = raw.tls.as_ref().and_then(|tls| {
             let at = at.key("tls");
             let cert = PathBuf::from(self.string(&at.key("cert"), &tls.cert)?);
@@ -69,7 +75,20 @@ impl Validator<'_> {
                 1 << 20,
             ),
         };
-        (server, limits, tls)
+        let trusted_proxies = raw
+            .trusted_proxies
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let at = at.key("trusted_proxies").index(i);
+                let text = self.string(&at, text)?;
+                text.parse()
+                    .map_err(|message: String| self.fail(&at, message))
+                    .ok()
+            })
+            .collect();
+        (server, limits, trusted_proxies, tls)
     }
 
     pub(super) fn admin(&mut self, at: &KeyPath, raw: RawAdmin) -> AdminSettings {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, Uri};
 use rustls::pki_types::CertificateDer;
 
+use crate::cidr::Cidr;
 use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 use crate::verify::{Profile, Verifier};
@@ -67,6 +68,9 @@ pub struct Live {
     pub limits: RequestLimits,
     /// What to do when the store cannot answer (SPEC §2 `store.on_error`).
     pub on_store_error: OnStoreError,
+    /// Peers whose `X-Forwarded-For` chain is kept (load balancers); from
+    /// anyone else it is replaced by the peer's address.
+    pub trusted_proxies: Vec<Cidr>,
     /// The listener's certificate; new connections get the reloaded one.
     pub tls: Option<TlsSettings>,
 }

@@ -390,3 +390,30 @@ fn check_warns_when_an_unsigned_key_has_no_replay_guard() {
         "webhook-id is signed"
     );
 }
+
+#[test]
+fn trusted_proxies_are_address_ranges() {
+    let text = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\ntrusted_proxies = [\"10.0.0.0/8\", \"fd00::/8\", \"192.0.2.1\"]",
+    );
+    let config = parse(&text).unwrap();
+    let ranges: Vec<String> = config
+        .live
+        .trusted_proxies
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ranges, ["10.0.0.0/8", "fd00::/8", "192.0.2.1/32"]);
+    let bad = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\ntrusted_proxies = [\"10.0.0.0/40\"]",
+    );
+    let found = problems(&bad).join("\n");
+    assert!(
+        found.contains(
+            "server.trusted_proxies[0]: \"10.0.0.0/40\": the prefix length must be 0 to 32"
+        ),
+        "{found}"
+    );
+}

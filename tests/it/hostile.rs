@@ -582,3 +582,34 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
         .unwrap();
     assert_eq!(processing, 0, "no orphaned claims");
 }
+
+/// A sender cannot forge where it comes from: its `X-Forwarded-For` chain is
+/// kept only when the peer is one of `trusted_proxies`.
+#[tokio::test]
+async fn x_forwarded_for_is_kept_only_from_trusted_proxies() {
+    let upstream = Upstream::start().await;
+    let sender = Sender::new();
+    for (trusted, expected) in [
+        ("", "127.0.0.1"),
+        ("trusted_proxies = [\"10.0.0.0/8\"]", "127.0.0.1"),
+        (
+            "trusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1/32\"]",
+            "198.51.100.7, 127.0.0.1",
+        ),
+    ] {
+        let text = route_config(&upstream.url("/"), "").replace(
+            "shutdown_grace = \"2s\"",
+            &format!("shutdown_grace = \"2s\"\n{trusted}"),
+        );
+        let gateway = TestGateway::start(&text).await;
+        let id = format!("evt_xff_{}", upstream.total());
+        let mut request = signed(&gateway.url("/hook"), &event(&id));
+        request
+            .headers_mut()
+            .insert("x-forwarded-for", "198.51.100.7".parse().unwrap());
+        assert_eq!(sender.send(request).await.status, StatusCode::OK);
+        let seen = upstream.seen().pop().unwrap();
+        assert_eq!(seen.headers["x-forwarded-for"], expected, "{trusted}");
+        gateway.shutdown().await;
+    }
+}
