@@ -1,9 +1,11 @@
 //! Store benchmark: claim + complete throughput and latency of each backend
 //! on this machine, with many concurrent tasks (as under real traffic).
 //!
-//! Usage: `cargo run --release --example store-bench -- [REDIS_URL] [OPS] [CONCURRENCY]`
-//! (defaults: redis://127.0.0.1:6379/15, 50000, 64). The Redis database given
-//! is used for scratch keys under `store-bench:`.
+//! Usage: `cargo run --release --example store-bench -- [REDIS_URL] [OPS] [CONCURRENCY] [MIN_REPLICAS_ACKED]`
+//! (defaults: redis://127.0.0.1:6379/15, 50000, 64, 0). The Redis database
+//! given is used for scratch keys under `store-bench:`; with
+//! MIN_REPLICAS_ACKED > 0 every Redis claim and completion waits for that
+//! many replicas (`WAIT`), as `store.min_replicas_acked` does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +25,7 @@ async fn main() {
         .unwrap_or_else(|| "redis://127.0.0.1:6379/15".into());
     let ops: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50_000);
     let concurrency: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let min_replicas_acked: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("hookgate-store-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -50,8 +53,13 @@ async fn main() {
         ("redis", Backend::Redis { url: redis_url }),
     ];
     for (name, backend) in backends {
+        let min_replicas_acked = match backend {
+            Backend::Redis { .. } => min_replicas_acked,
+            _ => 0,
+        };
         let settings = StoreSettings {
             timeout: Duration::from_secs(5),
+            min_replicas_acked,
             ..StoreSettings::new(backend)
         };
         let store = Store::open(&settings, "store-bench:", StoreMetrics::unregistered());

@@ -26,15 +26,23 @@
 //! restart or failover) by `redis::Script`. With `min_replicas_acked = N`, a
 //! claim is followed by `WAIT N` on the key's master: a claim that N replicas
 //! did not acknowledge in time fails (503) instead of risking a duplicate
-//! after a failover.
+//! after a failover. `WAIT` holds up the connection it is sent on (and must
+//! follow the write on that same connection), so claims and completions that
+//! wait run on connections of their own — a pool of them for one Redis, a
+//! second cluster connection for a cluster — and a slow replica never delays
+//! the renewals, reads and releases on the shared connection.
 
 use std::future::Future;
+use std::ops::DerefMut;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::AsyncConnectionConfig;
 use redis::{Cmd, Script, Value};
 use tokio::sync::OnceCell;
 
@@ -44,6 +52,10 @@ use super::{
 };
 use crate::config::StoreSettings;
 use crate::replay::{BodyKept, RecordedResponse};
+
+/// Connections of their own for claims and completions that `WAIT` (single
+/// Redis): each `WAIT` holds up only its own connection.
+const ACKED_CONNECTIONS: u32 = 32;
 
 /// The current Redis time in ms, shared by every script.
 const NOW: &str = "local t = redis.call('TIME')
@@ -114,36 +126,86 @@ return 1
 /// How the store reaches Redis: one server or a cluster.
 pub trait Connector: Send + Sync + 'static {
     type Connection: ConnectionLike + Clone + Send + Sync;
+    /// A connection of its own for a write followed by `WAIT`: `WAIT` holds
+    /// up the connection it is sent on until the replicas answer, so it must
+    /// never run on the shared one that every other operation uses.
+    type Acked: DerefMut<Target = Self::AckedConnection> + Send;
+    type AckedConnection: ConnectionLike + Send;
     /// The backend's name in `[store]`.
     const NAME: &'static str;
     /// Whether keys are spread over slots (see [`Backend::HASH_TAGS`]).
     const HASH_TAGS: bool;
 
-    /// A connection to send one operation on.
+    /// The shared connection to send one operation on.
     fn connection(&self) -> impl Future<Output = Result<Self::Connection, StoreError>> + Send;
+
+    /// A connection for a write followed by `WAIT`, see [`Connector::Acked`].
+    fn acked(&self) -> impl Future<Output = Result<Self::Acked, StoreError>> + Send;
 
     /// Route `cmd` (which names no key) to the master serving `key`.
     fn send_to_master_of(
-        connection: &mut Self::Connection,
+        connection: &mut Self::AckedConnection,
         key: &str,
         cmd: Cmd,
     ) -> impl Future<Output = redis::RedisResult<Value>> + Send;
 }
 
-/// One Redis server through a `ConnectionManager`.
-pub struct Single(ConnectionManager);
+/// Connections of their own to one Redis server, for [`Connector::Acked`],
+/// answering within the store `timeout` (a `WAIT` takes up to half of it).
+pub struct Dedicated {
+    client: redis::Client,
+    timeout: Duration,
+}
+
+impl bb8::ManageConnection for Dedicated {
+    type Connection = MultiplexedConnection;
+    type Error = redis::RedisError;
+
+    async fn connect(&self) -> redis::RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    async fn is_valid(&self, connection: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        redis::cmd("PING").query_async(connection).await
+    }
+
+    fn has_broken(&self, _: &mut MultiplexedConnection) -> bool {
+        false
+    }
+}
+
+/// One Redis server: a `ConnectionManager` shared by every operation, and a
+/// small pool of connections of their own for writes that `WAIT`.
+pub struct Single {
+    shared: ConnectionManager,
+    acked: bb8::Pool<Dedicated>,
+}
 
 impl Connector for Single {
     type Connection = ConnectionManager;
+    type Acked = bb8::PooledConnection<'static, Dedicated>;
+    type AckedConnection = MultiplexedConnection;
     const NAME: &'static str = "redis";
     const HASH_TAGS: bool = false;
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        Ok(self.0.clone())
+        Ok(self.shared.clone())
+    }
+
+    async fn acked(&self) -> Result<Self::Acked, StoreError> {
+        self.acked.get_owned().await.map_err(|error| match error {
+            bb8::RunError::User(error) => backend(error),
+            bb8::RunError::TimedOut => StoreError::Timeout,
+        })
     }
 
     async fn send_to_master_of(
-        connection: &mut ConnectionManager,
+        connection: &mut MultiplexedConnection,
         _key: &str,
         cmd: Cmd,
     ) -> redis::RedisResult<Value> {
@@ -151,14 +213,18 @@ impl Connector for Single {
     }
 }
 
-/// A Redis Cluster, connected on first use.
+/// A Redis Cluster, connected on first use: one connection for every
+/// operation, and one of its own for the writes that `WAIT`.
 pub struct Cluster {
     client: ClusterClient,
     connection: OnceCell<ClusterConnection>,
+    acked: OnceCell<ClusterConnection>,
 }
 
 impl Connector for Cluster {
     type Connection = ClusterConnection;
+    type Acked = Box<ClusterConnection>;
+    type AckedConnection = ClusterConnection;
     const NAME: &'static str = "redis-cluster";
     const HASH_TAGS: bool = true;
 
@@ -167,6 +233,14 @@ impl Connector for Cluster {
             .get_or_try_init(|| self.client.get_async_connection())
             .await
             .cloned()
+            .map_err(backend)
+    }
+
+    async fn acked(&self) -> Result<Box<ClusterConnection>, StoreError> {
+        self.acked
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .map(|connection| Box::new(connection.clone()))
             .map_err(backend)
     }
 
@@ -214,9 +288,19 @@ impl RedisStore<Single> {
             // keep each short so a returning Redis is picked up quickly.
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
-        Ok(Self::with(Single(connection), timeout, min_replicas_acked))
+        let shared =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(backend)?;
+        // Connections are opened on first use: with min_replicas_acked = 0
+        // this pool stays empty.
+        let acked = bb8::Pool::builder()
+            .max_size(ACKED_CONNECTIONS)
+            .connection_timeout(timeout)
+            .build_unchecked(Dedicated { client, timeout });
+        Ok(Self::with(
+            Single { shared, acked },
+            timeout,
+            min_replicas_acked,
+        ))
     }
 }
 
@@ -239,6 +323,7 @@ impl RedisStore<Cluster> {
         let cluster = Cluster {
             client,
             connection: OnceCell::new(),
+            acked: OnceCell::new(),
         };
         Ok(Self::with(cluster, timeout, min_replicas_acked))
     }
@@ -259,11 +344,13 @@ impl<C: Connector> RedisStore<C> {
         }
     }
 
-    /// `WAIT` until `min_replicas_acked` replicas hold the write to `key`.
-    async fn replicate(&self, connection: &mut C::Connection, key: &str) -> Result<(), StoreError> {
-        if self.min_replicas_acked == 0 {
-            return Ok(());
-        }
+    /// `WAIT` until `min_replicas_acked` replicas hold what this connection
+    /// wrote (to `key`, on the master that serves it).
+    async fn replicate(
+        &self,
+        connection: &mut C::AckedConnection,
+        key: &str,
+    ) -> Result<(), StoreError> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.min_replicas_acked)
             .arg(self.wait_timeout.as_millis() as u64);
@@ -308,25 +395,31 @@ impl<C: Connector> Backend for RedisStore<C> {
         if let Some(guard) = request.guard_key {
             invocation.key(guard);
         }
-        let mut connection = self.connector.connection().await?;
-        let reply: Vec<Value> = invocation
+        invocation
             .arg(&token)
             .arg(request.body_sha256)
             .arg(request.processing_ttl.as_millis() as u64)
-            .arg(request.retention.as_millis() as u64)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(backend)?;
-        match reply.as_slice() {
-            [Value::Int(1), Value::Int(attempts)] => {
-                // A claim a failover could lose is no claim: fail (503) and
-                // let the lease lapse rather than forward unprotected.
+            .arg(request.retention.as_millis() as u64);
+        let reply: Vec<Value> = if self.min_replicas_acked == 0 {
+            let mut connection = self.connector.connection().await?;
+            invocation.invoke_async(&mut connection).await
+        } else {
+            // A claim a failover could lose is no claim: fail (503) and let
+            // the lease lapse rather than forward unprotected.
+            let mut connection = self.connector.acked().await?;
+            let reply: redis::RedisResult<Vec<Value>> =
+                invocation.invoke_async(&mut *connection).await;
+            if let Ok([Value::Int(1), ..]) = reply.as_deref() {
                 self.replicate(&mut connection, request.key).await?;
-                Ok(ClaimOutcome::New(Lease {
-                    token,
-                    attempt: *attempts as u32,
-                }))
             }
+            reply
+        }
+        .map_err(backend)?;
+        match reply.as_slice() {
+            [Value::Int(1), Value::Int(attempts)] => Ok(ClaimOutcome::New(Lease {
+                token,
+                attempt: *attempts as u32,
+            })),
             [Value::Int(0), Value::Int(now), fields] => {
                 // The script found it completed or live (by Redis's clock).
                 let record = parse_record(fields)?;
@@ -368,16 +461,22 @@ impl<C: Connector> Backend for RedisStore<C> {
             .arg(response.body.as_ref())
             .arg(retention.as_millis() as u64)
             .arg(response.body_kept.as_str());
-        let applied = self.applied(&invocation).await?;
-        if applied {
+        if self.min_replicas_acked == 0 {
+            return self.applied(&invocation).await;
+        }
+        let mut connection = self.connector.acked().await?;
+        let applied: i64 = invocation
+            .invoke_async(&mut *connection)
+            .await
+            .map_err(backend)?;
+        if applied == 1 {
             // The upstream has answered: the recording is kept whatever the
             // replicas say, but an unreplicated one is worth a warning.
-            let mut connection = self.connector.connection().await?;
             if let Err(error) = self.replicate(&mut connection, key).await {
                 tracing::warn!(%error, "completion not acknowledged by replicas; a failover now could forward a retry again");
             }
         }
-        Ok(applied)
+        Ok(applied == 1)
     }
 
     async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {

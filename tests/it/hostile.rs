@@ -613,3 +613,76 @@ async fn x_forwarded_for_is_kept_only_from_trusted_proxies() {
         gateway.shutdown().await;
     }
 }
+
+/// With `min_replicas_acked`, a claim's `WAIT` runs on a connection of its
+/// own: while a stalled replica holds one claim in `WAIT`, every other store
+/// operation goes on (and that claim then fails, 503, rather than go
+/// unprotected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_replicas_holds_up_only_its_own_claim() {
+    use hookgate::store::{ClaimOutcome, ClaimRequest, RedisStore, Store};
+    let Some(master) = RedisServer::start().await else {
+        return;
+    };
+    let replicaof = format!("127.0.0.1 {}", master.port);
+    let replica = RedisServer::start_with(&["--replicaof", &replicaof], None)
+        .await
+        .unwrap();
+    let client = redis::Client::open(master.url()).unwrap();
+    let synced = eventually(Duration::from_secs(10), || async {
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(synced.await, "the replica never came online");
+
+    let settings = hookgate::config::StoreSettings {
+        timeout: Duration::from_secs(4),
+        min_replicas_acked: 1,
+        ..hookgate::config::StoreSettings::new(hookgate::config::Backend::Redis {
+            url: master.url(),
+        })
+    };
+    let backend = RedisStore::connect(&master.url(), &settings).unwrap();
+    let metrics = hookgate::metrics::StoreMetrics::unregistered();
+    let store = Arc::new(Store::new(backend, "wait:", settings.timeout, metrics));
+    let request = |key: &'static str| ClaimRequest {
+        key,
+        body_sha256: "00",
+        processing_ttl: Duration::from_secs(60),
+        retention: Duration::from_secs(600),
+        guard_key: None,
+    };
+    assert!(matches!(
+        store.claim(request("wait:acked")).await.unwrap(),
+        ClaimOutcome::New(_)
+    ));
+
+    replica.signal("STOP");
+    let waiting = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.claim(request("wait:unacked")).await })
+    };
+    // Give the claim time to reach its WAIT, then use the store meanwhile.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..20 {
+        assert!(store.get("wait:acked").await.unwrap().is_some());
+        store.ping().await.unwrap();
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the other operations did not queue behind the WAIT"
+    );
+    let unacked = waiting.await.unwrap();
+    assert!(
+        unacked
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("replicas acknowledged")),
+        "{unacked:?}"
+    );
+    replica.signal("CONT");
+}

@@ -63,6 +63,18 @@ impl RedisServer {
         Some(())
     }
 
+    /// Stop (`"STOP"`) or continue (`"CONT"`) the server process: a stopped
+    /// replica acknowledges nothing.
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .args([&format!("-{signal}"), &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
