@@ -222,3 +222,28 @@ async fn a_killed_gateways_claims_expire_and_the_survivor_finishes() {
     }
     drop(b);
 }
+
+/// On a cluster, a route's key layout does not depend on `replay_guard`:
+/// turning the guard on by SIGHUP leaves every record where it was, so a
+/// duplicate of an event completed before the reload is still a replay.
+#[tokio::test]
+async fn toggling_the_replay_guard_on_a_cluster_keeps_records_found() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = cluster_config(&upstream.url("/"), cluster, "replay_guard = \"off\"", "");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &event("evt_toggle")).await.status,
+        StatusCode::OK
+    );
+    let guarded = text.replace("replay_guard = \"off\"", "replay_guard = \"body\"");
+    assert!(gateway.reloader.apply(&parse_config(&guarded)).is_empty());
+    let again = sender.deliver(&url, &event("evt_toggle")).await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(upstream.count("evt_toggle"), 1);
+    gateway.shutdown().await;
+}
