@@ -15,7 +15,6 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 
 use crate::headers::{strip_hop_by_hop, IDEMPOTENT_REPLAYED};
-use crate::upstream::BodyRead;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedResponse {
@@ -49,6 +48,18 @@ impl BodyKept {
             .into_iter()
             .find(|kept| kept.as_str() == text)
     }
+}
+
+/// How much of an upstream body arrived (what a recording can keep of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    Whole,
+    /// Over the 16 MiB read cap: the upstream finished, hookgate did not
+    /// keep the body.
+    TooLarge,
+    /// The connection broke, or `upstream_timeout` ran out, after the status
+    /// arrived.
+    BrokeOff,
 }
 
 /// Headers that describe a body's bytes: meaningless once the body is gone.

@@ -24,6 +24,7 @@ use crate::config::RouteConfig;
 use crate::headers::{
     strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID,
 };
+pub use crate::replay::BodyRead;
 
 /// Largest upstream response body read into memory. Beyond it the status and
 /// headers are still returned (and recorded), the body is not.
@@ -40,18 +41,6 @@ pub struct UpstreamResponse {
     pub body: Bytes,
     /// Whether `body` is all of it.
     pub body_read: BodyRead,
-}
-
-/// How much of an upstream body arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyRead {
-    Whole,
-    /// Over the 16 MiB read cap: the upstream finished, hookgate did not
-    /// keep the body (`body` is empty).
-    TooLarge,
-    /// The connection broke, or `upstream_timeout` ran out, after the status
-    /// arrived (`body` is empty).
-    BrokeOff,
 }
 
 /// A call that produced no status: what the upstream is known to have done

@@ -14,6 +14,7 @@ use rustls::pki_types::CertificateDer;
 use crate::cidr::Cidr;
 use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
+pub use crate::store::{BackendSettings as Backend, StoreSettings, Synchronous};
 use crate::verify::{Profile, Verifier};
 
 /// Read once at start-up. A reload that changes any of it keeps the running
@@ -115,68 +116,6 @@ pub struct TlsSettings {
 pub struct AdminSettings {
     pub listen: SocketAddr,
     pub token: Option<Secret>,
-}
-
-/// How to reach the store: everything a benchmark or a test needs to open
-/// one, and nothing about how the pipeline uses it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoreSettings {
-    pub backend: Backend,
-    /// Deadline for each store operation.
-    pub timeout: Duration,
-    /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
-    pub min_replicas_acked: u32,
-    /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
-    pub tls_ca: Option<PathBuf>,
-}
-
-impl StoreSettings {
-    /// Defaults for `backend`, as a config without those keys gets them.
-    pub fn new(backend: Backend) -> Self {
-        Self {
-            backend,
-            timeout: Duration::from_millis(500),
-            min_replicas_acked: 0,
-            tls_ca: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
-    Memory,
-    /// One SQLite file, one gateway instance.
-    Embedded {
-        path: PathBuf,
-        synchronous: Synchronous,
-    },
-    Redis {
-        url: String,
-    },
-    /// Seed nodes of a Redis Cluster.
-    RedisCluster {
-        nodes: Vec<String>,
-    },
-}
-
-impl Backend {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Memory => "memory",
-            Backend::Embedded { .. } => "embedded",
-            Backend::Redis { .. } => "redis",
-            Backend::RedisCluster { .. } => "redis-cluster",
-        }
-    }
-}
-
-/// How hard the embedded store pushes each commit to disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Synchronous {
-    /// Survives a crash of hookgate; may lose the last commits on power loss.
-    Normal,
-    /// Also survives power loss, at one fsync per commit batch.
-    Full,
 }
 
 /// What to do when the store cannot answer (SPEC §2 `on_error`).

@@ -36,11 +36,11 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::oneshot;
 
+use super::Synchronous;
 use super::{
     new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record,
     RecordState, StoreError,
 };
-use crate::config::Synchronous;
 use crate::replay::{BodyKept, RecordedResponse};
 
 /// Most requests committed in one transaction.

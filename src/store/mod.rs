@@ -31,6 +31,7 @@ mod embedded;
 mod memory;
 mod record;
 mod redis;
+mod settings;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,7 +43,7 @@ pub use self::memory::MemoryStore;
 pub(crate) use self::record::{new_token, settled};
 pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState};
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
-use crate::config::{Backend as BackendSettings, StoreSettings};
+pub use self::settings::{BackendSettings, StoreSettings, Synchronous};
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 

@@ -46,11 +46,11 @@ use redis::AsyncConnectionConfig;
 use redis::{Cmd, Script, Value};
 use tokio::sync::OnceCell;
 
+use super::StoreSettings;
 use super::{
     new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
     StoreError,
 };
-use crate::config::StoreSettings;
 use crate::replay::{BodyKept, RecordedResponse};
 
 /// Connections of their own for claims and completions that `WAIT` (single

@@ -1,0 +1,68 @@
+//! How to reach a store: the `[store]` connection settings, validated by
+//! `config` and read by the backends. They live here, with the store, so
+//! the store never depends on the config module.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How to reach the store: everything a benchmark or a test needs to open
+/// one, and nothing about how the pipeline uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreSettings {
+    pub backend: BackendSettings,
+    /// Deadline for each store operation.
+    pub timeout: Duration,
+    /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
+    pub min_replicas_acked: u32,
+    /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl StoreSettings {
+    /// Defaults for `backend`, as a config without those keys gets them.
+    pub fn new(backend: BackendSettings) -> Self {
+        Self {
+            backend,
+            timeout: Duration::from_millis(500),
+            min_replicas_acked: 0,
+            tls_ca: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendSettings {
+    Memory,
+    /// One SQLite file, one gateway instance.
+    Embedded {
+        path: PathBuf,
+        synchronous: Synchronous,
+    },
+    Redis {
+        url: String,
+    },
+    /// Seed nodes of a Redis Cluster.
+    RedisCluster {
+        nodes: Vec<String>,
+    },
+}
+
+impl BackendSettings {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendSettings::Memory => "memory",
+            BackendSettings::Embedded { .. } => "embedded",
+            BackendSettings::Redis { .. } => "redis",
+            BackendSettings::RedisCluster { .. } => "redis-cluster",
+        }
+    }
+}
+
+/// How hard the embedded store pushes each commit to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Survives a crash of hookgate; may lose the last commits on power loss.
+    Normal,
+    /// Also survives power loss, at one fsync per commit batch.
+    Full,
+}
