@@ -32,30 +32,18 @@
 //! second cluster connection for a cluster — and a slow replica never delays
 //! the renewals, reads and releases on the shared connection.
 
-use std::future::Future;
-use std::ops::DerefMut;
+mod connect;
+
 use std::time::Duration;
 
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::AsyncConnectionConfig;
-use redis::{Cmd, Script, Value};
-use tokio::sync::OnceCell;
+use redis::{Script, Value};
 
-use super::StoreSettings;
+pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
     new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
     StoreError,
 };
 use crate::replay::{BodyKept, RecordedResponse};
-
-/// Connections of their own for claims and completions that `WAIT` (single
-/// Redis): each `WAIT` holds up only its own connection.
-const ACKED_CONNECTIONS: u32 = 32;
 
 /// The current Redis time in ms, shared by every script.
 const NOW: &str = "local t = redis.call('TIME')
@@ -123,142 +111,6 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
-/// How the store reaches Redis: one server or a cluster.
-pub trait Connector: Send + Sync + 'static {
-    type Connection: ConnectionLike + Clone + Send + Sync;
-    /// A connection of its own for a write followed by `WAIT`: `WAIT` holds
-    /// up the connection it is sent on until the replicas answer, so it must
-    /// never run on the shared one that every other operation uses.
-    type Acked: DerefMut<Target = Self::AckedConnection> + Send;
-    type AckedConnection: ConnectionLike + Send;
-    /// The backend's name in `[store]`.
-    const NAME: &'static str;
-    /// Whether keys are spread over slots (see [`Backend::HASH_TAGS`]).
-    const HASH_TAGS: bool;
-
-    /// The shared connection to send one operation on.
-    fn connection(&self) -> impl Future<Output = Result<Self::Connection, StoreError>> + Send;
-
-    /// A connection for a write followed by `WAIT`, see [`Connector::Acked`].
-    fn acked(&self) -> impl Future<Output = Result<Self::Acked, StoreError>> + Send;
-
-    /// Route `cmd` (which names no key) to the master serving `key`.
-    fn send_to_master_of(
-        connection: &mut Self::AckedConnection,
-        key: &str,
-        cmd: Cmd,
-    ) -> impl Future<Output = redis::RedisResult<Value>> + Send;
-}
-
-/// Connections of their own to one Redis server, for [`Connector::Acked`],
-/// answering within the store `timeout` (a `WAIT` takes up to half of it).
-pub struct Dedicated {
-    client: redis::Client,
-    timeout: Duration,
-}
-
-impl bb8::ManageConnection for Dedicated {
-    type Connection = MultiplexedConnection;
-    type Error = redis::RedisError;
-
-    async fn connect(&self) -> redis::RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-    }
-
-    async fn is_valid(&self, connection: &mut MultiplexedConnection) -> redis::RedisResult<()> {
-        redis::cmd("PING").query_async(connection).await
-    }
-
-    fn has_broken(&self, _: &mut MultiplexedConnection) -> bool {
-        false
-    }
-}
-
-/// One Redis server: a `ConnectionManager` shared by every operation, and a
-/// small pool of connections of their own for writes that `WAIT`.
-pub struct Single {
-    shared: ConnectionManager,
-    acked: bb8::Pool<Dedicated>,
-}
-
-impl Connector for Single {
-    type Connection = ConnectionManager;
-    type Acked = bb8::PooledConnection<'static, Dedicated>;
-    type AckedConnection = MultiplexedConnection;
-    const NAME: &'static str = "redis";
-    const HASH_TAGS: bool = false;
-
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        Ok(self.shared.clone())
-    }
-
-    async fn acked(&self) -> Result<Self::Acked, StoreError> {
-        self.acked.get_owned().await.map_err(|error| match error {
-            bb8::RunError::User(error) => backend(error),
-            bb8::RunError::TimedOut => StoreError::Timeout,
-        })
-    }
-
-    async fn send_to_master_of(
-        connection: &mut MultiplexedConnection,
-        _key: &str,
-        cmd: Cmd,
-    ) -> redis::RedisResult<Value> {
-        cmd.query_async(connection).await
-    }
-}
-
-/// A Redis Cluster, connected on first use: one connection for every
-/// operation, and one of its own for the writes that `WAIT`.
-pub struct Cluster {
-    client: ClusterClient,
-    connection: OnceCell<ClusterConnection>,
-    acked: OnceCell<ClusterConnection>,
-}
-
-impl Connector for Cluster {
-    type Connection = ClusterConnection;
-    type Acked = Box<ClusterConnection>;
-    type AckedConnection = ClusterConnection;
-    const NAME: &'static str = "redis-cluster";
-    const HASH_TAGS: bool = true;
-
-    async fn connection(&self) -> Result<ClusterConnection, StoreError> {
-        self.connection
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await
-            .cloned()
-            .map_err(backend)
-    }
-
-    async fn acked(&self) -> Result<Box<ClusterConnection>, StoreError> {
-        self.acked
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await
-            .map(|connection| Box::new(connection.clone()))
-            .map_err(backend)
-    }
-
-    async fn send_to_master_of(
-        connection: &mut ClusterConnection,
-        key: &str,
-        cmd: Cmd,
-    ) -> redis::RedisResult<Value> {
-        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-        connection
-            .route_command(
-                cmd,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-            )
-            .await
-    }
-}
-
 pub struct RedisStore<C: Connector> {
     connector: C,
     /// `WAIT` for this many replicas after a claim or a completion (0: off).
@@ -270,63 +122,6 @@ pub struct RedisStore<C: Connector> {
     complete: Script,
     release: Script,
     delete: Script,
-}
-
-impl RedisStore<Single> {
-    /// Prepare a lazily connecting store for one Redis at `url`.
-    pub fn connect(url: &str, settings: &StoreSettings) -> Result<Self, StoreError> {
-        let (timeout, min_replicas_acked) = (settings.timeout, settings.min_replicas_acked);
-        let client = match tls_roots(settings)? {
-            Some(certs) => redis::Client::build_with_tls(url, certs),
-            None => redis::Client::open(url),
-        }
-        .map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            // Reconnect attempts happen in the background between requests;
-            // keep each short so a returning Redis is picked up quickly.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let shared =
-            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(backend)?;
-        // Connections are opened on first use: with min_replicas_acked = 0
-        // this pool stays empty.
-        let acked = bb8::Pool::builder()
-            .max_size(ACKED_CONNECTIONS)
-            .connection_timeout(timeout)
-            .build_unchecked(Dedicated { client, timeout });
-        Ok(Self::with(
-            Single { shared, acked },
-            timeout,
-            min_replicas_acked,
-        ))
-    }
-}
-
-impl RedisStore<Cluster> {
-    /// Prepare a store for the cluster reachable through `nodes`.
-    pub fn connect_cluster(nodes: &[String], settings: &StoreSettings) -> Result<Self, StoreError> {
-        let (timeout, min_replicas_acked) = (settings.timeout, settings.min_replicas_acked);
-        let mut builder = ClusterClient::builder(nodes.to_vec());
-        if let Some(certs) = tls_roots(settings)? {
-            builder = builder.certs(certs);
-        }
-        let client = builder
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .retries(3)
-            .min_retry_wait(10)
-            .max_retry_wait(200)
-            .build()
-            .map_err(backend)?;
-        let cluster = Cluster {
-            client,
-            connection: OnceCell::new(),
-            acked: OnceCell::new(),
-        };
-        Ok(Self::with(cluster, timeout, min_replicas_acked))
-    }
 }
 
 impl<C: Connector> RedisStore<C> {
@@ -568,26 +363,6 @@ impl<C: Connector> Backend for RedisStore<C> {
         }
         risks
     }
-}
-
-/// Whether `url` is a Redis URL the client accepts (`check` and start-up).
-pub fn check_url(url: &str) -> Result<(), String> {
-    redis::Client::open(url)
-        .map(drop)
-        .map_err(|err| format!("not a valid Redis URL: {err}"))
-}
-
-/// `store.tls_ca` as the root certificates of `rediss://` connections.
-fn tls_roots(settings: &StoreSettings) -> Result<Option<redis::TlsCertificates>, StoreError> {
-    let Some(path) = &settings.tls_ca else {
-        return Ok(None);
-    };
-    let pem = std::fs::read(path)
-        .map_err(|e| StoreError::Backend(format!("cannot read {}: {e}", path.display())))?;
-    Ok(Some(redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(pem),
-    }))
 }
 
 fn backend(err: redis::RedisError) -> StoreError {
