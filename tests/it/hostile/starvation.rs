@@ -102,17 +102,7 @@ async fn a_connection_idle_after_its_tls_handshake_is_closed() {
         ),
     );
     let gateway = TestGateway::start(&text).await;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in hookgate::tls::load_certs(&pki.ca_path()).unwrap() {
-        roots.add(cert).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = pki.client_config();
     let stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))

@@ -60,20 +60,25 @@ impl Pki {
         hookgate::tls::server_config(&cert, &key).unwrap()
     }
 
-    /// A client trusting only this CA, offering only `version` in ALPN.
-    pub fn sender(&self, version: http::Version) -> HttpsSender {
+    /// A TLS client config trusting only this CA.
+    pub fn client_config(&self) -> rustls::ClientConfig {
         let roots = hookgate::tls::load_certs(&self.ca_path()).unwrap();
         let mut store = rustls::RootCertStore::empty();
         for root in roots {
             store.add(root).unwrap();
         }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(store)
-        .with_no_client_auth();
+        .with_no_client_auth()
+    }
+
+    /// A client trusting only this CA, offering only `version` in ALPN.
+    pub fn sender(&self, version: http::Version) -> HttpsSender {
+        let config = self.client_config();
         let h2 = version == http::Version::HTTP_2;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config)
