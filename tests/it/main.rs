@@ -7,6 +7,7 @@ mod delivery;
 mod faults;
 mod fleet;
 mod hostile;
+mod model;
 mod observability;
 mod reload;
 mod schemes;
