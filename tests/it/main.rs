@@ -4,6 +4,7 @@
 mod cli;
 mod conformance;
 mod delivery;
+mod fault_run;
 mod faults;
 mod fleet;
 mod hostile;

@@ -26,6 +26,8 @@ pub struct Seen {
     pub body: Bytes,
     /// Which call this was for its idempotency key (1 = first).
     pub nth: usize,
+    /// What the upstream answered (or will answer, once its delay is over).
+    pub status: StatusCode,
 }
 
 impl Seen {
@@ -116,7 +118,7 @@ impl Upstream {
                         async move {
                             let (parts, body) = request.into_parts();
                             let body = body.collect().await.unwrap().to_bytes();
-                            let seen = {
+                            let plan = {
                                 let mut log = log.lock().unwrap();
                                 let mut seen = Seen {
                                     method: parts.method.to_string(),
@@ -124,13 +126,15 @@ impl Upstream {
                                     headers: parts.headers,
                                     body,
                                     nth: 0,
+                                    status: StatusCode::OK,
                                 };
                                 let key = seen.key();
                                 seen.nth = 1 + log.iter().filter(|s| s.key() == key).count();
-                                log.push(seen.clone());
-                                seen
+                                let plan = behaviour(&seen);
+                                seen.status = plan.status;
+                                log.push(seen);
+                                plan
                             };
-                            let plan = behaviour(&seen);
                             tokio::time::sleep(plan.delay).await;
                             let mut response = Response::new(Full::new(Bytes::from(plan.body)));
                             *response.status_mut() = plan.status;
