@@ -82,7 +82,7 @@ async fn main() {
                 };
                 let mut latencies = Vec::new();
                 for i in (worker..ops).step_by(concurrency) {
-                    let key = format!("store-bench:{run}:{i}");
+                    let key = store.key(&run, &i.to_string());
                     let began = Instant::now();
                     let claim = store
                         .claim(ClaimRequest {

@@ -20,7 +20,7 @@ use prometheus::IntCounter;
 use tokio::sync::Notify;
 
 use crate::replay::RecordedResponse;
-use crate::store::{Lease, Store};
+use crate::store::{Lease, Store, StoreKey};
 
 /// Attempts at recording a final response before giving up on it.
 const COMPLETE_ATTEMPTS: u32 = 3;
@@ -28,7 +28,7 @@ const COMPLETE_ATTEMPTS: u32 = 3;
 /// One delivery's hold on its key.
 pub struct Claim<'s> {
     store: &'s Store,
-    key: String,
+    key: StoreKey,
     lease: Lease,
     processing_ttl: Duration,
     /// `hookgate_leases_lost_total{route}`.
@@ -44,7 +44,7 @@ impl<'s> Claim<'s> {
     pub fn new(
         store: &'s Store,
         claims: &Arc<Claims>,
-        key: String,
+        key: StoreKey,
         lease: Lease,
         processing_ttl: Duration,
         leases_lost: IntCounter,
@@ -166,15 +166,15 @@ impl<'s> Claim<'s> {
 /// The claims this process currently holds.
 #[derive(Default)]
 pub struct Claims {
-    held: Mutex<HashMap<u64, (String, Lease)>>,
+    held: Mutex<HashMap<u64, (StoreKey, Lease)>>,
     next_id: AtomicU64,
     idle: Notify,
 }
 
 impl Claims {
-    fn hold(self: &Arc<Self>, key: &str, lease: &Lease) -> Held {
+    fn hold(self: &Arc<Self>, key: &StoreKey, lease: &Lease) -> Held {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(id, (key.to_owned(), lease.clone()));
+        self.lock().insert(id, (key.clone(), lease.clone()));
         Held {
             claims: Arc::clone(self),
             id,
@@ -198,21 +198,21 @@ impl Claims {
 
     /// Release every claim still held (shutdown after the grace period).
     pub async fn release_all(&self, store: &Store) -> usize {
-        let held: Vec<(String, Lease)> = self.lock().values().cloned().collect();
+        let held: Vec<(StoreKey, Lease)> = self.lock().values().cloned().collect();
         let mut released = 0;
         for (key, lease) in held {
             match store.release(&key, &lease).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(key, %error, "could not release claim at shutdown")
+                    tracing::warn!(%key, %error, "could not release claim at shutdown")
                 }
             }
         }
         released
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (String, Lease)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (StoreKey, Lease)>> {
         self.held
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())

@@ -351,7 +351,7 @@ impl Gateway {
                 body_sha256,
                 processing_ttl: route.processing_ttl,
                 retention: route.retention,
-                guard_key: guard_key.as_deref(),
+                guard_key: guard_key.as_ref(),
             })
             .await;
         match outcome {

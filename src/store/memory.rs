@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{
     new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record,
-    RecordState, StoreError,
+    RecordState, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -90,17 +90,20 @@ impl Backend for MemoryStore {
     const NAME: &'static str = "memory";
 
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let (key, guard_key) = (
+            request.key.as_str(),
+            request.guard_key.map(StoreKey::as_str),
+        );
         let now = self.clock.now_ms();
         self.sweep(now);
         let mut tables = self.lock();
-        let existing = live(&tables.records, request.key, now);
+        let existing = live(&tables.records, key, now);
         if let Some(answer) = existing.and_then(|record| settled(record.clone(), now)) {
             return Ok(answer);
         }
-        let first = request
-            .guard_key
+        let first = guard_key
             .and_then(|guard| live(&tables.guards, guard, now))
-            .filter(|first| first.as_str() != request.key)
+            .filter(|first| first.as_str() != key)
             .and_then(|first| live(&tables.records, first, now));
         if let Some(answer) = first.and_then(|record| settled(record.clone(), now)) {
             return Ok(answer);
@@ -121,17 +124,17 @@ impl Backend for MemoryStore {
         };
         let expires_at_ms = now + millis(request.retention);
         tables.records.insert(
-            request.key.to_owned(),
+            key.to_owned(),
             Expiring {
                 value: record,
                 expires_at_ms,
             },
         );
-        if let Some(guard) = request.guard_key {
+        if let Some(guard) = guard_key {
             tables.guards.insert(
                 guard.to_owned(),
                 Expiring {
-                    value: request.key.to_owned(),
+                    value: key.to_owned(),
                     expires_at_ms,
                 },
             );
@@ -144,10 +147,11 @@ impl Backend for MemoryStore {
 
     async fn renew(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 entry.value.lease_expires_at_ms = Some(now + millis(processing_ttl));
@@ -159,11 +163,12 @@ impl Backend for MemoryStore {
 
     async fn complete(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 let record = &mut entry.value;
@@ -179,7 +184,8 @@ impl Backend for MemoryStore {
         }))
     }
 
-    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
+        let key = key.as_str();
         Ok(self.with_record(key, |entry, _| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 entry.value.state = RecordState::Released;
@@ -191,11 +197,13 @@ impl Backend for MemoryStore {
         }))
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let key = key.as_str();
         Ok(self.with_record(key, |entry, _| entry.map(|entry| entry.value.clone())))
     }
 
-    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+    async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
+        let key = key.as_str();
         let now = self.clock.now_ms();
         let mut tables = self.lock();
         let Some(record) = live(&tables.records, key, now) else {

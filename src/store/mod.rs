@@ -41,7 +41,7 @@ pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub(crate) use self::record::{new_token, settled};
-pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState};
+pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreKey};
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous};
 use crate::metrics::StoreMetrics;
@@ -74,7 +74,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Extend the lease of the holder of `token` to `processing_ttl` from now.
     fn renew(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         processing_ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
@@ -82,7 +82,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Record the final response; the record then lives for `retention`.
     fn complete(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         response: &RecordedResponse,
         retention: Duration,
@@ -91,18 +91,21 @@ pub trait Backend: Send + Sync + 'static {
     /// Give the key up so the next delivery claims it; the attempt count stays.
     fn release(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+    fn get(
+        &self,
+        key: &StoreKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
     /// Forget the key, so its next delivery is processed again — unless a
     /// delivery holds a live claim on it and `force` is not set. Atomic: a
     /// claim taken between a check and the delete is never removed.
     fn delete(
         &self,
-        key: &str,
+        key: &StoreKey,
         force: bool,
     ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
 
@@ -124,17 +127,22 @@ type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>
 /// it does not show (BENCHMARKS.md).
 trait DynBackend: Send + Sync {
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome>;
-    fn renew<'a>(&'a self, key: &'a str, token: &'a str, processing_ttl: Duration) -> Op<'a, bool>;
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        token: &'a str,
+        processing_ttl: Duration,
+    ) -> Op<'a, bool>;
     fn complete<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a StoreKey,
         token: &'a str,
         response: &'a RecordedResponse,
         retention: Duration,
     ) -> Op<'a, bool>;
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> Op<'a, bool>;
-    fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>>;
-    fn delete<'a>(&'a self, key: &'a str, force: bool) -> Op<'a, Deleted>;
+    fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
+    fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
+    fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
     fn risks(
         &self,
@@ -146,25 +154,30 @@ impl<B: Backend> DynBackend for B {
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome> {
         Box::pin(Backend::claim(self, request))
     }
-    fn renew<'a>(&'a self, key: &'a str, token: &'a str, processing_ttl: Duration) -> Op<'a, bool> {
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        token: &'a str,
+        processing_ttl: Duration,
+    ) -> Op<'a, bool> {
         Box::pin(Backend::renew(self, key, token, processing_ttl))
     }
     fn complete<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a StoreKey,
         token: &'a str,
         response: &'a RecordedResponse,
         retention: Duration,
     ) -> Op<'a, bool> {
         Box::pin(Backend::complete(self, key, token, response, retention))
     }
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> Op<'a, bool> {
+    fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool> {
         Box::pin(Backend::release(self, key, token))
     }
-    fn get<'a>(&'a self, key: &'a str) -> Op<'a, Option<Record>> {
+    fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
         Box::pin(Backend::get(self, key))
     }
-    fn delete<'a>(&'a self, key: &'a str, force: bool) -> Op<'a, Deleted> {
+    fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted> {
         Box::pin(Backend::delete(self, key, force))
     }
     fn ping(&self) -> Op<'_, ()> {
@@ -257,27 +270,21 @@ impl Store {
     /// Redis Cluster the scope is a hash tag, `{key_prefix}{{scope}}:{key}`,
     /// so a key and its replay guard live in one slot (and so does the
     /// scope; see docs/operations.md).
-    pub fn key(&self, scope: &str, key: &str) -> String {
-        format!("{}{}:{key}", self.key_prefix, self.scope(scope))
+    pub fn key(&self, scope: &str, key: &str) -> StoreKey {
+        StoreKey::event(&self.source(scope), key)
     }
 
     /// The replay guard of a verified body in `scope`:
-    /// `{key_prefix}{scope}#body-sha256:{hex}`. A scope is `[a-z0-9_-]+`, so
-    /// the `#` keeps guards out of the event keys' namespace whatever a
-    /// sender puts in its delivery id.
-    pub fn guard_key(&self, scope: &str, body_sha256: &str) -> String {
-        format!(
-            "{}{}#body-sha256:{body_sha256}",
-            self.key_prefix,
-            self.scope(scope)
-        )
+    /// `{key_prefix}{scope}#body-sha256:{hex}`.
+    pub fn guard_key(&self, scope: &str, body_sha256: &str) -> StoreKey {
+        StoreKey::guard(&self.source(scope), body_sha256)
     }
 
-    fn scope(&self, scope: &str) -> String {
+    fn source(&self, scope: &str) -> String {
         if self.hash_tags {
-            format!("{{{scope}}}")
+            format!("{}{{{scope}}}", self.key_prefix)
         } else {
-            scope.to_owned()
+            format!("{}{scope}", self.key_prefix)
         }
     }
 
@@ -308,7 +315,7 @@ impl Store {
 
     pub async fn renew(
         &self,
-        key: &str,
+        key: &StoreKey,
         lease: &Lease,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
@@ -321,7 +328,7 @@ impl Store {
 
     pub async fn complete(
         &self,
-        key: &str,
+        key: &StoreKey,
         lease: &Lease,
         response: &RecordedResponse,
         retention: Duration,
@@ -332,17 +339,17 @@ impl Store {
         self.deadline("complete", op).await
     }
 
-    pub async fn release(&self, key: &str, lease: &Lease) -> Result<bool, StoreError> {
+    pub async fn release(&self, key: &StoreKey, lease: &Lease) -> Result<bool, StoreError> {
         self.deadline("release", self.backend.release(key, &lease.token))
             .await
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
         self.deadline("get", self.backend.get(key)).await
     }
 
     /// Forget `key` unless it is in flight (or `force`); see [`Backend::delete`].
-    pub async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+    pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         self.deadline("delete", self.backend.delete(key, force))
             .await
     }
@@ -353,7 +360,7 @@ impl Store {
 
     /// Release a claim whatever its holder (admin): compare-and-set on the
     /// token it holds now, so a claim that completes meanwhile is left alone.
-    pub async fn force_release(&self, key: &str) -> Result<ForceRelease, StoreError> {
+    pub async fn force_release(&self, key: &StoreKey) -> Result<ForceRelease, StoreError> {
         let Some(record) = self.get(key).await? else {
             return Ok(ForceRelease::NotFound);
         };

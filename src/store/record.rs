@@ -89,10 +89,60 @@ pub enum Deleted {
     NotFound,
 }
 
+/// A stored key: `{source}:{id}` for an event, `{source}#body-sha256:{hex}`
+/// for a replay guard, where the source is `{key_prefix}{scope}` (with the
+/// scope as a hash tag on a Redis Cluster). Backends that keep one string
+/// key use [`StoreKey::as_str`]; PostgreSQL keeps the two parts in columns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreKey {
+    full: String,
+    source_len: usize,
+}
+
+impl StoreKey {
+    /// The key of event `id` in `source`.
+    pub fn event(source: &str, id: &str) -> Self {
+        Self {
+            full: format!("{source}:{id}"),
+            source_len: source.len(),
+        }
+    }
+
+    /// The replay guard of a body in `source`. The scope part of a source
+    /// is `[a-z0-9_-]+`, so the `#` keeps guards out of the event keys'
+    /// namespace whatever a sender puts in its delivery id.
+    pub fn guard(source: &str, body_sha256: &str) -> Self {
+        Self {
+            full: format!("{source}#body-sha256:{body_sha256}"),
+            source_len: source.len(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+
+    /// `{key_prefix}{scope}`.
+    pub fn source(&self) -> &str {
+        &self.full[..self.source_len]
+    }
+
+    /// The event id (or, for a guard, `body-sha256:{hex}`).
+    pub fn id(&self) -> &str {
+        &self.full[self.source_len + 1..]
+    }
+}
+
+impl std::fmt::Display for StoreKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
 /// What a claim writes, besides the key.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
-    pub key: &'a str,
+    pub key: &'a StoreKey,
     pub body_sha256: &'a str,
     /// How long the claim holds before another delivery may take it over
     /// (renewed while the upstream call runs).
@@ -105,7 +155,7 @@ pub struct ClaimRequest<'a> {
     /// live claim → in flight) — so a delivery that failed and is retried
     /// after the same body completed under another key is a duplicate too. A
     /// fresh claim points the guard at `key` for `retention`.
-    pub guard_key: Option<&'a str>,
+    pub guard_key: Option<&'a StoreKey>,
 }
 
 /// A fresh fencing token: 128 random bits, hex.

@@ -12,7 +12,7 @@ use hookgate::metrics::StoreMetrics;
 use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
     Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Lease, MemoryStore,
-    RecordState, RedisStore, Store,
+    RecordState, RedisStore, Store, StoreKey,
 };
 use http::{HeaderMap, StatusCode};
 
@@ -39,7 +39,18 @@ impl Time {
     }
 }
 
-fn request<'a>(key: &'a str, sha: &'a str, processing_ttl: Duration) -> ClaimRequest<'a> {
+/// The key of event `id`. Every key shares the hash tag `{c}`, as the
+/// gateway arranges for a scope on a cluster, so guards work there too.
+fn k(id: &str) -> StoreKey {
+    StoreKey::event("hookgate:{c}", id)
+}
+
+/// The replay guard of body `body`.
+fn guard(body: &str) -> StoreKey {
+    StoreKey::guard("hookgate:{c}", body)
+}
+
+fn request<'a>(key: &'a StoreKey, sha: &'a str, processing_ttl: Duration) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         body_sha256: sha,
@@ -60,8 +71,9 @@ fn response(body: &'static str) -> RecordedResponse {
     }
 }
 
-async fn claim_new(store: &Store, key: &str, lease: Duration) -> Lease {
-    match store.claim(request(key, SHA_A, lease)).await.unwrap() {
+async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
+    let key = k(id);
+    match store.claim(request(&key, SHA_A, lease)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("expected a new claim of {key}, got {other:?}"),
     }
@@ -70,21 +82,21 @@ async fn claim_new(store: &Store, key: &str, lease: Duration) -> Lease {
 async fn claim_then_duplicates(store: Store, _: Time) {
     let lease = claim_new(&store, "k1", LONG).await;
     assert_eq!(lease.attempt, 1);
-    match store.claim(request("k1", SHA_A, LONG)).await.unwrap() {
+    match store.claim(request(&k("k1"), SHA_A, LONG)).await.unwrap() {
         ClaimOutcome::InFlight { retry_after } => {
             assert!(retry_after >= Duration::from_secs(50), "{retry_after:?}")
         }
         other => panic!("expected in flight, got {other:?}"),
     }
-    let record = store.get("k1").await.unwrap().unwrap();
+    let record = store.get(&k("k1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Processing);
     assert!(record.lease_expires_at_ms.is_some());
 
     assert!(store
-        .complete("k1", &lease, &response("done"), LONG)
+        .complete(&k("k1"), &lease, &response("done"), LONG)
         .await
         .unwrap());
-    match store.claim(request("k1", SHA_B, LONG)).await.unwrap() {
+    match store.claim(request(&k("k1"), SHA_B, LONG)).await.unwrap() {
         ClaimOutcome::Completed(record) => {
             assert_eq!(record.state, RecordState::Completed);
             assert_eq!(record.body_sha256, SHA_A, "the first body's hash is kept");
@@ -94,7 +106,7 @@ async fn claim_then_duplicates(store: Store, _: Time) {
         }
         other => panic!("expected completed, got {other:?}"),
     }
-    assert!(store.get("missing").await.unwrap().is_none());
+    assert!(store.get(&k("missing")).await.unwrap().is_none());
     store.ping().await.unwrap();
 }
 
@@ -105,10 +117,10 @@ async fn concurrent_claims_have_one_winner(store: Store, _: Time) {
         for key in 0..25 {
             let store = Arc::clone(&store);
             tasks.push(tokio::spawn(async move {
-                let key = format!("race-{key}");
+                let key = k(&format!("race-{key}"));
                 let _ = contender;
                 match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
-                    ClaimOutcome::New(lease) => Some((key, lease.token)),
+                    ClaimOutcome::New(lease) => Some((key.to_string(), lease.token)),
                     _ => None,
                 }
             }));
@@ -130,24 +142,24 @@ async fn concurrent_claims_have_one_winner(store: Store, _: Time) {
 async fn an_expired_holder_is_fenced_out(store: Store, time: Time) {
     let old = claim_new(&store, "k2", Duration::from_millis(200)).await;
     assert!(matches!(
-        store.claim(request("k2", SHA_B, LONG)).await.unwrap(),
+        store.claim(request(&k("k2"), SHA_B, LONG)).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     time.pass(Duration::from_millis(300)).await;
-    let successor = match store.claim(request("k2", SHA_B, LONG)).await.unwrap() {
+    let successor = match store.claim(request(&k("k2"), SHA_B, LONG)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("the lapsed lease is taken over, got {other:?}"),
     };
     assert_eq!(successor.attempt, 2);
     assert_ne!(successor.token, old.token);
 
-    assert!(!store.renew("k2", &old, LONG).await.unwrap());
+    assert!(!store.renew(&k("k2"), &old, LONG).await.unwrap());
     assert!(!store
-        .complete("k2", &old, &response("stale"), LONG)
+        .complete(&k("k2"), &old, &response("stale"), LONG)
         .await
         .unwrap());
-    assert!(!store.release("k2", &old).await.unwrap());
-    let record = store.get("k2").await.unwrap().unwrap();
+    assert!(!store.release(&k("k2"), &old).await.unwrap());
+    let record = store.get(&k("k2")).await.unwrap().unwrap();
     assert_eq!(
         record.state,
         RecordState::Processing,
@@ -156,37 +168,37 @@ async fn an_expired_holder_is_fenced_out(store: Store, time: Time) {
     assert_eq!(record.body_sha256, SHA_B);
 
     assert!(store
-        .complete("k2", &successor, &response("fresh"), LONG)
+        .complete(&k("k2"), &successor, &response("fresh"), LONG)
         .await
         .unwrap());
-    let record = store.get("k2").await.unwrap().unwrap();
+    let record = store.get(&k("k2")).await.unwrap().unwrap();
     assert_eq!(record.response.unwrap().body, "fresh");
     assert_eq!(record.attempts, 2);
 }
 
 async fn release_keeps_the_attempt_count(store: Store, _: Time) {
     let first = claim_new(&store, "k3", LONG).await;
-    assert!(store.release("k3", &first).await.unwrap());
-    let record = store.get("k3").await.unwrap().unwrap();
+    assert!(store.release(&k("k3"), &first).await.unwrap());
+    let record = store.get(&k("k3")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Released);
     assert_eq!(record.attempts, 1);
 
     let second = claim_new(&store, "k3", LONG).await;
     assert_eq!(second.attempt, 2);
     assert!(
-        !store.release("k3", &first).await.unwrap(),
+        !store.release(&k("k3"), &first).await.unwrap(),
         "an old token cannot release"
     );
     assert!(!store
-        .complete("k3", &first, &response("x"), LONG)
+        .complete(&k("k3"), &first, &response("x"), LONG)
         .await
         .unwrap());
     assert!(store
-        .complete("k3", &second, &response("ok"), LONG)
+        .complete(&k("k3"), &second, &response("ok"), LONG)
         .await
         .unwrap());
     assert!(
-        !store.release("k3", &second).await.unwrap(),
+        !store.release(&k("k3"), &second).await.unwrap(),
         "a completed record stays completed"
     );
 }
@@ -196,11 +208,11 @@ async fn renewal_extends_the_lease(store: Store, time: Time) {
     let lease = claim_new(&store, "k4", ttl).await;
     for _ in 0..6 {
         time.pass(Duration::from_millis(100)).await;
-        assert!(store.renew("k4", &lease, ttl).await.unwrap());
+        assert!(store.renew(&k("k4"), &lease, ttl).await.unwrap());
     }
     // 600 ms after a 300 ms claim: still ours thanks to renewal.
     assert!(matches!(
-        store.claim(request("k4", SHA_A, ttl)).await.unwrap(),
+        store.claim(request(&k("k4"), SHA_A, ttl)).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
 }
@@ -208,11 +220,17 @@ async fn renewal_extends_the_lease(store: Store, time: Time) {
 async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
     let lease = claim_new(&store, "k5", LONG).await;
     assert!(store
-        .complete("k5", &lease, &response("done"), LONG)
+        .complete(&k("k5"), &lease, &response("done"), LONG)
         .await
         .unwrap());
-    assert_eq!(store.delete("k5", false).await.unwrap(), Deleted::Deleted);
-    assert_eq!(store.delete("k5", false).await.unwrap(), Deleted::NotFound);
+    assert_eq!(
+        store.delete(&k("k5"), false).await.unwrap(),
+        Deleted::Deleted
+    );
+    assert_eq!(
+        store.delete(&k("k5"), false).await.unwrap(),
+        Deleted::NotFound
+    );
     assert_eq!(
         claim_new(&store, "k5", LONG).await.attempt,
         1,
@@ -221,22 +239,36 @@ async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
 
     // A live claim is not forgotten unless forced.
     claim_new(&store, "k9", LONG).await;
-    assert_eq!(store.delete("k9", false).await.unwrap(), Deleted::InFlight);
-    assert!(store.get("k9").await.unwrap().is_some());
-    assert_eq!(store.delete("k9", true).await.unwrap(), Deleted::Deleted);
+    assert_eq!(
+        store.delete(&k("k9"), false).await.unwrap(),
+        Deleted::InFlight
+    );
+    assert!(store.get(&k("k9")).await.unwrap().is_some());
+    assert_eq!(
+        store.delete(&k("k9"), true).await.unwrap(),
+        Deleted::Deleted
+    );
     // A claim whose lease lapsed (its holder died) is.
     claim_new(&store, "k10", Duration::from_millis(100)).await;
     time.pass(Duration::from_millis(200)).await;
-    assert_eq!(store.delete("k10", false).await.unwrap(), Deleted::Deleted);
+    assert_eq!(
+        store.delete(&k("k10"), false).await.unwrap(),
+        Deleted::Deleted
+    );
 
     let lease = claim_new(&store, "k6", LONG).await;
     assert!(store
-        .complete("k6", &lease, &response("short"), Duration::from_millis(200))
+        .complete(
+            &k("k6"),
+            &lease,
+            &response("short"),
+            Duration::from_millis(200)
+        )
         .await
         .unwrap());
     time.pass(Duration::from_millis(400)).await;
     assert!(
-        store.get("k6").await.unwrap().is_none(),
+        store.get(&k("k6")).await.unwrap().is_none(),
         "past retention the record is gone"
     );
     assert_eq!(claim_new(&store, "k6", LONG).await.attempt, 1);
@@ -244,52 +276,54 @@ async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
 
 async fn a_replay_guard_links_a_body_to_its_first_key(store: Store, _: Time) {
     // Keys share a hash tag, as the gateway arranges on a cluster.
-    let guarded = |key: &'static str, guard: &'static str| ClaimRequest {
-        guard_key: Some(guard),
-        ..request(key, SHA_A, LONG)
+    let keys: Vec<StoreKey> = (0..6).map(|i| k(&format!("g{i}"))).collect();
+    let bodies: Vec<StoreKey> = (0..4).map(|i| guard(&i.to_string())).collect();
+    let guarded = |key: usize, body: usize| ClaimRequest {
+        guard_key: Some(&bodies[body]),
+        ..request(&keys[key], SHA_A, LONG)
     };
-    let first = match store.claim(guarded("{g}1", "{g}body:1")).await.unwrap() {
+    let first = match store.claim(guarded(1, 1)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(matches!(
-        store.claim(guarded("{g}2", "{g}body:1")).await.unwrap(),
+        store.claim(guarded(2, 1)).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     assert!(store
-        .complete("{g}1", &first, &response("first"), LONG)
+        .complete(&keys[1], &first, &response("first"), LONG)
         .await
         .unwrap());
-    match store.claim(guarded("{g}2", "{g}body:1")).await.unwrap() {
+    match store.claim(guarded(2, 1)).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "first"),
         other => panic!("the same body under a new key is a duplicate: {other:?}"),
     }
     assert!(
-        store.get("{g}2").await.unwrap().is_none(),
+        store.get(&keys[2]).await.unwrap().is_none(),
         "the forged key is not recorded"
     );
     assert!(matches!(
-        store.claim(guarded("{g}3", "{g}body:2")).await.unwrap(),
+        store.claim(guarded(3, 2)).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 
     // A released first claim does not block the body: the next key forwards.
-    let released = match store.claim(guarded("{g}4", "{g}body:3")).await.unwrap() {
+    let released = match store.claim(guarded(4, 3)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
-    assert!(store.release("{g}4", &released).await.unwrap());
-    let second = match store.claim(guarded("{g}5", "{g}body:3")).await.unwrap() {
+    assert!(store.release(&keys[4], &released).await.unwrap());
+    let second = match store.claim(guarded(5, 3)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     // Once the body completed under the second key, the first key's retry
     // is a duplicate of it, though that key exists (released).
     assert!(store
-        .complete("{g}5", &second, &response("second"), LONG)
+        .complete(&keys[5], &second, &response("second"), LONG)
         .await
         .unwrap());
-    match store.claim(guarded("{g}4", "{g}body:3")).await.unwrap() {
+    match store.claim(guarded(4, 3)).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "second"),
         other => panic!("the released key's retry is a duplicate: {other:?}"),
     }
@@ -303,8 +337,11 @@ async fn a_recording_says_whether_it_kept_the_body(store: Store, _: Time) {
             body_kept: kept,
             ..response("")
         };
-        assert!(store.complete(key, &lease, &recorded, LONG).await.unwrap());
-        let record = store.get(key).await.unwrap().unwrap();
+        assert!(store
+            .complete(&k(key), &lease, &recorded, LONG)
+            .await
+            .unwrap());
+        let record = store.get(&k(key)).await.unwrap().unwrap();
         assert_eq!(record.response.unwrap(), recorded);
     }
 }

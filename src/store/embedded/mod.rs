@@ -39,7 +39,7 @@ use tokio::sync::oneshot;
 
 use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
 use super::Synchronous;
-use super::{Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Record, StoreError};
+use super::{Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Record, StoreError, StoreKey};
 use crate::replay::RecordedResponse;
 
 /// Most requests committed in one transaction.
@@ -120,8 +120,8 @@ impl Backend for EmbeddedStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         match self
             .call(Op::Claim {
-                key: request.key.to_owned(),
-                guard_key: request.guard_key.map(str::to_owned),
+                key: request.key.as_str().to_owned(),
+                guard_key: request.guard_key.map(|guard| guard.as_str().to_owned()),
                 body_sha256: request.body_sha256.to_owned(),
                 processing_ttl: request.processing_ttl,
                 retention: request.retention,
@@ -135,10 +135,11 @@ impl Backend for EmbeddedStore {
 
     async fn renew(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let op = Op::Renew {
             key: key.to_owned(),
             token: token.to_owned(),
@@ -149,11 +150,12 @@ impl Backend for EmbeddedStore {
 
     async fn complete(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let op = Op::Complete {
             key: key.to_owned(),
             token: token.to_owned(),
@@ -163,7 +165,8 @@ impl Backend for EmbeddedStore {
         self.applied(op).await
     }
 
-    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let op = Op::Release {
             key: key.to_owned(),
             token: token.to_owned(),
@@ -171,7 +174,8 @@ impl Backend for EmbeddedStore {
         self.applied(op).await
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let key = key.as_str();
         match self
             .call(Op::Get {
                 key: key.to_owned(),
@@ -183,7 +187,8 @@ impl Backend for EmbeddedStore {
         }
     }
 
-    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+    async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
+        let key = key.as_str();
         let op = Op::Delete {
             key: key.to_owned(),
             force,

@@ -41,7 +41,7 @@ use redis::{Script, Value};
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
     new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
-    StoreError,
+    StoreError, StoreKey,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -186,9 +186,9 @@ impl<C: Connector> Backend for RedisStore<C> {
 
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let token = new_token();
-        let mut invocation = self.claim.key(request.key);
+        let mut invocation = self.claim.key(request.key.as_str());
         if let Some(guard) = request.guard_key {
-            invocation.key(guard);
+            invocation.key(guard.as_str());
         }
         invocation
             .arg(&token)
@@ -205,7 +205,8 @@ impl<C: Connector> Backend for RedisStore<C> {
             let reply: redis::RedisResult<Vec<Value>> =
                 invocation.invoke_async(&mut *connection).await;
             if let Ok([Value::Int(1), ..]) = reply.as_deref() {
-                self.replicate(&mut connection, request.key).await?;
+                self.replicate(&mut connection, request.key.as_str())
+                    .await?;
             }
             reply
         }
@@ -232,10 +233,11 @@ impl<C: Connector> Backend for RedisStore<C> {
 
     async fn renew(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let mut invocation = self.renew.key(key);
         invocation.arg(token).arg(processing_ttl.as_millis() as u64);
         self.applied(&invocation).await
@@ -243,11 +245,12 @@ impl<C: Connector> Backend for RedisStore<C> {
 
     async fn complete(
         &self,
-        key: &str,
+        key: &StoreKey,
         token: &str,
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let mut invocation = self.complete.key(key);
         invocation
             .arg(token)
@@ -274,13 +277,15 @@ impl<C: Connector> Backend for RedisStore<C> {
         Ok(applied == 1)
     }
 
-    async fn release(&self, key: &str, token: &str) -> Result<bool, StoreError> {
+    async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
+        let key = key.as_str();
         let mut invocation = self.release.key(key);
         invocation.arg(token);
         self.applied(&invocation).await
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let key = key.as_str();
         let mut connection = self.connector.connection().await?;
         let fields: Value = redis::cmd("HGETALL")
             .arg(key)
@@ -294,7 +299,8 @@ impl<C: Connector> Backend for RedisStore<C> {
         }
     }
 
-    async fn delete(&self, key: &str, force: bool) -> Result<Deleted, StoreError> {
+    async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
+        let key = key.as_str();
         let mut connection = self.connector.connection().await?;
         let answer: i64 = self
             .delete

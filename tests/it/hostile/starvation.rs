@@ -156,7 +156,7 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
         .map(|i| {
             let store = Arc::clone(&store);
             tokio::spawn(async move {
-                let key = format!("stall:k{i}");
+                let key = store.key("stall", &format!("k{i}"));
                 store
                     .claim(ClaimRequest {
                         key: &key,
@@ -211,7 +211,7 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
 /// unprotected).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_for_replicas_holds_up_only_its_own_claim() {
-    use hookgate::store::{ClaimOutcome, ClaimRequest, RedisStore, Store};
+    use hookgate::store::{ClaimOutcome, ClaimRequest, RedisStore, Store, StoreKey};
     let Some(master) = RedisServer::start().await else {
         return;
     };
@@ -241,27 +241,30 @@ async fn wait_for_replicas_holds_up_only_its_own_claim() {
     let backend = RedisStore::connect(&master.url(), &settings).unwrap();
     let metrics = hookgate::metrics::StoreMetrics::unregistered();
     let store = Arc::new(Store::new(backend, "wait:", settings.timeout, metrics));
-    let request = |key: &'static str| ClaimRequest {
-        key,
-        body_sha256: "00",
-        processing_ttl: Duration::from_secs(60),
-        retention: Duration::from_secs(600),
-        guard_key: None,
-    };
+    let (acked, unacked) = (store.key("w", "acked"), store.key("w", "unacked"));
+    fn request(key: &StoreKey) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key,
+            body_sha256: "00",
+            processing_ttl: Duration::from_secs(60),
+            retention: Duration::from_secs(600),
+            guard_key: None,
+        }
+    }
     assert!(matches!(
-        store.claim(request("wait:acked")).await.unwrap(),
+        store.claim(request(&acked)).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 
     replica.signal("STOP");
     let waiting = {
         let store = Arc::clone(&store);
-        tokio::spawn(async move { store.claim(request("wait:unacked")).await })
+        tokio::spawn(async move { store.claim(request(&unacked)).await })
     };
     // Give the claim time to reach its WAIT, then use the store meanwhile.
     tokio::time::sleep(Duration::from_millis(200)).await;
     for _ in 0..20 {
-        assert!(store.get("wait:acked").await.unwrap().is_some());
+        assert!(store.get(&acked).await.unwrap().is_some());
         store.ping().await.unwrap();
     }
     assert!(
