@@ -27,7 +27,17 @@ enum Command {
     /// Run the gateway until SIGTERM or SIGINT.
     Run(ConfigArg),
     /// Validate the config, print a summary of the routes, and exit.
-    Check(ConfigArg),
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Also print the SQL the postgres store runs to create or migrate its
+    /// schema (versions already in hookgate_migrations are skipped).
+    #[arg(long)]
+    print_migrations: bool,
 }
 
 #[derive(clap::Args)]
@@ -55,9 +65,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Check(args) => match Config::load(&args.config) {
+        Command::Check(args) => match Config::load(&args.config.config) {
             Ok(config) => {
                 print!("{}", config.summary());
+                if args.print_migrations {
+                    for (version, sql) in hookgate::store::MIGRATIONS {
+                        println!("\n-- postgres migration {version}\n{sql}");
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(error) => {

@@ -58,7 +58,9 @@ pub struct RawStore {
     pub synchronous: Option<String>,
     /// redis, redis-cluster: replicas that must acknowledge a claim.
     pub min_replicas_acked: Option<u32>,
-    /// redis, redis-cluster: PEM CA bundle trusted for rediss:// servers.
+    /// postgres: connections per gateway.
+    pub pool_size: Option<u64>,
+    /// redis, redis-cluster, postgres: PEM CA bundle trusted for TLS servers.
     pub tls_ca: Option<String>,
 }
 

@@ -9,6 +9,9 @@ use super::raw::RawStore;
 use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
 use super::validate::Validator;
 
+/// Connections per gateway to a PostgreSQL store.
+const DEFAULT_POOL_SIZE: u64 = 16;
+
 impl Validator<'_> {
     /// The connection settings, the key prefix, and `on_error`.
     pub(super) fn store(
@@ -50,6 +53,24 @@ impl Validator<'_> {
                     Backend::Memory
                 }
             },
+            "postgres" => match &raw.url {
+                Some(url) => {
+                    let url = self.string(&at.key("url"), url).unwrap_or_default();
+                    if let Err(message) = crate::store::check_postgres_url(&url) {
+                        self.fail(&at.key("url"), message);
+                    }
+                    let pool_size =
+                        self.size(&at.key("pool_size"), raw.pool_size, DEFAULT_POOL_SIZE, 1024);
+                    Backend::Postgres { url, pool_size }
+                }
+                None => {
+                    self.fail(
+                        at,
+                        "backend \"postgres\" needs `url = \"postgres://user@host:5432/db\"`",
+                    );
+                    Backend::Memory
+                }
+            },
             "redis-cluster" => {
                 let nodes: Vec<String> = raw
                     .nodes
@@ -76,21 +97,24 @@ impl Validator<'_> {
             other => {
                 self.fail(
                     &at.key("backend"),
-                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\""),
+                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\", \"postgres\""),
                 );
                 Backend::Memory
             }
         };
         let applies = |key: &str| match key {
             "path" | "synchronous" => backend_name == "embedded",
-            "url" => backend_name == "redis",
-            "min_replicas_acked" | "tls_ca" => backend_name.starts_with("redis"),
+            "url" => backend_name == "redis" || backend_name == "postgres",
+            "pool_size" => backend_name == "postgres",
+            "min_replicas_acked" => backend_name.starts_with("redis"),
+            "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
             _ => backend_name == "redis-cluster",
         };
         for (name, present) in [
             ("path", raw.path.is_some()),
             ("synchronous", raw.synchronous.is_some()),
             ("url", raw.url.is_some()),
+            ("pool_size", raw.pool_size.is_some()),
             ("nodes", raw.nodes.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
             ("tls_ca", raw.tls_ca.is_some()),

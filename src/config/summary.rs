@@ -21,6 +21,9 @@ impl Config {
                 format!("redis-cluster ({} seed nodes)", nodes.len())
             }
             Backend::Memory => "memory (nothing survives a restart)".to_owned(),
+            Backend::Postgres { pool_size, .. } => {
+                format!("postgres ({pool_size} connections per gateway)")
+            }
         };
         let mut out = format!(
             "config {} is valid\nlisten {} ({})\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",

@@ -29,6 +29,7 @@
 mod clock;
 mod embedded;
 mod memory;
+mod postgres;
 mod record;
 mod redis;
 mod settings;
@@ -40,6 +41,7 @@ use std::time::{Duration, Instant};
 pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
+pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
 pub(crate) use self::record::{new_token, settled};
 pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreKey};
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
@@ -240,6 +242,10 @@ impl Store {
             }
             BackendSettings::RedisCluster { nodes } => {
                 let backend = RedisStore::connect_cluster(nodes, settings)?;
+                Store::new(backend, key_prefix, timeout, metrics)
+            }
+            BackendSettings::Postgres { url, pool_size } => {
+                let backend = PostgresStore::connect(url, *pool_size, settings)?;
                 Store::new(backend, key_prefix, timeout, metrics)
             }
         })

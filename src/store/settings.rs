@@ -45,6 +45,11 @@ pub enum BackendSettings {
     RedisCluster {
         nodes: Vec<String>,
     },
+    /// A PostgreSQL database shared by every gateway of a fleet.
+    Postgres {
+        url: String,
+        pool_size: usize,
+    },
 }
 
 impl BackendSettings {
@@ -54,6 +59,7 @@ impl BackendSettings {
             BackendSettings::Embedded { .. } => "embedded",
             BackendSettings::Redis { .. } => "redis",
             BackendSettings::RedisCluster { .. } => "redis-cluster",
+            BackendSettings::Postgres { .. } => "postgres",
         }
     }
 }

@@ -160,3 +160,19 @@ async fn a_second_gateway_on_the_same_file_refuses_to_start() {
         "{stderr}"
     );
 }
+
+/// `check --print-migrations` prints the PostgreSQL schema hookgate would
+/// create, numbered.
+#[test]
+fn check_prints_the_postgres_migrations() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--print-migrations", "--config", "gateway.toml.example"])
+        .env("ORDERS_WEBHOOK_SECRET", "example-secret-0123456789")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("-- postgres migration 1"), "{stdout}");
+    assert!(stdout.contains("CREATE TABLE webhook_events"));
+    assert!(stdout.contains("PRIMARY KEY (source, idempotency_key)"));
+}

@@ -12,11 +12,11 @@ use hookgate::metrics::StoreMetrics;
 use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
     Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Lease, MemoryStore,
-    RecordState, RedisStore, Store, StoreKey,
+    PostgresStore, RecordState, RedisStore, Store, StoreKey,
 };
 use http::{HeaderMap, StatusCode};
 
-use crate::support::{shared_cluster, RedisServer};
+use crate::support::{shared_cluster, RedisServer, TestDatabase};
 
 const SHA_A: &str = "aaaa";
 const SHA_B: &str = "bbbb";
@@ -384,6 +384,19 @@ async fn redis() -> Option<Opened> {
     Some(opened(backend, Time::Wall, redis))
 }
 
+async fn postgres() -> Option<Opened> {
+    let database = TestDatabase::create().await;
+    let settings = StoreSettings {
+        timeout: Duration::from_secs(2),
+        ..StoreSettings::new(StoreBackend::Postgres {
+            url: database.url(),
+            pool_size: 8,
+        })
+    };
+    let backend = PostgresStore::connect(&database.url(), 8, &settings).unwrap();
+    Some(opened(backend, Time::Wall, database))
+}
+
 async fn cluster() -> Option<Opened> {
     let nodes = shared_cluster().await?.nodes();
     let settings = StoreSettings::new(StoreBackend::RedisCluster {
@@ -423,5 +436,5 @@ conformance! {
         a_replay_guard_links_a_body_to_its_first_key,
         a_recording_says_whether_it_kept_the_body,
     ],
-    backends: [memory, embedded, redis, cluster],
+    backends: [memory, embedded, redis, cluster, postgres],
 }

@@ -10,6 +10,7 @@ mod fleet;
 mod hostile;
 mod model;
 mod observability;
+mod postgres;
 mod reload;
 mod schemes;
 mod support;

@@ -7,6 +7,7 @@
 mod gateway;
 mod metrics;
 mod pki;
+mod postgres;
 mod redis;
 mod sender;
 mod upstream;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 pub use self::gateway::*;
 pub use self::metrics::*;
 pub use self::pki::*;
+pub use self::postgres::*;
 pub use self::redis::*;
 pub use self::sender::*;
 pub use self::upstream::*;
