@@ -12,7 +12,7 @@ DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
-UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 REDIS=6391
+UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 HG_PG=3600 REDIS=6391
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() {
@@ -84,6 +84,19 @@ path = \"$WORK/bench.db\"" $HG_EMBEDDED > "$WORK/embedded.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/redis.toml" 2>"$WORK/hg-redis.log" & HG_REDIS_PID=$!; PIDS+=($HG_REDIS_PID)
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
 for port in $UP $NGINX $HG_REDIS $HG_EMBEDDED $REDIS; do wait_port $port; done
+# PostgreSQL, when a server answers on 127.0.0.1:5432 (trust auth): a fresh
+# database for the run.
+PG_DB=hookgate_bench_run
+if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null &&
+    psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $PG_DB" -c "CREATE DATABASE $PG_DB" >/dev/null; then
+    gateway_config "backend = \"postgres\"
+url = \"postgres://postgres@127.0.0.1:5432/$PG_DB\"" $HG_PG > "$WORK/postgres.toml"
+    HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/postgres.toml" 2>"$WORK/hg-postgres.log" & HG_PG_PID=$!; PIDS+=($HG_PG_PID)
+    wait_port $HG_PG
+else
+    HG_PG_PID=""
+    echo "--- no PostgreSQL on 127.0.0.1:5432: skipping the postgres scenarios"
+fi
 
 "$BIN/examples/load" sign whsec_bench_0123456789 200000 0.2 > "$WORK/deliveries.tsv" 2>/dev/null
 export BENCH_DELIVERIES="$WORK/deliveries.tsv" BENCH_THREADS=$THREADS
@@ -114,6 +127,11 @@ scenario "hookgate redis, stripe 20% dup" $HG_REDIS /stripe stripe $HG_REDIS_PID
 scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
 curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_EMBEDDED/hook"
 scenario "hookgate embedded, replay" $HG_EMBEDDED /hook replay $HG_EMB_PID
+if [ -n "$HG_PG_PID" ]; then
+    scenario "hookgate postgres, unique keys" $HG_PG /hook unique $HG_PG_PID
+    curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_PG/hook"
+    scenario "hookgate postgres, replay" $HG_PG /hook replay $HG_PG_PID
+fi
 
 echo "--- latency at a fixed 1000 req/s, ${DURATION}s, 16 connections (open loop)"
 LAT_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 1000 "$DURATION" 16)

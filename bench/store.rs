@@ -5,7 +5,10 @@
 //! (defaults: redis://127.0.0.1:6379/15, 50000, 64, 0). The Redis database
 //! given is used for scratch keys under `store-bench:`; with
 //! MIN_REPLICAS_ACKED > 0 every Redis claim and completion waits for that
-//! many replicas (`WAIT`), as `store.min_replicas_acked` does.
+//! many replicas (`WAIT`), as `store.min_replicas_acked` does. PostgreSQL is
+//! `$STORE_BENCH_POSTGRES`, by default the database `hookgate_bench` on
+//! 127.0.0.1:5432 (create it first: `createdb -h 127.0.0.1 -U postgres
+//! hookgate_bench`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +54,15 @@ async fn main() {
             },
         ),
         ("redis", Backend::Redis { url: redis_url }),
+        (
+            "postgres",
+            Backend::Postgres {
+                url: std::env::var("STORE_BENCH_POSTGRES").unwrap_or_else(|_| {
+                    "postgres://postgres@127.0.0.1:5432/hookgate_bench".to_owned()
+                }),
+                pool_size: 16,
+            },
+        ),
     ];
     for (name, backend) in backends {
         let min_replicas_acked = match backend {

@@ -166,7 +166,12 @@ async fn a_second_gateway_on_the_same_file_refuses_to_start() {
 #[test]
 fn check_prints_the_postgres_migrations() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check", "--print-migrations", "--config", "gateway.toml.example"])
+        .args([
+            "check",
+            "--print-migrations",
+            "--config",
+            "gateway.toml.example",
+        ])
         .env("ORDERS_WEBHOOK_SECRET", "example-secret-0123456789")
         .output()
         .unwrap();

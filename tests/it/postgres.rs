@@ -128,55 +128,63 @@ async fn migrations_are_idempotent_and_safe_when_instances_start_together() {
     assert_eq!(versions, expected);
 }
 
-/// The database goes away (connections killed, new ones refused): 503
-/// `store_unavailable` and nothing forwarded; it comes back: deliveries
-/// flow again without restarting hookgate.
+/// A gateway starts while its database refuses connections: 503
+/// `store_unavailable`, nothing forwarded. The database comes back:
+/// deliveries flow without a restart. It goes away again (connections
+/// killed, new ones refused) and comes back: the same, and `/readyz` says so
+/// meanwhile.
 #[tokio::test]
 async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
     let database = TestDatabase::create().await;
-    let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&postgres_config(&upstream.url("/"), &database)).await;
-    let sender = Sender::new();
-    let url = gateway.url("/hook");
-    assert_eq!(
-        sender.deliver(&url, &event("evt_before")).await.status,
-        StatusCode::OK
-    );
-
     let admin = database.admin_client().await;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+    let refuse = |allow: bool| {
+        format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS {allow}; \
              SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
             database.name
-        ))
-        .await
-        .unwrap();
-    for i in 0..3 {
-        let answer = sender.deliver(&url, &event(&format!("evt_down_{i}"))).await;
-        assert_eq!(answer.code(), "store_unavailable", "{answer:?}");
-        assert!(answer.headers.get("retry-after").is_some());
-    }
-    assert_eq!(
-        upstream.total(),
-        1,
-        "nothing forwarded while the database is gone"
-    );
+        )
+    };
+    admin.batch_execute(&refuse(false)).await.unwrap();
 
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-            database.name
-        ))
-        .await
-        .unwrap();
-    let recovered = eventually(Duration::from_secs(10), || async {
-        sender.deliver(&url, &event("evt_after")).await.status == StatusCode::OK
-    });
-    assert!(
-        recovered.await,
-        "deliveries flow again once the database is back"
-    );
-    assert_eq!(upstream.count("evt_after"), 1);
+    let upstream = Upstream::start().await;
+    let text = postgres_config(&upstream.url("/"), &database)
+        .replace("[store]", "[admin]\nlisten = \"127.0.0.1:0\"\n\n[store]");
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    let ready = || async {
+        let request = http::Request::get(gateway.admin_url("/readyz"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        Sender::new().send(request).await.status
+    };
+    for round in 0..2 {
+        for i in 0..3 {
+            let answer = sender
+                .deliver(&url, &event(&format!("evt_down_{round}_{i}")))
+                .await;
+            assert_eq!(answer.code(), "store_unavailable", "{answer:?}");
+            assert!(answer.headers.get("retry-after").is_some());
+        }
+        assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            upstream.total(),
+            round,
+            "nothing forwarded while the database is gone"
+        );
+
+        admin.batch_execute(&refuse(true)).await.unwrap();
+        let id = format!("evt_back_{round}");
+        let recovered = eventually(Duration::from_secs(10), || async {
+            sender.deliver(&url, &event(&id)).await.status == StatusCode::OK
+        });
+        assert!(
+            recovered.await,
+            "deliveries flow again once the database is back"
+        );
+        assert_eq!(upstream.count(&id), 1);
+        assert_eq!(ready().await, StatusCode::OK);
+        admin.batch_execute(&refuse(false)).await.unwrap();
+    }
     gateway.shutdown().await;
 }

@@ -7,8 +7,11 @@
 //! `response_status`, `response_body`, `first_seen_at`, `completed_at`,
 //! `attempts`) plus hookgate's (fencing `token`, `lease_expires_at`,
 //! `body_sha256`, `response_headers`, `response_body_kept`, `expires_at`).
-//! Claim, renew, complete, release and delete are each one statement,
-//! fenced on the token; a claim under a replay guard runs in a transaction
+//! A new key is claimed by one `INSERT … ON CONFLICT DO NOTHING`; an existing
+//! one answers from a plain read (no row lock, so the duplicates of one
+//! event do not queue behind each other) or is taken over by one fenced
+//! `UPDATE … WHERE <claimable>`; renew, complete, release and delete are one
+//! statement each, fenced on the token; a claim under a replay guard runs in a transaction
 //! that first takes an advisory lock on the body, so the guard check and the
 //! claim are one step. Every time is the database's `now()`.
 //!
@@ -100,15 +103,16 @@ impl PostgresStore {
     }
 }
 
-/// Insert or take over the key (one statement); when the row may not be
-/// taken, its record answers.
+/// Claim the key: insert it when new (one statement); otherwise its record
+/// answers unless it may be claimed, and then it is taken over. A replay
+/// thus reads without taking a row lock, so duplicates of one event do not
+/// queue behind each other.
 async fn claim(
     client: &impl deadpool_postgres::GenericClient,
     request: &ClaimRequest<'_>,
 ) -> Result<ClaimOutcome, StoreError> {
     let (source, id) = (request.key.source(), request.key.id());
     let token = new_token();
-    let statement = client.prepare_cached(sql::CLAIM).await.map_err(db)?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
         &source,
         &id,
@@ -117,12 +121,26 @@ async fn claim(
         &millis(request.processing_ttl),
         &millis(request.retention),
     ];
-    if let Some(row) = client.query_opt(&statement, &params).await.map_err(db)? {
-        return Ok(ClaimOutcome::New(Lease {
-            token,
+    let new = |row: Row| {
+        ClaimOutcome::New(Lease {
+            token: token.clone(),
             attempt: row.get::<_, i32>(0) as u32,
-        }));
+        })
+    };
+    let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
+    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
+        return Ok(new(row));
     }
+    if let Some((record, now)) = live_record(client, source, id).await? {
+        if let Some(answer) = settled(record, now) {
+            return Ok(answer);
+        }
+    }
+    let take_over = client.prepare_cached(sql::TAKE_OVER).await.map_err(db)?;
+    if let Some(row) = client.query_opt(&take_over, &params).await.map_err(db)? {
+        return Ok(new(row));
+    }
+    // Another delivery took it in between: its record answers.
     let busy = ClaimOutcome::InFlight {
         retry_after: Duration::from_secs(1),
     };

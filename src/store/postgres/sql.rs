@@ -42,26 +42,31 @@ pub(super) const SELECT_LIVE: &str = concat!(
 
 pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 
-/// Insert, or take over a row that may be claimed (expired, released, or
-/// processing with a lapsed lease), in one statement; a row that may not is
-/// left alone and nothing is returned. $5 lease and $6 retention in ms.
-pub(super) const CLAIM: &str = "\
+/// Insert a new key; an existing row (of any state) is left alone, unlocked,
+/// and nothing is returned. $5 lease and $6 retention in ms.
+pub(super) const CLAIM_NEW: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
     first_seen_at, lease_expires_at, expires_at) \
 VALUES ($1, $2, 'processing', $3, $4, 1, now(), \
     now() + $5::bigint * interval '1 millisecond', now() + $6::bigint * interval '1 millisecond') \
-ON CONFLICT (source, idempotency_key) DO UPDATE SET \
-    status = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
-    attempts = CASE WHEN webhook_events.expires_at <= now() THEN 1 \
-                    ELSE webhook_events.attempts + 1 END, \
-    first_seen_at = CASE WHEN webhook_events.expires_at <= now() THEN now() \
-                         ELSE webhook_events.first_seen_at END, \
-    lease_expires_at = excluded.lease_expires_at, expires_at = excluded.expires_at, \
+ON CONFLICT (source, idempotency_key) DO NOTHING \
+RETURNING attempts";
+
+/// Take over a row that may be claimed — expired, released, or processing
+/// with a lapsed lease — in one statement; of concurrent takeovers the row
+/// lock lets one through, the others find it no longer claimable.
+pub(super) const TAKE_OVER: &str = "\
+UPDATE webhook_events SET \
+    status = 'processing', token = $3, body_sha256 = $4, \
+    attempts = CASE WHEN expires_at <= now() THEN 1 ELSE attempts + 1 END, \
+    first_seen_at = CASE WHEN expires_at <= now() THEN now() ELSE first_seen_at END, \
+    lease_expires_at = now() + $5::bigint * interval '1 millisecond', \
+    expires_at = now() + $6::bigint * interval '1 millisecond', \
     completed_at = NULL, response_status = NULL, response_headers = NULL, \
     response_body = NULL, response_body_kept = NULL \
-WHERE webhook_events.expires_at <= now() \
-   OR webhook_events.status = 'released' \
-   OR (webhook_events.status = 'processing' AND webhook_events.lease_expires_at <= now()) \
+WHERE source = $1 AND idempotency_key = $2 \
+  AND (expires_at <= now() OR status = 'released' \
+       OR (status = 'processing' AND lease_expires_at <= now())) \
 RETURNING attempts";
 
 /// Claims of one body under a replay guard take this lock first, so the
