@@ -188,3 +188,58 @@ async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
     }
     gateway.shutdown().await;
 }
+
+/// `sslmode=require` speaks TLS and verifies the server: against the
+/// server's certificate (Debian's default self-signed `localhost` one, whose
+/// file the test reads from the server's own `ssl_cert_file`) given as
+/// `tls_ca`, deliveries flow; without it the server is not trusted, and
+/// nothing is forwarded.
+#[tokio::test]
+async fn tls_to_postgres_is_verified() {
+    let database = TestDatabase::create().await;
+    let admin = database.admin_client().await;
+    let ssl: String = admin.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    assert_eq!(
+        ssl, "on",
+        "this test needs TLS on the PostgreSQL server (Debian's default `ssl = on`)"
+    );
+    let cert_file: String = admin
+        .query_one("SHOW ssl_cert_file", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let upstream = Upstream::start().await;
+    let url = database.url().replace("@127.0.0.1:", "@localhost:") + "?sslmode=require";
+    let text = |extra: &str| {
+        config_text(&upstream.url("/"), &Backend::Memory, "", "").replace(
+            "backend = \"memory\"",
+            &format!("backend = \"postgres\"\nurl = \"{url}\"\n{extra}"),
+        )
+    };
+    let sender = Sender::new();
+
+    let untrusted = TestGateway::start(&text("")).await;
+    let answer = sender
+        .deliver(&untrusted.url("/hook"), &event("evt_tls_0"))
+        .await;
+    assert_eq!(answer.code(), "store_unavailable", "{answer:?}");
+    untrusted.shutdown().await;
+    assert_eq!(upstream.total(), 0);
+
+    let trusted = TestGateway::start(&text(&format!("tls_ca = \"{cert_file}\""))).await;
+    let answer = sender
+        .deliver(&trusted.url("/hook"), &event("evt_tls_1"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let encrypted: bool = admin
+        .query_one(
+            "SELECT bool_or(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+             WHERE datname = $1",
+            &[&database.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(encrypted, "the gateway's connections use TLS");
+    trusted.shutdown().await;
+}
