@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record,
-    RecordState, StoreError, StoreKey,
+    settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record, RecordState,
+    StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -89,7 +89,11 @@ impl MemoryStore {
 impl Backend for MemoryStore {
     const NAME: &'static str = "memory";
 
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
         let (key, guard_key) = (
             request.key.as_str(),
             request.guard_key.map(StoreKey::as_str),
@@ -111,7 +115,7 @@ impl Backend for MemoryStore {
         let (attempts, first_seen_ms) = existing.map_or((1, now), |record| {
             (record.attempts + 1, record.first_seen_ms)
         });
-        let token = new_token();
+        let token = token.to_owned();
         let record = Record {
             state: RecordState::Processing,
             token: Some(token.clone()),

@@ -68,9 +68,12 @@ pub trait Backend: Send + Sync + 'static {
     /// replay guard) must share a hash tag: Redis Cluster.
     const HASH_TAGS: bool = false;
 
+    /// Claim `request.key` with fencing token `token` (chosen by [`Store`],
+    /// so that it can release a claim whose answer it never got).
     fn claim(
         &self,
         request: ClaimRequest<'_>,
+        token: &str,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
     /// Extend the lease of the holder of `token` to `processing_ttl` from now.
@@ -128,7 +131,7 @@ type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>
 /// type parameter. One allocation per operation; next to a store round trip
 /// it does not show (BENCHMARKS.md).
 trait DynBackend: Send + Sync {
-    fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome>;
+    fn claim<'a>(&'a self, request: ClaimRequest<'a>, token: &'a str) -> Op<'a, ClaimOutcome>;
     fn renew<'a>(
         &'a self,
         key: &'a StoreKey,
@@ -153,8 +156,8 @@ trait DynBackend: Send + Sync {
 }
 
 impl<B: Backend> DynBackend for B {
-    fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> Op<'a, ClaimOutcome> {
-        Box::pin(Backend::claim(self, request))
+    fn claim<'a>(&'a self, request: ClaimRequest<'a>, token: &'a str) -> Op<'a, ClaimOutcome> {
+        Box::pin(Backend::claim(self, request, token))
     }
     fn renew<'a>(
         &'a self,
@@ -315,8 +318,23 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Claim a key. A claim whose answer does not arrive in time may still
+    /// have been applied — the store was merely slow — and would then block
+    /// every retry of the event, 409, for `processing_ttl` under a token
+    /// nobody holds: so a failed claim is released again with its token (a
+    /// no-op when it was not applied).
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.deadline("claim", self.backend.claim(request)).await
+        let token = new_token();
+        let result = self
+            .deadline("claim", self.backend.claim(request, &token))
+            .await;
+        if result.is_err() {
+            let undo = self.backend.release(request.key, &token);
+            if let Ok(Ok(true)) = tokio::time::timeout(self.timeout, undo).await {
+                tracing::info!(key = %request.key, "released a claim whose answer was lost");
+            }
+        }
+        result
     }
 
     pub async fn renew(

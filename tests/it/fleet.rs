@@ -53,7 +53,17 @@ async fn three_gateways_on_one_cluster_forward_each_event_once() {
         }));
     }
     for task in tasks {
-        assert_eq!(task.await.unwrap().status, StatusCode::OK);
+        let answer = task.await.unwrap();
+        if answer.status != StatusCode::OK {
+            let logs: Vec<String> = gateways
+                .iter_mut()
+                .flat_map(|g| g.logs().lines().map(str::to_owned).collect::<Vec<_>>())
+                .filter(|line| {
+                    line.contains("WARN") || line.contains("\"warn") || line.contains("ERROR")
+                })
+                .collect();
+            panic!("{answer:?}\n{}", logs.join("\n"));
+        }
     }
     let counts = upstream.counts();
     assert_eq!(counts.len(), 120);

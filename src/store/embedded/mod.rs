@@ -117,10 +117,15 @@ impl EmbeddedStore {
 impl Backend for EmbeddedStore {
     const NAME: &'static str = "embedded";
 
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
         match self
             .call(Op::Claim {
                 key: request.key.as_str().to_owned(),
+                token: token.to_owned(),
                 guard_key: request.guard_key.map(|guard| guard.as_str().to_owned()),
                 body_sha256: request.body_sha256.to_owned(),
                 processing_ttl: request.processing_ttl,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::super::{new_token, settled, ClaimOutcome, Deleted, Lease, Record, RecordState};
+use super::super::{settled, ClaimOutcome, Deleted, Lease, Record, RecordState};
 use crate::replay::{BodyKept, RecordedResponse};
 
 pub(super) const SCHEMA: &str = "
@@ -97,6 +97,7 @@ DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2 \
 pub(super) enum Op {
     Claim {
         key: String,
+        token: String,
         guard_key: Option<String>,
         body_sha256: String,
         processing_ttl: Duration,
@@ -176,13 +177,15 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
     match op {
         Op::Claim {
             key,
+            token,
             guard_key,
             body_sha256,
             processing_ttl,
             retention,
         } => {
             let until = (ms(processing_ttl), ms(retention));
-            claim(tx, &key, guard_key.as_deref(), &body_sha256, until, now).map(Reply::Claim)
+            let claiming = (key.as_str(), token);
+            claim(tx, claiming, guard_key.as_deref(), &body_sha256, until, now).map(Reply::Claim)
         }
         Op::Renew {
             key,
@@ -229,7 +232,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
 /// Claim `key`: `until` is (lease expiry, record expiry) in Unix ms.
 fn claim(
     tx: &Transaction<'_>,
-    key: &str,
+    (key, token): (&str, String),
     guard_key: Option<&str>,
     body_sha256: &str,
     (lease_expires_at, expires_at): (i64, i64),
@@ -252,7 +255,6 @@ fn claim(
             }
         }
     }
-    let token = new_token();
     let claimed = params![key, token, body_sha256, now_i, lease_expires_at, expires_at];
     let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
     if let Some(attempt) = attempts {

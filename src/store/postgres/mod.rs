@@ -37,8 +37,8 @@ use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
-    StoreError, StoreKey, StoreSettings,
+    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreError,
+    StoreKey, StoreSettings,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -110,9 +110,10 @@ impl PostgresStore {
 async fn claim(
     client: &impl deadpool_postgres::GenericClient,
     request: &ClaimRequest<'_>,
+    token: &str,
 ) -> Result<ClaimOutcome, StoreError> {
     let (source, id) = (request.key.source(), request.key.id());
-    let token = new_token();
+    let token = token.to_owned();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
         &source,
         &id,
@@ -201,11 +202,15 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), StoreErro
 impl Backend for PostgresStore {
     const NAME: &'static str = "postgres";
 
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
         let mut client = self.client().await?;
         let Some(guard) = request.guard_key else {
             // One statement; its row lock settles concurrent claims.
-            return claim(&client, &request).await;
+            return claim(&client, &request, token).await;
         };
         let (source, id, body) = (request.key.source(), request.key.id(), guard.id());
         let transaction = client.transaction().await.map_err(db)?;
@@ -232,7 +237,7 @@ impl Backend for PostgresStore {
                 }
             }
         }
-        let outcome = claim(&transaction, &request).await?;
+        let outcome = claim(&transaction, &request, token).await?;
         if let ClaimOutcome::New(_) = outcome {
             let retention = millis(request.retention);
             transaction

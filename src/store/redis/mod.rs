@@ -40,8 +40,8 @@ use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
-    new_token, settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState,
-    StoreError, StoreKey,
+    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreError,
+    StoreKey,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -184,8 +184,12 @@ impl<C: Connector> Backend for RedisStore<C> {
     const NAME: &'static str = C::NAME;
     const HASH_TAGS: bool = C::HASH_TAGS;
 
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let token = new_token();
+    async fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let token = token.to_owned();
         let mut invocation = self.claim.key(request.key.as_str());
         if let Some(guard) = request.guard_key {
             invocation.key(guard.as_str());
