@@ -1,7 +1,9 @@
 //! A randomized fault run against the real binaries: three gateways on one
-//! Redis, senders delivering every event several times at once, and a
-//! seeded schedule of faults — gateways SIGKILLed and restarted, Redis
-//! restarted, the upstream stalling or refusing, an operator forgetting keys.
+//! shared store (Redis, and PostgreSQL), senders delivering every event
+//! several times at once, and a seeded schedule of faults — gateways
+//! SIGKILLed and restarted, the store restarted (Redis) or cut off for a
+//! moment (PostgreSQL), the upstream stalling or refusing, an operator
+//! forgetting keys.
 //! At the end the upstream's side-effect log is checked against the
 //! guarantee: every event settled, every forward carried the event's own
 //! key, and no event was performed twice unless one of its deliveries ran
@@ -60,28 +62,105 @@ impl Excused {
     }
 }
 
+/// The store under the fault run, and its fault.
+enum Shared {
+    /// Persisting every write before answering, so a restart loses no
+    /// acknowledged claim (one without persistence forgets everything, which
+    /// README.md says).
+    Redis {
+        server: RedisServer,
+        _aof: tempfile::TempDir,
+    },
+    /// A database that, for a moment, kills every session and refuses new
+    /// ones.
+    Postgres(TestDatabase, tokio_postgres::Client),
+}
+
+impl Shared {
+    fn toml_backend(&self) -> Backend {
+        match self {
+            Shared::Redis { server, .. } => Backend::Redis(server.url()),
+            Shared::Postgres(..) => Backend::Memory,
+        }
+    }
+
+    fn config(&self, text: String) -> String {
+        match self {
+            Shared::Redis { .. } => text,
+            Shared::Postgres(database, _) => text.replace(
+                "backend = \"memory\"",
+                &format!(
+                    "backend = \"postgres\"\nurl = \"{}\"\npool_size = 4",
+                    database.url()
+                ),
+            ),
+        }
+    }
+
+    async fn fault(&mut self, rng: &mut StdRng) -> String {
+        match self {
+            Shared::Redis { server, .. } => {
+                server.restart().await;
+                "restart redis".to_owned()
+            }
+            Shared::Postgres(database, admin) => {
+                let switch = |allow: bool| {
+                    format!(
+                        "ALTER DATABASE {0} ALLOW_CONNECTIONS {allow}; \
+                         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
+                        database.name
+                    )
+                };
+                admin.batch_execute(&switch(false)).await.unwrap();
+                let outage = rng.gen_range(100..400);
+                tokio::time::sleep(Duration::from_millis(outage)).await;
+                admin
+                    .batch_execute(&format!(
+                        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+                        database.name
+                    ))
+                    .await
+                    .unwrap();
+                format!("cut postgres off for {outage} ms")
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_seeded_fault_schedule_keeps_the_guarantee() {
-    let seed: u64 = setting("HOOKGATE_FAULT_SEED", rand::random());
-    let seconds: u64 = setting("HOOKGATE_FAULT_SECONDS", 30);
-    let events: usize = setting("HOOKGATE_FAULT_EVENTS", 600);
-    eprintln!("fault run: seed {seed} ({seconds} s, {events} events); replay with HOOKGATE_FAULT_SEED={seed}");
-    // Redis persists every write before answering, so a restart loses no
-    // acknowledged claim (a restart without persistence forgets everything,
-    // which README.md says).
+async fn a_seeded_fault_schedule_keeps_the_guarantee_on_redis() {
     let aof = tempfile::tempdir().unwrap();
-    let aof_dir = aof.path().to_str().unwrap();
+    let aof_dir = aof.path().to_str().unwrap().to_owned();
     let persistent = [
         "--appendonly",
         "yes",
         "--appendfsync",
         "always",
         "--dir",
-        aof_dir,
+        &aof_dir,
     ];
-    let Some(mut redis) = RedisServer::start_with(&persistent, None).await else {
+    let Some(redis) = RedisServer::start_with(&persistent, None).await else {
         return;
     };
+    fault_run(Shared::Redis {
+        server: redis,
+        _aof: aof,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_fault_schedule_keeps_the_guarantee_on_postgres() {
+    let database = TestDatabase::create().await;
+    let admin = database.admin_client().await;
+    fault_run(Shared::Postgres(database, admin)).await;
+}
+
+async fn fault_run(mut store: Shared) {
+    let seed: u64 = setting("HOOKGATE_FAULT_SEED", rand::random());
+    let seconds: u64 = setting("HOOKGATE_FAULT_SECONDS", 30);
+    let events: usize = setting("HOOKGATE_FAULT_EVENTS", 600);
+    eprintln!("fault run: seed {seed} ({seconds} s, {events} events); replay with HOOKGATE_FAULT_SEED={seed}");
 
     let mode = Arc::new(AtomicU8::new(NORMAL));
     let upstream = {
@@ -102,7 +181,7 @@ async fn a_seeded_fault_schedule_keeps_the_guarantee() {
 
     let text = config_text(
         &upstream.url("/"),
-        &Backend::Redis(redis.url()),
+        &store.toml_backend(),
         "processing_ttl = \"1s\"",
         "",
     )
@@ -116,7 +195,7 @@ async fn a_seeded_fault_schedule_keeps_the_guarantee() {
             "[store]",
             &format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\ntoken = \"{TOKEN}\"\n\n[store]"),
         );
-        let (config, port) = write_config(dir.path(), &with_admin);
+        let (config, port) = write_config(dir.path(), &store.config(with_admin));
         let process = GatewayProcess::start(&config, port).await;
         members.push(Member {
             process: Some(process),
@@ -169,8 +248,7 @@ async fn a_seeded_fault_schedule_keeps_the_guarantee() {
                 member.process = Some(GatewayProcess::start(&member.config, member.port).await);
             }
             1 => {
-                faults.push("restart redis".to_owned());
-                redis.restart().await;
+                faults.push(store.fault(&mut rng).await);
             }
             2 => {
                 faults.push("upstream stalls".to_owned());

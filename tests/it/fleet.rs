@@ -126,8 +126,9 @@ async fn failover_run(min_replicas_acked: u32) -> (usize, usize) {
     let b = TestGateway::start(&text).await;
     let urls = vec![a.url("/hook"), b.url("/hook")];
     let prefix = format!("evt_failover_{min_replicas_acked}");
+    // Every key of the route lives in the slot of its scope's hash tag.
     let victim = cluster
-        .master_of(&format!("{}hook:{prefix}_0", key_prefix(&text)))
+        .master_of(&format!("{}{{hook}}:{prefix}_0", key_prefix(&text)))
         .await;
 
     let disruption = {
