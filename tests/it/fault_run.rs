@@ -104,23 +104,10 @@ impl Shared {
                 "restart redis".to_owned()
             }
             Shared::Postgres(database, admin) => {
-                let switch = |allow: bool| {
-                    format!(
-                        "ALTER DATABASE {0} ALLOW_CONNECTIONS {allow}; \
-                         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
-                        database.name
-                    )
-                };
-                admin.batch_execute(&switch(false)).await.unwrap();
+                database.allow_connections(admin, false).await;
                 let outage = rng.gen_range(100..400);
                 tokio::time::sleep(Duration::from_millis(outage)).await;
-                admin
-                    .batch_execute(&format!(
-                        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-                        database.name
-                    ))
-                    .await
-                    .unwrap();
+                database.allow_connections(admin, true).await;
                 format!("cut postgres off for {outage} ms")
             }
         }

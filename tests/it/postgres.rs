@@ -137,14 +137,7 @@ async fn migrations_are_idempotent_and_safe_when_instances_start_together() {
 async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
     let database = TestDatabase::create().await;
     let admin = database.admin_client().await;
-    let refuse = |allow: bool| {
-        format!(
-            "ALTER DATABASE {0} ALLOW_CONNECTIONS {allow}; \
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
-            database.name
-        )
-    };
-    admin.batch_execute(&refuse(false)).await.unwrap();
+    database.allow_connections(&admin, false).await;
 
     let upstream = Upstream::start().await;
     let text = postgres_config(&upstream.url("/"), &database)
@@ -173,7 +166,7 @@ async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
             "nothing forwarded while the database is gone"
         );
 
-        admin.batch_execute(&refuse(true)).await.unwrap();
+        database.allow_connections(&admin, true).await;
         let id = format!("evt_back_{round}");
         let recovered = eventually(Duration::from_secs(10), || async {
             sender.deliver(&url, &event(&id)).await.status == StatusCode::OK
@@ -184,7 +177,7 @@ async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
         );
         assert_eq!(upstream.count(&id), 1);
         assert_eq!(ready().await, StatusCode::OK);
-        admin.batch_execute(&refuse(false)).await.unwrap();
+        database.allow_connections(&admin, false).await;
     }
     gateway.shutdown().await;
 }

@@ -55,6 +55,19 @@ impl TestDatabase {
         client
     }
 
+    /// Take the database away (`false`: every session killed, new ones
+    /// refused) or give it back (`true`), through `admin`.
+    pub async fn allow_connections(&self, admin: &tokio_postgres::Client, allow: bool) {
+        let mut sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allow}", self.name);
+        if !allow {
+            sql += &format!(
+                "; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+                self.name
+            );
+        }
+        admin.batch_execute(&sql).await.unwrap();
+    }
+
     /// A direct connection, to look at what the store wrote.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) =
