@@ -80,20 +80,7 @@ impl Shared {
     fn toml_backend(&self) -> Backend {
         match self {
             Shared::Redis { server, .. } => Backend::Redis(server.url()),
-            Shared::Postgres(..) => Backend::Memory,
-        }
-    }
-
-    fn config(&self, text: String) -> String {
-        match self {
-            Shared::Redis { .. } => text,
-            Shared::Postgres(database, _) => text.replace(
-                "backend = \"memory\"",
-                &format!(
-                    "backend = \"postgres\"\nurl = \"{}\"\npool_size = 4",
-                    database.url()
-                ),
-            ),
+            Shared::Postgres(database, _) => Backend::Postgres(database.url()),
         }
     }
 
@@ -182,7 +169,7 @@ async fn fault_run(mut store: Shared) {
             "[store]",
             &format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\ntoken = \"{TOKEN}\"\n\n[store]"),
         );
-        let (config, port) = write_config(dir.path(), &store.config(with_admin));
+        let (config, port) = write_config(dir.path(), &with_admin);
         let process = GatewayProcess::start(&config, port).await;
         members.push(Member {
             process: Some(process),

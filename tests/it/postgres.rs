@@ -13,16 +13,6 @@ use rand::seq::SliceRandom;
 
 use crate::support::*;
 
-fn postgres_config(upstream: &str, database: &TestDatabase) -> String {
-    config_text(upstream, &Backend::Memory, "", "").replace(
-        "backend = \"memory\"",
-        &format!(
-            "backend = \"postgres\"\nurl = \"{}\"\npool_size = 8",
-            database.url()
-        ),
-    )
-}
-
 /// 60 events × 3 deliveries, shuffled over two gateway processes sharing
 /// one database: each event reaches the upstream once, and the table reads
 /// like the seed guide's.
@@ -34,7 +24,12 @@ async fn two_gateways_on_one_database_forward_each_event_once() {
         ..ok_plan(seen)
     })
     .await;
-    let text = postgres_config(&upstream.url("/"), &database);
+    let text = config_text(
+        &upstream.url("/"),
+        &Backend::Postgres(database.url()),
+        "",
+        "",
+    );
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut gateways = Vec::new();
     for dir in &dirs {
@@ -140,8 +135,13 @@ async fn a_lost_database_is_503_and_nothing_forwarded_then_recovery() {
     database.allow_connections(&admin, false).await;
 
     let upstream = Upstream::start().await;
-    let text = postgres_config(&upstream.url("/"), &database)
-        .replace("[store]", "[admin]\nlisten = \"127.0.0.1:0\"\n\n[store]");
+    let text = config_text(
+        &upstream.url("/"),
+        &Backend::Postgres(database.url()),
+        "",
+        "",
+    )
+    .replace("[store]", "[admin]\nlisten = \"127.0.0.1:0\"\n\n[store]");
     let gateway = TestGateway::start(&text).await;
     let sender = Sender::new();
     let url = gateway.url("/hook");
@@ -204,9 +204,11 @@ async fn tls_to_postgres_is_verified() {
     let upstream = Upstream::start().await;
     let url = database.url().replace("@127.0.0.1:", "@localhost:") + "?sslmode=require";
     let text = |extra: &str| {
-        config_text(&upstream.url("/"), &Backend::Memory, "", "").replace(
-            "backend = \"memory\"",
-            &format!("backend = \"postgres\"\nurl = \"{url}\"\n{extra}"),
+        config_text(
+            &upstream.url("/"),
+            &Backend::Postgres(url.clone()),
+            "",
+            extra,
         )
     };
     let sender = Sender::new();

@@ -24,6 +24,8 @@ pub enum Backend {
     /// The SQLite file's path.
     Embedded(std::path::PathBuf),
     Redis(String),
+    /// A PostgreSQL URL (8 connections per gateway).
+    Postgres(String),
 }
 
 impl Backend {
@@ -34,6 +36,9 @@ impl Backend {
                 format!("backend = \"embedded\"\npath = \"{}\"", path.display())
             }
             Backend::Redis(url) => format!("backend = \"redis\"\nurl = \"{url}\""),
+            Backend::Postgres(url) => {
+                format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 8")
+            }
         }
     }
 }
