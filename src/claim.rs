@@ -116,6 +116,7 @@ impl<'s> Claim<'s> {
                 }
                 Ok(false) => {
                     tracing::warn!(
+                        key = %self.key,
                         lost_while_running = self.lost,
                         "lease was lost before the response could be recorded"
                     );
@@ -130,7 +131,7 @@ impl<'s> Claim<'s> {
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
                 }
                 Err(error) => {
-                    tracing::error!(%error, "could not record the response; a retry after processing_ttl will be forwarded again");
+                    tracing::error!(key = %self.key, %error, "could not record the response; a retry after processing_ttl will be forwarded again");
                 }
             }
         }
