@@ -75,7 +75,10 @@ async fn two_gateways_on_one_database_forward_each_event_once() {
         assert!(key.starts_with("evt_pg_"));
         assert_eq!(row.get::<_, String>(2), "completed");
         assert_eq!(row.get::<_, i16>(3), 200);
-        assert_eq!(row.get::<_, i32>(4), 1);
+        // Claims taken: 1, or more when a claim whose answer was lost under
+        // load was released and taken again (forwarded once all the same:
+        // the upstream counts above).
+        assert!(row.get::<_, i32>(4) >= 1);
         assert!(row.get::<_, bool>(5));
         assert!(row.get::<_, String>(6).contains(&key));
     }
