@@ -97,13 +97,12 @@ async fn main() {
                     let key = store.key(&run, &i.to_string());
                     let began = Instant::now();
                     let claim = store
-                        .claim(ClaimRequest {
-                            key: &key,
-                            body_sha256: "00",
-                            processing_ttl: Duration::from_secs(30),
-                            retention: Duration::from_secs(60),
-                            guard_key: None,
-                        })
+                        .claim(ClaimRequest::delivery(
+                            &key,
+                            "00",
+                            Duration::from_secs(30),
+                            Duration::from_secs(60),
+                        ))
                         .await
                         .expect("claim");
                     let ClaimOutcome::New(lease) = claim else {

@@ -5,11 +5,19 @@
 //! - `GET /readyz` — 200 when the config is loaded, the store answers a ping
 //!   within its timeout and shutdown has not begun; else 503. The JSON body
 //!   says why and lists store settings that would silently lose claims.
-//! - `/admin/routes/{route}/keys/{key}` behind `Authorization: Bearer
-//!   <admin.token>` (404 when no token is configured): `GET` shows the
-//!   record, `DELETE` forgets it (the next delivery is processed again),
-//!   `POST …/release` force-releases a stuck in-flight claim. Every admin
-//!   action is logged with the caller's address.
+//! - Behind `Authorization: Bearer <admin.token>` (404 when no token is
+//!   configured), SPEC §6:
+//!   - `GET /admin/events?route=&state=&limit=&cursor=` pages through
+//!     records, newest first;
+//!   - `/admin/routes/{route}/keys/{key}`: `GET` shows the record (its
+//!     request with `?body=true`), `DELETE` forgets it (the next delivery is
+//!     processed again), `POST …/release` force-releases a stuck in-flight
+//!     claim, `POST …/redeliver` sends the stored request again under the
+//!     same key, `POST …/replay` as a new event under a new key;
+//!   - `POST /admin/routes/{route}/dead-letters/redeliver?rate=` redrives
+//!     every dead letter of the route.
+//!
+//!   Every admin action is logged with the caller's address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,11 +32,15 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
+use sha2::{Digest, Sha256};
+
 use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
+use crate::redeliver::Sent;
+use crate::route::Route;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{Deleted, ForceRelease, Record, StoreError};
+use crate::store::{Cursor, Deleted, ForceRelease, Record, RecordState, StoreError, StoredRequest};
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -74,6 +86,7 @@ impl Admin {
         let path = request.uri().path().to_owned();
         match (request.method(), path.as_str()) {
             (&Method::GET, "/metrics") => {
+                self.gateway.count_dead_letters().await;
                 let mut response = text(StatusCode::OK, self.gateway.metrics().render());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -133,32 +146,82 @@ impl Admin {
         }
 
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let (route_name, raw_key, action) = match segments.as_slice() {
-            ["admin", "routes", route, "keys", key] => (*route, *key, None),
-            ["admin", "routes", route, "keys", key, action] => (*route, *key, Some(*action)),
+        let method = request.method().clone();
+        if segments == ["admin", "events"] {
+            if method != Method::GET {
+                return Err(AdminError::MethodNotAllowed);
+            }
+            return self.events(request).await;
+        }
+        let (route_name, target) = match segments.as_slice() {
+            ["admin", "routes", route, "keys", key] => (*route, Target::Key(key, None)),
+            ["admin", "routes", route, "keys", key, action] => {
+                (*route, Target::Key(key, Some(*action)))
+            }
+            ["admin", "routes", route, "dead-letters", "redeliver"] => (*route, Target::Redrive),
             _ => return Err(AdminError::NotFound),
         };
         let route = self
             .gateway
             .route(route_name)
             .ok_or(AdminError::UnknownRoute)?;
+        let (raw_key, action) = match target {
+            Target::Key(raw_key, action) => (raw_key, action),
+            Target::Redrive => {
+                if method != Method::POST {
+                    return Err(AdminError::MethodNotAllowed);
+                }
+                let rate = match query_param(request, "rate") {
+                    None => DEFAULT_REDRIVE_RATE,
+                    Some(rate) => rate
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|rate| (1..=10_000).contains(rate))
+                        .ok_or_else(|| {
+                            AdminError::BadQuery("rate must be 1-10000 a second".into())
+                        })?,
+                };
+                tracing::info!(target: "hookgate::admin", %peer, route = %route.name, rate, "admin action: redrive dead letters");
+                let done = self.gateway.redrive(&route, rate).await?;
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &json!({
+                        "route": route.name,
+                        "dead_letters": done.dead_letters,
+                        "completed": done.completed,
+                        "failed": done.failed,
+                        "dead": done.dead,
+                        "skipped": done.skipped,
+                    }),
+                ));
+            }
+        };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
         let store = self.gateway.store();
         let store_key = store.key(&route.scope, &key);
-        let method = request.method().clone();
-        tracing::info!(target: "hookgate::admin", %peer, %method, route = %route.name, key, action, "admin action");
+        let force = query_flag(request, "force");
+        tracing::info!(target: "hookgate::admin", %peer, %method, route = %route.name, key, action, force, "admin action");
 
         let unavailable = |error: StoreError| AdminError::StoreUnavailable(error.to_string());
         match (method, action) {
-            (Method::GET, None) => match store.get(&store_key).await.map_err(unavailable)? {
-                Some(record) => Ok(json_response(
-                    StatusCode::OK,
-                    &record_json(&route.name, &key, &record),
-                )),
-                None => Err(AdminError::KeyNotFound),
-            },
+            (Method::GET, None) => {
+                let record = store
+                    .get(&store_key)
+                    .await
+                    .map_err(unavailable)?
+                    .ok_or(AdminError::KeyNotFound)?;
+                let mut shown = record_json(&route.name, &key, &record);
+                shown["replays"] = json!(self.gateway.replays_of(&route, &key).await?);
+                let with_body = query_flag(request, "body");
+                shown["request"] = record
+                    .request
+                    .as_ref()
+                    .map_or(serde_json::Value::Null, |stored| {
+                        request_json(stored, with_body)
+                    });
+                Ok(json_response(StatusCode::OK, &shown))
+            }
             (Method::DELETE, None) => {
-                let force = query_flag(request, "force");
                 if force {
                     tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, key,
                         "forced delete: a delivery still in flight no longer holds its key");
@@ -182,10 +245,109 @@ impl Admin {
                     ForceRelease::NotFound => Err(AdminError::KeyNotFound),
                 }
             }
-            _ => Err(AdminError::MethodNotAllowed),
+            (Method::POST, Some("redeliver")) => {
+                let sent = self.gateway.redeliver(&route, &key, force).await?;
+                tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, attempt = sent.attempt,
+                    result = sent.settled.as_str(), "redelivered");
+                Ok(sent_json(&route.name, &sent, None))
+            }
+            (Method::POST, Some("replay")) => {
+                let sent = self.gateway.replay(&route, &key).await?;
+                tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, replay = sent.key,
+                    result = sent.settled.as_str(), "replayed");
+                Ok(sent_json(&route.name, &sent, Some(&key)))
+            }
+            (_, None | Some("release" | "redeliver" | "replay")) => {
+                Err(AdminError::MethodNotAllowed)
+            }
+            _ => Err(AdminError::NotFound),
         }
     }
+
+    /// `GET /admin/events`: one page of records, newest first.
+    async fn events(
+        &self,
+        request: &Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let state = match query_param(request, "state") {
+            None => None,
+            Some(state) => Some(RecordState::parse(&state).ok_or_else(|| {
+                AdminError::BadQuery("state must be processing, failed, dead or completed".into())
+            })?),
+        };
+        let limit = match query_param(request, "limit") {
+            None => DEFAULT_PAGE,
+            Some(limit) => limit
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| (1..=MAX_PAGE).contains(limit))
+                .ok_or_else(|| AdminError::BadQuery(format!("limit must be 1-{MAX_PAGE}")))?,
+        };
+        let cursor =
+            match query_param(request, "cursor") {
+                None => None,
+                Some(text) => Some(Cursor::decode(&text).ok_or_else(|| {
+                    AdminError::BadQuery("cursor is not one this API gave".into())
+                })?),
+            };
+        let routes: Vec<Arc<Route>> = match query_param(request, "route") {
+            Some(name) => vec![self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?],
+            None => self.gateway.routes(),
+        };
+        // Each scope once, listed under the first route that uses it unless
+        // a record names its own.
+        let mut scopes: Vec<(&str, &str)> = Vec::new();
+        for route in &routes {
+            if !scopes.iter().any(|(scope, _)| *scope == route.scope) {
+                scopes.push((&route.scope, &route.name));
+            }
+        }
+        let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
+        let page = self
+            .gateway
+            .store()
+            .list(&names, state, limit, cursor.as_ref())
+            .await
+            .map_err(|error| AdminError::StoreUnavailable(error.to_string()))?;
+        let only = (routes.len() == 1).then(|| routes[0].name.as_str());
+        let events: Vec<serde_json::Value> = page
+            .records
+            .iter()
+            .filter(|listed| {
+                // A route of a shared scope shows its own failures only.
+                only.is_none_or(|only| listed.record.route.as_deref().is_none_or(|r| r == only))
+            })
+            .map(|listed| {
+                let route = listed.record.route.as_deref().unwrap_or_else(|| {
+                    scopes
+                        .iter()
+                        .find(|(scope, _)| *scope == listed.scope)
+                        .map_or("", |(_, name)| name)
+                });
+                record_json(route, &listed.id, &listed.record)
+            })
+            .collect();
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "events": events,
+                "next_cursor": page.next.map(|cursor| cursor.encode()),
+            }),
+        ))
+    }
 }
+
+/// What an admin path under `/admin/routes/{route}/` names.
+enum Target<'a> {
+    Key(&'a str, Option<&'a str>),
+    Redrive,
+}
+
+/// Records a page of `GET /admin/events` holds unless `limit` says.
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 500;
+/// Redeliveries a second of a redrive unless `rate` says.
+const DEFAULT_REDRIVE_RATE: u32 = 20;
 
 /// The admin view of a record. Times are Unix milliseconds.
 fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
@@ -196,11 +358,88 @@ fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
         "attempts": record.attempts,
         "body_sha256": record.body_sha256,
         "first_seen": record.first_seen_ms,
+        "updated": record.updated_ms,
         "completed_at": record.completed_at_ms,
         "lease_expires_at": record.lease_expires_at_ms,
+        "last_error": record.last_error.map(|error| json!({
+            "class": error.class.as_str(),
+            "status": error.status,
+            "at": error.at_ms,
+        })),
+        "replay_of": record.replay_of,
         "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
         "response_body": record.response.as_ref().map(|r| r.body_kept.as_str()),
     })
+}
+
+/// Header values shown as `[redacted]`: credentials and signatures (a
+/// signature with its body is a delivery anyone could send again).
+fn sensitive(name: &str) -> bool {
+    matches!(name, "authorization" | "cookie" | "proxy-authorization")
+        || name.contains("signature")
+        || name.contains("hmac")
+        || name.contains("token")
+}
+
+/// The stored request: method, query, headers (signatures redacted), body
+/// size and hash, and the body itself (base64) when asked for.
+fn request_json(request: &StoredRequest, with_body: bool) -> serde_json::Value {
+    use base64::Engine;
+    let headers: Vec<serde_json::Value> = request
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let value = if sensitive(name.as_str()) {
+                "[redacted]".into()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            json!([name.as_str(), value])
+        })
+        .collect();
+    let mut shown = json!({
+        "method": request.method.as_str(),
+        "query": request.query,
+        "headers": headers,
+        "body_bytes": request.body.len(),
+        "body_sha256": hex::encode(Sha256::digest(&request.body)),
+    });
+    if with_body {
+        shown["body_base64"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(&request.body));
+    }
+    shown
+}
+
+/// What a redelivery or replay did.
+fn sent_json(route: &str, sent: &Sent, replay_of: Option<&str>) -> Response<Full<Bytes>> {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "route": route,
+            "key": sent.key,
+            "replay_of": replay_of,
+            "attempt": sent.attempt,
+            "state": sent.settled.as_str(),
+            "upstream_status": sent.upstream_status.map(|s| s.as_u16()),
+            "upstream_error": sent.upstream_error,
+        }),
+    )
+}
+
+/// The value of query parameter `name`, percent-decoded (as sent when it
+/// does not decode, so that it fails validation instead of vanishing).
+fn query_param(request: &Request<Incoming>, name: &str) -> Option<String> {
+    request
+        .uri()
+        .query()?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| {
+            let value = value.replace('+', " ");
+            percent_decode(&value).unwrap_or(value)
+        })
 }
 
 /// Whether the query string sets `name=true`.

@@ -1,5 +1,5 @@
 //! A claim's life, in one type: from the store's `New` answer, through
-//! renewal while the upstream works, to `complete` or `release`.
+//! renewal while the upstream works, to `complete` or `fail`.
 //!
 //! A [`Claim`] owns its store key, its fencing token (the [`Lease`]), the
 //! `processing_ttl` it renews by, and the `leases_lost` counter of its route.
@@ -7,7 +7,7 @@
 //! process holds, so shutdown can wait for them and release the ones still
 //! unfinished when the grace period ends — the sender's retry is then
 //! forwarded at once instead of after `processing_ttl`. Completing or
-//! releasing consumes the claim; dropping it unfinished leaves the lease to
+//! failing consumes the claim; dropping it unfinished leaves the lease to
 //! run out.
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use prometheus::IntCounter;
 use tokio::sync::Notify;
 
 use crate::replay::RecordedResponse;
-use crate::store::{Lease, Store, StoreKey};
+use crate::store::{Failure, Lease, Store, StoreKey};
 
 /// Attempts at recording a final response before giving up on it.
 const COMPLETE_ATTEMPTS: u32 = 3;
@@ -146,20 +146,36 @@ impl<'s> Claim<'s> {
         )
     }
 
-    /// Keep the key claimed, unrenewed, until its lease runs out: the
-    /// upstream may still be working on a call whose outcome is unknown, and
-    /// a prompt retry must get 409 rather than run beside it. Shutdown does
-    /// not release a held claim either.
-    pub fn hold(self) {
-        tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
-            "outcome unknown: the claim is held until its lease runs out");
+    /// The attempt this claim is (1 for the first forward of the key).
+    pub fn attempt(&self) -> u32 {
+        self.lease.attempt
     }
 
-    /// Let the sender's next retry claim the key again. If this fails the
-    /// lease simply runs out after `processing_ttl`.
-    pub async fn release(self) {
-        if let Err(error) = self.store.release(&self.key, &self.lease).await {
-            tracing::warn!(%error, "could not release claim; it expires with its lease");
+    /// Record a failed attempt: the record turns failed (or dead) and keeps
+    /// the request. A few quick retries, like [`Claim::complete`]; if all
+    /// fail, the lease runs out and the next delivery is forwarded as if the
+    /// record had been released, without the failure recorded.
+    pub async fn fail(self, failure: &Failure<'_>) {
+        for attempt in 1..=COMPLETE_ATTEMPTS {
+            match self.store.fail(&self.key, &self.lease, failure).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    tracing::warn!(key = %self.key, "lease was lost before the failure could be recorded");
+                    return;
+                }
+                Err(error) if attempt < COMPLETE_ATTEMPTS => {
+                    tracing::warn!(%error, attempt, "recording the failure failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(error) => {
+                    tracing::warn!(key = %self.key, %error, "could not record the failure; the claim expires with its lease");
+                    return;
+                }
+            }
+        }
+        if failure.hold {
+            tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
+                "outcome unknown: the claim is held until its lease runs out");
         }
     }
 }

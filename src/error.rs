@@ -141,7 +141,17 @@ pub enum AdminError {
     NotInFlight,
     #[error("a delivery of this key is still running; add ?force=true to forget it anyway")]
     InFlight,
-    #[error("use GET, DELETE, or POST …/release")]
+    #[error("the event completed; add ?force=true to deliver it again anyway")]
+    Completed,
+    #[error(
+        "this record keeps no request to send again (only failed, dead and replayed events do)"
+    )]
+    RequestNotStored,
+    #[error("the derived key would not be a valid key (1-255 visible ASCII bytes)")]
+    KeyInvalid,
+    #[error("bad query parameter: {0}")]
+    BadQuery(String),
+    #[error("this method is not allowed on this admin path")]
     MethodNotAllowed,
     #[error("the store is unavailable: {0}")]
     StoreUnavailable(String),
@@ -155,8 +165,13 @@ impl AdminError {
             | AdminError::UnknownRoute
             | AdminError::KeyNotFound => StatusCode::NOT_FOUND,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
-            AdminError::KeyEncoding => StatusCode::BAD_REQUEST,
-            AdminError::NotInFlight | AdminError::InFlight => StatusCode::CONFLICT,
+            AdminError::KeyEncoding | AdminError::KeyInvalid | AdminError::BadQuery(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            AdminError::NotInFlight
+            | AdminError::InFlight
+            | AdminError::Completed
+            | AdminError::RequestNotStored => StatusCode::CONFLICT,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -172,6 +187,10 @@ impl AdminError {
             AdminError::KeyNotFound => "key_not_found",
             AdminError::NotInFlight => "not_in_flight",
             AdminError::InFlight => "in_flight",
+            AdminError::Completed => "completed",
+            AdminError::RequestNotStored => "request_not_stored",
+            AdminError::KeyInvalid => "key_invalid",
+            AdminError::BadQuery(_) => "bad_request",
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::StoreUnavailable(_) => "store_unavailable",
         }
@@ -294,6 +313,10 @@ mod tests {
             (AdminError::KeyNotFound, 404, "key_not_found"),
             (AdminError::NotInFlight, 409, "not_in_flight"),
             (AdminError::InFlight, 409, "in_flight"),
+            (AdminError::Completed, 409, "completed"),
+            (AdminError::RequestNotStored, 409, "request_not_stored"),
+            (AdminError::KeyInvalid, 400, "key_invalid"),
+            (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
             (
                 AdminError::StoreUnavailable("timed out".into()),

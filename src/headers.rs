@@ -1,10 +1,13 @@
-//! Header names hookgate reads or writes, in one place, and the hop-by-hop
-//! rules of RFC 9110 §7.6.1 shared by the request and response paths.
+//! Header names hookgate reads or writes, in one place, the hop-by-hop
+//! rules of RFC 9110 §7.6.1 shared by the request and response paths, and
+//! the one way headers are stored (recorded responses, kept requests).
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Added to every replayed response (SPEC §4).
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// On the answer to a delivery of a dead letter (hookgate extension).
+pub const HOOKGATE_EVENT_STATE: HeaderName = HeaderName::from_static("hookgate-event-state");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -41,10 +44,41 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Headers as `name: value\r\n` lines: compact, byte-exact (a header value
+/// holds no CR or LF), and readable in `redis-cli`, `sqlite3` or `psql`.
+pub fn encode_lines(headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(headers.len() * 32);
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The headers [`encode_lines`] wrote.
+pub fn decode_lines(lines: &[u8]) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or("header line without ':'")?;
+        let name = HeaderName::from_bytes(&line[..colon]).map_err(|e| e.to_string())?;
+        let value = line[colon + 1..]
+            .strip_prefix(b" ")
+            .unwrap_or(&line[colon + 1..]);
+        let value = HeaderValue::from_bytes(value).map_err(|e| e.to_string())?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     #[test]
     fn removes_hop_by_hop_and_connection_named_headers() {

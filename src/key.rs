@@ -112,7 +112,8 @@ pub fn extract(
     Err(KeyError::Missing)
 }
 
-fn validate(key: String) -> Result<String, KeyError> {
+/// `key` when it is 1–255 bytes of visible ASCII (SPEC §2).
+pub fn validate(key: String) -> Result<String, KeyError> {
     let visible = key.bytes().all(|b| (0x21..=0x7e).contains(&b));
     if visible && !key.is_empty() && key.len() <= MAX_KEY_BYTES {
         Ok(key)

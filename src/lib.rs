@@ -19,12 +19,15 @@
 //!   plus one line in [`verify::PROFILES`].
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
 //! - [`store`] — the [`store::Backend`] contract (atomic claims with fenced
-//!   leases) and its backends, `memory`, `embedded`, `redis` and
-//!   `redis-cluster`; [`store::Store`] adds the key layout and deadlines.
+//!   leases; failed and dead records that keep their request; listings) and
+//!   its backends, `memory`, `embedded`, `redis`, `redis-cluster` and
+//!   `postgres`; [`store::Store`] adds the key layout and deadlines.
 //!   Adding a backend is one file implementing the trait, one arm in
 //!   [`store::Store::open`] and one line in the conformance suite.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
-//!   complete or release; the set of claims this process holds.
+//!   complete or fail; the set of claims this process holds.
+//! - [`redeliver`] — an operator's redelivery (same key), replay (new key)
+//!   and redrive of dead letters, through the same claim and settle steps.
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code,
@@ -36,7 +39,7 @@
 //! - [`cidr`] — address ranges, for `trusted_proxies`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
-//!   own listener.
+//!   own listener; [`events`] is `hookgate events`, its command-line client.
 //!
 //! [`App`] wires them together for the binary; tests use the same pieces.
 
@@ -47,10 +50,12 @@ pub mod cidr;
 pub mod claim;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod headers;
 pub mod key;
 pub mod metrics;
 pub mod pipeline;
+pub mod redeliver;
 pub mod reload;
 pub mod replay;
 pub mod route;

@@ -28,6 +28,9 @@ enum Command {
     Run(ConfigArg),
     /// Validate the config, print a summary of the routes, and exit.
     Check(CheckArgs),
+    /// Find, inspect and send again stored events, through a running
+    /// gateway's admin API ($HOOKGATE_ADMIN_TOKEN).
+    Events(hookgate::events::EventsArgs),
 }
 
 #[derive(clap::Args)]
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Events(args) => hookgate::events::run(args),
         Command::Check(args) => match Config::load(&args.config.config) {
             Ok(config) => {
                 print!("{}", config.summary());

@@ -26,6 +26,13 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     pub leases_lost: IntCounterVec,
     pub config_reloads: IntCounterVec,
+    /// Events parked as dead letters (SPEC §6, §7).
+    pub dead_letters_total: IntCounterVec,
+    /// hookgate extension: dead letters held now, per route (counted in the
+    /// store every few seconds).
+    pub dead_letters: IntGaugeVec,
+    /// hookgate extension: operator redeliveries and replays by result.
+    pub redeliveries: IntCounterVec,
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
     registry: Registry,
@@ -159,6 +166,30 @@ impl Metrics {
             "TLS handshakes on the public listener that failed or timed out.",
         )
         .expect("valid metric");
+        let dead_letters_total = IntCounterVec::new(
+            Opts::new(
+                "hookgate_dead_letters_total",
+                "Events parked as dead letters after max_attempts.",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let dead_letters = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_dead_letters",
+                "Dead letters held in the store now.",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let redeliveries = IntCounterVec::new(
+            Opts::new(
+                "hookgate_redeliveries_total",
+                "Operator redeliveries (same key) and replays (new key), by how the attempt ended.",
+            ),
+            &["route", "kind", "result"],
+        )
+        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -169,6 +200,9 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(leases_lost.clone()),
             Box::new(config_reloads.clone()),
+            Box::new(dead_letters_total.clone()),
+            Box::new(dead_letters.clone()),
+            Box::new(redeliveries.clone()),
             Box::new(build_info),
             Box::new(tls_handshake_failures.clone()),
         ];
@@ -186,6 +220,9 @@ impl Metrics {
             in_flight,
             leases_lost,
             config_reloads,
+            dead_letters_total,
+            dead_letters,
+            redeliveries,
             tls_handshake_failures,
             registry: registry.clone(),
         }

@@ -27,14 +27,19 @@ use crate::claim::{Claim, Claims};
 use crate::config::{
     Config, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits, RouteConfig,
 };
-use crate::error::GatewayError;
-use crate::headers::X_REQUEST_ID;
+use crate::error::{json_response, GatewayError};
+use crate::headers::{HOOKGATE_EVENT_STATE, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
-use crate::store::{ClaimOutcome, ClaimRequest, Record, Store};
-use crate::upstream::{build_request, BodyRead, Delivery, UpstreamError, UpstreamResponse};
+use crate::store::{
+    ClaimMode, ClaimOutcome, ClaimRequest, Failure, FailureClass, Lease, Record, RecordState,
+    Store, StoreKey, StoredRequest,
+};
+use crate::upstream::{
+    build_request, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
+};
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +56,9 @@ pub enum Outcome {
     /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
     ForwardedUnkeyed,
     Replayed,
+    /// A delivery of an event parked as a dead letter, answered
+    /// `dead_letter_status` and not forwarded.
+    DeadLetter,
     /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
     UpstreamError,
     Rejected(&'static str),
@@ -62,6 +70,7 @@ impl Outcome {
             Outcome::Forwarded => "forwarded",
             Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
             Outcome::Replayed => "replayed",
+            Outcome::DeadLetter => "dead_letter",
             Outcome::UpstreamError => "upstream_error",
             Outcome::Rejected(code) => code,
         }
@@ -124,6 +133,8 @@ enum Claimed<'s> {
     New(Claim<'s>),
     /// A duplicate of a completed event, answered from its record.
     Duplicate(Response<Full<Bytes>>),
+    /// A delivery of a dead letter: answered, not forwarded.
+    Dead(Response<Full<Bytes>>),
     /// The store is down and `on_error = "forward"`: forward unrecorded.
     Unprotected,
 }
@@ -154,6 +165,29 @@ impl Gateway {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Set `hookgate_dead_letters{route}` from the store: counted when
+    /// `/metrics` is scraped, per route scope (routes sharing a scope show
+    /// the same count). A store that does not answer leaves the last value.
+    pub async fn count_dead_letters(&self) {
+        for route in self.routes() {
+            match self.store.count(&route.scope, RecordState::Dead).await {
+                Ok(count) => self
+                    .metrics
+                    .dead_letters
+                    .with_label_values(&[&route.name])
+                    .set(count as i64),
+                Err(error) => {
+                    tracing::debug!(route = %route.name, %error, "could not count dead letters")
+                }
+            }
+        }
+    }
+
+    /// Every current route, sorted by name.
+    pub fn routes(&self) -> Vec<Arc<Route>> {
+        self.runtime.load().routes.all()
     }
 
     /// The current route named `name`.
@@ -275,13 +309,14 @@ impl Gateway {
             Some(key) => match self.claim(runtime, route, key, &body_sha256).await? {
                 Claimed::New(claim) => Some(claim),
                 Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
+                Claimed::Dead(answer) => return Ok((answer, Outcome::DeadLetter)),
                 Claimed::Unprotected => None,
             },
             None => None,
         };
 
         // 6. Forward, renewing the claim while the upstream works.
-        let upstream_request = build_request(Delivery {
+        let delivery = Delivery {
             route,
             parts: &parts,
             body,
@@ -291,8 +326,8 @@ impl Gateway {
             peer_trusted: (runtime.trusted_proxies.iter())
                 .any(|range| range.contains(connection.peer.ip())),
             proto: connection.proto,
-        });
-        let call = self.call(route, upstream_request);
+        };
+        let call = self.call(route, build_request(&delivery));
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
             log.upstream = Some(elapsed);
@@ -305,10 +340,24 @@ impl Gateway {
         let (result, elapsed) = claim.renewing(call).await;
         log.upstream = Some(elapsed);
 
-        // 7. Settle the claim by what the upstream is known to have done:
-        //    final → record; refused or not delivered → release; unknown →
-        //    hold until the lease runs out (or release, per `on_unknown`).
-        match &result {
+        // 7. Settle the claim by what the upstream is known to have done.
+        self.settle(route, claim, &result, || stored_request(&delivery))
+            .await;
+        settle_sender(result, Outcome::Forwarded)
+    }
+
+    /// Stage 7, for a delivery and an operator's redelivery alike: final →
+    /// record; refused or not delivered → failed, keeping the request (dead
+    /// after `max_attempts`); unknown → failed too, the claim held until its
+    /// lease runs out (or released, per `on_unknown`).
+    pub(crate) async fn settle(
+        &self,
+        route: &Route,
+        claim: Claim<'_>,
+        result: &Result<UpstreamResponse, UpstreamError>,
+        request: impl FnOnce() -> StoredRequest,
+    ) -> Settled {
+        let (class, status) = match result {
             Ok(answer) if is_final(answer.status) => {
                 let recorded = RecordedResponse::record(
                     answer.status,
@@ -318,18 +367,41 @@ impl Gateway {
                     route.max_cached_body_bytes,
                 );
                 claim.complete(&recorded, route.retention).await;
+                return Settled::Completed(answer.status);
             }
-            Err(error) if error.outcome_unknown() && route.on_unknown == OnUnknown::Hold => {
-                tracing::warn!(route = %route.name, %error, "upstream outcome unknown");
-                claim.hold();
-            }
+            Ok(answer) => (FailureClass::Refused, Some(answer.status.as_u16())),
             Err(error) => {
                 tracing::warn!(route = %route.name, %error, "upstream call failed");
-                claim.release().await;
+                let class = if error.outcome_unknown() {
+                    FailureClass::Unknown
+                } else {
+                    FailureClass::NotDelivered
+                };
+                (class, None)
             }
-            Ok(_) => claim.release().await,
+        };
+        let dead = route.max_attempts > 0 && claim.attempt() >= route.max_attempts;
+        let hold = class == FailureClass::Unknown && route.on_unknown == OnUnknown::Hold;
+        let request = request();
+        let failure = Failure {
+            class,
+            status,
+            request: &request,
+            route: &route.name,
+            dead,
+            hold,
+            retention: route.dead_letter_retention,
+        };
+        let attempt = claim.attempt();
+        claim.fail(&failure).await;
+        if dead {
+            route.dead_letters.inc();
+            tracing::warn!(route = %route.name, attempts = attempt, class = class.as_str(),
+                "event parked as a dead letter after max_attempts");
+            Settled::Dead
+        } else {
+            Settled::Failed
         }
-        settle_sender(result, Outcome::Forwarded)
     }
 
     /// Stage 5: claim `key` on `route`.
@@ -352,19 +424,19 @@ impl Gateway {
                 processing_ttl: route.processing_ttl,
                 retention: route.retention,
                 guard_key: guard_key.as_ref(),
+                mode: ClaimMode::Deliver,
+                stored: None,
             })
             .await;
         match outcome {
-            Ok(ClaimOutcome::New(lease)) => Ok(Claimed::New(Claim::new(
-                &self.store,
-                &self.claims,
-                store_key,
-                lease,
-                route.processing_ttl,
-                route.leases_lost.clone(),
-            ))),
+            Ok(ClaimOutcome::New(lease)) => {
+                Ok(Claimed::New(self.claim_for(route, store_key, lease)))
+            }
             Ok(ClaimOutcome::Completed(record)) => {
                 replay(route, &record, body_sha256).map(Claimed::Duplicate)
+            }
+            Ok(ClaimOutcome::Dead(record)) => {
+                dead_letter(route, &record, body_sha256).map(Claimed::Dead)
             }
             Ok(ClaimOutcome::InFlight { retry_after }) => {
                 Err(GatewayError::InFlight { retry_after })
@@ -380,8 +452,20 @@ impl Gateway {
         }
     }
 
+    /// The claim `lease` grants on `key`, registered for shutdown.
+    pub(crate) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim<'_> {
+        Claim::new(
+            &self.store,
+            &self.claims,
+            key,
+            lease,
+            route.processing_ttl,
+            route.leases_lost.clone(),
+        )
+    }
+
     /// Stage 6: one upstream call, timed; the answer's class counted.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         route: &Route,
         request: Request<Full<Bytes>>,
@@ -465,17 +549,67 @@ fn is_final(status: StatusCode) -> bool {
             && status != StatusCode::TOO_MANY_REQUESTS)
 }
 
+/// How stage 7 left a claimed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The upstream's final answer, recorded.
+    Completed(StatusCode),
+    Failed,
+    Dead,
+}
+
+impl Settled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Completed(_) => "completed",
+            Settled::Failed => "failed",
+            Settled::Dead => "dead",
+        }
+    }
+}
+
+/// A later delivery must carry the body the key was claimed with (or
+/// `on_mismatch = "replay"`).
+fn check_body(route: &RouteConfig, record: &Record, body_sha256: &str) -> Result<(), GatewayError> {
+    if record.body_sha256 != body_sha256 && route.on_mismatch == OnMismatch::Reject {
+        return Err(GatewayError::PayloadMismatch);
+    }
+    Ok(())
+}
+
 /// Answer a duplicate of a completed event.
 fn replay(
     route: &RouteConfig,
     record: &Record,
     body_sha256: &str,
 ) -> Result<Response<Full<Bytes>>, GatewayError> {
-    if record.body_sha256 != body_sha256 && route.on_mismatch == OnMismatch::Reject {
-        return Err(GatewayError::PayloadMismatch);
-    }
+    check_body(route, record, body_sha256)?;
     let recorded = record.response.as_ref().ok_or(GatewayError::Internal)?;
     Ok(recorded.replay())
+}
+
+/// Answer a delivery of a dead letter: `dead_letter_status` (202 by
+/// default, which stops the sender's retries) and a JSON body saying the
+/// event is parked; nothing is forwarded.
+fn dead_letter(
+    route: &RouteConfig,
+    record: &Record,
+    body_sha256: &str,
+) -> Result<Response<Full<Bytes>>, GatewayError> {
+    check_body(route, record, body_sha256)?;
+    let body = serde_json::json!({
+        "event": {
+            "state": "dead",
+            "attempts": record.attempts,
+            "message": "the upstream failed this event max_attempts times; it is parked as a \
+                        dead letter for an operator to redeliver, and not forwarded again",
+        }
+    });
+    let mut response = json_response(route.dead_letter_status, &body);
+    response
+        .headers_mut()
+        .insert(HOOKGATE_EVENT_STATE, HeaderValue::from_static("dead"));
+    Ok(response)
 }
 
 /// What the delivery that caused the upstream call gets back: the upstream's

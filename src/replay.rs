@@ -14,7 +14,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 
-use crate::headers::{strip_hop_by_hop, IDEMPOTENT_REPLAYED};
+use crate::headers::{decode_lines, encode_lines, strip_hop_by_hop, IDEMPOTENT_REPLAYED};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedResponse {
@@ -119,17 +119,9 @@ impl RecordedResponse {
         response
     }
 
-    /// Headers as `name: value\r\n` lines: compact, byte-exact, and readable
-    /// in `redis-cli` or `sqlite3`.
+    /// The headers as stored ([`encode_lines`]).
     pub fn encode_headers(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.headers.len() * 32);
-        for (name, value) in &self.headers {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        out
+        encode_lines(&self.headers)
     }
 
     pub fn decode(
@@ -139,23 +131,7 @@ impl RecordedResponse {
         body_kept: BodyKept,
     ) -> Result<Self, String> {
         let status = StatusCode::from_u16(status).map_err(|_| format!("bad status {status}"))?;
-        let mut map = HeaderMap::new();
-        for line in headers
-            .split(|&b| b == b'\n')
-            .filter(|line| !line.is_empty())
-        {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line
-                .iter()
-                .position(|&b| b == b':')
-                .ok_or("header line without ':'")?;
-            let name = HeaderName::from_bytes(&line[..colon]).map_err(|e| e.to_string())?;
-            let value = line[colon + 1..]
-                .strip_prefix(b" ")
-                .unwrap_or(&line[colon + 1..]);
-            let value = HeaderValue::from_bytes(value).map_err(|e| e.to_string())?;
-            map.append(name, value);
-        }
+        let map = decode_lines(headers)?;
         Ok(Self {
             status,
             headers: map,

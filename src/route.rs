@@ -22,6 +22,9 @@ pub struct Route {
     /// `hookgate_leases_lost_total{route}`, looked up once per reload
     /// instead of once per request.
     pub leases_lost: IntCounter,
+    /// `hookgate_dead_letters_total{route}`, present (at 0) from the start
+    /// so a rate over it is defined.
+    pub dead_letters: IntCounter,
 }
 
 impl Deref for Route {
@@ -87,6 +90,9 @@ impl RouteTable {
                     config: Arc::clone(config),
                     upstream,
                     leases_lost: metrics.leases_lost.with_label_values(&[&config.name]),
+                    dead_letters: metrics
+                        .dead_letters_total
+                        .with_label_values(&[&config.name]),
                 };
                 (config.path.clone(), Arc::new(route))
             })
@@ -95,6 +101,13 @@ impl RouteTable {
     }
 
     /// The route named `name` (admin API).
+    /// Every route, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Route>> {
+        let mut routes: Vec<Arc<Route>> = self.by_path.values().cloned().collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        routes
+    }
+
     pub fn named(&self, name: &str) -> Option<&Arc<Route>> {
         self.by_path.values().find(|route| route.name == name)
     }

@@ -25,6 +25,7 @@ use crate::headers::{
     strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID,
 };
 pub use crate::replay::BodyRead;
+use crate::store::StoredRequest;
 
 /// Largest upstream response body read into memory. Beyond it the status and
 /// headers are still returned (and recorded), the body is not.
@@ -167,17 +168,26 @@ pub struct Delivery<'a> {
 }
 
 /// The request the upstream receives for `delivery`.
-pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
+pub fn build_request(delivery: &Delivery<'_>) -> Request<Full<Bytes>> {
+    resend(
+        delivery.route,
+        stored_request(delivery),
+        delivery.key,
+        delivery.request_id,
+    )
+}
+
+/// The request as forwarded, minus what each attempt sets afresh (the
+/// idempotency header and `X-Request-Id`): what is kept of a delivery whose
+/// attempt failed, and what [`resend`] sends.
+pub fn stored_request(delivery: &Delivery<'_>) -> StoredRequest {
     let Delivery {
-        route,
         parts,
-        body,
-        key,
-        request_id,
         peer,
         peer_trusted,
         proto,
-    } = delivery;
+        ..
+    } = *delivery;
     let mut headers = parts.headers.clone();
     strip_hop_by_hop(&mut headers);
     let host = headers.remove(header::HOST).or_else(|| {
@@ -201,6 +211,31 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
         headers.insert(X_FORWARDED_FOR, value);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(X_REQUEST_ID);
+    StoredRequest {
+        method: parts.method.clone(),
+        query: parts.uri.query().map(str::to_owned),
+        headers,
+        body: delivery.body.clone(),
+    }
+}
+
+/// The upstream request for `stored` under idempotency `key` (the same key
+/// for a delivery or a redelivery, a new one for a replay): the route's
+/// current upstream, the stored method, query, headers and body.
+pub fn resend(
+    route: &RouteConfig,
+    stored: StoredRequest,
+    key: Option<&str>,
+    request_id: &HeaderValue,
+) -> Request<Full<Bytes>> {
+    let StoredRequest {
+        method,
+        query,
+        mut headers,
+        body,
+    } = stored;
     headers.insert(X_REQUEST_ID, request_id.clone());
     if let Some(name) = &route.idempotency_header {
         match key.map(HeaderValue::from_str) {
@@ -217,8 +252,8 @@ pub fn build_request(delivery: Delivery<'_>) -> Request<Full<Bytes>> {
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
 
     let mut request = Request::new(Full::new(body));
-    *request.method_mut() = parts.method.clone();
-    *request.uri_mut() = upstream_uri(&route.upstream, parts.uri.query());
+    *request.method_mut() = method;
+    *request.uri_mut() = upstream_uri(&route.upstream, query.as_deref());
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     request

@@ -83,6 +83,9 @@ pub struct RawRoute {
     pub on_missing_key: Option<String>,
     pub replay_guard: Option<String>,
     pub max_cached_body_bytes: Option<u64>,
+    pub max_attempts: Option<u64>,
+    pub dead_letter_status: Option<u64>,
+    pub dead_letter_retention: Option<String>,
     pub verify: Option<RawVerify>,
 }
 

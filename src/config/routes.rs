@@ -7,12 +7,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method, Uri};
+use http::{HeaderName, Method, StatusCode, Uri};
 
 use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
 use super::settings::{OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
 use super::summary::humanize;
+
+/// Failed and dead events are kept this long unless the route says otherwise
+/// (SPEC §6), or as long as `retention` when that is longer.
+const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 use super::validate::Validator;
 use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
@@ -197,6 +201,35 @@ impl Validator<'_> {
             16 << 20,
         );
 
+        let max_attempts = raw.max_attempts.unwrap_or(0);
+        if max_attempts > 1000 {
+            self.fail(
+                &at.key("max_attempts"),
+                "must be between 0 (unlimited) and 1000",
+            );
+        }
+        let dead_letter_status = match raw.dead_letter_status.unwrap_or(202) {
+            code @ 200..=599 => StatusCode::from_u16(code as u16).expect("in range"),
+            _ => {
+                self.fail(
+                    &at.key("dead_letter_status"),
+                    "must be an HTTP status between 200 and 599",
+                );
+                StatusCode::ACCEPTED
+            }
+        };
+        let dead_letter_retention = self.duration(
+            &at.key("dead_letter_retention"),
+            raw.dead_letter_retention.as_ref(),
+            DEFAULT_DEAD_LETTER_RETENTION.max(retention),
+        );
+        if dead_letter_retention < retention {
+            self.fail(
+                &at.key("dead_letter_retention"),
+                "dead_letter_retention must be at least retention: failed events are kept longer than completed ones",
+            );
+        }
+
         RouteConfig {
             name,
             path,
@@ -214,6 +247,9 @@ impl Validator<'_> {
             on_missing_key,
             replay_guard,
             max_cached_body_bytes,
+            max_attempts: max_attempts.min(1000) as u32,
+            dead_letter_status,
+            dead_letter_retention,
             scheme,
             verifier,
         }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method, Uri};
+use http::{HeaderName, Method, StatusCode, Uri};
 use rustls::pki_types::CertificateDer;
 
 use crate::cidr::Cidr;
@@ -172,6 +172,12 @@ pub struct RouteConfig {
     /// a new (unsigned) key is a duplicate of the first delivery.
     pub replay_guard: bool,
     pub max_cached_body_bytes: usize,
+    /// Attempts before an event is parked as a dead letter; 0: unlimited.
+    pub max_attempts: u32,
+    /// What a delivery of a dead event gets (2xx stops the sender's retries).
+    pub dead_letter_status: StatusCode,
+    /// How long failed and dead records (with their requests) are kept.
+    pub dead_letter_retention: Duration,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
 }

@@ -53,7 +53,7 @@ impl Config {
             let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
             let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
             out += &format!(
-                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n",
+                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
                 name = route.name,
                 methods = methods.join(","),
                 path = route.path,
@@ -65,6 +65,17 @@ impl Config {
                 ttl = humanize(route.processing_ttl),
                 retention = humanize(route.retention),
                 guard = if route.replay_guard { ", replay guard on" } else { "" },
+                dead = match route.max_attempts {
+                    0 => format!(
+                        "failed events kept {}, never parked (max_attempts 0)",
+                        humanize(route.dead_letter_retention)
+                    ),
+                    n => format!(
+                        "dead letter after {n} failed attempts (answered {}), kept {}",
+                        route.dead_letter_status.as_u16(),
+                        humanize(route.dead_letter_retention)
+                    ),
+                },
             );
         }
         for warning in &self.warnings {

@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Method};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use super::*;
 use crate::key::KeySource;
@@ -413,6 +413,62 @@ fn trusted_proxies_are_address_ranges() {
     assert!(
         found.contains(
             "server.trusted_proxies[0]: \"10.0.0.0/40\": the prefix length must be 0 to 32"
+        ),
+        "{found}"
+    );
+}
+
+#[test]
+fn dead_letter_settings_have_defaults_and_bounds() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let config = parse(&route_with(verify, "")).unwrap();
+    let route = &config.live.routes[0];
+    assert_eq!(route.max_attempts, 0, "unlimited by default");
+    assert_eq!(route.dead_letter_status, StatusCode::ACCEPTED);
+    assert_eq!(
+        route.dead_letter_retention,
+        Duration::from_secs(30 * 86_400)
+    );
+
+    let config = parse(&route_with(
+        verify,
+        "max_attempts = 5\ndead_letter_status = 200\ndead_letter_retention = \"90d\"",
+    ))
+    .unwrap();
+    let route = &config.live.routes[0];
+    assert_eq!(route.max_attempts, 5);
+    assert_eq!(route.dead_letter_status, StatusCode::OK);
+    assert_eq!(
+        route.dead_letter_retention,
+        Duration::from_secs(90 * 86_400)
+    );
+    assert!(config
+        .summary()
+        .contains("dead letter after 5 failed attempts (answered 200), kept 90d"));
+
+    let longer = parse(&route_with(verify, "retention = \"60d\"")).unwrap();
+    assert_eq!(
+        longer.live.routes[0].dead_letter_retention,
+        Duration::from_secs(60 * 86_400),
+        "never shorter than retention by default"
+    );
+
+    let found = problems(&route_with(
+        verify,
+        "max_attempts = 5000\ndead_letter_status = 99\nretention = \"7d\"\ndead_letter_retention = \"1d\"",
+    ))
+    .join("\n");
+    assert!(
+        found.contains("routes[0].max_attempts: must be between 0 (unlimited) and 1000"),
+        "{found}"
+    );
+    assert!(
+        found.contains("routes[0].dead_letter_status: must be an HTTP status"),
+        "{found}"
+    );
+    assert!(
+        found.contains(
+            "routes[0].dead_letter_retention: dead_letter_retention must be at least retention"
         ),
         "{found}"
     );

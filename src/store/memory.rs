@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    settled, Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Lease, Record, RecordState,
-    StoreError, StoreKey,
+    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, Failure, LastError,
+    Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -70,6 +70,20 @@ impl MemoryStore {
         f(entry, now)
     }
 
+    /// The live records of `source` in `state`, with their ids.
+    fn in_source<'t>(
+        &self,
+        tables: &'t Tables,
+        source: &'t str,
+        state: RecordState,
+        now: u64,
+    ) -> impl Iterator<Item = (&'t str, &'t Record)> + 't {
+        tables.records.iter().filter_map(move |(key, entry)| {
+            let id = key.strip_prefix(source)?.strip_prefix(':')?;
+            (entry.expires_at_ms > now && entry.value.state == state).then_some((id, &entry.value))
+        })
+    }
+
     fn sweep(&self, now: u64) {
         let last = self.last_sweep_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) < SWEEP_EVERY_MS
@@ -102,30 +116,39 @@ impl Backend for MemoryStore {
         self.sweep(now);
         let mut tables = self.lock();
         let existing = live(&tables.records, key, now);
-        if let Some(answer) = existing.and_then(|record| settled(record.clone(), now)) {
+        if let Some(answer) = existing.and_then(|record| settled(record.clone(), now, request.mode))
+        {
             return Ok(answer);
         }
         let first = guard_key
             .and_then(|guard| live(&tables.guards, guard, now))
             .filter(|first| first.as_str() != key)
             .and_then(|first| live(&tables.records, first, now));
-        if let Some(answer) = first.and_then(|record| settled(record.clone(), now)) {
+        if let Some(answer) =
+            first.and_then(|record| settled(record.clone(), now, ClaimMode::Deliver))
+        {
             return Ok(answer);
         }
-        let (attempts, first_seen_ms) = existing.map_or((1, now), |record| {
-            (record.attempts + 1, record.first_seen_ms)
-        });
-        let token = token.to_owned();
-        let record = Record {
-            state: RecordState::Processing,
-            token: Some(token.clone()),
-            body_sha256: request.body_sha256.to_owned(),
-            attempts,
-            first_seen_ms,
-            lease_expires_at_ms: Some(now + millis(request.processing_ttl)),
-            completed_at_ms: None,
-            response: None,
+        let mut record = match existing {
+            Some(previous) => Record {
+                state: RecordState::Processing,
+                token: Some(token.to_owned()),
+                body_sha256: request.body_sha256.to_owned(),
+                attempts: previous.attempts + 1,
+                updated_ms: now,
+                completed_at_ms: None,
+                response: None,
+                ..previous.clone()
+            },
+            None => Record::claimed(token, request.body_sha256, 1, now),
         };
+        record.lease_expires_at_ms = Some(now + millis(request.processing_ttl));
+        if let Some(stored) = request.stored {
+            record.request = Some(stored.request.clone());
+            record.route = Some(stored.route.to_owned());
+            record.replay_of = stored.replay_of.map(str::to_owned);
+        }
+        let attempts = record.attempts;
         let expires_at_ms = now + millis(request.retention);
         tables.records.insert(
             key.to_owned(),
@@ -144,7 +167,7 @@ impl Backend for MemoryStore {
             );
         }
         Ok(ClaimOutcome::New(Lease {
-            token,
+            token: token.to_owned(),
             attempt: attempts,
         }))
     }
@@ -177,6 +200,7 @@ impl Backend for MemoryStore {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 let record = &mut entry.value;
                 record.state = RecordState::Completed;
+                record.updated_ms = now;
                 record.token = None;
                 record.lease_expires_at_ms = None;
                 record.completed_at_ms = Some(now);
@@ -188,11 +212,44 @@ impl Backend for MemoryStore {
         }))
     }
 
+    async fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> Result<bool, StoreError> {
+        let key = key.as_str();
+        Ok(self.with_record(key, |entry, now| match entry {
+            Some(entry) if entry.value.token.as_deref() == Some(token) => {
+                let record = &mut entry.value;
+                record.state = failure.state();
+                record.updated_ms = now;
+                if !failure.hold {
+                    record.token = None;
+                    record.lease_expires_at_ms = None;
+                }
+                record.last_error = Some(LastError {
+                    class: failure.class,
+                    status: failure.status,
+                    at_ms: now,
+                });
+                record.request = Some(failure.request.clone());
+                record.route = Some(failure.route.to_owned());
+                entry.expires_at_ms = now + millis(failure.retention);
+                true
+            }
+            _ => false,
+        }))
+    }
+
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
         let key = key.as_str();
-        Ok(self.with_record(key, |entry, _| match entry {
+        Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
-                entry.value.state = RecordState::Released;
+                if entry.value.state == RecordState::Processing {
+                    entry.value.state = RecordState::Failed;
+                    entry.value.updated_ms = now;
+                }
                 entry.value.token = None;
                 entry.value.lease_expires_at_ms = None;
                 true
@@ -214,7 +271,7 @@ impl Backend for MemoryStore {
             return Ok(Deleted::NotFound);
         };
         let in_flight = matches!(
-            settled(record.clone(), now),
+            settled(record.clone(), now, ClaimMode::Redeliver { force: true }),
             Some(ClaimOutcome::InFlight { .. })
         );
         if in_flight && !force {
@@ -226,6 +283,25 @@ impl Backend for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
+        let now = self.clock.now_ms();
+        let tables = self.lock();
+        let mut page: Vec<(String, Record)> = self
+            .in_source(&tables, query.source, query.state, now)
+            .filter(|(id, record)| query.admits(record.updated_ms, id))
+            .map(|(id, record)| (id.to_owned(), record.clone().summary()))
+            .collect();
+        page.sort_by(|(a_id, a), (b_id, b)| (b.updated_ms, b_id).cmp(&(a.updated_ms, a_id)));
+        page.truncate(query.limit);
+        Ok(page)
+    }
+
+    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
+        let now = self.clock.now_ms();
+        let tables = self.lock();
+        Ok(self.in_source(&tables, source, state, now).count() as u64)
     }
 }
 

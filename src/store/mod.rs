@@ -1,10 +1,11 @@
 //! The claim store: one record per scoped idempotency key, shared by every
 //! gateway instance that uses the same backend.
 //!
-//! A record moves `Processing` → `Completed`, or `Processing` → `Released` →
-//! `Processing` again when the upstream failed and the sender retries. The
-//! contract is the [`Backend`] trait; every backend holds its invariants, and
-//! `tests/it/conformance.rs` runs the same suite against each:
+//! A record moves `Processing` → `Completed`, or `Processing` → `Failed` →
+//! `Processing` again when the upstream failed and the sender retries, and
+//! → `Dead` after `max_attempts` (SPEC §6). The contract is the [`Backend`]
+//! trait; every backend holds its invariants, and `tests/it/conformance.rs`
+//! runs the same suite against each:
 //!
 //! - `claim` is atomic: of any number of concurrent claims of a key, exactly
 //!   one gets [`ClaimOutcome::New`] with a fresh random fencing token.
@@ -13,7 +14,13 @@
 //! - `renew`, `complete` and `release` compare the fencing token, so a holder
 //!   whose lease expired and was taken over can never overwrite or delete its
 //!   successor's claim. They answer `false` when the token no longer matches.
-//! - A completed record, with the recorded response, lives for `retention`.
+//! - A completed record, with the recorded response, lives for `retention`;
+//!   a failed or dead one keeps the request and its last error for
+//!   `dead_letter_retention`. A dead record answers deliveries `Dead` and is
+//!   claimed only by an operator's redelivery ([`ClaimMode`]), a completed
+//!   one only by a forced redelivery; a live lease is never taken.
+//! - Listings page through one source's records of one state, newest first
+//!   by last change, without scanning the keyspace.
 //! - With a replay guard, a claimable key (new, released, or with a lapsed
 //!   lease) whose body already claimed another key is answered by that key's
 //!   record while it is completed or in flight (see
@@ -43,7 +50,10 @@ pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
 pub(crate) use self::record::{new_token, settled};
-pub use self::record::{ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreKey};
+pub use self::record::{
+    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, LastError, Lease,
+    ListQuery, Record, RecordState, StoreKey, Stored, StoredRequest,
+};
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous};
 use crate::metrics::StoreMetrics;
@@ -93,7 +103,19 @@ pub trait Backend: Send + Sync + 'static {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Give the key up so the next delivery claims it; the attempt count stays.
+    /// Record a failed attempt of the holder of `token`: the record turns
+    /// `Failed` (or `Dead`), keeps the request and the error, and lives for
+    /// `failure.retention`. With `failure.hold` the token and lease stay, so
+    /// the key answers in flight until the lease runs out.
+    fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Give the key up so the next delivery claims it (the record turns
+    /// `Failed`); the attempt count stays.
     fn release(
         &self,
         key: &StoreKey,
@@ -115,6 +137,20 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// One page of `query`: `(id, record)` pairs, newest first, records as
+    /// [`Record::summary`] shows them.
+    fn list(
+        &self,
+        query: &ListQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<(String, Record)>, StoreError>> + Send;
+
+    /// How many live records of `source` are in `state`.
+    fn count(
+        &self,
+        source: &str,
+        state: RecordState,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Settings of the backend that would silently lose claims (Redis
     /// eviction, no persistence), as operator warnings; empty when fine or
@@ -145,7 +181,15 @@ trait DynBackend: Send + Sync {
         response: &'a RecordedResponse,
         retention: Duration,
     ) -> Op<'a, bool>;
+    fn fail<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        token: &'a str,
+        failure: &'a Failure<'a>,
+    ) -> Op<'a, bool>;
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
+    fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
+    fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
@@ -176,8 +220,22 @@ impl<B: Backend> DynBackend for B {
     ) -> Op<'a, bool> {
         Box::pin(Backend::complete(self, key, token, response, retention))
     }
+    fn fail<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        token: &'a str,
+        failure: &'a Failure<'a>,
+    ) -> Op<'a, bool> {
+        Box::pin(Backend::fail(self, key, token, failure))
+    }
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool> {
         Box::pin(Backend::release(self, key, token))
+    }
+    fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>> {
+        Box::pin(Backend::list(self, query))
+    }
+    fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64> {
+        Box::pin(Backend::count(self, source, state))
     }
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
         Box::pin(Backend::get(self, key))
@@ -205,6 +263,79 @@ pub struct Store {
     hash_tags: bool,
     timeout: Duration,
     metrics: StoreMetrics,
+}
+
+/// A record as a listing returns it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub scope: String,
+    pub id: String,
+    pub record: Record,
+}
+
+impl Listed {
+    /// Where it sorts: listings are newest first by this.
+    fn position(&self) -> (u64, &str, &str) {
+        (self.record.updated_ms, &self.scope, &self.id)
+    }
+
+    fn cursor(&self) -> Cursor {
+        Cursor {
+            updated_ms: self.record.updated_ms,
+            scope: self.scope.clone(),
+            id: self.id.clone(),
+        }
+    }
+}
+
+/// One page of a listing, and where the next one starts.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub records: Vec<Listed>,
+    pub next: Option<Cursor>,
+}
+
+/// Where a listing goes on: after the record at `(updated_ms, scope, id)`.
+/// Opaque to clients (URL-safe base64).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    updated_ms: u64,
+    scope: String,
+    id: String,
+}
+
+impl Cursor {
+    pub fn encode(&self) -> String {
+        use base64::Engine;
+        let text = format!("{}\n{}\n{}", self.updated_ms, self.scope, self.id);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text)
+            .ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut parts = text.splitn(3, '\n');
+        Some(Self {
+            updated_ms: parts.next()?.parse().ok()?,
+            scope: parts.next()?.to_owned(),
+            id: parts.next()?.to_owned(),
+        })
+    }
+
+    /// The bound a listing of `scope` continues from: records of a scope
+    /// that sorts before the cursor's may share its time, those of a later
+    /// scope may not.
+    fn bound_for(&self, scope: &str) -> (u64, Option<&str>) {
+        let id = match scope.cmp(self.scope.as_str()) {
+            std::cmp::Ordering::Less => None,
+            std::cmp::Ordering::Equal => Some(self.id.as_str()),
+            std::cmp::Ordering::Greater => Some(""),
+        };
+        (self.updated_ms, id)
+    }
 }
 
 /// What a forced release found.
@@ -363,6 +494,16 @@ impl Store {
         self.deadline("complete", op).await
     }
 
+    pub async fn fail(
+        &self,
+        key: &StoreKey,
+        lease: &Lease,
+        failure: &Failure<'_>,
+    ) -> Result<bool, StoreError> {
+        let op = self.backend.fail(key, &lease.token, failure);
+        self.deadline("fail", op).await
+    }
+
     pub async fn release(&self, key: &StoreKey, lease: &Lease) -> Result<bool, StoreError> {
         self.deadline("release", self.backend.release(key, &lease.token))
             .await
@@ -380,6 +521,58 @@ impl Store {
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.deadline("ping", self.backend.ping()).await
+    }
+
+    /// One page of the records of `scopes` in `state` (every state when
+    /// `None`), newest first by last change, after `cursor`. Each scope is
+    /// listed on its own (on a Redis Cluster it lives in one hash slot) and
+    /// the pages are merged; the next page starts after the last record.
+    pub async fn list(
+        &self,
+        scopes: &[&str],
+        state: Option<RecordState>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+    ) -> Result<Page, StoreError> {
+        let states: Vec<RecordState> = match state {
+            Some(state) => vec![state],
+            None => RecordState::ALL.to_vec(),
+        };
+        let mut listed = Vec::new();
+        for scope in scopes {
+            let source = self.source(scope);
+            let before = cursor.map(|cursor| cursor.bound_for(scope));
+            for &state in &states {
+                let query = ListQuery {
+                    source: &source,
+                    state,
+                    limit,
+                    before,
+                };
+                let page = self.deadline("list", self.backend.list(&query)).await?;
+                listed.extend(page.into_iter().map(|(id, record)| Listed {
+                    scope: (*scope).to_owned(),
+                    id,
+                    record,
+                }));
+            }
+        }
+        listed.sort_by(|a, b| b.position().cmp(&a.position()));
+        listed.truncate(limit);
+        let next = (listed.len() == limit)
+            .then(|| listed.last().map(Listed::cursor))
+            .flatten();
+        Ok(Page {
+            records: listed,
+            next,
+        })
+    }
+
+    /// How many live records of `scope` are in `state`.
+    pub async fn count(&self, scope: &str, state: RecordState) -> Result<u64, StoreError> {
+        let source = self.source(scope);
+        self.deadline("count", self.backend.count(&source, state))
+            .await
     }
 
     /// Release a claim whatever its holder (admin): compare-and-set on the

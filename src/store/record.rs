@@ -3,39 +3,130 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{HeaderMap, Method};
 use serde::Serialize;
 
 use crate::replay::RecordedResponse;
 
-/// Where a record is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Where a record is in its life (SPEC §6): `Processing` → `Completed`,
+/// or `Failed` (the sender's retry claims it again) → … → `Dead` after
+/// `max_attempts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
     /// A delivery holds the claim and is calling the upstream.
     Processing,
-    /// The upstream failed (not final); the next delivery claims again.
-    Released,
+    /// The last attempt did not finish; the next delivery claims again.
+    Failed,
+    /// Parked after `max_attempts`: deliveries are answered
+    /// `dead_letter_status` and nothing is forwarded until an operator acts.
+    Dead,
     /// The upstream answered finally; later deliveries get the recording.
     Completed,
 }
 
 impl RecordState {
+    pub const ALL: [RecordState; 4] = [
+        RecordState::Processing,
+        RecordState::Failed,
+        RecordState::Dead,
+        RecordState::Completed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RecordState::Processing => "processing",
-            RecordState::Released => "released",
+            RecordState::Failed => "failed",
+            RecordState::Dead => "dead",
             RecordState::Completed => "completed",
+        }
+    }
+
+    /// Also reads `released`, what a failed record was called before dead
+    /// letters existed.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text == "released" {
+            return Some(RecordState::Failed);
+        }
+        Self::ALL.into_iter().find(|state| state.as_str() == text)
+    }
+}
+
+/// Why an attempt did not finish (SPEC §4 step 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The upstream answered 5xx, 408, 429 or 3xx.
+    Refused,
+    /// The request never left hookgate (connect refused, TLS, DNS).
+    NotDelivered,
+    /// Timeout, or the connection broke after the request was sent: the
+    /// upstream may have done the work.
+    Unknown,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Refused => "refused",
+            FailureClass::NotDelivered => "not_delivered",
+            FailureClass::Unknown => "unknown",
         }
     }
 
     pub fn parse(text: &str) -> Option<Self> {
         [
-            RecordState::Processing,
-            RecordState::Released,
-            RecordState::Completed,
+            FailureClass::Refused,
+            FailureClass::NotDelivered,
+            FailureClass::Unknown,
         ]
         .into_iter()
-        .find(|state| state.as_str() == text)
+        .find(|class| class.as_str() == text)
+    }
+}
+
+/// The last failed attempt of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastError {
+    pub class: FailureClass,
+    /// The upstream's status, when it answered.
+    pub status: Option<u16>,
+    /// Unix milliseconds the attempt failed.
+    pub at_ms: u64,
+}
+
+/// The request as hookgate forwarded it, kept on failed and dead records
+/// (and on replays) so an operator can send it again: method, the query
+/// string, the headers the upstream got (signature headers included) and
+/// the body byte for byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRequest {
+    pub method: Method,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl StoredRequest {
+    /// Rebuild a stored request from its stored parts.
+    pub fn decode(
+        method: &str,
+        query: Option<String>,
+        headers: &[u8],
+        body: Bytes,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            method: Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?,
+            query,
+            headers: crate::headers::decode_lines(headers)?,
+            body,
+        })
+    }
+
+    /// The headers as stored (`name: value` lines).
+    pub fn encode_headers(&self) -> Vec<u8> {
+        crate::headers::encode_lines(&self.headers)
     }
 }
 
@@ -43,7 +134,8 @@ impl RecordState {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub state: RecordState,
-    /// Fencing token of the current holder; only while `Processing`.
+    /// Fencing token of the current holder: while `Processing`, and while a
+    /// failed attempt's outcome is unknown and its claim is held.
     pub token: Option<String>,
     /// Hex SHA-256 of the body that claimed the key.
     pub body_sha256: String,
@@ -51,11 +143,52 @@ pub struct Record {
     pub attempts: u32,
     /// Unix milliseconds of the first claim.
     pub first_seen_ms: u64,
-    /// Unix milliseconds the lease runs out; only while `Processing`.
+    /// Unix milliseconds of the last change of state (listings are newest
+    /// first by it).
+    pub updated_ms: u64,
+    /// Unix milliseconds the lease runs out: while `Processing`, or while a
+    /// failed claim is held.
     pub lease_expires_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
     /// The recorded upstream response; only when `Completed`.
     pub response: Option<RecordedResponse>,
+    pub last_error: Option<LastError>,
+    /// The route whose request is stored.
+    pub route: Option<String>,
+    /// For a replay: the key of the event it replays.
+    pub replay_of: Option<String>,
+    /// The request, once an attempt failed (or for a replay); absent from
+    /// listings.
+    pub request: Option<StoredRequest>,
+}
+
+impl Record {
+    /// A fresh record of a claim at `now_ms`, for backends that build it
+    /// in memory.
+    pub fn claimed(token: &str, body_sha256: &str, attempts: u32, now_ms: u64) -> Self {
+        Record {
+            state: RecordState::Processing,
+            token: Some(token.to_owned()),
+            body_sha256: body_sha256.to_owned(),
+            attempts,
+            first_seen_ms: now_ms,
+            updated_ms: now_ms,
+            lease_expires_at_ms: None,
+            completed_at_ms: None,
+            response: None,
+            last_error: None,
+            route: None,
+            replay_of: None,
+            request: None,
+        }
+    }
+
+    /// This record as a listing shows it: without request or response.
+    pub fn summary(mut self) -> Self {
+        self.request = None;
+        self.response = None;
+        self
+    }
 }
 
 /// Proof of holding a claim: pass it back to `renew`, `complete`, `release`.
@@ -77,6 +210,8 @@ pub enum ClaimOutcome {
     },
     /// The key finished; replay its recording.
     Completed(Record),
+    /// The event is parked as a dead letter.
+    Dead(Record),
 }
 
 /// What `delete` did.
@@ -139,6 +274,36 @@ impl std::fmt::Display for StoreKey {
     }
 }
 
+/// Who is claiming: a sender's delivery, or an operator's redelivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimMode {
+    /// A delivery: a dead letter answers `Dead`, a completed key `Completed`.
+    Deliver,
+    /// An operator's redelivery: a dead or failed record is claimed, and a
+    /// completed one too when `force` is set. A live claim is never taken.
+    Redeliver { force: bool },
+}
+
+impl ClaimMode {
+    /// As the backends' scripts and statements take it: 0 a delivery, 1 a
+    /// redelivery, 2 a forced one.
+    pub fn code(self) -> u8 {
+        match self {
+            ClaimMode::Deliver => 0,
+            ClaimMode::Redeliver { force: false } => 1,
+            ClaimMode::Redeliver { force: true } => 2,
+        }
+    }
+}
+
+/// A request stored along with a claim (a replay, an async delivery).
+#[derive(Debug, Clone, Copy)]
+pub struct Stored<'a> {
+    pub request: &'a StoredRequest,
+    pub route: &'a str,
+    pub replay_of: Option<&'a str>,
+}
+
 /// What a claim writes, besides the key.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
@@ -156,6 +321,79 @@ pub struct ClaimRequest<'a> {
     /// after the same body completed under another key is a duplicate too. A
     /// fresh claim points the guard at `key` for `retention`.
     pub guard_key: Option<&'a StoreKey>,
+    pub mode: ClaimMode,
+    /// Kept with the claim; `None` keeps whatever request the record holds.
+    pub stored: Option<Stored<'a>>,
+}
+
+impl<'a> ClaimRequest<'a> {
+    /// A sender's delivery of `key`, without replay guard or stored request.
+    pub fn delivery(
+        key: &'a StoreKey,
+        body_sha256: &'a str,
+        processing_ttl: Duration,
+        retention: Duration,
+    ) -> Self {
+        Self {
+            key,
+            body_sha256,
+            processing_ttl,
+            retention,
+            guard_key: None,
+            mode: ClaimMode::Deliver,
+            stored: None,
+        }
+    }
+}
+
+/// How an attempt failed, as `fail` records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Failure<'a> {
+    pub class: FailureClass,
+    pub status: Option<u16>,
+    pub request: &'a StoredRequest,
+    pub route: &'a str,
+    /// Park the record as a dead letter (`max_attempts` reached).
+    pub dead: bool,
+    /// Keep the claim (token and lease) until the lease runs out: the
+    /// outcome is unknown and the upstream may still be working.
+    pub hold: bool,
+    /// How long the failed or dead record lives (`dead_letter_retention`).
+    pub retention: Duration,
+}
+
+impl Failure<'_> {
+    /// The state the record is left in.
+    pub fn state(&self) -> RecordState {
+        if self.dead {
+            RecordState::Dead
+        } else {
+            RecordState::Failed
+        }
+    }
+}
+
+/// Which records a listing returns: those of `source` in `state`, newest
+/// first by `(updated_ms, id)`, strictly before `before` when given (`None`
+/// for the id: every id at that time is before).
+#[derive(Debug, Clone, Copy)]
+pub struct ListQuery<'a> {
+    pub source: &'a str,
+    pub state: RecordState,
+    pub limit: usize,
+    pub before: Option<(u64, Option<&'a str>)>,
+}
+
+impl ListQuery<'_> {
+    /// Whether a record at `(updated_ms, id)` belongs after the cursor.
+    pub fn admits(&self, updated_ms: u64, id: &str) -> bool {
+        match self.before {
+            None => true,
+            Some((ms, bound)) => {
+                updated_ms < ms || (updated_ms == ms && bound.is_none_or(|bound| id < bound))
+            }
+        }
+    }
 }
 
 /// A fresh fencing token: 128 random bits, hex.
@@ -163,15 +401,18 @@ pub(crate) fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-/// The answer a live record gives a claim — its recording when completed,
-/// in flight while its lease runs — or `None` when it may be claimed.
-pub(crate) fn settled(record: Record, now_ms: u64) -> Option<ClaimOutcome> {
-    match (record.state, record.lease_expires_at_ms) {
+/// The answer a live record gives a claim in `mode` — its recording when
+/// completed, dead when parked, in flight while a lease runs — or `None`
+/// when it may be claimed.
+pub(crate) fn settled(record: Record, now_ms: u64, mode: ClaimMode) -> Option<ClaimOutcome> {
+    let lease = record.lease_expires_at_ms.filter(|until| *until > now_ms);
+    match (record.state, mode) {
+        (RecordState::Completed, ClaimMode::Redeliver { force: true }) => None,
         (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
-        (RecordState::Processing, Some(until)) if until > now_ms => Some(ClaimOutcome::InFlight {
+        (RecordState::Dead, ClaimMode::Deliver) => Some(ClaimOutcome::Dead(record)),
+        _ => lease.map(|until| ClaimOutcome::InFlight {
             retry_after: retry_after(until, now_ms),
         }),
-        _ => None,
     }
 }
 

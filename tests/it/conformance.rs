@@ -11,10 +11,11 @@ use hookgate::config::{Backend as StoreBackend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
 use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Lease, MemoryStore,
-    PostgresStore, RecordState, RedisStore, Store, StoreKey,
+    Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Failure,
+    FailureClass, Lease, MemoryStore, PostgresStore, RecordState, RedisStore, Store, StoreKey,
+    Stored, StoredRequest,
 };
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 
 use crate::support::{shared_cluster, RedisServer, TestDatabase};
 
@@ -51,13 +52,7 @@ fn guard(body: &str) -> StoreKey {
 }
 
 fn request<'a>(key: &'a StoreKey, sha: &'a str, processing_ttl: Duration) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        body_sha256: sha,
-        processing_ttl,
-        retention: Duration::from_secs(600),
-        guard_key: None,
-    }
+    ClaimRequest::delivery(key, sha, processing_ttl, Duration::from_secs(600))
 }
 
 fn response(body: &'static str) -> RecordedResponse {
@@ -180,7 +175,7 @@ async fn release_keeps_the_attempt_count(store: Store, _: Time) {
     let first = claim_new(&store, "k3", LONG).await;
     assert!(store.release(&k("k3"), &first).await.unwrap());
     let record = store.get(&k("k3")).await.unwrap().unwrap();
-    assert_eq!(record.state, RecordState::Released);
+    assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.attempts, 1);
 
     let second = claim_new(&store, "k3", LONG).await;
@@ -406,6 +401,344 @@ async fn cluster() -> Option<Opened> {
     Some(opened(backend, Time::Wall, ()))
 }
 
+fn stored_request() -> StoredRequest {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert("stripe-signature", "t=1,v1=abc".parse().unwrap());
+    headers.append("x-multi", "one".parse().unwrap());
+    headers.append("x-multi", "two: three".parse().unwrap());
+    StoredRequest {
+        method: Method::POST,
+        query: Some("a=1&b=2".into()),
+        headers,
+        // Not UTF-8, with CR LF and NUL: kept byte for byte.
+        body: Bytes::from_static(b"{\"id\":\"evt\"}\r\n\x00\xff\xfe"),
+    }
+}
+
+fn failure<'a>(request: &'a StoredRequest, dead: bool, hold: bool) -> Failure<'a> {
+    Failure {
+        class: FailureClass::Refused,
+        status: Some(503),
+        request,
+        route: "stripe",
+        dead,
+        hold,
+        retention: LONG,
+    }
+}
+
+fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> {
+    ClaimRequest {
+        mode: ClaimMode::Redeliver { force },
+        ..request(key, SHA_A, LONG)
+    }
+}
+
+async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) {
+    let kept = stored_request();
+    let first = claim_new(&store, "f1", LONG).await;
+    assert!(store
+        .fail(&k("f1"), &first, &failure(&kept, false, false))
+        .await
+        .unwrap());
+    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Failed);
+    assert_eq!(record.token, None);
+    assert_eq!(record.lease_expires_at_ms, None);
+    let error = record.last_error.expect("the error is kept");
+    assert_eq!(
+        (error.class, error.status),
+        (FailureClass::Refused, Some(503))
+    );
+    assert!(error.at_ms >= record.first_seen_ms);
+    assert_eq!(record.request.as_ref(), Some(&kept), "byte for byte");
+    assert_eq!(record.route.as_deref(), Some("stripe"));
+    assert!(
+        !store
+            .fail(&k("f1"), &first, &failure(&kept, true, false))
+            .await
+            .unwrap(),
+        "a spent token records nothing"
+    );
+
+    // The sender's retry claims it again; the second failure parks it.
+    let second = claim_new(&store, "f1", LONG).await;
+    assert_eq!(second.attempt, 2);
+    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Processing);
+    assert_eq!(record.request.as_ref(), Some(&kept), "kept while retried");
+    assert!(store
+        .fail(&k("f1"), &second, &failure(&kept, true, false))
+        .await
+        .unwrap());
+    match store.claim(request(&k("f1"), SHA_A, LONG)).await.unwrap() {
+        ClaimOutcome::Dead(record) => {
+            assert_eq!(record.state, RecordState::Dead);
+            assert_eq!(record.attempts, 2);
+        }
+        other => panic!("a dead letter answers dead, got {other:?}"),
+    }
+
+    // An operator's redelivery claims a dead letter, same key.
+    let third = match store.claim(redeliver(&k("f1"), false)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("a redelivery claims a dead letter, got {other:?}"),
+    };
+    assert_eq!(third.attempt, 3);
+    assert!(store
+        .complete(&k("f1"), &third, &response("at last"), LONG)
+        .await
+        .unwrap());
+    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.response, Some(response("at last")));
+    assert!(
+        matches!(
+            store.claim(redeliver(&k("f1"), false)).await.unwrap(),
+            ClaimOutcome::Completed(_)
+        ),
+        "a completed record is redelivered only when forced"
+    );
+    match store.claim(redeliver(&k("f1"), true)).await.unwrap() {
+        ClaimOutcome::New(lease) => assert_eq!(lease.attempt, 4),
+        other => panic!("a forced redelivery claims a completed record, got {other:?}"),
+    }
+    assert!(
+        matches!(
+            store.claim(redeliver(&k("f1"), true)).await.unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ),
+        "never beside a live claim"
+    );
+}
+
+async fn a_held_failure_answers_in_flight_until_its_lease_ends(store: Store, time: Time) {
+    let kept = stored_request();
+    let lease = claim_new(&store, "h1", Duration::from_millis(400)).await;
+    let unknown = Failure {
+        class: FailureClass::Unknown,
+        status: None,
+        ..failure(&kept, false, true)
+    };
+    assert!(store.fail(&k("h1"), &lease, &unknown).await.unwrap());
+    let record = store.get(&k("h1")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Failed);
+    assert_eq!(record.last_error.unwrap().class, FailureClass::Unknown);
+    assert!(matches!(
+        store.claim(request(&k("h1"), SHA_A, LONG)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+    assert!(matches!(
+        store.claim(redeliver(&k("h1"), true)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+    assert_eq!(
+        store.delete(&k("h1"), false).await.unwrap(),
+        Deleted::InFlight
+    );
+    time.pass(Duration::from_millis(600)).await;
+    assert_eq!(claim_new(&store, "h1", LONG).await.attempt, 2);
+}
+
+async fn a_claim_can_store_its_request(store: Store, _: Time) {
+    let kept = stored_request();
+    let key = k("r1.replay-1");
+    let claim = ClaimRequest {
+        stored: Some(Stored {
+            request: &kept,
+            route: "stripe",
+            replay_of: Some("r1"),
+        }),
+        ..request(&key, SHA_A, LONG)
+    };
+    let lease = match store.claim(claim).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store
+        .complete(&key, &lease, &response("replayed"), LONG)
+        .await
+        .unwrap());
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.request, Some(kept));
+    assert_eq!(record.replay_of.as_deref(), Some("r1"));
+    assert_eq!(record.route.as_deref(), Some("stripe"));
+}
+
+/// Create `id` in `scope` and leave it in `state`.
+async fn leave(store: &Store, scope: &str, id: &str, state: RecordState) {
+    let key = store.key(scope, id);
+    let lease = match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let kept = stored_request();
+    match state {
+        RecordState::Processing => {}
+        RecordState::Completed => assert!(store
+            .complete(&key, &lease, &response("ok"), LONG)
+            .await
+            .unwrap()),
+        RecordState::Failed | RecordState::Dead => assert!(store
+            .fail(
+                &key,
+                &lease,
+                &failure(&kept, state == RecordState::Dead, false)
+            )
+            .await
+            .unwrap()),
+    }
+}
+
+/// Every page of a listing, followed to the end with `limit`-sized pages.
+async fn all_pages(
+    store: &Store,
+    scopes: &[&str],
+    state: Option<RecordState>,
+    limit: usize,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list(scopes, state, limit, cursor.as_ref())
+            .await
+            .unwrap();
+        assert!(page.records.len() <= limit);
+        for listed in &page.records {
+            if let Some(state) = state {
+                assert_eq!(listed.record.state, state);
+            }
+            assert!(listed.record.request.is_none(), "listings carry no bodies");
+            seen.push(format!("{}/{}", listed.scope, listed.id));
+        }
+        match page.next {
+            Some(next) => cursor = Some(hookgate::store::Cursor::decode(&next.encode()).unwrap()),
+            None => return seen,
+        }
+    }
+}
+
+async fn listings_page_newest_first_by_state(store: Store, time: Time) {
+    use RecordState::*;
+    let plan = [
+        ("la", "e1", Completed),
+        ("lb", "p1", Processing),
+        ("la", "d1", Dead),
+        ("la", "e2", Completed),
+        ("lb", "f1", Failed),
+        ("la", "d2", Dead),
+        ("la", "e3", Completed),
+    ];
+    for (scope, id, state) in plan {
+        leave(&store, scope, id, state).await;
+        time.pass(Duration::from_millis(5)).await;
+    }
+    let newest_first = |filter: &dyn Fn(&str, RecordState) -> bool| -> Vec<String> {
+        plan.iter()
+            .rev()
+            .filter(|(scope, _, state)| filter(scope, *state))
+            .map(|(scope, id, _)| format!("{scope}/{id}"))
+            .collect()
+    };
+    for limit in [1, 2, 100] {
+        assert_eq!(
+            all_pages(&store, &["la"], Some(Completed), limit).await,
+            newest_first(&|scope, state| scope == "la" && state == Completed),
+            "limit {limit}"
+        );
+        assert_eq!(
+            all_pages(&store, &["la", "lb"], None, limit).await,
+            newest_first(&|_, _| true),
+            "limit {limit}"
+        );
+    }
+    assert_eq!(
+        all_pages(&store, &["la", "lb"], Some(Dead), 10).await,
+        ["la/d2", "la/d1"]
+    );
+    assert_eq!(
+        all_pages(&store, &["lb"], Some(Failed), 10).await,
+        ["lb/f1"]
+    );
+    assert_eq!(store.count("la", Dead).await.unwrap(), 2);
+    assert_eq!(store.count("la", Completed).await.unwrap(), 3);
+    assert_eq!(store.count("lb", Dead).await.unwrap(), 0);
+
+    // A state change moves a record between listings; a delete drops it.
+    assert_eq!(
+        store.delete(&store.key("la", "d1"), false).await.unwrap(),
+        Deleted::Deleted
+    );
+    assert_eq!(all_pages(&store, &["la"], Some(Dead), 10).await, ["la/d2"]);
+    assert_eq!(store.count("la", Dead).await.unwrap(), 1);
+    let lease = match store
+        .claim(redeliver(&store.key("la", "d2"), false))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(all_pages(&store, &["la"], Some(Dead), 10).await.is_empty());
+    assert_eq!(
+        all_pages(&store, &["la"], Some(Processing), 10).await,
+        ["la/d2"]
+    );
+    assert!(store
+        .complete(&store.key("la", "d2"), &lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    assert_eq!(
+        all_pages(&store, &["la"], Some(Completed), 10).await[0],
+        "la/d2",
+        "newest first by last change"
+    );
+}
+
+async fn listings_of_records_changed_at_once_page_exactly(store: Store, _: Time) {
+    // Records changed within one millisecond share a time: the id orders
+    // them, and a cursor between them neither repeats nor skips one.
+    let ids: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
+    for id in &ids {
+        leave(&store, "ties", id, RecordState::Dead).await;
+    }
+    for limit in [1, 2, 5] {
+        let mut seen = all_pages(&store, &["ties"], Some(RecordState::Dead), limit).await;
+        assert_eq!(seen.len(), ids.len(), "limit {limit}: {seen:?}");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), ids.len(), "limit {limit}: no repeats");
+    }
+}
+
+async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
+    let kept = stored_request();
+    let done = claim_new(&store, "x-done", LONG).await;
+    assert!(store
+        .complete(
+            &k("x-done"),
+            &done,
+            &response("ok"),
+            Duration::from_millis(300)
+        )
+        .await
+        .unwrap());
+    let dead = claim_new(&store, "x-dead", LONG).await;
+    let parked = Failure {
+        retention: Duration::from_secs(30),
+        ..failure(&kept, true, false)
+    };
+    assert!(store.fail(&k("x-dead"), &dead, &parked).await.unwrap());
+    time.pass(Duration::from_millis(600)).await;
+    assert!(store.get(&k("x-done")).await.unwrap().is_none());
+    let record = store.get(&k("x-dead")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Dead);
+    assert_eq!(record.request, Some(kept));
+}
+
 /// Each contract test once per backend; each backend is the `async fn` of
 /// that name above (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
@@ -435,6 +768,12 @@ conformance! {
         delete_forgets_and_retention_expires,
         a_replay_guard_links_a_body_to_its_first_key,
         a_recording_says_whether_it_kept_the_body,
+        failures_keep_the_request_and_dead_letters_park,
+        a_held_failure_answers_in_flight_until_its_lease_ends,
+        a_claim_can_store_its_request,
+        listings_page_newest_first_by_state,
+        listings_of_records_changed_at_once_page_exactly,
+        failed_records_outlive_completed_ones,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }

@@ -9,7 +9,8 @@ use crate::support::*;
 
 async fn assert_released(gateway: &TestGateway, key: &str) {
     let record = gateway.record("hook", key).await.unwrap();
-    assert_eq!(record.state.as_str(), "released", "{record:?}");
+    assert_eq!(record.state.as_str(), "failed", "{record:?}");
+    assert!(record.lease_expires_at_ms.is_none(), "released: {record:?}");
 }
 
 #[tokio::test]
@@ -221,7 +222,8 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.state.as_str(), "released");
+    assert_eq!(record.state.as_str(), "failed");
+    assert!(record.token.is_none(), "released");
 }
 
 /// A client that never finishes its request head is cut off (slowloris).

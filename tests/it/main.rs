@@ -3,6 +3,7 @@
 
 mod cli;
 mod conformance;
+mod dead_letters;
 mod delivery;
 mod fault_run;
 mod faults;

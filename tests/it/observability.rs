@@ -9,33 +9,7 @@ use http_body_util::Full;
 
 use crate::support::*;
 
-const TOKEN: &str = "admin-token-0123456789";
-
-fn with_admin(text: &str, token: bool) -> String {
-    let token = if token {
-        format!("token = \"{TOKEN}\"\n")
-    } else {
-        String::new()
-    };
-    text.replace(
-        "[store]",
-        &format!("[admin]\nlisten = \"127.0.0.1:0\"\n{token}\n[store]"),
-    )
-}
-
-async fn get(url: &str, token: Option<&str>) -> Answer {
-    request(http::Method::GET, url, token).await
-}
-
-async fn request(method: http::Method, url: &str, token: Option<&str>) -> Answer {
-    let mut builder = Request::builder().method(method).uri(url);
-    if let Some(token) = token {
-        builder = builder.header("authorization", format!("Bearer {token}"));
-    }
-    Sender::new()
-        .send(builder.body(Full::new(Bytes::new())).unwrap())
-        .await
-}
+const TOKEN: &str = ADMIN_TOKEN;
 
 #[tokio::test]
 async fn metrics_count_real_traffic_under_bounded_labels() {

@@ -39,7 +39,10 @@ use tokio::sync::oneshot;
 
 use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
 use super::Synchronous;
-use super::{Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Record, StoreError, StoreKey};
+use super::{
+    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Failure, ListQuery, Record, RecordState,
+    StoreError, StoreKey,
+};
 use crate::replay::RecordedResponse;
 
 /// Most requests committed in one transaction.
@@ -130,6 +133,14 @@ impl Backend for EmbeddedStore {
                 body_sha256: request.body_sha256.to_owned(),
                 processing_ttl: request.processing_ttl,
                 retention: request.retention,
+                mode: request.mode,
+                stored: request.stored.map(|stored| {
+                    (
+                        stored.request.clone(),
+                        stored.route.to_owned(),
+                        stored.replay_of.map(str::to_owned),
+                    )
+                }),
             })
             .await?
         {
@@ -166,6 +177,25 @@ impl Backend for EmbeddedStore {
             token: token.to_owned(),
             response: response.clone(),
             retention,
+        };
+        self.applied(op).await
+    }
+
+    async fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Fail {
+            key: key.as_str().to_owned(),
+            token: token.to_owned(),
+            state: failure.state(),
+            class: failure.class,
+            status: failure.status,
+            hold: failure.hold,
+            kept: (failure.request.clone(), failure.route.to_owned(), None),
+            retention: failure.retention,
         };
         self.applied(op).await
     }
@@ -207,6 +237,30 @@ impl Backend for EmbeddedStore {
     async fn ping(&self) -> Result<(), StoreError> {
         match self.call(Op::Ping).await? {
             Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
+        let op = Op::List {
+            source: query.source.to_owned(),
+            state: query.state,
+            limit: query.limit,
+            before: query.before.map(|(ms, id)| (ms, id.map(str::to_owned))),
+        };
+        match self.call(op).await? {
+            Reply::Listed(page) => Ok(page),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
+        let op = Op::Count {
+            source: source.to_owned(),
+            state,
+        };
+        match self.call(op).await? {
+            Reply::Count(count) => Ok(count),
             _ => Err(unexpected()),
         }
     }
@@ -380,7 +434,7 @@ mod tests {
             connection
                 .execute(
                     "INSERT INTO webhook_events (key, state, body_sha256, attempts, first_seen, expires_at) \
-                     VALUES (?1, 'released', '', 1, 0, ?2)",
+                     VALUES (?1, 'failed', '', 1, 0, ?2)",
                     params![key, expires_at],
                 )
                 .unwrap();

@@ -8,13 +8,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::super::{settled, ClaimOutcome, Deleted, Lease, Record, RecordState};
+use super::super::{
+    settled, ClaimMode, ClaimOutcome, Deleted, FailureClass, LastError, Lease, Record, RecordState,
+    StoredRequest,
+};
 use crate::replay::{BodyKept, RecordedResponse};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS webhook_events (
     key              TEXT PRIMARY KEY,
-    state            TEXT NOT NULL,     -- processing | released | completed
+    state            TEXT NOT NULL,     -- processing | failed | dead | completed
     token            TEXT,              -- fencing token of the holder, while processing
     body_sha256      TEXT NOT NULL,
     attempts         INTEGER NOT NULL,
@@ -38,36 +41,102 @@ CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-const ADDED_COLUMNS: [(&str, &str); 1] = [("response_body_kept", "TEXT")];
+const ADDED_COLUMNS: [(&str, &str); 11] = [
+    ("response_body_kept", "TEXT"),
+    ("updated_at", "INTEGER"),
+    ("last_error", "TEXT"),
+    ("last_status", "INTEGER"),
+    ("last_attempt_at", "INTEGER"),
+    ("route", "TEXT"),
+    ("replay_of", "TEXT"),
+    ("request_method", "TEXT"),
+    ("request_query", "TEXT"),
+    ("request_headers", "BLOB"),
+    ("request_body", "BLOB"),
+];
 
-const SELECT_LIVE: &str = "SELECT state, token, body_sha256, attempts, first_seen, lease_until, \
-     completed_at, response_status, response_headers, response_body, response_body_kept \
-     FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
+/// Run at every open, after the columns exist: rows from before dead
+/// letters get their time of last change, `released` is now `failed`, and
+/// listings walk an index by state and time.
+const UPGRADE: &str = "
+UPDATE webhook_events SET updated_at = first_seen WHERE updated_at IS NULL;
+UPDATE webhook_events SET state = 'failed' WHERE state = 'released';
+CREATE INDEX IF NOT EXISTS webhook_events_state_updated ON webhook_events (state, updated_at);
+";
+
+/// A record's columns, in the order [`record_from`] reads them; listings
+/// read the same with the request and the response left out.
+macro_rules! record_columns {
+    ($response:literal, $request:literal) => {
+        concat!(
+            "state, token, body_sha256, attempts, first_seen, updated_at, lease_until, \
+             completed_at, last_error, last_status, last_attempt_at, route, replay_of, \
+             response_status, response_body_kept, ",
+            $response,
+            ", ",
+            $request
+        )
+    };
+}
+
+const SELECT_LIVE: &str = concat!(
+    "SELECT ",
+    record_columns!(
+        "response_headers, response_body",
+        "request_method, request_query, request_headers, request_body"
+    ),
+    " FROM webhook_events WHERE key = ?1 AND expires_at > ?2"
+);
+
+/// One page of a listing: ?1 state, ?2 now, keys in [?3, ?4) (one source),
+/// before (?5 time, ?6 key) when ?5 is set, ?7 rows.
+const LIST: &str = concat!(
+    "SELECT key, ",
+    record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL"),
+    " FROM webhook_events WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
+      AND (?5 IS NULL OR updated_at < ?5 OR (updated_at = ?5 AND (?6 IS NULL OR key < ?6))) \
+     ORDER BY updated_at DESC, key DESC LIMIT ?7"
+);
+
+const COUNT: &str = "SELECT count(*) FROM webhook_events \
+     WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 
 const EXISTS: &str = "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 
 const GUARD_FIRST_KEY: &str =
     "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2";
 
-/// Insert, or take over a row that may be claimed: expired, released, or
-/// processing with a lapsed lease. Anything else is left untouched (no row
-/// returned) and answers from the record.
+/// An expired row is gone before a claim looks at its key.
+const DELETE_EXPIRED: &str = "DELETE FROM webhook_events WHERE key = ?1 AND expires_at <= ?2";
+
+/// Insert, or take over a row that may be claimed in mode ?7 (0 a
+/// delivery, 1 a redelivery, 2 a forced one): failed, or processing with a
+/// lapsed lease; dead too for a redelivery, completed for a forced one —
+/// never under a live lease. Anything else is left untouched (no row
+/// returned) and answers from the record. A stored request (?8..?13), when
+/// given, replaces the one kept.
 const CLAIM: &str = "\
 INSERT INTO webhook_events \
-    (key, state, token, body_sha256, attempts, first_seen, lease_until, expires_at) \
-VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?5, ?6) \
+    (key, state, token, body_sha256, attempts, first_seen, updated_at, lease_until, expires_at, \
+     route, replay_of, request_method, request_query, request_headers, request_body) \
+VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?4, ?5, ?6, ?8, ?9, ?10, ?11, ?12, ?13) \
 ON CONFLICT (key) DO UPDATE SET \
     state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
-    attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 \
-                    ELSE webhook_events.attempts + 1 END, \
-    first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
-                      ELSE webhook_events.first_seen END, \
+    attempts = webhook_events.attempts + 1, updated_at = ?4, \
     lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
     response_status = NULL, response_headers = NULL, response_body = NULL, \
-    response_body_kept = NULL \
-WHERE webhook_events.expires_at <= ?4 \
-   OR webhook_events.state = 'released' \
-   OR (webhook_events.state = 'processing' AND webhook_events.lease_until <= ?4) \
+    response_body_kept = NULL, \
+    route = coalesce(excluded.route, webhook_events.route), \
+    replay_of = coalesce(excluded.replay_of, webhook_events.replay_of), \
+    request_method = coalesce(excluded.request_method, webhook_events.request_method), \
+    request_query = CASE WHEN excluded.request_method IS NULL \
+        THEN webhook_events.request_query ELSE excluded.request_query END, \
+    request_headers = coalesce(excluded.request_headers, webhook_events.request_headers), \
+    request_body = coalesce(excluded.request_body, webhook_events.request_body) \
+WHERE (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
+  AND (webhook_events.state IN ('processing', 'failed', 'released') \
+       OR (webhook_events.state = 'dead' AND ?7 >= 1) \
+       OR (webhook_events.state = 'completed' AND ?7 = 2)) \
 RETURNING attempts";
 
 const SET_GUARD: &str = "\
@@ -80,18 +149,33 @@ const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3 \
 
 const COMPLETE: &str = "\
 UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
-    completed_at = ?3, response_status = ?4, response_headers = ?5, response_body = ?6, \
-    expires_at = ?7, response_body_kept = ?8 \
+    completed_at = ?3, updated_at = ?3, response_status = ?4, response_headers = ?5, \
+    response_body = ?6, expires_at = ?7, response_body_kept = ?8 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
+/// ?3 the new state, ?5 hold (keep token and lease).
+const FAIL: &str = "\
+UPDATE webhook_events SET state = ?3, updated_at = ?4, \
+    token = CASE WHEN ?5 THEN token END, lease_until = CASE WHEN ?5 THEN lease_until END, \
+    last_error = ?6, last_status = ?7, last_attempt_at = ?4, route = ?8, \
+    request_method = ?9, request_query = ?10, request_headers = ?11, request_body = ?12, \
+    expires_at = ?13 \
+WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
+
 pub(super) const RELEASE: &str = "\
-UPDATE webhook_events SET state = 'released', token = NULL, lease_until = NULL \
+UPDATE webhook_events SET \
+    state = CASE WHEN state = 'processing' THEN 'failed' ELSE state END, \
+    updated_at = CASE WHEN state = 'processing' THEN ?3 ELSE updated_at END, \
+    token = NULL, lease_until = NULL \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
 /// Delete unless forced (?3) or a live claim holds the row.
 const DELETE: &str = "\
 DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2 \
-  AND (?3 OR state <> 'processing' OR lease_until <= ?2)";
+  AND (?3 OR lease_until IS NULL OR lease_until <= ?2)";
+
+/// A request stored with a claim or a failure: (request, route, replay of).
+pub(super) type Kept = (StoredRequest, String, Option<String>);
 
 /// One request to the database thread.
 pub(super) enum Op {
@@ -102,6 +186,8 @@ pub(super) enum Op {
         body_sha256: String,
         processing_ttl: Duration,
         retention: Duration,
+        mode: ClaimMode,
+        stored: Option<Kept>,
     },
     Renew {
         key: String,
@@ -114,9 +200,29 @@ pub(super) enum Op {
         response: RecordedResponse,
         retention: Duration,
     },
+    Fail {
+        key: String,
+        token: String,
+        state: RecordState,
+        class: FailureClass,
+        status: Option<u16>,
+        hold: bool,
+        kept: Kept,
+        retention: Duration,
+    },
     Release {
         key: String,
         token: String,
+    },
+    List {
+        source: String,
+        state: RecordState,
+        limit: usize,
+        before: Option<(u64, Option<String>)>,
+    },
+    Count {
+        source: String,
+        state: RecordState,
     },
     Get {
         key: String,
@@ -132,6 +238,8 @@ pub(super) enum Reply {
     Claim(ClaimOutcome),
     Applied(bool),
     Record(Option<Record>),
+    Listed(Vec<(String, Record)>),
+    Count(u64),
     Deleted(Deleted),
     Pong,
 }
@@ -149,7 +257,7 @@ pub(super) fn add_missing_columns(connection: &Connection) -> rusqlite::Result<(
             ))?;
         }
     }
-    Ok(())
+    connection.execute_batch(UPGRADE)
 }
 
 /// Run a statement through SQLite's statement cache (each is parsed once).
@@ -182,10 +290,20 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             body_sha256,
             processing_ttl,
             retention,
+            mode,
+            stored,
         } => {
-            let until = (ms(processing_ttl), ms(retention));
-            let claiming = (key.as_str(), token);
-            claim(tx, claiming, guard_key.as_deref(), &body_sha256, until, now).map(Reply::Claim)
+            let claim = Claiming {
+                key: &key,
+                token,
+                guard_key: guard_key.as_deref(),
+                body_sha256: &body_sha256,
+                lease_until: ms(processing_ttl),
+                expires_at: ms(retention),
+                mode,
+                stored: stored.as_ref(),
+            };
+            claim.run(tx, now).map(Reply::Claim)
         }
         Op::Renew {
             key,
@@ -212,7 +330,76 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             ],
         )
         .map(applied),
+        Op::Fail {
+            key,
+            token,
+            state,
+            class,
+            status,
+            hold,
+            kept: (request, route, _),
+            retention,
+        } => run(
+            tx,
+            FAIL,
+            params![
+                key,
+                token,
+                state.as_str(),
+                now_i,
+                hold,
+                class.as_str(),
+                status,
+                route,
+                request.method.as_str(),
+                request.query,
+                request.encode_headers(),
+                request.body.as_ref(),
+                ms(retention)
+            ],
+        )
+        .map(applied),
         Op::Release { key, token } => run(tx, RELEASE, params![key, token, now_i]).map(applied),
+        Op::List {
+            source,
+            state,
+            limit,
+            before,
+        } => {
+            let (from, to) = source_range(&source);
+            let (before_ms, before_key) = match &before {
+                Some((ms, id)) => (
+                    Some(*ms as i64),
+                    id.as_ref().map(|id| format!("{source}:{id}")),
+                ),
+                None => (None, None),
+            };
+            let mut statement = tx.prepare_cached(LIST)?;
+            let rows = statement.query_map(
+                params![
+                    state.as_str(),
+                    now_i,
+                    from,
+                    to,
+                    before_ms,
+                    before_key,
+                    limit as i64
+                ],
+                |row| {
+                    let key: String = row.get(0)?;
+                    let id = key[from.len()..].to_owned();
+                    Ok((id, record_from(row, 1)?))
+                },
+            )?;
+            rows.collect::<Result<_, _>>().map(Reply::Listed)
+        }
+        Op::Count { source, state } => {
+            let (from, to) = source_range(&source);
+            let count: i64 = tx
+                .prepare_cached(COUNT)?
+                .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
+            Ok(Reply::Count(count as u64))
+        }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
         Op::Delete { key, force } => {
             if run(tx, DELETE, params![key, now_i, force])? == 1 {
@@ -229,84 +416,158 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
     }
 }
 
-/// Claim `key`: `until` is (lease expiry, record expiry) in Unix ms.
-fn claim(
-    tx: &Transaction<'_>,
-    (key, token): (&str, String),
-    guard_key: Option<&str>,
-    body_sha256: &str,
-    (lease_expires_at, expires_at): (i64, i64),
-    now: u64,
-) -> rusqlite::Result<ClaimOutcome> {
-    let now_i = now as i64;
-    if let Some(guard_key) = guard_key {
-        // The key's own record answers first; only a claimable key looks at
-        // the body's first key.
-        if let Some(answer) = live_record(tx, key, now)?.and_then(|r| settled(r, now)) {
-            return Ok(answer);
-        }
-        let first: Option<String> =
-            query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
-                row.get(0)
-            })?;
-        if let Some(first) = first.filter(|first| first != key) {
-            if let Some(answer) = live_record(tx, &first, now)?.and_then(|r| settled(r, now)) {
+/// The keys of `source`'s events: from `{source}:` up to (not including)
+/// `{source};`, the next character after `:`.
+fn source_range(source: &str) -> (String, String) {
+    (format!("{source}:"), format!("{source};"))
+}
+
+/// One claim, as the database thread runs it; times are Unix ms.
+struct Claiming<'a> {
+    key: &'a str,
+    token: String,
+    guard_key: Option<&'a str>,
+    body_sha256: &'a str,
+    lease_until: i64,
+    expires_at: i64,
+    mode: ClaimMode,
+    stored: Option<&'a Kept>,
+}
+
+impl Claiming<'_> {
+    fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<ClaimOutcome> {
+        let now_i = now as i64;
+        let key = self.key;
+        run(tx, DELETE_EXPIRED, params![key, now_i])?;
+        if let Some(guard_key) = self.guard_key {
+            // The key's own record answers first; only a claimable key
+            // looks at the body's first key.
+            if let Some(answer) =
+                live_record(tx, key, now)?.and_then(|r| settled(r, now, self.mode))
+            {
                 return Ok(answer);
             }
+            let first: Option<String> =
+                query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
+                    row.get(0)
+                })?;
+            if let Some(first) = first.filter(|first| first != key) {
+                if let Some(answer) =
+                    live_record(tx, &first, now)?.and_then(|r| settled(r, now, ClaimMode::Deliver))
+                {
+                    return Ok(answer);
+                }
+            }
         }
-    }
-    let claimed = params![key, token, body_sha256, now_i, lease_expires_at, expires_at];
-    let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
-    if let Some(attempt) = attempts {
-        if let Some(guard_key) = guard_key {
-            run(tx, SET_GUARD, params![guard_key, key, expires_at])?;
+        let mode = self.mode.code();
+        let (request, route, replay_of) = match self.stored {
+            Some((request, route, replay_of)) => (Some(request), Some(route), replay_of.as_ref()),
+            None => (None, None, None),
+        };
+        let claimed = params![
+            key,
+            self.token,
+            self.body_sha256,
+            now_i,
+            self.lease_until,
+            self.expires_at,
+            mode,
+            route,
+            replay_of,
+            request.map(|r| r.method.as_str()),
+            request.and_then(|r| r.query.as_deref()),
+            request.map(StoredRequest::encode_headers),
+            request.map(|r| r.body.as_ref()),
+        ];
+        let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
+        if let Some(attempt) = attempts {
+            if let Some(guard_key) = self.guard_key {
+                run(tx, SET_GUARD, params![guard_key, key, self.expires_at])?;
+            }
+            return Ok(ClaimOutcome::New(Lease {
+                token: self.token,
+                attempt,
+            }));
         }
-        return Ok(ClaimOutcome::New(Lease { token, attempt }));
+        let record = live_record(tx, key, now)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+        Ok(
+            settled(record, now, self.mode).unwrap_or(ClaimOutcome::InFlight {
+                retry_after: Duration::from_secs(1),
+            }),
+        )
     }
-    let record = live_record(tx, key, now)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-    Ok(settled(record, now).unwrap_or(ClaimOutcome::InFlight {
-        retry_after: Duration::from_secs(1),
-    }))
 }
 
 fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Option<Record>> {
     query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
-        let state: String = row.get(0)?;
-        let state =
-            RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
-        let status: Option<u16> = row.get(7)?;
-        let headers: Option<Vec<u8>> = row.get(8)?;
-        let body: Option<Vec<u8>> = row.get(9)?;
-        let kept: Option<String> = row.get(10)?;
-        let kept = match kept.as_deref() {
-            None => BodyKept::Whole,
-            Some(text) => BodyKept::parse(text).ok_or_else(|| corrupt(format!("body {text:?}")))?,
-        };
-        let response = match (state, status) {
-            (RecordState::Completed, Some(status)) => Some(
-                RecordedResponse::decode(
-                    status,
-                    &headers.unwrap_or_default(),
-                    Bytes::from(body.unwrap_or_default()),
-                    kept,
-                )
-                .map_err(corrupt)?,
-            ),
-            (RecordState::Completed, None) => {
-                return Err(corrupt("completed without status".into()))
-            }
-            _ => None,
-        };
-        Ok(Record {
-            state,
-            token: row.get(1)?,
-            body_sha256: row.get(2)?,
-            attempts: row.get(3)?,
-            first_seen_ms: row.get::<_, i64>(4)? as u64,
-            lease_expires_at_ms: row.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-            completed_at_ms: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
-            response,
-        })
+        record_from(row, 0)
+    })
+}
+
+/// Read a record from `row`, its columns ([`record_columns`]) from `at` on.
+fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
+    let get_ms = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(row.get::<_, Option<i64>>(at + i)?.map(|v| v as u64))
+    };
+    let state: String = row.get(at)?;
+    let state = RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
+    let last_error = match row.get::<_, Option<String>>(at + 8)? {
+        None => None,
+        Some(class) => Some(LastError {
+            class: FailureClass::parse(&class)
+                .ok_or_else(|| corrupt(format!("last_error {class:?}")))?,
+            status: row.get(at + 9)?,
+            at_ms: get_ms(10)?.unwrap_or_default(),
+        }),
+    };
+    let status: Option<u16> = row.get(at + 13)?;
+    let kept: Option<String> = row.get(at + 14)?;
+    let headers: Option<Vec<u8>> = row.get(at + 15)?;
+    let body: Option<Vec<u8>> = row.get(at + 16)?;
+    let kept = match kept.as_deref() {
+        None => BodyKept::Whole,
+        Some(text) => BodyKept::parse(text).ok_or_else(|| corrupt(format!("body {text:?}")))?,
+    };
+    let response = match (state, status, body) {
+        (RecordState::Completed, Some(status), Some(body)) => Some(
+            RecordedResponse::decode(
+                status,
+                &headers.unwrap_or_default(),
+                Bytes::from(body),
+                kept,
+            )
+            .map_err(corrupt)?,
+        ),
+        _ => None,
+    };
+    let method: Option<String> = row.get(at + 17)?;
+    let request_body: Option<Vec<u8>> = row.get(at + 20)?;
+    let request = match (method, request_body) {
+        (Some(method), Some(body)) => Some(
+            StoredRequest::decode(
+                &method,
+                row.get(at + 18)?,
+                &row.get::<_, Option<Vec<u8>>>(at + 19)?.unwrap_or_default(),
+                Bytes::from(body),
+            )
+            .map_err(corrupt)?,
+        ),
+        _ => None,
+    };
+    Ok(Record {
+        state,
+        token: row.get(at + 1)?,
+        body_sha256: row.get(at + 2)?,
+        attempts: row.get(at + 3)?,
+        first_seen_ms: get_ms(4)?.unwrap_or_default(),
+        updated_ms: get_ms(5)?.unwrap_or_default(),
+        lease_expires_at_ms: get_ms(6)?,
+        completed_at_ms: get_ms(7)?,
+        response,
+        last_error,
+        route: row.get(at + 11)?,
+        replay_of: row.get(at + 12)?,
+        request,
     })
 }
 

@@ -33,12 +33,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreError,
-    StoreKey, StoreSettings,
+    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass,
+    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey, StoreSettings,
+    StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -114,14 +116,30 @@ async fn claim(
 ) -> Result<ClaimOutcome, StoreError> {
     let (source, id) = (request.key.source(), request.key.id());
     let token = token.to_owned();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+    let (lease, retention) = (millis(request.processing_ttl), millis(request.retention));
+    let stored = request.stored;
+    let route = stored.map(|s| s.route);
+    let replay_of = stored.and_then(|s| s.replay_of);
+    let method = stored.map(|s| s.request.method.as_str());
+    let query = stored.and_then(|s| s.request.query.as_deref());
+    let headers = stored.map(|s| s.request.encode_headers());
+    let body = stored.map(|s| s.request.body.as_ref());
+    let mode = i32::from(request.mode.code());
+    let inserted: [&(dyn ToSql + Sync); 12] = [
         &source,
         &id,
         &token,
         &request.body_sha256,
-        &millis(request.processing_ttl),
-        &millis(request.retention),
+        &lease,
+        &retention,
+        &route,
+        &replay_of,
+        &method,
+        &query,
+        &headers,
+        &body,
     ];
+    let taken: Vec<&(dyn ToSql + Sync)> = inserted.iter().copied().chain([&mode as _]).collect();
     let new = |row: Row| {
         ClaimOutcome::New(Lease {
             token: token.clone(),
@@ -129,16 +147,32 @@ async fn claim(
         })
     };
     let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
+    if let Some(row) = client.query_opt(&insert, &inserted).await.map_err(db)? {
         return Ok(new(row));
     }
-    if let Some((record, now)) = live_record(client, source, id).await? {
-        if let Some(answer) = settled(record, now) {
-            return Ok(answer);
+    match live_record(client, source, id).await? {
+        Some((record, now)) => {
+            if let Some(answer) = settled(record, now, request.mode) {
+                return Ok(answer);
+            }
+        }
+        None => {
+            // The row has expired: it goes, and the key is new again.
+            let expired = client
+                .prepare_cached(sql::DELETE_EXPIRED)
+                .await
+                .map_err(db)?;
+            client
+                .execute(&expired, &[&source, &id])
+                .await
+                .map_err(db)?;
+            if let Some(row) = client.query_opt(&insert, &inserted).await.map_err(db)? {
+                return Ok(new(row));
+            }
         }
     }
     let take_over = client.prepare_cached(sql::TAKE_OVER).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&take_over, &params).await.map_err(db)? {
+    if let Some(row) = client.query_opt(&take_over, &taken).await.map_err(db)? {
         return Ok(new(row));
     }
     // Another delivery took it in between: its record answers.
@@ -146,7 +180,7 @@ async fn claim(
         retry_after: Duration::from_secs(1),
     };
     Ok(match live_record(client, source, id).await? {
-        Some((record, now)) => settled(record, now).unwrap_or(busy),
+        Some((record, now)) => settled(record, now, request.mode).unwrap_or(busy),
         None => busy,
     })
 }
@@ -221,7 +255,7 @@ impl Backend for PostgresStore {
         // The key's own record answers first; only a claimable key looks at
         // the body's first key.
         if let Some((record, now)) = live_record(&transaction, source, id).await? {
-            if let Some(answer) = settled(record, now) {
+            if let Some(answer) = settled(record, now, request.mode) {
                 return Ok(answer);
             }
         }
@@ -232,7 +266,7 @@ impl Backend for PostgresStore {
             .map(|row| row.get::<_, String>(0));
         if let Some(first) = first.filter(|first| first != id) {
             if let Some((record, now)) = live_record(&transaction, source, &first).await? {
-                if let Some(answer) = settled(record, now) {
+                if let Some(answer) = settled(record, now, ClaimMode::Deliver) {
                     return Ok(answer);
                 }
             }
@@ -255,7 +289,7 @@ impl Backend for PostgresStore {
         token: &str,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        let params: [&(dyn ToSql + Sync); 4] =
             [&key.source(), &key.id(), &token, &millis(processing_ttl)];
         self.applied(sql::RENEW, &params).await
     }
@@ -269,7 +303,7 @@ impl Backend for PostgresStore {
     ) -> Result<bool, StoreError> {
         let headers = response.encode_headers();
         let status = response.status.as_u16() as i16;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 8] = [
             &key.source(),
             &key.id(),
             &token,
@@ -282,10 +316,66 @@ impl Backend for PostgresStore {
         self.applied(sql::COMPLETE, &params).await
     }
 
+    async fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> Result<bool, StoreError> {
+        let state = failure.state();
+        let status = failure.status.map(|s| s as i16);
+        let request = failure.request;
+        let headers = request.encode_headers();
+        let params: [&(dyn ToSql + Sync); 13] = [
+            &key.source(),
+            &key.id(),
+            &token,
+            &state.as_str(),
+            &failure.hold,
+            &failure.class.as_str(),
+            &status,
+            &failure.route,
+            &request.method.as_str(),
+            &request.query,
+            &headers,
+            &request.body.as_ref(),
+            &millis(failure.retention),
+        ];
+        self.applied(sql::FAIL, &params).await
+    }
+
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&key.source(), &key.id(), &token];
+        let params: [&(dyn ToSql + Sync); 3] = [&key.source(), &key.id(), &token];
         self.applied(sql::RELEASE, &params).await
+    }
+
+    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::LIST).await.map_err(db)?;
+        let before_ms = query.before.map(|(ms, _)| ms as i64);
+        let before_key = query.before.and_then(|(_, id)| id);
+        let limit = query.limit as i64;
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &query.source,
+            &query.state.as_str(),
+            &before_ms,
+            &before_key,
+            &limit,
+        ];
+        let rows = client.query(&statement, &params).await.map_err(db)?;
+        rows.iter()
+            .map(|row| Ok((row.get::<_, String>(22), record(row)?.0)))
+            .collect()
+    }
+
+    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::COUNT).await.map_err(db)?;
+        let row = client
+            .query_one(&statement, &[&source, &state.as_str()])
+            .await
+            .map_err(db)?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
@@ -327,7 +417,7 @@ impl PostgresStore {
     async fn applied(
         &self,
         statement: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        params: &[&(dyn ToSql + Sync)],
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(statement).await.map_err(db)?;
@@ -368,15 +458,15 @@ async fn prune(pool: &Pool) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A row of `SELECT_LIVE` as a record, and the database's now.
+/// A row of `SELECT_LIVE` (or `LIST`) as a record, and the database's now.
 fn record(row: &Row) -> Result<(Record, u64), StoreError> {
     let status: String = row.get(0);
     let state = RecordState::parse(&status)
         .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}")))?;
-    let response = match (state, row.get::<_, Option<i16>>(7)) {
-        (RecordState::Completed, Some(status)) => {
+    let body: Option<Vec<u8>> = row.get(9);
+    let response = match (state, row.get::<_, Option<i16>>(7), body) {
+        (RecordState::Completed, Some(status), Some(body)) => {
             let headers: Option<Vec<u8>> = row.get(8);
-            let body: Option<Vec<u8>> = row.get(9);
             let kept = match row.get::<_, Option<String>>(10).as_deref() {
                 None => BodyKept::Whole,
                 Some(text) => BodyKept::parse(text)
@@ -386,27 +476,53 @@ fn record(row: &Row) -> Result<(Record, u64), StoreError> {
                 RecordedResponse::decode(
                     status as u16,
                     &headers.unwrap_or_default(),
-                    Bytes::from(body.unwrap_or_default()),
+                    Bytes::from(body),
                     kept,
                 )
                 .map_err(StoreError::Corrupt)?,
             )
         }
-        (RecordState::Completed, None) => {
-            return Err(StoreError::Corrupt("completed without status".into()))
-        }
         _ => None,
     };
     let ms = |index: usize| row.get::<_, Option<i64>>(index).map(|v| v as u64);
+    let last_error = match row.get::<_, Option<String>>(13) {
+        None => None,
+        Some(class) => Some(LastError {
+            class: FailureClass::parse(&class)
+                .ok_or_else(|| StoreError::Corrupt(format!("last_error {class:?}")))?,
+            status: row.get::<_, Option<i16>>(14).map(|s| s as u16),
+            at_ms: ms(15).unwrap_or(0),
+        }),
+    };
+    let request = match (
+        row.get::<_, Option<String>>(18),
+        row.get::<_, Option<Vec<u8>>>(21),
+    ) {
+        (Some(method), Some(body)) => Some(
+            StoredRequest::decode(
+                &method,
+                row.get(19),
+                &row.get::<_, Option<Vec<u8>>>(20).unwrap_or_default(),
+                Bytes::from(body),
+            )
+            .map_err(StoreError::Corrupt)?,
+        ),
+        _ => None,
+    };
     let record = Record {
         state,
         token: row.get(1),
         body_sha256: row.get(2),
         attempts: row.get::<_, i32>(3) as u32,
         first_seen_ms: ms(4).unwrap_or(0),
+        updated_ms: ms(12).unwrap_or(0),
         lease_expires_at_ms: ms(5),
         completed_at_ms: ms(6),
         response,
+        last_error,
+        route: row.get(16),
+        replay_of: row.get(17),
+        request,
     };
     Ok((record, ms(11).unwrap_or(0)))
 }

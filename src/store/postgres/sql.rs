@@ -4,10 +4,16 @@
 //! agree; times leave the database as Unix milliseconds.
 
 /// Every migration, in order: (version, SQL).
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    include_str!("../../../migrations/postgres/0001_webhook_events.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        include_str!("../../../migrations/postgres/0001_webhook_events.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/postgres/0002_dead_letters.sql"),
+    ),
+];
 
 /// Serializes migrations between gateways starting at once.
 pub(super) const MIGRATION_LOCK: &str =
@@ -27,46 +33,104 @@ macro_rules! ms {
     };
 }
 
+/// A record's columns, in the order `record` reads them, then the
+/// database's now; listings read the same with the request and the
+/// response left out.
+macro_rules! record_columns {
+    ($response:literal, $request:literal) => {
+        concat!(
+            "status, token, body_sha256, attempts, ",
+            ms!("first_seen_at"),
+            ", ",
+            ms!("lease_expires_at"),
+            ", ",
+            ms!("completed_at"),
+            ", response_status, ",
+            $response,
+            ", response_body_kept, ",
+            ms!("now()"),
+            ", ",
+            ms!("updated_at"),
+            ", last_error, last_status, ",
+            ms!("last_attempt_at"),
+            ", route, replay_of, ",
+            $request
+        )
+    };
+}
+
 /// The live record of ($1 source, $2 key), and the database's now.
 pub(super) const SELECT_LIVE: &str = concat!(
-    "SELECT status, token, body_sha256, attempts, ",
-    ms!("first_seen_at"),
-    ", ",
-    ms!("lease_expires_at"),
-    ", ",
-    ms!("completed_at"),
-    ", response_status, response_headers, response_body, response_body_kept, ",
-    ms!("now()"),
+    "SELECT ",
+    record_columns!(
+        "response_headers, response_body",
+        "request_method, request_query, request_headers, request_body"
+    ),
     " FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()"
 );
+
+/// One page of ($1 source, $2 state), before ($3 ms, $4 key) when $3 is
+/// set, $5 rows; the key is the last column.
+pub(super) const LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(
+        "NULL::bytea, NULL::bytea",
+        "NULL::text, NULL::text, NULL::bytea, NULL::bytea"
+    ),
+    ", idempotency_key FROM webhook_events \
+     WHERE source = $1 AND status = $2 AND expires_at > now() \
+       AND ($3::bigint IS NULL \
+            OR updated_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
+            OR (updated_at = 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
+                AND ($4::text IS NULL OR idempotency_key COLLATE \"C\" < $4::text))) \
+     ORDER BY updated_at DESC, idempotency_key COLLATE \"C\" DESC LIMIT $5"
+);
+
+pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
+    WHERE source = $1 AND status = $2 AND expires_at > now()";
 
 pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 
 /// Insert a new key; an existing row (of any state) is left alone, unlocked,
-/// and nothing is returned. $5 lease and $6 retention in ms.
+/// and nothing is returned. $5 lease and $6 retention in ms, $7..$12 a
+/// request to keep (route, replay_of, method, query, headers, body).
 pub(super) const CLAIM_NEW: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
-    first_seen_at, lease_expires_at, expires_at) \
-VALUES ($1, $2, 'processing', $3, $4, 1, now(), \
-    now() + $5::bigint * interval '1 millisecond', now() + $6::bigint * interval '1 millisecond') \
+    first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
+    request_query, request_headers, request_body) \
+VALUES ($1, $2, 'processing', $3, $4, 1, now(), date_trunc('milliseconds', now()), \
+    now() + $5::bigint * interval '1 millisecond', now() + $6::bigint * interval '1 millisecond', \
+    $7, $8, $9, $10, $11, $12) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING attempts";
 
-/// Take over a row that may be claimed — expired, released, or processing
-/// with a lapsed lease — in one statement; of concurrent takeovers the row
-/// lock lets one through, the others find it no longer claimable.
+/// An expired row is gone before a claim takes its key.
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM webhook_events \
+    WHERE source = $1 AND idempotency_key = $2 AND expires_at <= now()";
+
+/// Take over a live row that may be claimed in mode $13 (0 a delivery, 1 a
+/// redelivery, 2 a forced one) — failed, or processing with a lapsed lease;
+/// dead too for a redelivery, completed for a forced one; never under a
+/// live lease — in one statement; of concurrent takeovers the row lock lets
+/// one through, the others find it no longer claimable. A request in
+/// $7..$12 (as for `CLAIM_NEW`) replaces the one kept.
 pub(super) const TAKE_OVER: &str = "\
 UPDATE webhook_events SET \
-    status = 'processing', token = $3, body_sha256 = $4, \
-    attempts = CASE WHEN expires_at <= now() THEN 1 ELSE attempts + 1 END, \
-    first_seen_at = CASE WHEN expires_at <= now() THEN now() ELSE first_seen_at END, \
+    status = 'processing', token = $3, body_sha256 = $4, attempts = attempts + 1, \
+    updated_at = date_trunc('milliseconds', now()), \
     lease_expires_at = now() + $5::bigint * interval '1 millisecond', \
     expires_at = now() + $6::bigint * interval '1 millisecond', \
     completed_at = NULL, response_status = NULL, response_headers = NULL, \
-    response_body = NULL, response_body_kept = NULL \
-WHERE source = $1 AND idempotency_key = $2 \
-  AND (expires_at <= now() OR status = 'released' \
-       OR (status = 'processing' AND lease_expires_at <= now())) \
+    response_body = NULL, response_body_kept = NULL, \
+    route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
+    request_method = coalesce($9, request_method), \
+    request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
+    request_headers = coalesce($11, request_headers), \
+    request_body = coalesce($12, request_body) \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
+  AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
+  AND (status IN ('processing', 'failed', 'released') \
+       OR (status = 'dead' AND $13::int >= 1) OR (status = 'completed' AND $13::int = 2)) \
 RETURNING attempts";
 
 /// Claims of one body under a replay guard take this lock first, so the
@@ -88,18 +152,32 @@ pub(super) const RENEW: &str = "UPDATE webhook_events \
 
 pub(super) const COMPLETE: &str = "\
 UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-    completed_at = now(), response_status = $4, response_headers = $5, response_body = $6, \
+    completed_at = now(), updated_at = date_trunc('milliseconds', now()), response_status = $4, response_headers = $5, response_body = $6, \
     response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
+/// $4 the new state, $5 hold (keep token and lease).
+pub(super) const FAIL: &str = "\
+UPDATE webhook_events SET status = $4, updated_at = date_trunc('milliseconds', now()), \
+    token = CASE WHEN $5::boolean THEN token END, \
+    lease_expires_at = CASE WHEN $5::boolean THEN lease_expires_at END, \
+    last_error = $6, last_status = $7, last_attempt_at = now(), route = $8, \
+    request_method = $9, request_query = $10, request_headers = $11, request_body = $12, \
+    expires_at = now() + $13::bigint * interval '1 millisecond' \
+WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
+
 pub(super) const RELEASE: &str = "\
-UPDATE webhook_events SET status = 'released', token = NULL, lease_expires_at = NULL \
+UPDATE webhook_events SET \
+    status = CASE WHEN status = 'processing' THEN 'failed' ELSE status END, \
+    updated_at = CASE WHEN status = 'processing' \
+        THEN date_trunc('milliseconds', now()) ELSE updated_at END, \
+    token = NULL, lease_expires_at = NULL \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
 /// Delete unless forced ($3) or a live claim holds the row.
 pub(super) const DELETE: &str = "\
 DELETE FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
-  AND ($3 OR status <> 'processing' OR lease_expires_at <= now())";
+  AND ($3 OR lease_expires_at IS NULL OR lease_expires_at <= now())";
 
 pub(super) const EXISTS: &str = "SELECT 1 FROM webhook_events \
     WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()";

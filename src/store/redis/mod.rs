@@ -40,39 +40,70 @@ use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
-    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Lease, Record, RecordState, StoreError,
-    StoreKey,
+    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, LastError, Lease,
+    ListQuery, Record, RecordState, StoreError, StoreKey, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
-/// The current Redis time in ms, shared by every script.
-const NOW: &str = "local t = redis.call('TIME')
+/// Shared by every script: the current Redis time in ms, and the listing
+/// indexes. Each state of a source has one sorted set, `{source}!{state}`,
+/// of event ids scored by their last change; a script that changes a
+/// record's state moves its id in the same step, and retires up to two
+/// entries at the old end whose record has expired or moved on, so an index
+/// holds little more than its live records. (The `!` keeps index keys out of
+/// the event keys' `{source}:` namespace; on a cluster the source's hash tag
+/// puts them in the records' slot.)
+const PRELUDE: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function index(src, id, from, to)
+  if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
+  local idx = src .. '!' .. to
+  redis.call('ZADD', idx, now, id)
+  for _, old in ipairs(redis.call('ZRANGE', idx, 0, 1)) do
+    if old ~= id and redis.call('HGET', src .. ':' .. old, 'state') ~= to then
+      redis.call('ZREM', idx, old)
+    end
+  end
+end
 ";
 
 /// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
-/// claimable, not only when it is new); ARGV token, body_sha256,
-/// lease ms, retention ms. Returns {1, attempts} when claimed,
+/// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
+/// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced),
+/// then a request to keep (route, replay_of, method, query, headers, body;
+/// method '' keeps the one held). Returns {1, attempts} when claimed,
 /// {0, now, HGETALL...} of the record that answers otherwise.
 const CLAIM: &str = "
-local function settled(key)
+local function answers(key, mode)
   local s = redis.call('HMGET', key, 'state', 'lease_until')
-  return s[1] == 'completed' or (s[1] == 'processing' and tonumber(s[2]) > now)
+  if not s[1] then return false end
+  if s[1] == 'completed' then return mode ~= '2' end
+  if s[1] == 'dead' and mode == '0' then return true end
+  return s[2] and tonumber(s[2]) > now
 end
-if settled(KEYS[1]) then return {0, now, redis.call('HGETALL', KEYS[1])} end
-local r = redis.call('HMGET', KEYS[1], 'state', 'attempts')
+if answers(KEYS[1], ARGV[7]) then return {0, now, redis.call('HGETALL', KEYS[1])} end
 if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
-  if first and first ~= KEYS[1] and settled(first) then
+  if first and first ~= KEYS[1] and answers(first, '0') then
     return {0, now, redis.call('HGETALL', first)}
   end
 end
+local r = redis.call('HMGET', KEYS[1], 'state', 'attempts')
 local attempts = (tonumber(r[2]) or 0) + 1
 if not r[1] then redis.call('HSET', KEYS[1], 'first_seen', now) end
+if r[1] == 'completed' then
+  redis.call('HDEL', KEYS[1], 'completed_at', 'status', 'headers', 'body', 'body_kept')
+end
 redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
-  'attempts', attempts, 'lease_until', now + tonumber(ARGV[3]))
+  'attempts', attempts, 'lease_until', now + tonumber(ARGV[3]), 'updated', now)
+if ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[1], 'route', ARGV[8], 'req_method', ARGV[10], 'req_query', ARGV[11],
+    'req_headers', ARGV[12], 'req_body', ARGV[13])
+  if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'replay_of', ARGV[9]) end
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
+index(ARGV[5], ARGV[6], r[1], 'processing')
 return {1, attempts}
 ";
 
@@ -83,32 +114,113 @@ redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 return 1
 ";
 
-/// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept.
+/// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
+/// source, id.
 const COMPLETE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now,
+local from = redis.call('HGET', KEYS[1], 'state')
+redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
   'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+index(ARGV[7], ARGV[8], from, 'completed')
 return 1
 ";
 
-/// KEYS[1] key; ARGV token.
+/// KEYS[1] key; ARGV token, state (failed|dead), hold (1 keeps token and
+/// lease), error class, upstream status ('' none), route, method, query,
+/// headers, body, retention ms, source, id.
+const FAIL: &str = "
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local from = redis.call('HGET', KEYS[1], 'state')
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'updated', now, 'last_error', ARGV[4],
+  'last_attempt_at', now, 'route', ARGV[6], 'req_method', ARGV[7], 'req_query', ARGV[8],
+  'req_headers', ARGV[9], 'req_body', ARGV[10])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'last_status', ARGV[5])
+else redis.call('HDEL', KEYS[1], 'last_status') end
+if ARGV[3] ~= '1' then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
+redis.call('PEXPIRE', KEYS[1], ARGV[11])
+index(ARGV[12], ARGV[13], from, ARGV[2])
+return 1
+";
+
+/// KEYS[1] key; ARGV token, source, id.
 const RELEASE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'released')
+if redis.call('HGET', KEYS[1], 'state') == 'processing' then
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'updated', now)
+  index(ARGV[2], ARGV[3], 'processing', 'failed')
+end
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 return 1
 ";
 
-/// KEYS[1] key; ARGV force ("1" or "0"). Returns 1 deleted, 2 in flight,
-/// 0 not found.
+/// KEYS[1] key; ARGV force ('1' or '0'), source, id. Returns 1 deleted,
+/// 2 in flight, 0 not found.
 const DELETE: &str = "
 local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
 if not s[1] then return 0 end
-if ARGV[1] ~= '1' and s[1] == 'processing' and tonumber(s[2]) > now then return 2 end
+if ARGV[1] ~= '1' and s[2] and tonumber(s[2]) > now then return 2 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
 return 1
+";
+
+/// The fields a listing reads (no request, no response body).
+const LISTED_FIELDS: &str =
+    "'state', 'token', 'body_sha256', 'attempts', 'first_seen', 'updated', \
+  'lease_until', 'completed_at', 'status', 'body_kept', 'last_error', 'last_status', \
+  'last_attempt_at', 'route', 'replay_of'";
+
+/// KEYS[1] the index of (source, state); ARGV source, state, limit, the
+/// score to start below ('+inf', or ms), and '1' when the ids at exactly
+/// that score are wanted too (the caller filters them by id). Returns
+/// {tied, below}: flat lists of id, field pairs. Entries whose record has
+/// expired or moved on are dropped from the index on the way.
+const LIST: &str = "
+local idx, src, state, limit = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local FIELDS = {FIELDS}
+local function fetch(id)
+  local v = redis.call('HMGET', src .. ':' .. id, unpack(FIELDS))
+  if v[1] ~= state then redis.call('ZREM', idx, id) return nil end
+  local out = {}
+  for i, name in ipairs(FIELDS) do
+    if v[i] then out[#out + 1] = name; out[#out + 1] = v[i] end
+  end
+  return out
+end
+local tied, below, max = {}, {}, ARGV[4]
+if ARGV[5] == '1' then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', idx, max, max)) do
+    local f = fetch(id)
+    if f then tied[#tied + 1] = id; tied[#tied + 1] = f end
+  end
+  max = '(' .. max
+end
+local offset = 0
+while #below < 2 * limit do
+  local ids = redis.call('ZREVRANGEBYSCORE', idx, max, '-inf', 'LIMIT', offset, limit)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local f = fetch(id)
+    if f then
+      offset = offset + 1
+      if #below < 2 * limit then below[#below + 1] = id; below[#below + 1] = f end
+    end
+  end
+end
+return {tied, below}
+";
+
+/// KEYS[1] the index of (source, state); ARGV source, state. Retires up to
+/// ten stale entries at the old end, then counts.
+const COUNT: &str = "
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
+  if redis.call('HGET', ARGV[1] .. ':' .. id, 'state') ~= ARGV[2] then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return redis.call('ZCARD', KEYS[1])
 ";
 
 pub struct RedisStore<C: Connector> {
@@ -120,13 +232,16 @@ pub struct RedisStore<C: Connector> {
     claim: Script,
     renew: Script,
     complete: Script,
+    fail: Script,
     release: Script,
     delete: Script,
+    list: Script,
+    count: Script,
 }
 
 impl<C: Connector> RedisStore<C> {
     fn with(connector: C, timeout: Duration, min_replicas_acked: u32) -> Self {
-        let script = |body: &str| Script::new(&format!("{NOW}{body}"));
+        let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
         Self {
             connector,
             min_replicas_acked,
@@ -134,8 +249,11 @@ impl<C: Connector> RedisStore<C> {
             claim: script(CLAIM),
             renew: script(RENEW),
             complete: script(COMPLETE),
+            fail: script(FAIL),
             release: script(RELEASE),
             delete: script(DELETE),
+            list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
+            count: script(COUNT),
         }
     }
 
@@ -198,7 +316,20 @@ impl<C: Connector> Backend for RedisStore<C> {
             .arg(&token)
             .arg(request.body_sha256)
             .arg(request.processing_ttl.as_millis() as u64)
-            .arg(request.retention.as_millis() as u64);
+            .arg(request.retention.as_millis() as u64)
+            .arg(request.key.source())
+            .arg(request.key.id())
+            .arg(request.mode.code());
+        match request.stored {
+            Some(stored) => invocation
+                .arg(stored.route)
+                .arg(stored.replay_of.unwrap_or_default())
+                .arg(stored.request.method.as_str())
+                .arg(stored.request.query.as_deref().unwrap_or_default())
+                .arg(stored.request.encode_headers())
+                .arg(stored.request.body.as_ref()),
+            None => invocation.arg("").arg("").arg("").arg("").arg("").arg(""),
+        };
         let reply: Vec<Value> = if self.min_replicas_acked == 0 {
             let mut connection = self.connector.connection().await?;
             invocation.invoke_async(&mut connection).await
@@ -224,7 +355,7 @@ impl<C: Connector> Backend for RedisStore<C> {
                 // The script found it completed or live (by Redis's clock).
                 let record = parse_record(fields)?;
                 Ok(
-                    settled(record, *now as u64).unwrap_or(ClaimOutcome::InFlight {
+                    settled(record, *now as u64, request.mode).unwrap_or(ClaimOutcome::InFlight {
                         retry_after: Duration::from_secs(1),
                     }),
                 )
@@ -254,15 +385,17 @@ impl<C: Connector> Backend for RedisStore<C> {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let key = key.as_str();
-        let mut invocation = self.complete.key(key);
+        let mut invocation = self.complete.key(key.as_str());
         invocation
             .arg(token)
             .arg(response.status.as_u16())
             .arg(response.encode_headers())
             .arg(response.body.as_ref())
             .arg(retention.as_millis() as u64)
-            .arg(response.body_kept.as_str());
+            .arg(response.body_kept.as_str())
+            .arg(key.source())
+            .arg(key.id());
+        let key = key.as_str();
         if self.min_replicas_acked == 0 {
             return self.applied(&invocation).await;
         }
@@ -281,11 +414,74 @@ impl<C: Connector> Backend for RedisStore<C> {
         Ok(applied == 1)
     }
 
-    async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
-        let key = key.as_str();
-        let mut invocation = self.release.key(key);
-        invocation.arg(token);
+    async fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = self.fail.key(key.as_str());
+        invocation
+            .arg(token)
+            .arg(failure.state().as_str())
+            .arg(if failure.hold { "1" } else { "0" })
+            .arg(failure.class.as_str())
+            .arg(failure.status.map(|s| s.to_string()).unwrap_or_default())
+            .arg(failure.route)
+            .arg(failure.request.method.as_str())
+            .arg(failure.request.query.as_deref().unwrap_or_default())
+            .arg(failure.request.encode_headers())
+            .arg(failure.request.body.as_ref())
+            .arg(failure.retention.as_millis() as u64)
+            .arg(key.source())
+            .arg(key.id());
         self.applied(&invocation).await
+    }
+
+    async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
+        let mut invocation = self.release.key(key.as_str());
+        invocation.arg(token).arg(key.source()).arg(key.id());
+        self.applied(&invocation).await
+    }
+
+    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
+        let mut invocation = self.list.key(index_key(query.source, query.state));
+        invocation
+            .arg(query.source)
+            .arg(query.state.as_str())
+            .arg(query.limit.max(1));
+        match query.before {
+            Some((ms, _)) => invocation.arg(ms).arg("1"),
+            None => invocation.arg("+inf").arg("0"),
+        };
+        let mut connection = self.connector.connection().await?;
+        let (tied, below): (Vec<Value>, Vec<Value>) = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        let mut page = Vec::new();
+        for (listed, filter) in [(tied, true), (below, false)] {
+            for pair in listed.chunks_exact(2) {
+                let id = String::from_utf8_lossy(&bytes(&pair[0])).into_owned();
+                let record = parse_record(&pair[1])?;
+                if !filter || query.admits(record.updated_ms, &id) {
+                    page.push((id, record));
+                }
+            }
+        }
+        page.sort_by(|(a_id, a), (b_id, b)| (b.updated_ms, b_id).cmp(&(a.updated_ms, a_id)));
+        page.truncate(query.limit);
+        Ok(page)
+    }
+
+    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
+        let mut invocation = self.count.key(index_key(source, state));
+        invocation.arg(source).arg(state.as_str());
+        let mut connection = self.connector.connection().await?;
+        invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
@@ -304,12 +500,13 @@ impl<C: Connector> Backend for RedisStore<C> {
     }
 
     async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
-        let key = key.as_str();
         let mut connection = self.connector.connection().await?;
         let answer: i64 = self
             .delete
-            .key(key)
+            .key(key.as_str())
             .arg(if force { "1" } else { "0" })
+            .arg(key.source())
+            .arg(key.id())
             .invoke_async(&mut connection)
             .await
             .map_err(backend)?;
@@ -379,6 +576,20 @@ fn backend(err: redis::RedisError) -> StoreError {
     StoreError::Backend(err.to_string())
 }
 
+/// The listing index of `source`'s records in `state`.
+fn index_key(source: &str, state: RecordState) -> String {
+    format!("{source}!{}", state.as_str())
+}
+
+fn bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::BulkString(b) => b.clone(),
+        Value::SimpleString(s) => s.clone().into_bytes(),
+        Value::Int(n) => n.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
 /// Turn an `HGETALL` reply (RESP2 flat array or RESP3 map) into a record.
 fn parse_record(fields: &Value) -> Result<Record, StoreError> {
     let pairs: Vec<(&Value, &Value)> = match fields {
@@ -386,26 +597,14 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
         Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
         other => return Err(StoreError::Corrupt(format!("record is {other:?}"))),
     };
-    let bytes = |value: &Value| -> Vec<u8> {
-        match value {
-            Value::BulkString(b) => b.clone(),
-            Value::SimpleString(s) => s.clone().into_bytes(),
-            Value::Int(n) => n.to_string().into_bytes(),
-            _ => Vec::new(),
-        }
-    };
     let mut state = None;
-    let mut record = Record {
-        state: RecordState::Processing,
-        token: None,
-        body_sha256: String::new(),
-        attempts: 0,
-        first_seen_ms: 0,
-        lease_expires_at_ms: None,
-        completed_at_ms: None,
-        response: None,
-    };
-    let (mut status, mut headers, mut body) = (None, Vec::new(), Vec::new());
+    let mut record = Record::claimed("", "", 0, 0);
+    record.token = None;
+    let (mut status, mut headers, mut body) = (None, Vec::new(), None);
+    let (mut error_class, mut error_status, mut error_at) = (None, None, 0);
+    let (mut method, mut query, mut request_headers, mut request_body) =
+        (None, None, Vec::new(), None);
+    let mut updated = None;
     // Records written before `body_kept` existed held their body whole.
     let mut kept = Some(BodyKept::Whole);
     for (name, value) in pairs {
@@ -418,22 +617,49 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"body_sha256" => record.body_sha256 = text.into_owned(),
             b"attempts" => record.attempts = number().unwrap_or(0) as u32,
             b"first_seen" => record.first_seen_ms = number().unwrap_or(0),
+            b"updated" => updated = number(),
             b"lease_until" => record.lease_expires_at_ms = number(),
             b"completed_at" => record.completed_at_ms = number(),
             b"status" => status = number(),
             b"headers" => headers = value,
-            b"body" => body = value,
+            b"body" => body = Some(value),
             b"body_kept" => kept = BodyKept::parse(&text),
+            b"last_error" => {
+                error_class = Some(
+                    FailureClass::parse(&text)
+                        .ok_or_else(|| StoreError::Corrupt(format!("bad last_error {text:?}")))?,
+                )
+            }
+            b"last_status" => error_status = number().map(|n| n as u16),
+            b"last_attempt_at" => error_at = number().unwrap_or(0),
+            b"route" => record.route = Some(text.into_owned()),
+            b"replay_of" => record.replay_of = Some(text.into_owned()),
+            b"req_method" => method = Some(text.into_owned()),
+            b"req_query" => query = Some(text.into_owned()).filter(|q| !q.is_empty()),
+            b"req_headers" => request_headers = value,
+            b"req_body" => request_body = Some(value),
             _ => {}
         }
     }
     record.state = state.ok_or_else(|| StoreError::Corrupt("record has no valid state".into()))?;
-    if record.state == RecordState::Completed {
+    record.updated_ms = updated.unwrap_or(record.first_seen_ms);
+    record.last_error = error_class.map(|class| LastError {
+        class,
+        status: error_status,
+        at_ms: error_at,
+    });
+    if let (RecordState::Completed, Some(body)) = (record.state, body) {
         let status =
             status.ok_or_else(|| StoreError::Corrupt("completed record has no status".into()))?;
         let kept = kept.ok_or_else(|| StoreError::Corrupt("bad body_kept".into()))?;
         record.response = Some(
             RecordedResponse::decode(status as u16, &headers, body.into(), kept)
+                .map_err(StoreError::Corrupt)?,
+        );
+    }
+    if let (Some(method), Some(body)) = (method, request_body) {
+        record.request = Some(
+            StoredRequest::decode(&method, query, &request_headers, body.into())
                 .map_err(StoreError::Corrupt)?,
         );
     }

@@ -158,13 +158,12 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
             tokio::spawn(async move {
                 let key = store.key("stall", &format!("k{i}"));
                 store
-                    .claim(ClaimRequest {
-                        key: &key,
-                        body_sha256: "00",
-                        processing_ttl: Duration::from_secs(60),
-                        retention: Duration::from_secs(600),
-                        guard_key: None,
-                    })
+                    .claim(ClaimRequest::delivery(
+                        &key,
+                        "00",
+                        Duration::from_secs(60),
+                        Duration::from_secs(600),
+                    ))
                     .await
             })
         })
@@ -243,13 +242,7 @@ async fn wait_for_replicas_holds_up_only_its_own_claim() {
     let store = Arc::new(Store::new(backend, "wait:", settings.timeout, metrics));
     let (acked, unacked) = (store.key("w", "acked"), store.key("w", "unacked"));
     fn request(key: &StoreKey) -> ClaimRequest<'_> {
-        ClaimRequest {
-            key,
-            body_sha256: "00",
-            processing_ttl: Duration::from_secs(60),
-            retention: Duration::from_secs(600),
-            guard_key: None,
-        }
+        ClaimRequest::delivery(key, "00", Duration::from_secs(60), Duration::from_secs(600))
     }
     assert!(matches!(
         store.claim(request(&acked)).await.unwrap(),
@@ -317,12 +310,36 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.complete(key, token, response, retention).await
     }
 
+    async fn fail(
+        &self,
+        key: &hookgate::store::StoreKey,
+        token: &str,
+        failure: &hookgate::store::Failure<'_>,
+    ) -> Result<bool, hookgate::store::StoreError> {
+        self.0.fail(key, token, failure).await
+    }
+
     async fn release(
         &self,
         key: &hookgate::store::StoreKey,
         token: &str,
     ) -> Result<bool, hookgate::store::StoreError> {
         self.0.release(key, token).await
+    }
+
+    async fn list(
+        &self,
+        query: &hookgate::store::ListQuery<'_>,
+    ) -> Result<Vec<(String, hookgate::store::Record)>, hookgate::store::StoreError> {
+        self.0.list(query).await
+    }
+
+    async fn count(
+        &self,
+        source: &str,
+        state: hookgate::store::RecordState,
+    ) -> Result<u64, hookgate::store::StoreError> {
+        self.0.count(source, state).await
     }
 
     async fn get(
@@ -357,13 +374,12 @@ async fn a_claim_whose_answer_was_lost_is_released_again() {
     let metrics = hookgate::metrics::StoreMetrics::unregistered();
     let store = Store::new(backend, "late:", Duration::from_millis(100), metrics);
     let key = store.key("s", "evt_late");
-    let request = ClaimRequest {
-        key: &key,
-        body_sha256: "00",
-        processing_ttl: Duration::from_secs(60),
-        retention: Duration::from_secs(600),
-        guard_key: None,
-    };
+    let request = ClaimRequest::delivery(
+        &key,
+        "00",
+        Duration::from_secs(60),
+        Duration::from_secs(600),
+    );
     let lost = store.claim(request).await;
     assert!(lost.is_err(), "the answer did not come in time: {lost:?}");
     let record = store
@@ -371,7 +387,7 @@ async fn a_claim_whose_answer_was_lost_is_released_again() {
         .await
         .unwrap()
         .expect("the claim was applied");
-    assert_eq!(record.state, RecordState::Released, "and released again");
+    assert_eq!(record.state, RecordState::Failed, "and released again");
     // The retry is a claim, not a 409 for the next 60 s (its answer is late
     // too, so it fails as well, and is released too).
     assert!(store.claim(request).await.is_err());

@@ -149,7 +149,12 @@ async fn a_connection_broken_after_the_request_is_held_too() {
     assert_eq!(retry.code(), "in_flight");
     assert_eq!(upstream.calls(), 1);
     let record = gateway.record("hook", "evt_hangup").await.unwrap();
-    assert_eq!(record.state.as_str(), "processing", "held, not released");
+    assert_eq!(record.state.as_str(), "failed");
+    assert_eq!(record.last_error.unwrap().class.as_str(), "unknown");
+    assert!(
+        record.lease_expires_at_ms.is_some() && record.token.is_some(),
+        "held, not released: {record:?}"
+    );
     gateway.shutdown().await;
 }
 

@@ -4,6 +4,7 @@
 //! key, the gateway itself on 127.0.0.1:0 or as the real binary, a signing
 //! sender, a test PKI, and metric scraping.
 
+mod admin;
 mod gateway;
 mod metrics;
 mod pki;
@@ -15,6 +16,7 @@ mod upstream;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+pub use self::admin::*;
 pub use self::gateway::*;
 pub use self::metrics::*;
 pub use self::pki::*;

@@ -1,0 +1,446 @@
+//! `hookgate events …`: the admin API's command-line client (SPEC §6).
+//!
+//! It talks to a running gateway's admin listener (`--admin URL`, default
+//! `$HOOKGATE_ADMIN_URL` or `http://127.0.0.1:9090`) with the bearer token
+//! from `$HOOKGATE_ADMIN_TOKEN`, prints tables a person can read, or the
+//! API's JSON with `--json` for scripts. Exit codes: 0 done, 1 not found or
+//! refused (the API's error is printed), 2 usage.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// How long one admin call may take (a redrive of many dead letters is
+/// paced, so it gets longer).
+const TIMEOUT: Duration = Duration::from_secs(30);
+const REDRIVE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// The gateway's admin listener.
+    #[arg(
+        long,
+        env = "HOOKGATE_ADMIN_URL",
+        default_value = "http://127.0.0.1:9090"
+    )]
+    admin: String,
+    /// Print the admin API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: EventsCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum EventsCommand {
+    /// List stored events, newest first.
+    List {
+        /// Only this route's events.
+        #[arg(long)]
+        route: Option<String>,
+        /// processing, failed, dead or completed.
+        #[arg(long)]
+        state: Option<String>,
+        /// Events per page.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Go on from a page's `next` cursor.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Follow every page to the end.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one event: state, attempts, last error, the stored request.
+    Show {
+        route: String,
+        key: String,
+        /// Include the stored request body (base64 in --json).
+        #[arg(long)]
+        body: bool,
+    },
+    /// Send the stored request again with the same key (a retry).
+    Redeliver {
+        route: String,
+        key: String,
+        /// Also when the event already completed.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Send the stored request as a new event with a new key.
+    Replay { route: String, key: String },
+    /// Redeliver every dead letter of a route.
+    Redrive {
+        route: String,
+        /// Redeliveries per second.
+        #[arg(long, default_value_t = 20)]
+        rate: u32,
+    },
+    /// Forget an event, so its next delivery is processed again.
+    Forget {
+        route: String,
+        key: String,
+        /// Also while a delivery of it is running.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Exit code for a bad command line (SPEC §1).
+const EXIT_USAGE: u8 = 2;
+
+/// Run one `hookgate events` command.
+pub fn run(args: EventsArgs) -> ExitCode {
+    let Ok(token) = std::env::var("HOOKGATE_ADMIN_TOKEN") else {
+        eprintln!("error: set HOOKGATE_ADMIN_TOKEN to the gateway's admin.token");
+        return ExitCode::from(EXIT_USAGE);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let client = AdminClient {
+        base: args.admin.trim_end_matches('/').to_owned(),
+        token,
+        http: Client::builder(TokioExecutor::new()).build_http(),
+    };
+    match runtime.block_on(client.command(args.command, args.json)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct AdminClient {
+    base: String,
+    token: String,
+    http: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+}
+
+impl AdminClient {
+    async fn command(&self, command: EventsCommand, json: bool) -> Result<(), String> {
+        match command {
+            EventsCommand::List {
+                route,
+                state,
+                limit,
+                cursor,
+                all,
+            } => {
+                let mut cursor = cursor;
+                let mut first = true;
+                loop {
+                    let mut query = vec![format!("limit={limit}")];
+                    query.extend(route.as_ref().map(|r| format!("route={}", encode(r))));
+                    query.extend(state.as_ref().map(|s| format!("state={}", encode(s))));
+                    query.extend(cursor.as_ref().map(|c| format!("cursor={}", encode(c))));
+                    let path = format!("/admin/events?{}", query.join("&"));
+                    let page = self.call(Method::GET, &path, TIMEOUT).await?;
+                    if json {
+                        println!("{}", pretty(&page));
+                    } else {
+                        print_table(&page, first);
+                    }
+                    first = false;
+                    cursor = page["next_cursor"].as_str().map(str::to_owned);
+                    match (&cursor, all) {
+                        (Some(_), true) => continue,
+                        (Some(next), false) if !json => {
+                            println!("more: --cursor {next}");
+                        }
+                        _ => {}
+                    }
+                    return Ok(());
+                }
+            }
+            EventsCommand::Show { route, key, body } => {
+                let path = format!(
+                    "{}{}",
+                    key_path(&route, &key),
+                    if body { "?body=true" } else { "" }
+                );
+                let record = self.call(Method::GET, &path, TIMEOUT).await?;
+                if json {
+                    println!("{}", pretty(&record));
+                } else {
+                    print_record(&record);
+                }
+                Ok(())
+            }
+            EventsCommand::Redeliver { route, key, force } => {
+                let path = format!(
+                    "{}/redeliver{}",
+                    key_path(&route, &key),
+                    if force { "?force=true" } else { "" }
+                );
+                let sent = self.call(Method::POST, &path, TIMEOUT).await?;
+                print_sent(&sent, json, "redelivered");
+                Ok(())
+            }
+            EventsCommand::Replay { route, key } => {
+                let path = format!("{}/replay", key_path(&route, &key));
+                let sent = self.call(Method::POST, &path, TIMEOUT).await?;
+                print_sent(&sent, json, "replayed");
+                Ok(())
+            }
+            EventsCommand::Redrive { route, rate } => {
+                let path = format!(
+                    "/admin/routes/{}/dead-letters/redeliver?rate={rate}",
+                    encode(&route)
+                );
+                let done = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
+                if json {
+                    println!("{}", pretty(&done));
+                } else {
+                    println!(
+                        "redrove {} dead letters of {route}: {} completed, {} failed, {} dead again, {} skipped",
+                        done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
+                    );
+                }
+                Ok(())
+            }
+            EventsCommand::Forget { route, key, force } => {
+                let path = format!(
+                    "{}{}",
+                    key_path(&route, &key),
+                    if force { "?force=true" } else { "" }
+                );
+                let forgotten = self.call(Method::DELETE, &path, TIMEOUT).await?;
+                if json {
+                    println!("{}", pretty(&forgotten));
+                } else {
+                    println!("forgot {route}/{key}: its next delivery is processed again");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// One admin API call; an error answer becomes its message.
+    async fn call(&self, method: Method, path: &str, timeout: Duration) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        let request = Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("bad admin URL {url}: {e}"))?;
+        let exchange = async {
+            let response =
+                self.http.request(request).await.map_err(|e| {
+                    format!("cannot reach the admin listener at {}: {e}", self.base)
+                })?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("the admin answer broke off: {e}"))?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| format!("no answer from {} in {}s", self.base, timeout.as_secs()))??;
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|_| format!("{status}: {}", String::from_utf8_lossy(&body)))?;
+        if status == StatusCode::OK {
+            Ok(value)
+        } else {
+            let error = &value["error"];
+            Err(format!(
+                "{} ({}, HTTP {})",
+                error["message"].as_str().unwrap_or("refused"),
+                error["code"].as_str().unwrap_or("unknown"),
+                status.as_u16()
+            ))
+        }
+    }
+}
+
+fn key_path(route: &str, key: &str) -> String {
+    format!("/admin/routes/{}/keys/{}", encode(route), encode(key))
+}
+
+/// Percent-encode everything but RFC 3986's unreserved characters.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How long ago `ms` was, briefly: `42s`, `7m`, `3h`, `2d`.
+fn age(ms: Option<u64>) -> String {
+    let Some(ms) = ms else { return "-".into() };
+    let secs = now_ms().saturating_sub(ms) / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+/// `refused 503`, `not_delivered`, `unknown`, or `-`.
+fn last_error(record: &Value) -> String {
+    let error = &record["last_error"];
+    match (error["class"].as_str(), error["status"].as_u64()) {
+        (Some(class), Some(status)) => format!("{class} {status}"),
+        (Some(class), None) => class.to_owned(),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(page: &Value, header: bool) {
+    let events = page["events"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<[String; 6]> = events
+        .iter()
+        .map(|event| {
+            [
+                event["route"].as_str().unwrap_or("").to_owned(),
+                event["key"].as_str().unwrap_or("").to_owned(),
+                event["state"].as_str().unwrap_or("").to_owned(),
+                event["attempts"].to_string(),
+                age(event["updated"].as_u64()),
+                last_error(event),
+            ]
+        })
+        .collect();
+    let titles = ["ROUTE", "KEY", "STATE", "ATTEMPTS", "AGE", "LAST ERROR"];
+    let mut widths = titles.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    if header {
+        line(titles);
+    }
+    for row in &rows {
+        line(row.each_ref().map(String::as_str));
+    }
+    if header && rows.is_empty() {
+        println!("(no events)");
+    }
+}
+
+fn print_record(record: &Value) {
+    let field = |name: &str| match &record[name] {
+        Value::Null => "-".to_owned(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    println!("route:        {}", field("route"));
+    println!("key:          {}", field("key"));
+    println!("state:        {}", field("state"));
+    println!("attempts:     {}", field("attempts"));
+    println!("first seen:   {} ago", age(record["first_seen"].as_u64()));
+    println!("last change:  {} ago", age(record["updated"].as_u64()));
+    println!("last error:   {}", last_error(record));
+    println!("response:     {}", field("response_status"));
+    if !record["replay_of"].is_null() {
+        println!("replay of:    {}", field("replay_of"));
+    }
+    if let Some(replays) = record["replays"].as_array().filter(|r| !r.is_empty()) {
+        let keys: Vec<&str> = replays.iter().filter_map(Value::as_str).collect();
+        println!("replays:      {}", keys.join(", "));
+    }
+    let request = &record["request"];
+    if request.is_null() {
+        println!("request:      not stored (kept for failed, dead and replayed events)");
+        return;
+    }
+    println!(
+        "request:      {} {} bytes, sha256 {}",
+        request["method"].as_str().unwrap_or(""),
+        request["body_bytes"],
+        request["body_sha256"].as_str().unwrap_or("")
+    );
+    for header in request["headers"].as_array().into_iter().flatten() {
+        println!(
+            "  {}: {}",
+            header[0].as_str().unwrap_or(""),
+            header[1].as_str().unwrap_or("")
+        );
+    }
+    if let Some(body) = request["body_base64"].as_str() {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap_or_default();
+        println!("body:\n{}", String::from_utf8_lossy(&bytes));
+    }
+}
+
+fn print_sent(sent: &Value, json: bool, what: &str) {
+    if json {
+        println!("{}", pretty(sent));
+        return;
+    }
+    let upstream = match (
+        sent["upstream_status"].as_u64(),
+        sent["upstream_error"].as_str(),
+    ) {
+        (Some(status), _) => format!("upstream answered {status}"),
+        (None, Some(error)) => error.to_owned(),
+        _ => "no answer".into(),
+    };
+    println!(
+        "{what} {}/{} (attempt {}): {}, {upstream}",
+        sent["route"].as_str().unwrap_or(""),
+        sent["key"].as_str().unwrap_or(""),
+        sent["attempt"],
+        sent["state"].as_str().unwrap_or(""),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_keys_for_a_path() {
+        assert_eq!(encode("evt_1.replay-2~"), "evt_1.replay-2~");
+        assert_eq!(encode("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
+    }
+
+    #[test]
+    fn ages_read_briefly() {
+        let now = now_ms();
+        assert_eq!(age(Some(now - 5_000)), "5s");
+        assert_eq!(age(Some(now - 3 * 3_600_000)), "3h");
+        assert_eq!(age(None), "-");
+    }
+}

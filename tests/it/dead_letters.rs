@@ -1,0 +1,453 @@
+//! Failed events, dead letters, redelivery, replay and redrive (SPEC §6),
+//! through a running gateway: what the sender gets, what the upstream sees,
+//! what the store and the admin API show, and the `hookgate events` CLI.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// An upstream that answers 503 until `healthy` is set, then as usual.
+async fn flaky_upstream() -> (Upstream, Arc<AtomicBool>) {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&healthy);
+    let upstream = Upstream::with(move |seen| {
+        if switch.load(Ordering::SeqCst) {
+            ok_plan(seen)
+        } else {
+            Plan {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                ..ok_plan(seen)
+            }
+        }
+    })
+    .await;
+    (upstream, healthy)
+}
+
+async fn gateway_for(upstream: &Upstream, backend: &Backend, route_extra: &str) -> TestGateway {
+    let text = config_text(&upstream.url("/hook"), backend, route_extra, "");
+    TestGateway::start(&with_admin(&text, true)).await
+}
+
+async fn admin(gateway: &TestGateway, method: Method, path: &str) -> Answer {
+    request(method, &gateway.admin_url(path), Some(ADMIN_TOKEN)).await
+}
+
+#[tokio::test]
+async fn the_nth_refused_attempt_parks_the_event_and_later_deliveries_are_not_forwarded() {
+    let (upstream, _) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 3").await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    let body = event("evt_dead");
+
+    for attempt in 1..=3 {
+        let answer = sender.deliver(&url, &body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "attempt {attempt}"
+        );
+        let record = gateway.record("hook", "evt_dead").await.unwrap();
+        assert_eq!(record.attempts, attempt);
+        let expected = if attempt < 3 { "failed" } else { "dead" };
+        assert_eq!(record.state.as_str(), expected);
+    }
+    let record = gateway.record("hook", "evt_dead").await.unwrap();
+    let error = record.last_error.unwrap();
+    assert_eq!((error.class.as_str(), error.status), ("refused", Some(503)));
+    let kept = record.request.expect("a failed event keeps its request");
+    assert_eq!(kept.body, body.as_bytes(), "byte for byte");
+    assert_eq!(kept.headers["x-signature"], sign(body.as_bytes()));
+
+    // Every later delivery, however many at once, is answered and not
+    // forwarded.
+    let deliveries: Vec<_> = (0..20)
+        .map(|_| {
+            let (sender, url, body) = (sender.clone(), url.clone(), body.clone());
+            tokio::spawn(async move { sender.deliver(&url, &body).await })
+        })
+        .collect();
+    for delivery in deliveries {
+        let answer = delivery.await.unwrap();
+        assert_eq!(answer.status, StatusCode::ACCEPTED);
+        assert_eq!(answer.headers["hookgate-event-state"], "dead");
+        assert_eq!(answer.json()["event"]["state"], "dead");
+        assert_eq!(answer.json()["event"]["attempts"], 3);
+    }
+    assert_eq!(upstream.count("evt_dead"), 3);
+
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let labels = [("route", "hook")];
+    assert_eq!(
+        sample(&metrics, "hookgate_dead_letters_total", &labels),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&metrics, "hookgate_dead_letters", &labels),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "hookgate_requests_total",
+            &[("route", "hook"), ("outcome", "dead_letter")]
+        ),
+        Some(20.0)
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn unlimited_attempts_keep_forwarding_and_a_custom_status_answers_dead_letters() {
+    let (upstream, _) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "").await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    for _ in 0..5 {
+        let answer = sender.deliver(&url, &event("evt_unlimited")).await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(
+        upstream.count("evt_unlimited"),
+        5,
+        "max_attempts = 0 never parks"
+    );
+    let record = gateway.record("hook", "evt_unlimited").await.unwrap();
+    assert_eq!(record.state.as_str(), "failed");
+    gateway.shutdown().await;
+
+    let gateway = gateway_for(
+        &upstream,
+        &Backend::Memory,
+        "max_attempts = 1\ndead_letter_status = 200",
+    )
+    .await;
+    let url = gateway.url("/hook");
+    assert_eq!(sender.deliver(&url, &event("evt_200")).await.status, 503);
+    assert_eq!(sender.deliver(&url, &event("evt_200")).await.status, 200);
+    assert_eq!(upstream.count("evt_200"), 1);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn redelivery_keeps_the_key_and_the_body_and_a_replay_gets_a_new_key() {
+    let (upstream, healthy) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 2").await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook?shop=42"));
+    let body = event("evt_again");
+    for _ in 0..2 {
+        sender.deliver(&url, &body).await;
+    }
+    let path = "/admin/routes/hook/keys/evt_again";
+    assert_eq!(
+        admin(&gateway, Method::GET, path).await.json()["state"],
+        "dead"
+    );
+
+    // Still down: the redelivery fails and the event stays parked.
+    let failed = admin(&gateway, Method::POST, &format!("{path}/redeliver")).await;
+    assert_eq!(failed.status, StatusCode::OK);
+    assert_eq!(failed.json()["state"], "dead");
+    assert_eq!(failed.json()["upstream_status"], 503);
+
+    healthy.store(true, Ordering::SeqCst);
+    let done = admin(&gateway, Method::POST, &format!("{path}/redeliver")).await;
+    assert_eq!(done.status, StatusCode::OK, "{:?}", done.json());
+    assert_eq!(done.json()["state"], "completed");
+    assert_eq!(done.json()["attempt"], 4);
+    assert_eq!(done.json()["upstream_status"], 200);
+    let seen = upstream.seen();
+    let last = seen.last().unwrap();
+    assert_eq!(last.key(), "evt_again", "a redelivery keeps the key");
+    assert_eq!(last.body, body.as_bytes(), "and the body, byte for byte");
+    assert_eq!(last.headers["x-signature"], sign(body.as_bytes()));
+    assert!(last.uri.ends_with("/hook?shop=42"), "{}", last.uri);
+    assert_eq!(upstream.count("evt_again"), 4);
+
+    // The sender's next retry is answered from the recording.
+    let retry = sender.deliver(&url, &body).await;
+    assert_eq!(retry.status, StatusCode::OK);
+    assert!(retry.replayed());
+    assert_eq!(upstream.count("evt_again"), 4);
+
+    // A completed event goes again only when forced.
+    let refused = admin(&gateway, Method::POST, &format!("{path}/redeliver")).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(refused.code(), "completed");
+    let forced = admin(
+        &gateway,
+        Method::POST,
+        &format!("{path}/redeliver?force=true"),
+    )
+    .await;
+    assert_eq!(forced.json()["state"], "completed");
+    assert_eq!(upstream.count("evt_again"), 5);
+
+    // Replays: a new key each time, linked both ways.
+    for n in 1..=2 {
+        let replay = admin(&gateway, Method::POST, &format!("{path}/replay")).await;
+        assert_eq!(replay.status, StatusCode::OK, "{:?}", replay.json());
+        let key = format!("evt_again.replay-{n}");
+        assert_eq!(replay.json()["key"], key.as_str());
+        assert_eq!(replay.json()["replay_of"], "evt_again");
+        assert_eq!(replay.json()["state"], "completed");
+        assert_eq!(upstream.count(&key), 1);
+        let seen = upstream.seen();
+        assert_eq!(seen.last().unwrap().body, body.as_bytes());
+    }
+    let shown = admin(&gateway, Method::GET, path).await.json();
+    assert_eq!(
+        shown["replays"],
+        serde_json::json!(["evt_again.replay-1", "evt_again.replay-2"])
+    );
+    let replay = admin(
+        &gateway,
+        Method::GET,
+        "/admin/routes/hook/keys/evt_again.replay-2?body=true",
+    )
+    .await
+    .json();
+    assert_eq!(replay["replay_of"], "evt_again");
+    assert_eq!(replay["request"]["body_bytes"], body.len());
+    let signature = replay["request"]["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h[0] == "x-signature")
+        .unwrap()
+        .clone();
+    assert_eq!(signature[1], "[redacted]", "signatures are not shown");
+
+    // A record that keeps no request cannot be sent again.
+    sender
+        .deliver(&gateway.url("/hook"), &event("evt_fine"))
+        .await;
+    let nothing = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/keys/evt_fine/replay",
+    )
+    .await;
+    assert_eq!(nothing.code(), "request_not_stored");
+    let missing = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/keys/nope/redeliver",
+    )
+    .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    gateway.shutdown().await;
+}
+
+/// The upstream was down; 200 events were parked. Once it is back, one
+/// redrive delivers each of them exactly once more.
+async fn redrive_delivers_each_dead_letter_once(backend: Backend) {
+    let (upstream, healthy) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &backend, "max_attempts = 1").await;
+    let url = gateway.url("/hook");
+    let ids: Vec<String> = (0..200).map(|i| format!("evt_rd_{i}")).collect();
+    for chunk in ids.chunks(25) {
+        let sends: Vec<_> = chunk
+            .iter()
+            .map(|id| {
+                let (url, body) = (url.clone(), event(id));
+                tokio::spawn(async move { Sender::new().deliver(&url, &body).await })
+            })
+            .collect();
+        for send in sends {
+            assert_eq!(send.await.unwrap().status, StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+    let dead = admin(
+        &gateway,
+        Method::GET,
+        "/admin/events?route=hook&state=dead&limit=500",
+    )
+    .await;
+    assert_eq!(dead.json()["events"].as_array().unwrap().len(), 200);
+
+    healthy.store(true, Ordering::SeqCst);
+    let redrive = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/dead-letters/redeliver?rate=2000",
+    )
+    .await;
+    assert_eq!(redrive.status, StatusCode::OK, "{:?}", redrive.json());
+    assert_eq!(redrive.json()["dead_letters"], 200);
+    assert_eq!(redrive.json()["completed"], 200);
+    for id in &ids {
+        assert_eq!(
+            upstream.count(id),
+            2,
+            "{id}: one failed attempt, one redelivery"
+        );
+    }
+    let ok: usize = upstream
+        .seen()
+        .iter()
+        .filter(|seen| seen.status == StatusCode::OK)
+        .count();
+    assert_eq!(ok, 200, "each delivered once");
+    let dead = admin(&gateway, Method::GET, "/admin/events?state=dead").await;
+    assert!(dead.json()["events"].as_array().unwrap().is_empty());
+    // A second redrive finds nothing to do.
+    let again = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/dead-letters/redeliver",
+    )
+    .await;
+    assert_eq!(again.json()["dead_letters"], 0);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn redrive_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    redrive_delivers_each_dead_letter_once(Backend::Embedded(dir.path().join("h.db"))).await;
+}
+
+#[tokio::test]
+async fn redrive_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    redrive_delivers_each_dead_letter_once(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test]
+async fn redrive_on_postgres() {
+    let database = TestDatabase::create().await;
+    redrive_delivers_each_dead_letter_once(Backend::Postgres(database.url())).await;
+}
+
+#[tokio::test]
+async fn listing_pages_with_a_cursor_and_refuses_bad_queries() {
+    let (upstream, _) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 1").await;
+    let url = gateway.url("/hook");
+    for i in 0..7 {
+        Sender::new()
+            .deliver(&url, &event(&format!("evt_page_{i}")))
+            .await;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let mut seen = Vec::new();
+    let mut path = "/admin/events?state=dead&limit=3".to_owned();
+    loop {
+        let page = admin(&gateway, Method::GET, &path).await.json();
+        for event in page["events"].as_array().unwrap() {
+            assert_eq!(event["route"], "hook");
+            assert_eq!(event["last_error"]["class"], "refused");
+            seen.push(event["key"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/admin/events?state=dead&limit=3&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..7).rev().map(|i| format!("evt_page_{i}")).collect();
+    assert_eq!(seen, expected, "newest first, each once");
+
+    for bad in ["state=gone", "limit=0", "limit=100000", "cursor=%%%"] {
+        let answer = admin(&gateway, Method::GET, &format!("/admin/events?{bad}")).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(answer.code(), "bad_request");
+    }
+    let unknown = admin(&gateway, Method::GET, "/admin/events?route=nope").await;
+    assert_eq!(unknown.code(), "route_not_found");
+    let unauthorized = get(
+        &gateway.admin_url("/admin/events"),
+        Some("wrong-token-0123456789"),
+    )
+    .await;
+    assert_eq!(unauthorized.status, StatusCode::UNAUTHORIZED);
+    gateway.shutdown().await;
+}
+
+/// `hookgate events` against a running gateway: every subcommand, both
+/// output formats, a bad token, an unknown key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_cli_finds_inspects_and_sends_again() {
+    let (upstream, healthy) = flaky_upstream().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 1").await;
+    let url = gateway.url("/hook");
+    Sender::new().deliver(&url, &event("evt_cli")).await;
+    Sender::new().deliver(&url, &event("evt_cli2")).await;
+    let admin_url = gateway.admin_url("");
+    let run = |args: &[&str], token: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .arg("events")
+            .arg("--admin")
+            .arg(&admin_url)
+            .args(args)
+            .env("HOOKGATE_ADMIN_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let cli = |args: &'static [&'static str]| {
+        let run = &run;
+        async move { tokio::task::block_in_place(|| run(args, ADMIN_TOKEN)) }
+    };
+
+    let (code, table, _) = cli(&["list", "--state", "dead"]).await;
+    assert_eq!(code, Some(0));
+    assert!(table.starts_with("ROUTE"), "{table}");
+    assert!(
+        table.contains("evt_cli ") && table.contains("refused 503"),
+        "{table}"
+    );
+    let (code, json, _) = cli(&["--json", "list", "--route", "hook"]).await;
+    assert_eq!(code, Some(0));
+    let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(page["events"].as_array().unwrap().len(), 2);
+
+    let (code, shown, _) = cli(&["show", "hook", "evt_cli", "--body"]).await;
+    assert_eq!(code, Some(0));
+    assert!(shown.contains("state:        dead"), "{shown}");
+    assert!(shown.contains("\"id\":\"evt_cli\""), "the body: {shown}");
+    let (_, shown, _) = cli(&["show", "hook", "evt_cli", "--json"]).await;
+    let record: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(record["attempts"], 1);
+
+    healthy.store(true, Ordering::SeqCst);
+    let (code, out, _) = cli(&["redeliver", "hook", "evt_cli"]).await;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("completed, upstream answered 200"), "{out}");
+    let (code, out, _) = cli(&["--json", "replay", "hook", "evt_cli"]).await;
+    assert_eq!(code, Some(0));
+    let replay: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(replay["key"], "evt_cli.replay-1");
+    let (code, out, _) = cli(&["redrive", "hook", "--rate", "100"]).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("redrove 1 dead letters of hook: 1 completed"),
+        "{out}"
+    );
+    assert_eq!(upstream.count("evt_cli2"), 2);
+    let (code, out, _) = cli(&["forget", "hook", "evt_cli"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(gateway.record("hook", "evt_cli").await.is_none());
+
+    let (code, _, err) = cli(&["show", "hook", "evt_never"]).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("key_not_found"), "{err}");
+    let (code, _, err) = cli(&["redeliver", "hook", "evt_cli2"]).await;
+    assert_eq!(code, Some(1), "completed needs --force");
+    assert!(err.contains("(completed, HTTP 409)"), "{err}");
+    let (code, _, err) = tokio::task::block_in_place(|| run(&["list"], "wrong-token-0123456789"));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unauthorized"), "{err}");
+    let (code, _, _) = cli(&["list", "--bogus"]).await;
+    assert_eq!(code, Some(2), "usage");
+    gateway.shutdown().await;
+}
