@@ -7,7 +7,7 @@
 //!
 //! Each is one attempt through the same steps as a sender's delivery: a
 //! claim with a fencing token, the upstream call renewing it, and the
-//! outcome settled by [`Gateway::settle`] — recorded when final, failed (or
+//! outcome settled by `Gateway::settle` — recorded when final, failed (or
 //! dead again) when not. A redelivery never runs beside a live claim, and a
 //! completed event is only sent again when forced.
 
