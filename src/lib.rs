@@ -80,6 +80,9 @@ use crate::pipeline::Gateway;
 use crate::reload::Reloader;
 use crate::store::Store;
 
+/// How often the store's listing indexes are trimmed of expired entries.
+const UPKEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// A gateway assembled from its config: metrics registry, store, request
 /// pipeline and admin endpoints, ready to serve.
 pub struct App {
@@ -150,7 +153,16 @@ impl App {
                 let _ = admin_stopped.await;
             }))
         });
+        let gateway = Arc::clone(&self.gateway);
+        let upkeep = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(UPKEEP_EVERY);
+            loop {
+                tick.tick().await;
+                gateway.trim_indexes().await;
+            }
+        });
         server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
+        upkeep.abort();
         let _ = stop_admin.send(());
         if let Some(task) = admin_task {
             let _ = task.await;

@@ -185,6 +185,33 @@ impl Gateway {
         }
     }
 
+    /// Drop listing-index entries whose records have expired, per route
+    /// scope and state, by the longest lifetime a record of that state has
+    /// among the scope's routes (`retention` for processing and completed,
+    /// `dead_letter_retention` for failed and dead). Run every minute; a
+    /// store that keeps no such index has nothing to do.
+    pub async fn trim_indexes(&self) {
+        let routes = self.routes();
+        let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        for scope in scopes {
+            let of_scope = || routes.iter().filter(|route| route.scope == scope);
+            let retention = of_scope().map(|route| route.retention).max();
+            let parked = of_scope().map(|route| route.dead_letter_retention).max();
+            for state in RecordState::ALL {
+                let horizon = match state {
+                    RecordState::Processing | RecordState::Completed => retention,
+                    RecordState::Failed | RecordState::Dead => parked,
+                };
+                let Some(horizon) = horizon else { continue };
+                if let Err(error) = self.store.trim(scope, state, horizon).await {
+                    tracing::debug!(scope, %error, "could not trim a listing index");
+                }
+            }
+        }
+    }
+
     /// Every current route, sorted by name.
     pub fn routes(&self) -> Vec<Arc<Route>> {
         self.runtime.load().routes.all()

@@ -20,6 +20,10 @@ ALTER TABLE webhook_events
 UPDATE webhook_events SET updated_at = date_trunc('milliseconds', first_seen_at);
 UPDATE webhook_events SET status = 'failed' WHERE status = 'released';
 
--- Listings: one source and state, newest first.
-CREATE INDEX webhook_events_listing
-    ON webhook_events (source, status, updated_at DESC, idempotency_key COLLATE "C" DESC);
+-- Listings of failed and dead events (and the dead-letter gauge): one
+-- source and state, newest first. Only those rows: a claim and its
+-- completion never touch this index. Listings of processing and completed
+-- rows walk the primary key of their source instead.
+CREATE INDEX webhook_events_parked
+    ON webhook_events (source, status, updated_at DESC, idempotency_key COLLATE "C" DESC)
+    WHERE status IN ('failed', 'dead');

@@ -152,6 +152,20 @@ pub trait Backend: Send + Sync + 'static {
         state: RecordState,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
+    /// Drop listing entries of `source` in `state` last changed before
+    /// `before_ms` (Unix ms): their records have expired. For backends that
+    /// keep listing indexes beside their records (Redis); the others list
+    /// from the records themselves and have nothing to do.
+    fn trim(
+        &self,
+        source: &str,
+        state: RecordState,
+        before_ms: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = (source, state, before_ms);
+        async { Ok(0) }
+    }
+
     /// Settings of the backend that would silently lose claims (Redis
     /// eviction, no persistence), as operator warnings; empty when fine or
     /// unknown.
@@ -190,6 +204,7 @@ trait DynBackend: Send + Sync {
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
+    fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
@@ -236,6 +251,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64> {
         Box::pin(Backend::count(self, source, state))
+    }
+    fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64> {
+        Box::pin(Backend::trim(self, source, state, before_ms))
     }
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
         Box::pin(Backend::get(self, key))
@@ -566,6 +584,23 @@ impl Store {
             records: listed,
             next,
         })
+    }
+
+    /// Drop listing entries of `scope`'s records in `state` that were last
+    /// changed more than `horizon` ago (the longest a record in that state
+    /// lives): see [`Backend::trim`].
+    pub async fn trim(
+        &self,
+        scope: &str,
+        state: RecordState,
+        horizon: Duration,
+    ) -> Result<u64, StoreError> {
+        let source = self.source(scope);
+        let before_ms = Clock::system()
+            .now_ms()
+            .saturating_sub(horizon.as_millis() as u64);
+        self.deadline("trim", self.backend.trim(&source, state, before_ms))
+            .await
     }
 
     /// How many live records of `scope` are in `state`.

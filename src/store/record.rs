@@ -43,6 +43,12 @@ impl RecordState {
         }
     }
 
+    /// Failed or dead: the states an operator acts on, which the SQL stores
+    /// index for their listings (the success path never touches that index).
+    pub fn parked(self) -> bool {
+        matches!(self, RecordState::Failed | RecordState::Dead)
+    }
+
     /// Also reads `released`, what a failed record was called before dead
     /// letters existed.
     pub fn parse(text: &str) -> Option<Self> {

@@ -728,7 +728,7 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
         .unwrap());
     let dead = claim_new(&store, "x-dead", LONG).await;
     let parked = Failure {
-        retention: Duration::from_secs(30),
+        retention: Duration::from_millis(1500),
         ..failure(&kept, true, false)
     };
     assert!(store.fail(&k("x-dead"), &dead, &parked).await.unwrap());
@@ -737,6 +737,34 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
     let record = store.get(&k("x-dead")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Dead);
     assert_eq!(record.request, Some(kept));
+    time.pass(Duration::from_millis(1200)).await;
+    assert!(
+        store.get(&k("x-dead")).await.unwrap().is_none(),
+        "and gone after its own retention"
+    );
+}
+
+async fn a_trim_drops_the_listing_entries_of_expired_records(store: Store, time: Time) {
+    let old = store.key("trim", "old");
+    let lease = match store.claim(request(&old, SHA_A, LONG)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store
+        .complete(&old, &lease, &response("ok"), Duration::from_millis(200))
+        .await
+        .unwrap());
+    time.pass(Duration::from_millis(400)).await;
+    leave(&store, "trim", "new", RecordState::Completed).await;
+    store
+        .trim("trim", RecordState::Completed, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(store.count("trim", RecordState::Completed).await.unwrap(), 1);
+    assert_eq!(
+        all_pages(&store, &["trim"], Some(RecordState::Completed), 10).await,
+        ["trim/new"]
+    );
 }
 
 /// Each contract test once per backend; each backend is the `async fn` of
@@ -774,6 +802,7 @@ conformance! {
         listings_page_newest_first_by_state,
         listings_of_records_changed_at_once_page_exactly,
         failed_records_outlive_completed_ones,
+        a_trim_drops_the_listing_entries_of_expired_records,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }

@@ -57,11 +57,15 @@ const ADDED_COLUMNS: [(&str, &str); 11] = [
 
 /// Run at every open, after the columns exist: rows from before dead
 /// letters get their time of last change, `released` is now `failed`, and
-/// listings walk an index by state and time.
+/// the failed and dead rows are indexed by time for their listings. Only
+/// those: a claim and its completion never touch that index, so the
+/// success path pays nothing for it (listings of processing and completed
+/// rows walk the key range of their source instead).
 const UPGRADE: &str = "
 UPDATE webhook_events SET updated_at = first_seen WHERE updated_at IS NULL;
 UPDATE webhook_events SET state = 'failed' WHERE state = 'released';
-CREATE INDEX IF NOT EXISTS webhook_events_state_updated ON webhook_events (state, updated_at);
+CREATE INDEX IF NOT EXISTS webhook_events_parked ON webhook_events (state, updated_at)
+    WHERE state IN ('failed', 'dead');
 ";
 
 /// A record's columns, in the order [`record_from`] reads them; listings
@@ -89,32 +93,40 @@ const SELECT_LIVE: &str = concat!(
 );
 
 /// One page of a listing: ?1 state, ?2 now, keys in [?3, ?4) (one source),
-/// before (?5 time, ?6 key) when ?5 is set, ?7 rows.
-const LIST: &str = concat!(
-    "SELECT key, ",
-    record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL"),
-    " FROM webhook_events WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
-      AND (?5 IS NULL OR updated_at < ?5 OR (updated_at = ?5 AND (?6 IS NULL OR key < ?6))) \
-     ORDER BY updated_at DESC, key DESC LIMIT ?7"
-);
+/// before (?5 time, ?6 key) when ?5 is set, ?7 rows; `$parked` is the
+/// condition that lets failed and dead listings use their index.
+macro_rules! list {
+    ($parked:literal) => {
+        concat!(
+            "SELECT key, ",
+            record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL"),
+            " FROM webhook_events WHERE state = ?1 ",
+            $parked,
+            " AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
+              AND (?5 IS NULL OR updated_at < ?5 OR (updated_at = ?5 AND (?6 IS NULL OR key < ?6))) \
+             ORDER BY updated_at DESC, key DESC LIMIT ?7"
+        )
+    };
+}
+const LIST: &str = list!("");
+const LIST_PARKED: &str = list!("AND state IN ('failed', 'dead')");
 
 const COUNT: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
+const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
+     WHERE state = ?1 AND state IN ('failed', 'dead') AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 
 const EXISTS: &str = "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 
 const GUARD_FIRST_KEY: &str =
     "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2";
 
-/// An expired row is gone before a claim looks at its key.
-const DELETE_EXPIRED: &str = "DELETE FROM webhook_events WHERE key = ?1 AND expires_at <= ?2";
-
 /// Insert, or take over a row that may be claimed in mode ?7 (0 a
-/// delivery, 1 a redelivery, 2 a forced one): failed, or processing with a
-/// lapsed lease; dead too for a redelivery, completed for a forced one —
-/// never under a live lease. Anything else is left untouched (no row
-/// returned) and answers from the record. A stored request (?8..?13), when
-/// given, replaces the one kept.
+/// delivery, 1 a redelivery, 2 a forced one): expired (then it starts
+/// over), failed, or processing with a lapsed lease; dead too for a
+/// redelivery, completed for a forced one — never under a live lease.
+/// Anything else is left untouched (no row returned) and answers from the
+/// record. A stored request (?8..?13), when given, replaces the one kept.
 const CLAIM: &str = "\
 INSERT INTO webhook_events \
     (key, state, token, body_sha256, attempts, first_seen, updated_at, lease_until, expires_at, \
@@ -122,21 +134,32 @@ INSERT INTO webhook_events \
 VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?4, ?5, ?6, ?8, ?9, ?10, ?11, ?12, ?13) \
 ON CONFLICT (key) DO UPDATE SET \
     state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
-    attempts = webhook_events.attempts + 1, updated_at = ?4, \
-    lease_until = excluded.lease_until, expires_at = excluded.expires_at, completed_at = NULL, \
-    response_status = NULL, response_headers = NULL, response_body = NULL, \
+    attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 \
+                    ELSE webhook_events.attempts + 1 END, \
+    first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
+                      ELSE webhook_events.first_seen END, \
+    updated_at = ?4, lease_until = excluded.lease_until, expires_at = excluded.expires_at, \
+    completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, \
     response_body_kept = NULL, \
-    route = coalesce(excluded.route, webhook_events.route), \
-    replay_of = coalesce(excluded.replay_of, webhook_events.replay_of), \
-    request_method = coalesce(excluded.request_method, webhook_events.request_method), \
-    request_query = CASE WHEN excluded.request_method IS NULL \
-        THEN webhook_events.request_query ELSE excluded.request_query END, \
-    request_headers = coalesce(excluded.request_headers, webhook_events.request_headers), \
-    request_body = coalesce(excluded.request_body, webhook_events.request_body) \
-WHERE (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
-  AND (webhook_events.state IN ('processing', 'failed', 'released') \
-       OR (webhook_events.state = 'dead' AND ?7 >= 1) \
-       OR (webhook_events.state = 'completed' AND ?7 = 2)) \
+    last_error = CASE WHEN webhook_events.expires_at <= ?4 THEN NULL \
+                      ELSE webhook_events.last_error END, \
+    route = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL THEN excluded.route \
+                 ELSE webhook_events.route END, \
+    replay_of = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
+                     THEN excluded.replay_of ELSE webhook_events.replay_of END, \
+    request_method = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
+                          THEN excluded.request_method ELSE webhook_events.request_method END, \
+    request_query = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
+                         THEN excluded.request_query ELSE webhook_events.request_query END, \
+    request_headers = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
+                           THEN excluded.request_headers ELSE webhook_events.request_headers END, \
+    request_body = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
+                        THEN excluded.request_body ELSE webhook_events.request_body END \
+WHERE webhook_events.expires_at <= ?4 \
+   OR ((webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
+       AND (webhook_events.state IN ('processing', 'failed', 'released') \
+            OR (webhook_events.state = 'dead' AND ?7 >= 1) \
+            OR (webhook_events.state = 'completed' AND ?7 = 2))) \
 RETURNING attempts";
 
 const SET_GUARD: &str = "\
@@ -374,7 +397,8 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                 ),
                 None => (None, None),
             };
-            let mut statement = tx.prepare_cached(LIST)?;
+            let mut statement =
+                tx.prepare_cached(if state.parked() { LIST_PARKED } else { LIST })?;
             let rows = statement.query_map(
                 params![
                     state.as_str(),
@@ -395,8 +419,9 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         }
         Op::Count { source, state } => {
             let (from, to) = source_range(&source);
+            let count = if state.parked() { COUNT_PARKED } else { COUNT };
             let count: i64 = tx
-                .prepare_cached(COUNT)?
+                .prepare_cached(count)?
                 .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
             Ok(Reply::Count(count as u64))
         }
@@ -438,7 +463,6 @@ impl Claiming<'_> {
     fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<ClaimOutcome> {
         let now_i = now as i64;
         let key = self.key;
-        run(tx, DELETE_EXPIRED, params![key, now_i])?;
         if let Some(guard_key) = self.guard_key {
             // The key's own record answers first; only a claimable key
             // looks at the body's first key.

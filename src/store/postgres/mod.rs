@@ -351,7 +351,12 @@ impl Backend for PostgresStore {
 
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let client = self.client().await?;
-        let statement = client.prepare_cached(sql::LIST).await.map_err(db)?;
+        let list = if query.state.parked() {
+            sql::LIST_PARKED
+        } else {
+            sql::LIST
+        };
+        let statement = client.prepare_cached(list).await.map_err(db)?;
         let before_ms = query.before.map(|(ms, _)| ms as i64);
         let before_key = query.before.and_then(|(_, id)| id);
         let limit = query.limit as i64;
@@ -370,7 +375,12 @@ impl Backend for PostgresStore {
 
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
         let client = self.client().await?;
-        let statement = client.prepare_cached(sql::COUNT).await.map_err(db)?;
+        let count = if state.parked() {
+            sql::COUNT_PARKED
+        } else {
+            sql::COUNT
+        };
+        let statement = client.prepare_cached(count).await.map_err(db)?;
         let row = client
             .query_one(&statement, &[&source, &state.as_str()])
             .await

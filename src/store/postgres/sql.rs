@@ -70,24 +70,35 @@ pub(super) const SELECT_LIVE: &str = concat!(
 );
 
 /// One page of ($1 source, $2 state), before ($3 ms, $4 key) when $3 is
-/// set, $5 rows; the key is the last column.
-pub(super) const LIST: &str = concat!(
-    "SELECT ",
-    record_columns!(
-        "NULL::bytea, NULL::bytea",
-        "NULL::text, NULL::text, NULL::bytea, NULL::bytea"
-    ),
-    ", idempotency_key FROM webhook_events \
-     WHERE source = $1 AND status = $2 AND expires_at > now() \
-       AND ($3::bigint IS NULL \
-            OR updated_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
-            OR (updated_at = 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
-                AND ($4::text IS NULL OR idempotency_key COLLATE \"C\" < $4::text))) \
-     ORDER BY updated_at DESC, idempotency_key COLLATE \"C\" DESC LIMIT $5"
-);
+/// set, $5 rows; the key is the last column. `$parked` is the condition
+/// that lets failed and dead listings use their partial index.
+macro_rules! list {
+    ($parked:literal) => {
+        concat!(
+            "SELECT ",
+            record_columns!(
+                "NULL::bytea, NULL::bytea",
+                "NULL::text, NULL::text, NULL::bytea, NULL::bytea"
+            ),
+            ", idempotency_key FROM webhook_events \
+             WHERE source = $1 AND status = $2 ",
+            $parked,
+            " AND expires_at > now() \
+               AND ($3::bigint IS NULL \
+                    OR updated_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
+                    OR (updated_at = 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
+                        AND ($4::text IS NULL OR idempotency_key COLLATE \"C\" < $4::text))) \
+             ORDER BY updated_at DESC, idempotency_key COLLATE \"C\" DESC LIMIT $5"
+        )
+    };
+}
+pub(super) const LIST: &str = list!("");
+pub(super) const LIST_PARKED: &str = list!("AND status IN ('failed', 'dead')");
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND expires_at > now()";
+pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
+    WHERE source = $1 AND status = $2 AND status IN ('failed', 'dead') AND expires_at > now()";
 
 pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 

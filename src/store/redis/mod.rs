@@ -48,22 +48,17 @@ use crate::replay::{BodyKept, RecordedResponse};
 /// Shared by every script: the current Redis time in ms, and the listing
 /// indexes. Each state of a source has one sorted set, `{source}!{state}`,
 /// of event ids scored by their last change; a script that changes a
-/// record's state moves its id in the same step, and retires up to two
-/// entries at the old end whose record has expired or moved on, so an index
-/// holds little more than its live records. (The `!` keeps index keys out of
-/// the event keys' `{source}:` namespace; on a cluster the source's hash tag
+/// record's state moves its id in the same step (two sorted-set writes).
+/// Entries whose record expired are dropped by listings as they meet them,
+/// and in bulk by [`Backend::trim`] (the gateway's periodic sweep), so the
+/// write path never looks for them. (The `!` keeps index keys out of the
+/// event keys' `{source}:` namespace; on a cluster the source's hash tag
 /// puts them in the records' slot.)
 const PRELUDE: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function index(src, id, from, to)
   if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
-  local idx = src .. '!' .. to
-  redis.call('ZADD', idx, now, id)
-  for _, old in ipairs(redis.call('ZRANGE', idx, 0, 1)) do
-    if old ~= id and redis.call('HGET', src .. ':' .. old, 'state') ~= to then
-      redis.call('ZREM', idx, old)
-    end
-  end
+  redis.call('ZADD', src .. '!' .. to, now, id)
 end
 ";
 
@@ -472,6 +467,22 @@ impl<C: Connector> Backend for RedisStore<C> {
         page.sort_by(|(a_id, a), (b_id, b)| (b.updated_ms, b_id).cmp(&(a.updated_ms, a_id)));
         page.truncate(query.limit);
         Ok(page)
+    }
+
+    async fn trim(
+        &self,
+        source: &str,
+        state: RecordState,
+        before_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        redis::cmd("ZREMRANGEBYSCORE")
+            .arg(index_key(source, state))
+            .arg("-inf")
+            .arg(format!("({before_ms}"))
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)
     }
 
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
