@@ -760,7 +760,10 @@ async fn a_trim_drops_the_listing_entries_of_expired_records(store: Store, time:
         .trim("trim", RecordState::Completed, Duration::from_millis(300))
         .await
         .unwrap();
-    assert_eq!(store.count("trim", RecordState::Completed).await.unwrap(), 1);
+    assert_eq!(
+        store.count("trim", RecordState::Completed).await.unwrap(),
+        1
+    );
     assert_eq!(
         all_pages(&store, &["trim"], Some(RecordState::Completed), 10).await,
         ["trim/new"]
