@@ -202,7 +202,7 @@ impl Gateway {
             for state in RecordState::ALL {
                 let horizon = match state {
                     RecordState::Processing | RecordState::Completed => retention,
-                    RecordState::Failed | RecordState::Dead => parked,
+                    RecordState::Queued | RecordState::Failed | RecordState::Dead => parked,
                 };
                 let Some(horizon) = horizon else { continue };
                 if let Err(error) = self.store.trim(scope, state, horizon).await {
@@ -418,6 +418,7 @@ impl Gateway {
             dead,
             hold,
             retention: route.dead_letter_retention,
+            retry_in: None,
         };
         let attempt = claim.attempt();
         claim.fail(&failure).await;
@@ -468,6 +469,8 @@ impl Gateway {
             Ok(ClaimOutcome::InFlight { retry_after }) => {
                 Err(GatewayError::InFlight { retry_after })
             }
+            // Only an acceptance answers this, and a delivery is no acceptance.
+            Ok(ClaimOutcome::Queued) => Err(GatewayError::Internal),
             Err(error) if runtime.on_store_error == OnStoreError::Forward => {
                 tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
                 Ok(Claimed::Unprotected)

@@ -97,7 +97,7 @@ impl Gateway {
             ClaimOutcome::New(lease) => lease,
             ClaimOutcome::InFlight { .. } => return Err(AdminError::InFlight),
             ClaimOutcome::Completed(_) => return Err(AdminError::Completed),
-            ClaimOutcome::Dead(_) => {
+            ClaimOutcome::Dead(_) | ClaimOutcome::Queued => {
                 return Err(AdminError::StoreUnavailable(
                     "the store answered a redelivery as a delivery".into(),
                 ))

@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, Failure, LastError,
-    Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
+    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure,
+    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -142,7 +142,19 @@ impl Backend for MemoryStore {
             },
             None => Record::claimed(token, request.body_sha256, 1, now),
         };
-        record.lease_expires_at_ms = Some(now + millis(request.processing_ttl));
+        let lease_until = now + millis(request.processing_ttl);
+        record.lease_expires_at_ms = Some(lease_until);
+        match request.mode {
+            ClaimMode::Accept => {
+                record.state = RecordState::Queued;
+                record.token = None;
+                record.lease_expires_at_ms = None;
+                record.attempts = 0;
+                record.next_attempt_ms = Some(now);
+            }
+            ClaimMode::AcceptClaimed => record.next_attempt_ms = Some(lease_until),
+            _ => record.next_attempt_ms = None,
+        }
         if let Some(stored) = request.stored {
             record.request = Some(stored.request.clone());
             record.route = Some(stored.route.to_owned());
@@ -166,6 +178,9 @@ impl Backend for MemoryStore {
                 },
             );
         }
+        if request.mode == ClaimMode::Accept {
+            return Ok(ClaimOutcome::Queued);
+        }
         Ok(ClaimOutcome::New(Lease {
             token: token.to_owned(),
             attempt: attempts,
@@ -181,7 +196,11 @@ impl Backend for MemoryStore {
         let key = key.as_str();
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
-                entry.value.lease_expires_at_ms = Some(now + millis(processing_ttl));
+                let until = now + millis(processing_ttl);
+                entry.value.lease_expires_at_ms = Some(until);
+                if entry.value.next_attempt_ms.is_some() {
+                    entry.value.next_attempt_ms = Some(until);
+                }
                 true
             }
             _ => false,
@@ -204,6 +223,7 @@ impl Backend for MemoryStore {
                 record.token = None;
                 record.lease_expires_at_ms = None;
                 record.completed_at_ms = Some(now);
+                record.next_attempt_ms = None;
                 record.response = Some(response.clone());
                 entry.expires_at_ms = now + millis(retention);
                 true
@@ -224,10 +244,11 @@ impl Backend for MemoryStore {
                 let record = &mut entry.value;
                 record.state = failure.state();
                 record.updated_ms = now;
-                if !failure.hold {
+                if !failure.holds() {
                     record.token = None;
                     record.lease_expires_at_ms = None;
                 }
+                record.next_attempt_ms = failure.retry_in.map(|retry| now + millis(retry));
                 record.last_error = Some(LastError {
                     class: failure.class,
                     status: failure.status,
@@ -246,9 +267,15 @@ impl Backend for MemoryStore {
         let key = key.as_str();
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
-                if entry.value.state == RecordState::Processing {
-                    entry.value.state = RecordState::Failed;
-                    entry.value.updated_ms = now;
+                let record = &mut entry.value;
+                if record.state == RecordState::Processing {
+                    // An async event goes back to its queue, due now.
+                    record.state = match record.next_attempt_ms {
+                        Some(_) => RecordState::Queued,
+                        None => RecordState::Failed,
+                    };
+                    record.next_attempt_ms = record.next_attempt_ms.map(|_| now);
+                    record.updated_ms = now;
                 }
                 entry.value.token = None;
                 entry.value.lease_expires_at_ms = None;
@@ -283,6 +310,53 @@ impl Backend for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut tables = self.lock();
+        let mut due: Vec<(u64, String)> = tables
+            .records
+            .iter()
+            .filter_map(|(key, entry)| {
+                let id = key.strip_prefix(source)?.strip_prefix(':')?;
+                let at = entry.value.next_attempt_ms?;
+                let waiting = matches!(
+                    entry.value.state,
+                    RecordState::Queued | RecordState::Processing
+                );
+                (entry.expires_at_ms > now && waiting && at <= now).then(|| (at, id.to_owned()))
+            })
+            .collect();
+        due.sort();
+        let until = now + millis(processing_ttl);
+        let mut leased = Vec::new();
+        for ((_, id), token) in due.into_iter().zip(tokens) {
+            let Some(entry) = tables.records.get_mut(&format!("{source}:{id}")) else {
+                continue;
+            };
+            let record = &mut entry.value;
+            record.state = RecordState::Processing;
+            record.token = Some(token.clone());
+            record.lease_expires_at_ms = Some(until);
+            record.next_attempt_ms = Some(until);
+            record.attempts += 1;
+            record.updated_ms = now;
+            leased.push(Due {
+                id,
+                lease: Lease {
+                    token: token.clone(),
+                    attempt: record.attempts,
+                },
+                record: record.clone(),
+            });
+        }
+        Ok(leased)
     }
 
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {

@@ -51,7 +51,7 @@ pub use self::memory::MemoryStore;
 pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
 pub(crate) use self::record::{new_token, settled};
 pub use self::record::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, LastError, Lease,
+    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass, LastError, Lease,
     ListQuery, Record, RecordState, StoreKey, Stored, StoredRequest,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
@@ -114,8 +114,21 @@ pub trait Backend: Send + Sync + 'static {
         failure: &Failure<'_>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Lease up to `tokens.len()` async events of `source` that are due —
+    /// queued with their next attempt at hand, or held by a worker whose
+    /// lease lapsed — one token each, for `processing_ttl`; the attempt
+    /// count goes up by one. Atomic per event: of concurrent workers, one
+    /// gets each event.
+    fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<Due>, StoreError>> + Send;
+
     /// Give the key up so the next delivery claims it (the record turns
-    /// `Failed`); the attempt count stays.
+    /// `Failed`, or `Queued` and due now for an async event); the attempt
+    /// count stays.
     fn release(
         &self,
         key: &StoreKey,
@@ -202,6 +215,12 @@ trait DynBackend: Send + Sync {
         failure: &'a Failure<'a>,
     ) -> Op<'a, bool>;
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
+    fn lease_due<'a>(
+        &'a self,
+        source: &'a str,
+        tokens: &'a [String],
+        processing_ttl: Duration,
+    ) -> Op<'a, Vec<Due>>;
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
@@ -245,6 +264,14 @@ impl<B: Backend> DynBackend for B {
     }
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool> {
         Box::pin(Backend::release(self, key, token))
+    }
+    fn lease_due<'a>(
+        &'a self,
+        source: &'a str,
+        tokens: &'a [String],
+        processing_ttl: Duration,
+    ) -> Op<'a, Vec<Due>> {
+        Box::pin(Backend::lease_due(self, source, tokens, processing_ttl))
     }
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>> {
         Box::pin(Backend::list(self, query))
@@ -584,6 +611,23 @@ impl Store {
             records: listed,
             next,
         })
+    }
+
+    /// Lease up to `limit` due async events of `scope` for `processing_ttl`
+    /// (see [`Backend::lease_due`]). Leases applied after their answer was
+    /// lost to the deadline hold their events under tokens nobody has; those
+    /// events are due again when the leases run out, so they are delayed by
+    /// `processing_ttl`, never lost.
+    pub async fn lease_due(
+        &self,
+        scope: &str,
+        limit: usize,
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let source = self.source(scope);
+        let tokens: Vec<String> = (0..limit).map(|_| new_token()).collect();
+        let op = self.backend.lease_due(&source, &tokens, processing_ttl);
+        self.deadline("lease_due", op).await
     }
 
     /// Drop listing entries of `scope`'s records in `state` that were last

@@ -17,6 +17,9 @@ use crate::replay::RecordedResponse;
 pub enum RecordState {
     /// A delivery holds the claim and is calling the upstream.
     Processing,
+    /// Accepted for asynchronous delivery (SPEC §7), waiting for a worker:
+    /// new, or due again after a failed attempt.
+    Queued,
     /// The last attempt did not finish; the next delivery claims again.
     Failed,
     /// Parked after `max_attempts`: deliveries are answered
@@ -27,8 +30,9 @@ pub enum RecordState {
 }
 
 impl RecordState {
-    pub const ALL: [RecordState; 4] = [
+    pub const ALL: [RecordState; 5] = [
         RecordState::Processing,
+        RecordState::Queued,
         RecordState::Failed,
         RecordState::Dead,
         RecordState::Completed,
@@ -37,6 +41,7 @@ impl RecordState {
     pub fn as_str(self) -> &'static str {
         match self {
             RecordState::Processing => "processing",
+            RecordState::Queued => "queued",
             RecordState::Failed => "failed",
             RecordState::Dead => "dead",
             RecordState::Completed => "completed",
@@ -156,6 +161,10 @@ pub struct Record {
     /// failed claim is held.
     pub lease_expires_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
+    /// Async events only: when a delivery worker takes the event up — its
+    /// next attempt while queued, the end of the worker's lease while one
+    /// holds it (so a crashed worker's event is taken up again).
+    pub next_attempt_ms: Option<u64>,
     /// The recorded upstream response; only when `Completed`.
     pub response: Option<RecordedResponse>,
     pub last_error: Option<LastError>,
@@ -181,6 +190,7 @@ impl Record {
             updated_ms: now_ms,
             lease_expires_at_ms: None,
             completed_at_ms: None,
+            next_attempt_ms: None,
             response: None,
             last_error: None,
             route: None,
@@ -218,6 +228,8 @@ pub enum ClaimOutcome {
     Completed(Record),
     /// The event is parked as a dead letter.
     Dead(Record),
+    /// Accepted (`ClaimMode::Accept`): stored, queued for a worker.
+    Queued,
 }
 
 /// What `delete` did.
@@ -288,6 +300,12 @@ pub enum ClaimMode {
     /// An operator's redelivery: a dead or failed record is claimed, and a
     /// completed one too when `force` is set. A live claim is never taken.
     Redeliver { force: bool },
+    /// An async route's acceptance (SPEC §7): a new key is stored with its
+    /// request as `Queued`, due now, in one write; any live record answers.
+    Accept,
+    /// The hybrid `respond_within`: accepted as with `Accept`, and claimed
+    /// by this delivery at once; if its lease lapses, a worker takes over.
+    AcceptClaimed,
 }
 
 impl ClaimMode {
@@ -298,7 +316,14 @@ impl ClaimMode {
             ClaimMode::Deliver => 0,
             ClaimMode::Redeliver { force: false } => 1,
             ClaimMode::Redeliver { force: true } => 2,
+            ClaimMode::Accept => 3,
+            ClaimMode::AcceptClaimed => 4,
         }
+    }
+
+    /// Whether this claim accepts an async event (nothing is taken over).
+    pub fn accepts(self) -> bool {
+        matches!(self, ClaimMode::Accept | ClaimMode::AcceptClaimed)
     }
 }
 
@@ -366,17 +391,33 @@ pub struct Failure<'a> {
     pub hold: bool,
     /// How long the failed or dead record lives (`dead_letter_retention`).
     pub retention: Duration,
+    /// Async events: queue the next attempt this far ahead instead of
+    /// failing (the claim is let go; `dead` and `hold` do not apply).
+    pub retry_in: Option<Duration>,
 }
 
 impl Failure<'_> {
     /// The state the record is left in.
     pub fn state(&self) -> RecordState {
-        if self.dead {
-            RecordState::Dead
-        } else {
-            RecordState::Failed
+        match (self.retry_in, self.dead) {
+            (Some(_), _) => RecordState::Queued,
+            (None, true) => RecordState::Dead,
+            (None, false) => RecordState::Failed,
         }
     }
+
+    /// Whether the token and lease stay (an unknown outcome, held).
+    pub fn holds(&self) -> bool {
+        self.hold && self.retry_in.is_none()
+    }
+}
+
+/// An async event a worker leased: deliver `record.request` under `lease`.
+#[derive(Debug, Clone)]
+pub struct Due {
+    pub id: String,
+    pub lease: Lease,
+    pub record: Record,
 }
 
 /// Which records a listing returns: those of `source` in `state`, newest
@@ -415,7 +456,17 @@ pub(crate) fn settled(record: Record, now_ms: u64, mode: ClaimMode) -> Option<Cl
     match (record.state, mode) {
         (RecordState::Completed, ClaimMode::Redeliver { force: true }) => None,
         (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
-        (RecordState::Dead, ClaimMode::Deliver) => Some(ClaimOutcome::Dead(record)),
+        (RecordState::Dead, ClaimMode::Deliver | ClaimMode::Accept | ClaimMode::AcceptClaimed) => {
+            Some(ClaimOutcome::Dead(record))
+        }
+        // An accepted event is never taken over by another acceptance.
+        (_, ClaimMode::Accept | ClaimMode::AcceptClaimed) => Some(ClaimOutcome::InFlight {
+            retry_after: retry_after(lease.unwrap_or(now_ms), now_ms),
+        }),
+        // A queued event belongs to the workers.
+        (RecordState::Queued, _) => Some(ClaimOutcome::InFlight {
+            retry_after: retry_after(record.next_attempt_ms.unwrap_or(now_ms), now_ms),
+        }),
         _ => lease.map(|until| ClaimOutcome::InFlight {
             retry_after: retry_after(until, now_ms),
         }),

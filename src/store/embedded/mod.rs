@@ -40,8 +40,8 @@ use tokio::sync::oneshot;
 use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
 use super::Synchronous;
 use super::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Failure, ListQuery, Record, RecordState,
-    StoreError, StoreKey,
+    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, ListQuery, Record,
+    RecordState, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -193,9 +193,10 @@ impl Backend for EmbeddedStore {
             state: failure.state(),
             class: failure.class,
             status: failure.status,
-            hold: failure.hold,
+            hold: failure.holds(),
             kept: (failure.request.clone(), failure.route.to_owned(), None),
             retention: failure.retention,
+            retry_in: failure.retry_in,
         };
         self.applied(op).await
     }
@@ -237,6 +238,23 @@ impl Backend for EmbeddedStore {
     async fn ping(&self) -> Result<(), StoreError> {
         match self.call(Op::Ping).await? {
             Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let op = Op::LeaseDue {
+            source: source.to_owned(),
+            tokens: tokens.to_vec(),
+            processing_ttl,
+        };
+        match self.call(op).await? {
+            Reply::Leased(due) => Ok(due),
             _ => Err(unexpected()),
         }
     }

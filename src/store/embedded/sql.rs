@@ -9,8 +9,8 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::super::{
-    settled, ClaimMode, ClaimOutcome, Deleted, FailureClass, LastError, Lease, Record, RecordState,
-    StoredRequest,
+    settled, ClaimMode, ClaimOutcome, Deleted, Due, FailureClass, LastError, Lease, Record,
+    RecordState, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -41,7 +41,7 @@ CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-const ADDED_COLUMNS: [(&str, &str); 11] = [
+const ADDED_COLUMNS: [(&str, &str); 12] = [
     ("response_body_kept", "TEXT"),
     ("updated_at", "INTEGER"),
     ("last_error", "TEXT"),
@@ -53,6 +53,7 @@ const ADDED_COLUMNS: [(&str, &str); 11] = [
     ("request_query", "TEXT"),
     ("request_headers", "BLOB"),
     ("request_body", "BLOB"),
+    ("next_attempt_at", "INTEGER"),
 ];
 
 /// Run at every open, after the columns exist: rows from before dead
@@ -66,6 +67,8 @@ UPDATE webhook_events SET updated_at = first_seen WHERE updated_at IS NULL;
 UPDATE webhook_events SET state = 'failed' WHERE state = 'released';
 CREATE INDEX IF NOT EXISTS webhook_events_parked ON webhook_events (state, updated_at)
     WHERE state IN ('failed', 'dead');
+CREATE INDEX IF NOT EXISTS webhook_events_due ON webhook_events (next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
 ";
 
 /// A record's columns, in the order [`record_from`] reads them; listings
@@ -78,7 +81,8 @@ macro_rules! record_columns {
              response_status, response_body_kept, ",
             $response,
             ", ",
-            $request
+            $request,
+            ", next_attempt_at"
         )
     };
 }
@@ -130,15 +134,20 @@ const GUARD_FIRST_KEY: &str =
 const CLAIM: &str = "\
 INSERT INTO webhook_events \
     (key, state, token, body_sha256, attempts, first_seen, updated_at, lease_until, expires_at, \
-     route, replay_of, request_method, request_query, request_headers, request_body) \
-VALUES (?1, 'processing', ?2, ?3, 1, ?4, ?4, ?5, ?6, ?8, ?9, ?10, ?11, ?12, ?13) \
+     route, replay_of, request_method, request_query, request_headers, request_body, \
+     next_attempt_at) \
+VALUES (?1, CASE WHEN ?7 = 3 THEN 'queued' ELSE 'processing' END, \
+    CASE WHEN ?7 = 3 THEN NULL ELSE ?2 END, ?3, CASE WHEN ?7 = 3 THEN 0 ELSE 1 END, ?4, ?4, \
+    CASE WHEN ?7 = 3 THEN NULL ELSE ?5 END, ?6, ?8, ?9, ?10, ?11, ?12, ?13, \
+    CASE ?7 WHEN 3 THEN ?4 WHEN 4 THEN ?5 END) \
 ON CONFLICT (key) DO UPDATE SET \
-    state = 'processing', token = excluded.token, body_sha256 = excluded.body_sha256, \
-    attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN 1 \
+    state = excluded.state, token = excluded.token, body_sha256 = excluded.body_sha256, \
+    attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN excluded.attempts \
                     ELSE webhook_events.attempts + 1 END, \
     first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
                       ELSE webhook_events.first_seen END, \
     updated_at = ?4, lease_until = excluded.lease_until, expires_at = excluded.expires_at, \
+    next_attempt_at = excluded.next_attempt_at, \
     completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, \
     response_body_kept = NULL, \
     last_error = CASE WHEN webhook_events.expires_at <= ?4 THEN NULL \
@@ -156,10 +165,24 @@ ON CONFLICT (key) DO UPDATE SET \
     request_body = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
                         THEN excluded.request_body ELSE webhook_events.request_body END \
 WHERE webhook_events.expires_at <= ?4 \
-   OR ((webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
+   OR (?7 < 3 AND (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
        AND (webhook_events.state IN ('processing', 'failed', 'released') \
             OR (webhook_events.state = 'dead' AND ?7 >= 1) \
             OR (webhook_events.state = 'completed' AND ?7 = 2))) \
+RETURNING attempts";
+
+/// The due async events of one source (keys in [?2, ?3)) at ?1, at most ?4.
+const DUE: &str = "SELECT key FROM webhook_events \
+    WHERE next_attempt_at <= ?1 AND key >= ?2 AND key < ?3 \
+      AND state IN ('queued', 'processing') AND expires_at > ?1 \
+    ORDER BY next_attempt_at LIMIT ?4";
+
+/// Lease due event ?1 to token ?2 until ?3, at ?4.
+const LEASE_DUE: &str = "\
+UPDATE webhook_events SET state = 'processing', token = ?2, lease_until = ?3, \
+    next_attempt_at = ?3, attempts = attempts + 1, updated_at = ?4 \
+WHERE key = ?1 AND next_attempt_at <= ?4 AND state IN ('queued', 'processing') \
+  AND expires_at > ?4 \
 RETURNING attempts";
 
 const SET_GUARD: &str = "\
@@ -167,28 +190,34 @@ INSERT INTO replay_guards (body_key, first_key, expires_at) VALUES (?1, ?2, ?3) 
 ON CONFLICT (body_key) DO UPDATE SET \
     first_key = excluded.first_key, expires_at = excluded.expires_at";
 
-const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3 \
+/// An async event's next look is its lease's end.
+const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3, \
+     next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN ?3 END \
      WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
 const COMPLETE: &str = "\
 UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
-    completed_at = ?3, updated_at = ?3, response_status = ?4, response_headers = ?5, \
+    next_attempt_at = NULL, completed_at = ?3, updated_at = ?3, response_status = ?4, response_headers = ?5, \
     response_body = ?6, expires_at = ?7, response_body_kept = ?8 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
-/// ?3 the new state, ?5 hold (keep token and lease).
+/// ?3 the new state, ?5 hold (keep token and lease), ?14 the next attempt
+/// of a requeued async event.
 const FAIL: &str = "\
 UPDATE webhook_events SET state = ?3, updated_at = ?4, \
     token = CASE WHEN ?5 THEN token END, lease_until = CASE WHEN ?5 THEN lease_until END, \
     last_error = ?6, last_status = ?7, last_attempt_at = ?4, route = ?8, \
     request_method = ?9, request_query = ?10, request_headers = ?11, request_body = ?12, \
-    expires_at = ?13 \
+    expires_at = ?13, next_attempt_at = ?14 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
+/// A released async event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\
 UPDATE webhook_events SET \
-    state = CASE WHEN state = 'processing' THEN 'failed' ELSE state END, \
+    state = CASE WHEN state = 'processing' AND next_attempt_at IS NOT NULL THEN 'queued' \
+                 WHEN state = 'processing' THEN 'failed' ELSE state END, \
     updated_at = CASE WHEN state = 'processing' THEN ?3 ELSE updated_at END, \
+    next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN ?3 END, \
     token = NULL, lease_until = NULL \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
@@ -232,6 +261,12 @@ pub(super) enum Op {
         hold: bool,
         kept: Kept,
         retention: Duration,
+        retry_in: Option<Duration>,
+    },
+    LeaseDue {
+        source: String,
+        tokens: Vec<String>,
+        processing_ttl: Duration,
     },
     Release {
         key: String,
@@ -262,6 +297,7 @@ pub(super) enum Reply {
     Applied(bool),
     Record(Option<Record>),
     Listed(Vec<(String, Record)>),
+    Leased(Vec<Due>),
     Count(u64),
     Deleted(Deleted),
     Pong,
@@ -362,6 +398,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             hold,
             kept: (request, route, _),
             retention,
+            retry_in,
         } => run(
             tx,
             FAIL,
@@ -378,10 +415,16 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                 request.query,
                 request.encode_headers(),
                 request.body.as_ref(),
-                ms(retention)
+                ms(retention),
+                retry_in.map(ms)
             ],
         )
         .map(applied),
+        Op::LeaseDue {
+            source,
+            tokens,
+            processing_ttl,
+        } => lease_due(tx, &source, tokens, ms(processing_ttl), now).map(Reply::Leased),
         Op::Release { key, token } => run(tx, RELEASE, params![key, token, now_i]).map(applied),
         Op::List {
             source,
@@ -439,6 +482,38 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         }
         Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
     }
+}
+
+/// Lease the due async events of `source`, one token each.
+fn lease_due(
+    tx: &Transaction<'_>,
+    source: &str,
+    tokens: Vec<String>,
+    lease_until: i64,
+    now: u64,
+) -> rusqlite::Result<Vec<Due>> {
+    let now_i = now as i64;
+    let (from, to) = source_range(source);
+    let keys: Vec<String> = tx
+        .prepare_cached(DUE)?
+        .query_map(params![now_i, from, to, tokens.len() as i64], |row| {
+            row.get(0)
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut leased = Vec::new();
+    for (key, token) in keys.into_iter().zip(tokens) {
+        let leasing = params![key, token, lease_until, now_i];
+        let Some(attempt) = query_one(tx, LEASE_DUE, leasing, |row| row.get::<_, u32>(0))? else {
+            continue;
+        };
+        let record = live_record(tx, &key, now)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+        leased.push(Due {
+            id: key[from.len()..].to_owned(),
+            lease: Lease { token, attempt },
+            record,
+        });
+    }
+    Ok(leased)
 }
 
 /// The keys of `source`'s events: from `{source}:` up to (not including)
@@ -507,6 +582,9 @@ impl Claiming<'_> {
         if let Some(attempt) = attempts {
             if let Some(guard_key) = self.guard_key {
                 run(tx, SET_GUARD, params![guard_key, key, self.expires_at])?;
+            }
+            if self.mode == ClaimMode::Accept {
+                return Ok(ClaimOutcome::Queued);
             }
             return Ok(ClaimOutcome::New(Lease {
                 token: self.token,
@@ -587,6 +665,7 @@ fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
         updated_ms: get_ms(5)?.unwrap_or_default(),
         lease_expires_at_ms: get_ms(6)?,
         completed_at_ms: get_ms(7)?,
+        next_attempt_ms: get_ms(21)?,
         response,
         last_error,
         route: row.get(at + 11)?,

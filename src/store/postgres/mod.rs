@@ -38,7 +38,7 @@ use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass,
+    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass,
     LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey, StoreSettings,
     StoredRequest,
 };
@@ -125,7 +125,7 @@ async fn claim(
     let headers = stored.map(|s| s.request.encode_headers());
     let body = stored.map(|s| s.request.body.as_ref());
     let mode = i32::from(request.mode.code());
-    let inserted: [&(dyn ToSql + Sync); 12] = [
+    let params: [&(dyn ToSql + Sync); 13] = [
         &source,
         &id,
         &token,
@@ -138,16 +138,17 @@ async fn claim(
         &query,
         &headers,
         &body,
+        &mode,
     ];
-    let taken: Vec<&(dyn ToSql + Sync)> = inserted.iter().copied().chain([&mode as _]).collect();
-    let new = |row: Row| {
-        ClaimOutcome::New(Lease {
+    let new = |row: Row| match request.mode {
+        ClaimMode::Accept => ClaimOutcome::Queued,
+        _ => ClaimOutcome::New(Lease {
             token: token.clone(),
             attempt: row.get::<_, i32>(0) as u32,
-        })
+        }),
     };
     let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&insert, &inserted).await.map_err(db)? {
+    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
         return Ok(new(row));
     }
     match live_record(client, source, id).await? {
@@ -166,13 +167,13 @@ async fn claim(
                 .execute(&expired, &[&source, &id])
                 .await
                 .map_err(db)?;
-            if let Some(row) = client.query_opt(&insert, &inserted).await.map_err(db)? {
+            if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
                 return Ok(new(row));
             }
         }
     }
     let take_over = client.prepare_cached(sql::TAKE_OVER).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&take_over, &taken).await.map_err(db)? {
+    if let Some(row) = client.query_opt(&take_over, &params).await.map_err(db)? {
         return Ok(new(row));
     }
     // Another delivery took it in between: its record answers.
@@ -326,12 +327,13 @@ impl Backend for PostgresStore {
         let status = failure.status.map(|s| s as i16);
         let request = failure.request;
         let headers = request.encode_headers();
-        let params: [&(dyn ToSql + Sync); 13] = [
+        let retry = failure.retry_in.map(millis);
+        let params: [&(dyn ToSql + Sync); 14] = [
             &key.source(),
             &key.id(),
             &token,
             &state.as_str(),
-            &failure.hold,
+            &failure.holds(),
             &failure.class.as_str(),
             &status,
             &failure.route,
@@ -340,6 +342,7 @@ impl Backend for PostgresStore {
             &headers,
             &request.body.as_ref(),
             &millis(failure.retention),
+            &retry,
         ];
         self.applied(sql::FAIL, &params).await
     }
@@ -347,6 +350,45 @@ impl Backend for PostgresStore {
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
         let params: [&(dyn ToSql + Sync); 3] = [&key.source(), &key.id(), &token];
         self.applied(sql::RELEASE, &params).await
+    }
+
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(db)?;
+        let limit = tokens.len() as i64;
+        let due = transaction
+            .query(sql::DUE, &[&source, &limit])
+            .await
+            .map_err(db)?;
+        let lease = millis(processing_ttl);
+        let mut leased = Vec::new();
+        for (row, token) in due.iter().zip(tokens) {
+            let id: String = row.get(0);
+            let leasing: [&(dyn ToSql + Sync); 4] = [&source, &id, token, &lease];
+            let attempt: i32 = transaction
+                .query_one(sql::LEASE_DUE, &leasing)
+                .await
+                .map_err(db)?
+                .get(0);
+            let (record, _) = live_record(&transaction, source, &id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt("a leased event vanished".into()))?;
+            leased.push(Due {
+                id,
+                lease: Lease {
+                    token: token.clone(),
+                    attempt: attempt as u32,
+                },
+                record,
+            });
+        }
+        transaction.commit().await.map_err(db)?;
+        Ok(leased)
     }
 
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
@@ -369,7 +411,7 @@ impl Backend for PostgresStore {
         ];
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
-            .map(|row| Ok((row.get::<_, String>(22), record(row)?.0)))
+            .map(|row| Ok((row.get::<_, String>(23), record(row)?.0)))
             .collect()
     }
 
@@ -528,6 +570,7 @@ fn record(row: &Row) -> Result<(Record, u64), StoreError> {
         updated_ms: ms(12).unwrap_or(0),
         lease_expires_at_ms: ms(5),
         completed_at_ms: ms(6),
+        next_attempt_ms: ms(22),
         response,
         last_error,
         route: row.get(16),

@@ -13,6 +13,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         2,
         include_str!("../../../migrations/postgres/0002_dead_letters.sql"),
     ),
+    (
+        3,
+        include_str!("../../../migrations/postgres/0003_async_delivery.sql"),
+    ),
 ];
 
 /// Serializes migrations between gateways starting at once.
@@ -54,7 +58,9 @@ macro_rules! record_columns {
             ", last_error, last_status, ",
             ms!("last_attempt_at"),
             ", route, replay_of, ",
-            $request
+            $request,
+            ", ",
+            ms!("next_attempt_at")
         )
     };
 }
@@ -104,14 +110,20 @@ pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 
 /// Insert a new key; an existing row (of any state) is left alone, unlocked,
 /// and nothing is returned. $5 lease and $6 retention in ms, $7..$12 a
-/// request to keep (route, replay_of, method, query, headers, body).
+/// request to keep (route, replay_of, method, query, headers, body), $13
+/// the mode: 3 accepts an async event (queued, due now), 4 accepts and
+/// claims it (due when the lease runs out).
 pub(super) const CLAIM_NEW: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
     first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
-    request_query, request_headers, request_body) \
-VALUES ($1, $2, 'processing', $3, $4, 1, now(), date_trunc('milliseconds', now()), \
-    now() + $5::bigint * interval '1 millisecond', now() + $6::bigint * interval '1 millisecond', \
-    $7, $8, $9, $10, $11, $12) \
+    request_query, request_headers, request_body, next_attempt_at) \
+VALUES ($1, $2, CASE WHEN $13::int = 3 THEN 'queued' ELSE 'processing' END, \
+    CASE WHEN $13::int = 3 THEN NULL ELSE $3::text END, $4, \
+    CASE WHEN $13::int = 3 THEN 0 ELSE 1 END, now(), date_trunc('milliseconds', now()), \
+    CASE WHEN $13::int = 3 THEN NULL ELSE now() + $5::bigint * interval '1 millisecond' END, \
+    now() + $6::bigint * interval '1 millisecond', $7, $8, $9, $10, $11, $12, \
+    CASE $13::int WHEN 3 THEN now() \
+                  WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING attempts";
 
@@ -130,7 +142,7 @@ UPDATE webhook_events SET \
     status = 'processing', token = $3, body_sha256 = $4, attempts = attempts + 1, \
     updated_at = date_trunc('milliseconds', now()), \
     lease_expires_at = now() + $5::bigint * interval '1 millisecond', \
-    expires_at = now() + $6::bigint * interval '1 millisecond', \
+    expires_at = now() + $6::bigint * interval '1 millisecond', next_attempt_at = NULL, \
     completed_at = NULL, response_status = NULL, response_headers = NULL, \
     response_body = NULL, response_body_kept = NULL, \
     route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
@@ -138,10 +150,26 @@ UPDATE webhook_events SET \
     request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
     request_headers = coalesce($11, request_headers), \
     request_body = coalesce($12, request_body) \
-WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND $13::int < 3 \
   AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
   AND (status IN ('processing', 'failed', 'released') \
        OR (status = 'dead' AND $13::int >= 1) OR (status = 'completed' AND $13::int = 2)) \
+RETURNING attempts";
+
+/// Up to $2 due async events of source $1, locked; those other workers
+/// hold locked are skipped.
+pub(super) const DUE: &str = "SELECT idempotency_key FROM webhook_events \
+    WHERE source = $1 AND next_attempt_at <= now() AND status IN ('queued', 'processing') \
+      AND expires_at > now() \
+    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+/// Lease due event ($1, $2) to token $3 for $4 ms.
+pub(super) const LEASE_DUE: &str = "\
+UPDATE webhook_events SET status = 'processing', token = $3, \
+    lease_expires_at = now() + $4::bigint * interval '1 millisecond', \
+    next_attempt_at = now() + $4::bigint * interval '1 millisecond', \
+    attempts = attempts + 1, updated_at = date_trunc('milliseconds', now()) \
+WHERE source = $1 AND idempotency_key = $2 \
 RETURNING attempts";
 
 /// Claims of one body under a replay guard take this lock first, so the
@@ -158,28 +186,35 @@ ON CONFLICT (source, body_sha256) DO UPDATE SET \
     first_key = excluded.first_key, expires_at = excluded.expires_at";
 
 pub(super) const RENEW: &str = "UPDATE webhook_events \
-    SET lease_expires_at = now() + $4::bigint * interval '1 millisecond' \
+    SET lease_expires_at = now() + $4::bigint * interval '1 millisecond', \
+        next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL \
+            THEN now() + $4::bigint * interval '1 millisecond' END \
     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
 pub(super) const COMPLETE: &str = "\
 UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-    completed_at = now(), updated_at = date_trunc('milliseconds', now()), response_status = $4, response_headers = $5, response_body = $6, \
+    next_attempt_at = NULL, completed_at = now(), updated_at = date_trunc('milliseconds', now()), response_status = $4, response_headers = $5, response_body = $6, \
     response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
-/// $4 the new state, $5 hold (keep token and lease).
+/// $4 the new state, $5 hold (keep token and lease), $14 the next attempt
+/// of a requeued async event, in ms.
 pub(super) const FAIL: &str = "\
 UPDATE webhook_events SET status = $4, updated_at = date_trunc('milliseconds', now()), \
     token = CASE WHEN $5::boolean THEN token END, \
     lease_expires_at = CASE WHEN $5::boolean THEN lease_expires_at END, \
     last_error = $6, last_status = $7, last_attempt_at = now(), route = $8, \
     request_method = $9, request_query = $10, request_headers = $11, request_body = $12, \
-    expires_at = now() + $13::bigint * interval '1 millisecond' \
+    expires_at = now() + $13::bigint * interval '1 millisecond', \
+    next_attempt_at = now() + $14::bigint * interval '1 millisecond' \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
+/// A released async event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\
 UPDATE webhook_events SET \
-    status = CASE WHEN status = 'processing' THEN 'failed' ELSE status END, \
+    status = CASE WHEN status = 'processing' AND next_attempt_at IS NOT NULL THEN 'queued' \
+                  WHEN status = 'processing' THEN 'failed' ELSE status END, \
+    next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN now() END, \
     updated_at = CASE WHEN status = 'processing' \
         THEN date_trunc('milliseconds', now()) ELSE updated_at END, \
     token = NULL, lease_expires_at = NULL \

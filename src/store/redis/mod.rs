@@ -40,8 +40,8 @@ use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
-    settled, Backend, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, LastError, Lease,
-    ListQuery, Record, RecordState, StoreError, StoreKey, StoredRequest,
+    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass,
+    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -64,22 +64,28 @@ end
 
 /// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
 /// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
-/// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced),
-/// then a request to keep (route, replay_of, method, query, headers, body;
-/// method '' keeps the one held). Returns {1, attempts} when claimed,
-/// {0, now, HGETALL...} of the record that answers otherwise.
+/// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced, 3
+/// accept, 4 accept claimed), then a request to keep (route, replay_of,
+/// method, query, headers, body; method '' keeps the one held). Returns
+/// {1, attempts} when claimed (or accepted), {0, now, HGETALL...} of the
+/// record that answers otherwise. An accepted async event is also put in
+/// the due index, `{source}!due`, scored by when a worker takes it up.
 const CLAIM: &str = "
-local function answers(key, mode)
+local mode = ARGV[7]
+local accepting = mode == '3' or mode == '4'
+local function answers(key, m)
   local s = redis.call('HMGET', key, 'state', 'lease_until')
   if not s[1] then return false end
-  if s[1] == 'completed' then return mode ~= '2' end
-  if s[1] == 'dead' and mode == '0' then return true end
+  if m == '3' or m == '4' then return true end
+  if s[1] == 'completed' then return m ~= '2' end
+  if s[1] == 'dead' and m == '0' then return true end
+  if s[1] == 'queued' then return true end
   return s[2] and tonumber(s[2]) > now
 end
-if answers(KEYS[1], ARGV[7]) then return {0, now, redis.call('HGETALL', KEYS[1])} end
+if answers(KEYS[1], mode) then return {0, now, redis.call('HGETALL', KEYS[1])} end
 if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
-  if first and first ~= KEYS[1] and answers(first, '0') then
+  if first and first ~= KEYS[1] and answers(first, accepting and mode or '0') then
     return {0, now, redis.call('HGETALL', first)}
   end
 end
@@ -89,8 +95,20 @@ if not r[1] then redis.call('HSET', KEYS[1], 'first_seen', now) end
 if r[1] == 'completed' then
   redis.call('HDEL', KEYS[1], 'completed_at', 'status', 'headers', 'body', 'body_kept')
 end
-redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
-  'attempts', attempts, 'lease_until', now + tonumber(ARGV[3]), 'updated', now)
+local lease_until = now + tonumber(ARGV[3])
+if mode == '3' then
+  attempts = 0
+  redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
+    'updated', now, 'next_attempt', now)
+  redis.call('ZADD', ARGV[5] .. '!due', now, ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
+    'attempts', attempts, 'lease_until', lease_until, 'updated', now)
+  if mode == '4' then
+    redis.call('HSET', KEYS[1], 'next_attempt', lease_until)
+    redis.call('ZADD', ARGV[5] .. '!due', lease_until, ARGV[6])
+  end
+end
 if ARGV[10] ~= '' then
   redis.call('HSET', KEYS[1], 'route', ARGV[8], 'req_method', ARGV[10], 'req_query', ARGV[11],
     'req_headers', ARGV[12], 'req_body', ARGV[13])
@@ -98,14 +116,49 @@ if ARGV[10] ~= '' then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
-index(ARGV[5], ARGV[6], r[1], 'processing')
+index(ARGV[5], ARGV[6], r[1], mode == '3' and 'queued' or 'processing')
 return {1, attempts}
 ";
 
-/// KEYS[1] key; ARGV token, lease ms.
+/// KEYS[1] the due index of a source; ARGV source, lease ms, then one
+/// token per event wanted. Leases each due event — queued, or processing
+/// under a lapsed lease — to a token; returns flat {id, token, HGETALL…}.
+/// Entries whose record is gone or no longer waiting leave the index.
+const LEASE_DUE: &str = "
+local src, lease = ARGV[1], tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, #ARGV - 2)
+local out, n = {}, 0
+for _, id in ipairs(ids) do
+  local key = src .. ':' .. id
+  local s = redis.call('HMGET', key, 'state', 'next_attempt', 'attempts')
+  if (s[1] == 'queued' or s[1] == 'processing') and s[2] and tonumber(s[2]) <= now then
+    n = n + 1
+    local attempts = (tonumber(s[3]) or 0) + 1
+    redis.call('HSET', key, 'state', 'processing', 'token', ARGV[2 + n],
+      'lease_until', now + lease, 'next_attempt', now + lease, 'attempts', attempts,
+      'updated', now)
+    redis.call('ZADD', KEYS[1], now + lease, id)
+    index(src, id, s[1], 'processing')
+    out[#out + 1] = id
+    out[#out + 1] = ARGV[2 + n]
+    out[#out + 1] = redis.call('HGETALL', key)
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
+";
+
+/// KEYS[1] key; ARGV token, lease ms, source, id. An async event's next
+/// look moves with its lease.
 const RENEW: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+local until_ = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'lease_until', until_)
+if redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1 then
+  redis.call('HSET', KEYS[1], 'next_attempt', until_)
+  redis.call('ZADD', ARGV[3] .. '!due', until_, ARGV[4])
+end
 return 1
 ";
 
@@ -117,14 +170,18 @@ local from = redis.call('HGET', KEYS[1], 'state')
 redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
   'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
+  redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 index(ARGV[7], ARGV[8], from, 'completed')
 return 1
 ";
 
-/// KEYS[1] key; ARGV token, state (failed|dead), hold (1 keeps token and
-/// lease), error class, upstream status ('' none), route, method, query,
-/// headers, body, retention ms, source, id.
+/// KEYS[1] key; ARGV token, state (failed|dead|queued), hold (1 keeps token
+/// and lease), error class, upstream status ('' none), route, method, query,
+/// headers, body, retention ms, source, id, retry ms ('' none: a requeued
+/// async event is due again then).
 const FAIL: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local from = redis.call('HGET', KEYS[1], 'state')
@@ -134,17 +191,30 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2], 'updated', now, 'last_error', ARGV
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'last_status', ARGV[5])
 else redis.call('HDEL', KEYS[1], 'last_status') end
 if ARGV[3] ~= '1' then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
+if ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[1], 'next_attempt', now + tonumber(ARGV[14]))
+  redis.call('ZADD', ARGV[12] .. '!due', now + tonumber(ARGV[14]), ARGV[13])
+elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
+  redis.call('ZREM', ARGV[12] .. '!due', ARGV[13])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[11])
 index(ARGV[12], ARGV[13], from, ARGV[2])
 return 1
 ";
 
-/// KEYS[1] key; ARGV token, source, id.
+/// KEYS[1] key; ARGV token, source, id. A released async event goes back
+/// to its queue, due now.
 const RELEASE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local async = redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1
 if redis.call('HGET', KEYS[1], 'state') == 'processing' then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'updated', now)
-  index(ARGV[2], ARGV[3], 'processing', 'failed')
+  local to = async and 'queued' or 'failed'
+  redis.call('HSET', KEYS[1], 'state', to, 'updated', now)
+  index(ARGV[2], ARGV[3], 'processing', to)
+end
+if async then
+  redis.call('HSET', KEYS[1], 'next_attempt', now)
+  redis.call('ZADD', ARGV[2] .. '!due', now, ARGV[3])
 end
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 return 1
@@ -158,6 +228,7 @@ if not s[1] then return 0 end
 if ARGV[1] ~= '1' and s[2] and tonumber(s[2]) > now then return 2 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
+redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])
 return 1
 ";
 
@@ -228,6 +299,7 @@ pub struct RedisStore<C: Connector> {
     renew: Script,
     complete: Script,
     fail: Script,
+    lease_due: Script,
     release: Script,
     delete: Script,
     list: Script,
@@ -245,6 +317,7 @@ impl<C: Connector> RedisStore<C> {
             renew: script(RENEW),
             complete: script(COMPLETE),
             fail: script(FAIL),
+            lease_due: script(LEASE_DUE),
             release: script(RELEASE),
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
@@ -342,6 +415,7 @@ impl<C: Connector> Backend for RedisStore<C> {
         }
         .map_err(backend)?;
         match reply.as_slice() {
+            [Value::Int(1), _] if request.mode == ClaimMode::Accept => Ok(ClaimOutcome::Queued),
             [Value::Int(1), Value::Int(attempts)] => Ok(ClaimOutcome::New(Lease {
                 token,
                 attempt: *attempts as u32,
@@ -367,9 +441,12 @@ impl<C: Connector> Backend for RedisStore<C> {
         token: &str,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let key = key.as_str();
-        let mut invocation = self.renew.key(key);
-        invocation.arg(token).arg(processing_ttl.as_millis() as u64);
+        let mut invocation = self.renew.key(key.as_str());
+        invocation
+            .arg(token)
+            .arg(processing_ttl.as_millis() as u64)
+            .arg(key.source())
+            .arg(key.id());
         self.applied(&invocation).await
     }
 
@@ -419,7 +496,7 @@ impl<C: Connector> Backend for RedisStore<C> {
         invocation
             .arg(token)
             .arg(failure.state().as_str())
-            .arg(if failure.hold { "1" } else { "0" })
+            .arg(if failure.holds() { "1" } else { "0" })
             .arg(failure.class.as_str())
             .arg(failure.status.map(|s| s.to_string()).unwrap_or_default())
             .arg(failure.route)
@@ -429,7 +506,13 @@ impl<C: Connector> Backend for RedisStore<C> {
             .arg(failure.request.body.as_ref())
             .arg(failure.retention.as_millis() as u64)
             .arg(key.source())
-            .arg(key.id());
+            .arg(key.id())
+            .arg(
+                failure
+                    .retry_in
+                    .map(|retry| (retry.as_millis() as u64).to_string())
+                    .unwrap_or_default(),
+            );
         self.applied(&invocation).await
     }
 
@@ -437,6 +520,40 @@ impl<C: Connector> Backend for RedisStore<C> {
         let mut invocation = self.release.key(key.as_str());
         invocation.arg(token).arg(key.source()).arg(key.id());
         self.applied(&invocation).await
+    }
+
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let mut invocation = self.lease_due.key(format!("{source}!due"));
+        invocation
+            .arg(source)
+            .arg(processing_ttl.as_millis() as u64);
+        for token in tokens {
+            invocation.arg(token);
+        }
+        let mut connection = self.connector.connection().await?;
+        let reply: Vec<Value> = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        reply
+            .chunks_exact(3)
+            .map(|leased| {
+                let record = parse_record(&leased[2])?;
+                Ok(Due {
+                    id: String::from_utf8_lossy(&bytes(&leased[0])).into_owned(),
+                    lease: Lease {
+                        token: String::from_utf8_lossy(&bytes(&leased[1])).into_owned(),
+                        attempt: record.attempts,
+                    },
+                    record,
+                })
+            })
+            .collect()
     }
 
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
@@ -631,6 +748,7 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"updated" => updated = number(),
             b"lease_until" => record.lease_expires_at_ms = number(),
             b"completed_at" => record.completed_at_ms = number(),
+            b"next_attempt" => record.next_attempt_ms = number(),
             b"status" => status = number(),
             b"headers" => headers = value,
             b"body" => body = Some(value),

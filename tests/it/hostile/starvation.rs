@@ -327,6 +327,15 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.release(key, token).await
     }
 
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<hookgate::store::Due>, hookgate::store::StoreError> {
+        self.0.lease_due(source, tokens, processing_ttl).await
+    }
+
     async fn list(
         &self,
         query: &hookgate::store::ListQuery<'_>,
