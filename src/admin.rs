@@ -86,7 +86,7 @@ impl Admin {
         let path = request.uri().path().to_owned();
         match (request.method(), path.as_str()) {
             (&Method::GET, "/metrics") => {
-                self.gateway.count_dead_letters().await;
+                self.gateway.refresh_gauges().await;
                 let mut response = text(StatusCode::OK, self.gateway.metrics().render());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,

@@ -26,6 +26,8 @@
 //!   [`store::Store::open`] and one line in the conformance suite.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
 //!   complete or fail; the set of claims this process holds.
+//! - [`worker`] — asynchronous delivery: the workers that lease due events
+//!   and deliver them with backoff.
 //! - [`redeliver`] — an operator's redelivery (same key), replay (new key)
 //!   and redrive of dead letters, through the same claim and settle steps.
 //! - [`upstream`] — the forwarded request and the pooled client.
@@ -65,6 +67,7 @@ pub mod store;
 pub mod tls;
 pub mod upstream;
 pub mod verify;
+pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -153,6 +156,10 @@ impl App {
                 let _ = admin_stopped.await;
             }))
         });
+        let (stop_workers, workers_stopped) = tokio::sync::oneshot::channel::<()>();
+        let workers = tokio::spawn(worker::run(Arc::clone(&self.gateway), async {
+            let _ = workers_stopped.await;
+        }));
         let gateway = Arc::clone(&self.gateway);
         let upkeep = tokio::spawn(async move {
             let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -161,7 +168,13 @@ impl App {
                 gateway.trim_indexes().await;
             }
         });
+        let shutdown = async {
+            shutdown.await;
+            // Stop leasing new events; running deliveries drain as claims.
+            let _ = stop_workers.send(());
+        };
         server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
+        let _ = workers.await;
         upkeep.abort();
         let _ = stop_admin.send(());
         if let Some(task) = admin_task {

@@ -33,6 +33,10 @@ pub struct Metrics {
     pub dead_letters: IntGaugeVec,
     /// hookgate extension: operator redeliveries and replays by result.
     pub redeliveries: IntCounterVec,
+    /// Async delivery (SPEC §7).
+    pub delivery_attempts: IntCounterVec,
+    pub queue_depth: IntGaugeVec,
+    pub oldest_queued: prometheus::GaugeVec,
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
     registry: Registry,
@@ -190,6 +194,30 @@ impl Metrics {
             &["route", "kind", "result"],
         )
         .expect("valid metric");
+        let delivery_attempts = IntCounterVec::new(
+            Opts::new(
+                "hookgate_delivery_attempts_total",
+                "Async delivery attempts by how they ended: completed, retrying, dead.",
+            ),
+            &["route", "result"],
+        )
+        .expect("valid metric");
+        let queue_depth = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_queue_depth",
+                "Async events waiting in the store (queued, fleet-wide) or being delivered by this instance (delivering).",
+            ),
+            &["route", "state"],
+        )
+        .expect("valid metric");
+        let oldest_queued = prometheus::GaugeVec::new(
+            Opts::new(
+                "hookgate_oldest_queued_seconds",
+                "Age of the oldest queued async event of the route (0 when none).",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -203,6 +231,9 @@ impl Metrics {
             Box::new(dead_letters_total.clone()),
             Box::new(dead_letters.clone()),
             Box::new(redeliveries.clone()),
+            Box::new(delivery_attempts.clone()),
+            Box::new(queue_depth.clone()),
+            Box::new(oldest_queued.clone()),
             Box::new(build_info),
             Box::new(tls_handshake_failures.clone()),
         ];
@@ -223,6 +254,9 @@ impl Metrics {
             dead_letters_total,
             dead_letters,
             redeliveries,
+            delivery_attempts,
+            queue_depth,
+            oldest_queued,
             tls_handshake_failures,
             registry: registry.clone(),
         }

@@ -25,21 +25,23 @@ use sha2::{Digest, Sha256};
 use crate::cidr::Cidr;
 use crate::claim::{Claim, Claims};
 use crate::config::{
-    Config, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits, RouteConfig,
+    AsyncDelivery, Config, DeliveryMode, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits,
+    RouteConfig,
 };
 use crate::error::{json_response, GatewayError};
-use crate::headers::{HOOKGATE_EVENT_STATE, X_REQUEST_ID};
+use crate::headers::{HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Failure, FailureClass, Lease, Record, RecordState,
-    Store, StoreKey, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Failure, FailureClass, Lease, Record,
+    RecordState, Store, StoreKey, Stored, StoredRequest,
 };
 use crate::upstream::{
-    build_request, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
+    build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
+use crate::worker::{self, Workers};
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +61,8 @@ pub enum Outcome {
     /// A delivery of an event parked as a dead letter, answered
     /// `dead_letter_status` and not forwarded.
     DeadLetter,
+    /// An async route stored the event; its workers deliver it.
+    Accepted,
     /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
     UpstreamError,
     Rejected(&'static str),
@@ -71,6 +75,7 @@ impl Outcome {
             Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
             Outcome::Replayed => "replayed",
             Outcome::DeadLetter => "dead_letter",
+            Outcome::Accepted => "accepted",
             Outcome::UpstreamError => "upstream_error",
             Outcome::Rejected(code) => code,
         }
@@ -99,6 +104,8 @@ pub struct Gateway {
     metrics: Metrics,
     /// Set once shutdown begins, so readiness turns false while draining.
     draining: AtomicBool,
+    /// The async delivery workers' shared state.
+    workers: Workers,
 }
 
 /// The live part of the config, ready to serve.
@@ -149,6 +156,7 @@ impl Gateway {
             claims: Arc::default(),
             metrics,
             draining: AtomicBool::new(false),
+            workers: Workers::default(),
         }
     }
 
@@ -167,21 +175,49 @@ impl Gateway {
         &self.metrics
     }
 
-    /// Set `hookgate_dead_letters{route}` from the store: counted when
-    /// `/metrics` is scraped, per route scope (routes sharing a scope show
-    /// the same count). A store that does not answer leaves the last value.
-    pub async fn count_dead_letters(&self) {
+    pub fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
+    /// Set the gauges the store knows, when `/metrics` is scraped:
+    /// `hookgate_dead_letters{route}`, and for async routes
+    /// `hookgate_queue_depth{route,state="queued"}` (fleet-wide: every
+    /// instance reports the same) and `hookgate_oldest_queued_seconds`;
+    /// `state="delivering"` is this instance's running deliveries. Counted
+    /// per route scope (routes sharing a scope show the same counts). A
+    /// store that does not answer leaves the last values.
+    pub async fn refresh_gauges(&self) {
+        let metrics = &self.metrics;
         for route in self.routes() {
-            match self.store.count(&route.scope, RecordState::Dead).await {
-                Ok(count) => self
-                    .metrics
+            let name = route.name.as_str();
+            if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {
+                metrics
                     .dead_letters
-                    .with_label_values(&[&route.name])
-                    .set(count as i64),
-                Err(error) => {
-                    tracing::debug!(route = %route.name, %error, "could not count dead letters")
-                }
+                    .with_label_values(&[name])
+                    .set(count as i64);
             }
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            if let Ok(count) = self.store.count(&route.scope, RecordState::Queued).await {
+                metrics
+                    .queue_depth
+                    .with_label_values(&[name, "queued"])
+                    .set(count as i64);
+            }
+            if let Ok(oldest) = self.store.oldest(&route.scope, RecordState::Queued).await {
+                let age = oldest.map_or(0, |at| Clock::system().now_ms().saturating_sub(at));
+                metrics
+                    .oldest_queued
+                    .with_label_values(&[name])
+                    .set(age as f64 / 1000.0);
+            }
+        }
+        for (route, running) in self.workers.delivering() {
+            metrics
+                .queue_depth
+                .with_label_values(&[&route, "delivering"])
+                .set(running as i64);
         }
     }
 
@@ -255,7 +291,7 @@ impl Gateway {
 
     /// Handle one request; count it, log it, tag it with its request id.
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
     ) -> Response<Full<Bytes>> {
@@ -292,7 +328,7 @@ impl Gateway {
     }
 
     async fn process<'a>(
-        &self,
+        self: &Arc<Self>,
         runtime: &'a Runtime,
         request: Request<Incoming>,
         connection: ConnectionInfo,
@@ -331,6 +367,26 @@ impl Gateway {
         };
         log.key = key.clone();
 
+        // 5. An async route answers once the event and its request are
+        //    stored (SPEC §7); its workers deliver it.
+        if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
+            let delivery = Delivery {
+                route,
+                parts: &parts,
+                body,
+                key: Some(key),
+                request_id,
+                peer: connection.peer.ip(),
+                peer_trusted: (runtime.trusted_proxies.iter())
+                    .any(|range| range.contains(connection.peer.ip())),
+                proto: connection.proto,
+            };
+            let request = stored_request(&delivery);
+            return self
+                .accept(route, settings, key, &body_sha256, request, log)
+                .await;
+        }
+
         // 5. Claim it: a duplicate ends here, answered from the record.
         let claim = match &key {
             Some(key) => match self.claim(runtime, route, key, &body_sha256).await? {
@@ -368,21 +424,26 @@ impl Gateway {
         log.upstream = Some(elapsed);
 
         // 7. Settle the claim by what the upstream is known to have done.
-        self.settle(route, claim, &result, || stored_request(&delivery))
+        self.settle(route, claim, &result, || stored_request(&delivery), None)
             .await;
         settle_sender(result, Outcome::Forwarded)
     }
 
-    /// Stage 7, for a delivery and an operator's redelivery alike: final →
-    /// record; refused or not delivered → failed, keeping the request (dead
-    /// after `max_attempts`); unknown → failed too, the claim held until its
-    /// lease runs out (or released, per `on_unknown`).
+    /// Stage 7, for a delivery, an async worker's attempt and an operator's
+    /// redelivery alike: final → record; refused or not delivered → failed,
+    /// keeping the request (dead after `max_attempts`); unknown → failed
+    /// too, the claim held until its lease runs out (or released, per
+    /// `on_unknown`). On an async route (`first_seen_ms` given: when the
+    /// event was accepted) a failure queues the next attempt after the
+    /// backoff instead — after `processing_ttl` at least when the outcome is
+    /// unknown — until `max_attempts` or `max_age` parks the event.
     pub(crate) async fn settle(
         &self,
         route: &Route,
         claim: Claim<'_>,
         result: &Result<UpstreamResponse, UpstreamError>,
         request: impl FnOnce() -> StoredRequest,
+        first_seen_ms: Option<u64>,
     ) -> Settled {
         let (class, status) = match result {
             Ok(answer) if is_final(answer.status) => {
@@ -407,8 +468,22 @@ impl Gateway {
                 (class, None)
             }
         };
-        let dead = route.max_attempts > 0 && claim.attempt() >= route.max_attempts;
+        let attempt = claim.attempt();
+        let mut dead = route.max_attempts > 0 && attempt >= route.max_attempts;
         let hold = class == FailureClass::Unknown && route.on_unknown == OnUnknown::Hold;
+        let retry_in = match (&route.delivery, first_seen_ms) {
+            (DeliveryMode::Async(settings), Some(first_seen_ms)) => {
+                let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
+                dead |= Duration::from_millis(age) >= settings.max_age;
+                let wait = worker::backoff(settings, attempt);
+                let wait = match class {
+                    FailureClass::Unknown => wait.max(route.processing_ttl),
+                    _ => wait,
+                };
+                (!dead).then_some(wait)
+            }
+            _ => None,
+        };
         let request = request();
         let failure = Failure {
             class,
@@ -418,17 +493,132 @@ impl Gateway {
             dead,
             hold,
             retention: route.dead_letter_retention,
-            retry_in: None,
+            retry_in,
         };
-        let attempt = claim.attempt();
         claim.fail(&failure).await;
-        if dead {
+        if let Some(wait) = retry_in {
+            Settled::Retrying(wait)
+        } else if dead {
             route.dead_letters.inc();
             tracing::warn!(route = %route.name, attempts = attempt, class = class.as_str(),
                 "event parked as a dead letter after max_attempts");
             Settled::Dead
         } else {
             Settled::Failed
+        }
+    }
+
+    /// Stage 5 of an async route: store the event with its request in one
+    /// write, then answer `accept_status` (never before: a 2xx promises the
+    /// event cannot be lost). A duplicate of a queued, delivering or
+    /// completed event gets the same answer, replayed; of a dead one, the
+    /// dead-letter answer. With `respond_within`, the event is also claimed
+    /// and forwarded at once: see [`Gateway::respond_within`].
+    async fn accept(
+        self: &Arc<Self>,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        key: &str,
+        body_sha256: &str,
+        request: StoredRequest,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let store_key = self.store.key(&route.scope, key);
+        let guard_key = route
+            .replay_guard
+            .then(|| self.store.guard_key(&route.scope, body_sha256));
+        let mode = match settings.respond_within {
+            Some(_) => ClaimMode::AcceptClaimed,
+            None => ClaimMode::Accept,
+        };
+        let outcome = self
+            .store
+            .claim(ClaimRequest {
+                key: &store_key,
+                body_sha256,
+                processing_ttl: route.processing_ttl,
+                // An accepted event outlives its attempts (max_age).
+                retention: route.dead_letter_retention,
+                guard_key: guard_key.as_ref(),
+                mode,
+                stored: Some(Stored {
+                    request: &request,
+                    route: &route.name,
+                    replay_of: None,
+                }),
+            })
+            .await;
+        match outcome {
+            Ok(ClaimOutcome::Queued) => {
+                self.workers.wake();
+                Ok((accepted(settings, key, false), Outcome::Accepted))
+            }
+            Ok(ClaimOutcome::New(lease)) => {
+                let within = settings.respond_within.unwrap_or_default();
+                self.respond_within(route, settings, store_key, key, lease, request, within, log)
+                    .await
+            }
+            Ok(ClaimOutcome::Completed(record)) => {
+                check_body(route, &record, body_sha256)?;
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::InFlight { .. }) => {
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::Dead(record)) => Ok((
+                dead_letter(route, &record, body_sha256)?,
+                Outcome::DeadLetter,
+            )),
+            Err(error) => {
+                // Never accepted without the store: an async route does not
+                // forward unprotected, whatever `on_error` says.
+                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+
+    /// The hybrid: forward the accepted, claimed event now, in a task of its
+    /// own. A final answer within `within` is returned as a sync route
+    /// would; otherwise the sender gets `accept_status`, the call runs on,
+    /// and its outcome is settled like a worker's attempt (a failure queues
+    /// the next one; a crash leaves the event to the workers once the lease
+    /// lapses). Exactly one call is made unless it fails.
+    #[allow(clippy::too_many_arguments)]
+    async fn respond_within(
+        self: &Arc<Self>,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        store_key: StoreKey,
+        key: &str,
+        lease: Lease,
+        request: StoredRequest,
+        within: Duration,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let gateway = Arc::clone(self);
+        let task_route = Arc::clone(route);
+        let task_key = key.to_owned();
+        let accepted_ms = Clock::system().now_ms();
+        tokio::spawn(async move {
+            let route = task_route;
+            let mut claim = gateway.claim_for(&route, store_key, lease);
+            let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
+                .expect("hex is a valid header value");
+            let upstream_request = resend(&route, request.clone(), Some(&task_key), &request_id);
+            let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
+            gateway
+                .settle(&route, claim, &result, || request, Some(accepted_ms))
+                .await;
+            let _ = answered.send((result, elapsed));
+        });
+        match tokio::time::timeout(within, answer).await {
+            Ok(Ok((Ok(answer), elapsed))) if is_final(answer.status) => {
+                log.upstream = Some(elapsed);
+                settle_sender(Ok(answer), Outcome::Forwarded)
+            }
+            _ => Ok((accepted(settings, key, false), Outcome::Accepted)),
         }
     }
 
@@ -586,6 +776,8 @@ pub enum Settled {
     Completed(StatusCode),
     Failed,
     Dead,
+    /// An async event's next attempt is queued, this far ahead.
+    Retrying(Duration),
 }
 
 impl Settled {
@@ -594,6 +786,7 @@ impl Settled {
             Settled::Completed(_) => "completed",
             Settled::Failed => "failed",
             Settled::Dead => "dead",
+            Settled::Retrying(_) => "retrying",
         }
     }
 }
@@ -616,6 +809,19 @@ fn replay(
     check_body(route, record, body_sha256)?;
     let recorded = record.response.as_ref().ok_or(GatewayError::Internal)?;
     Ok(recorded.replay())
+}
+
+/// The answer of an async route: `accept_status` and a small JSON body;
+/// `Idempotent-Replayed: true` for a duplicate.
+fn accepted(settings: &AsyncDelivery, key: &str, replayed: bool) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({ "accepted": true, "key": key });
+    let mut response = json_response(settings.accept_status, &body);
+    if replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
 }
 
 /// Answer a delivery of a dead letter: `dead_letter_status` (202 by

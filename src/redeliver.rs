@@ -17,12 +17,13 @@ use http::header::HeaderValue;
 use http::StatusCode;
 
 use crate::claim::Claim;
+use crate::config::DeliveryMode;
 use crate::error::AdminError;
 use crate::key;
 use crate::pipeline::{Gateway, Settled};
 use crate::route::Route;
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, RecordState, StoreError, Stored, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Clock, RecordState, StoreError, Stored, StoredRequest,
 };
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
 
@@ -104,7 +105,10 @@ impl Gateway {
             }
         };
         let claim = self.claim_for(route, store_key, lease);
-        Ok(self.attempt(route, claim, key, request, "redeliver").await)
+        let accepted = record.first_seen_ms;
+        Ok(self
+            .attempt(route, claim, key, request, "redeliver", accepted)
+            .await)
     }
 
     /// Forward the stored request of `key` as a new event, under the first
@@ -140,8 +144,9 @@ impl Gateway {
                 .map_err(unavailable)?;
             if let ClaimOutcome::New(lease) = claimed {
                 let claim = self.claim_for(route, store_key, lease);
+                let accepted = Clock::system().now_ms();
                 return Ok(self
-                    .attempt(route, claim, &replay_key, request, "replay")
+                    .attempt(route, claim, &replay_key, request, "replay", accepted)
                     .await);
             }
         }
@@ -213,6 +218,7 @@ impl Gateway {
                     Settled::Completed(_) => done.completed += 1,
                     Settled::Failed => done.failed += 1,
                     Settled::Dead => done.dead += 1,
+                    Settled::Retrying(_) => done.failed += 1,
                 },
                 Err(AdminError::StoreUnavailable(error)) => {
                     tracing::warn!(target: "hookgate::admin", route = %route.name, %error, sent = i, "redrive stopped: the store is unavailable");
@@ -240,13 +246,18 @@ impl Gateway {
         key: &str,
         request: StoredRequest,
         kind: &str,
+        first_seen_ms: u64,
     ) -> Sent {
         let attempt = claim.attempt();
         let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
             .expect("hex is a valid header value");
         let upstream_request = resend(route, request.clone(), Some(key), &request_id);
         let (result, _) = claim.renewing(self.call(route, upstream_request)).await;
-        let settled = self.settle(route, claim, &result, || request).await;
+        // On an async route a failure is queued for the workers to retry.
+        let accepted = matches!(route.delivery, DeliveryMode::Async(_)).then_some(first_seen_ms);
+        let settled = self
+            .settle(route, claim, &result, || request, accepted)
+            .await;
         let (upstream_status, upstream_error) = describe(&result);
         self.metrics()
             .redeliveries

@@ -86,7 +86,20 @@ pub struct RawRoute {
     pub max_attempts: Option<u64>,
     pub dead_letter_status: Option<u64>,
     pub dead_letter_retention: Option<String>,
+    pub delivery: Option<String>,
+    pub accept_status: Option<u64>,
+    pub retry_backoff: Option<RawBackoff>,
+    pub max_age: Option<String>,
+    pub max_in_flight: Option<u64>,
+    pub respond_within: Option<String>,
     pub verify: Option<RawVerify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackoff {
+    pub initial: Option<String>,
+    pub max: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

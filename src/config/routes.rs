@@ -11,7 +11,9 @@ use http::{HeaderName, Method, StatusCode, Uri};
 
 use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
-use super::settings::{OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
+use super::settings::{
+    AsyncDelivery, DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa,
+};
 use super::summary::humanize;
 
 /// Failed and dead events are kept this long unless the route says otherwise
@@ -55,7 +57,7 @@ impl Validator<'_> {
         routes
     }
 
-    fn route(&mut self, at: &KeyPath, raw: RawRoute) -> RouteConfig {
+    fn route(&mut self, at: &KeyPath, mut raw: RawRoute) -> RouteConfig {
         let name = self.identifier(&at.key("name"), &raw.name);
         let path = self.string(&at.key("path"), &raw.path).unwrap_or_default();
         if !path.starts_with('/') || path.contains(['?', '#']) {
@@ -77,7 +79,7 @@ impl Validator<'_> {
             );
         }
 
-        let (scheme, verifier) = match raw.verify {
+        let (scheme, verifier) = match raw.verify.take() {
             Some(verify) => self.verify(&at.key("verify"), verify),
             None => {
                 self.fail(
@@ -201,7 +203,12 @@ impl Validator<'_> {
             16 << 20,
         );
 
-        let max_attempts = raw.max_attempts.unwrap_or(0);
+        let delivery = self.delivery(at, &raw, upstream_timeout);
+        let default_attempts = match delivery {
+            DeliveryMode::Sync => 0,
+            DeliveryMode::Async(_) => 12,
+        };
+        let max_attempts = raw.max_attempts.unwrap_or(default_attempts);
         if max_attempts > 1000 {
             self.fail(
                 &at.key("max_attempts"),
@@ -229,6 +236,14 @@ impl Validator<'_> {
                 "dead_letter_retention must be at least retention: failed events are kept longer than completed ones",
             );
         }
+        if let DeliveryMode::Async(settings) = &delivery {
+            if dead_letter_retention <= settings.max_age {
+                self.fail(
+                    &at.key("max_age"),
+                    "max_age must be shorter than dead_letter_retention: an accepted event must outlive its attempts",
+                );
+            }
+        }
 
         RouteConfig {
             name,
@@ -250,9 +265,88 @@ impl Validator<'_> {
             max_attempts: max_attempts.min(1000) as u32,
             dead_letter_status,
             dead_letter_retention,
+            delivery,
             scheme,
             verifier,
         }
+    }
+
+    /// `delivery` and the async settings; those are refused on a sync route
+    /// (a typo must not look like it took effect).
+    fn delivery(
+        &mut self,
+        at: &KeyPath,
+        raw: &RawRoute,
+        upstream_timeout: Duration,
+    ) -> DeliveryMode {
+        let is_async = self.choice(
+            &at.key("delivery"),
+            raw.delivery.as_ref(),
+            &[("sync", false), ("async", true)],
+            false,
+        );
+        if !is_async {
+            let set = [
+                ("accept_status", raw.accept_status.is_some()),
+                ("retry_backoff", raw.retry_backoff.is_some()),
+                ("max_age", raw.max_age.is_some()),
+                ("max_in_flight", raw.max_in_flight.is_some()),
+                ("respond_within", raw.respond_within.is_some()),
+            ];
+            for (name, _) in set.iter().filter(|(_, set)| *set) {
+                self.fail(&at.key(name), "only for delivery = \"async\"");
+            }
+            return DeliveryMode::Sync;
+        }
+        let accept_status = match raw.accept_status.unwrap_or(202) {
+            code @ 200..=299 => StatusCode::from_u16(code as u16).expect("in range"),
+            _ => {
+                self.fail(
+                    &at.key("accept_status"),
+                    "must be a 2xx status: the event is stored, the sender must stop retrying",
+                );
+                StatusCode::ACCEPTED
+            }
+        };
+        let backoff = raw.retry_backoff.as_ref();
+        let backoff_at = at.key("retry_backoff");
+        let backoff_initial = self.duration(
+            &backoff_at.key("initial"),
+            backoff.and_then(|b| b.initial.as_ref()),
+            Duration::from_secs(1),
+        );
+        let backoff_max = self.duration(
+            &backoff_at.key("max"),
+            backoff.and_then(|b| b.max.as_ref()),
+            Duration::from_secs(600),
+        );
+        if backoff_max < backoff_initial {
+            self.fail(&backoff_at.key("max"), "must be at least initial");
+        }
+        let max_age = self.duration(
+            &at.key("max_age"),
+            raw.max_age.as_ref(),
+            Duration::from_secs(3 * 86_400),
+        );
+        let max_in_flight = self.size(&at.key("max_in_flight"), raw.max_in_flight, 16, 10_000);
+        let respond_within = raw
+            .respond_within
+            .as_ref()
+            .map(|raw| self.duration(&at.key("respond_within"), Some(raw), Duration::from_secs(5)));
+        if respond_within.is_some_and(|within| within >= upstream_timeout) {
+            self.fail(
+                &at.key("respond_within"),
+                "respond_within must be shorter than upstream_timeout",
+            );
+        }
+        DeliveryMode::Async(AsyncDelivery {
+            accept_status,
+            backoff_initial,
+            backoff_max,
+            max_age,
+            max_in_flight,
+            respond_within,
+        })
     }
 
     fn methods(&mut self, at: &KeyPath, raw: Option<&[String]>) -> Vec<Method> {

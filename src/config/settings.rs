@@ -144,6 +144,32 @@ pub enum OnUnknown {
     Release,
 }
 
+/// How a route delivers (SPEC §7).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliveryMode {
+    /// Forward while the sender waits, and answer with the upstream's word.
+    Sync,
+    /// Answer once the event is stored; workers deliver it with backoff.
+    Async(AsyncDelivery),
+}
+
+/// An async route's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsyncDelivery {
+    /// What the sender gets once its event is durably stored.
+    pub accept_status: StatusCode,
+    /// The first retry's ceiling; each later one doubles, up to `backoff_max`
+    /// (full jitter: the wait is random below the ceiling).
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// An event still undelivered this long after it was accepted is dead.
+    pub max_age: Duration,
+    /// Concurrent upstream calls of this route, per gateway instance.
+    pub max_in_flight: usize,
+    /// Hybrid: try synchronously this long first.
+    pub respond_within: Option<Duration>,
+}
+
 /// One `[[routes]]` entry, validated.
 #[derive(Debug)]
 pub struct RouteConfig {
@@ -178,6 +204,7 @@ pub struct RouteConfig {
     pub dead_letter_status: StatusCode,
     /// How long failed and dead records (with their requests) are kept.
     pub dead_letter_retention: Duration,
+    pub delivery: DeliveryMode,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
 }

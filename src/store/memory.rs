@@ -372,6 +372,15 @@ impl Backend for MemoryStore {
         Ok(page)
     }
 
+    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let now = self.clock.now_ms();
+        let tables = self.lock();
+        Ok(self
+            .in_source(&tables, source, state, now)
+            .map(|(_, record)| record.updated_ms)
+            .min())
+    }
+
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
         let now = self.clock.now_ms();
         let tables = self.lock();

@@ -165,6 +165,14 @@ pub trait Backend: Send + Sync + 'static {
         state: RecordState,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
+    /// When the longest-waiting live record of `source` in `state` last
+    /// changed (Unix ms), if any: for `hookgate_oldest_queued_seconds`.
+    fn oldest(
+        &self,
+        source: &str,
+        state: RecordState,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
     /// Drop listing entries of `source` in `state` last changed before
     /// `before_ms` (Unix ms): their records have expired. For backends that
     /// keep listing indexes beside their records (Redis); the others list
@@ -224,6 +232,7 @@ trait DynBackend: Send + Sync {
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
+    fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
@@ -281,6 +290,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64> {
         Box::pin(Backend::trim(self, source, state, before_ms))
+    }
+    fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>> {
+        Box::pin(Backend::oldest(self, source, state))
     }
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
         Box::pin(Backend::get(self, key))
@@ -644,6 +656,13 @@ impl Store {
             .now_ms()
             .saturating_sub(horizon.as_millis() as u64);
         self.deadline("trim", self.backend.trim(&source, state, before_ms))
+            .await
+    }
+
+    /// When the longest-waiting record of `scope` in `state` last changed.
+    pub async fn oldest(&self, scope: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let source = self.source(scope);
+        self.deadline("oldest", self.backend.oldest(&source, state))
             .await
     }
 

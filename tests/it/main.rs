@@ -1,6 +1,7 @@
 //! hookgate's integration tests, in one binary: real sockets, a real
 //! `redis-server` per test, a real recording upstream.
 
+mod async_delivery;
 mod cli;
 mod conformance;
 mod dead_letters;

@@ -272,6 +272,17 @@ impl Backend for EmbeddedStore {
         }
     }
 
+    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let op = Op::Oldest {
+            source: source.to_owned(),
+            state,
+        };
+        match self.call(op).await? {
+            Reply::Oldest(at) => Ok(at),
+            _ => Err(unexpected()),
+        }
+    }
+
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
         let op = Op::Count {
             source: source.to_owned(),

@@ -117,6 +117,15 @@ const LIST_PARKED: &str = list!("AND state IN ('failed', 'dead')");
 
 const COUNT: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
+/// Queued rows are async rows: the due index finds them.
+const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
+     WHERE next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2 \
+       AND key >= ?3 AND key < ?4";
+const OLDEST: &str = "SELECT min(updated_at) FROM webhook_events \
+     WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
+const OLDEST_QUEUED: &str = "SELECT min(updated_at) FROM webhook_events \
+     WHERE next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2 \
+       AND key >= ?3 AND key < ?4";
 const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND state IN ('failed', 'dead') AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 
@@ -282,6 +291,10 @@ pub(super) enum Op {
         source: String,
         state: RecordState,
     },
+    Oldest {
+        source: String,
+        state: RecordState,
+    },
     Get {
         key: String,
     },
@@ -299,6 +312,7 @@ pub(super) enum Reply {
     Listed(Vec<(String, Record)>),
     Leased(Vec<Due>),
     Count(u64),
+    Oldest(Option<u64>),
     Deleted(Deleted),
     Pong,
 }
@@ -462,11 +476,26 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         }
         Op::Count { source, state } => {
             let (from, to) = source_range(&source);
-            let count = if state.parked() { COUNT_PARKED } else { COUNT };
+            let count = match state {
+                RecordState::Queued => COUNT_QUEUED,
+                _ if state.parked() => COUNT_PARKED,
+                _ => COUNT,
+            };
             let count: i64 = tx
                 .prepare_cached(count)?
                 .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
             Ok(Reply::Count(count as u64))
+        }
+        Op::Oldest { source, state } => {
+            let (from, to) = source_range(&source);
+            let oldest = match state {
+                RecordState::Queued => OLDEST_QUEUED,
+                _ => OLDEST,
+            };
+            let at: Option<i64> = tx
+                .prepare_cached(oldest)?
+                .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
+            Ok(Reply::Oldest(at.map(|at| at as u64)))
         }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
         Op::Delete { key, force } => {

@@ -415,12 +415,26 @@ impl Backend for PostgresStore {
             .collect()
     }
 
+    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let client = self.client().await?;
+        let oldest = match state {
+            RecordState::Queued => sql::OLDEST_QUEUED,
+            _ => sql::OLDEST,
+        };
+        let statement = client.prepare_cached(oldest).await.map_err(db)?;
+        let row = client
+            .query_one(&statement, &[&source, &state.as_str()])
+            .await
+            .map_err(db)?;
+        Ok(row.get::<_, Option<i64>>(0).map(|at| at as u64))
+    }
+
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
         let client = self.client().await?;
-        let count = if state.parked() {
-            sql::COUNT_PARKED
-        } else {
-            sql::COUNT
+        let count = match state {
+            RecordState::Queued => sql::COUNT_QUEUED,
+            _ if state.parked() => sql::COUNT_PARKED,
+            _ => sql::COUNT,
         };
         let statement = client.prepare_cached(count).await.map_err(db)?;
         let row = client

@@ -103,6 +103,20 @@ pub(super) const LIST_PARKED: &str = list!("AND status IN ('failed', 'dead')");
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND expires_at > now()";
+/// Queued rows are async rows: the due index finds them.
+pub(super) const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
+    WHERE source = $1 AND next_attempt_at IS NOT NULL AND status = $2 AND expires_at > now()";
+pub(super) const OLDEST: &str = concat!(
+    "SELECT ",
+    ms!("min(updated_at)"),
+    " FROM webhook_events WHERE source = $1 AND status = $2 AND expires_at > now()"
+);
+pub(super) const OLDEST_QUEUED: &str = concat!(
+    "SELECT ",
+    ms!("min(updated_at)"),
+    " FROM webhook_events WHERE source = $1 AND next_attempt_at IS NOT NULL AND status = $2 \
+      AND expires_at > now()"
+);
 pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND status IN ('failed', 'dead') AND expires_at > now()";
 

@@ -602,6 +602,21 @@ impl<C: Connector> Backend for RedisStore<C> {
             .map_err(backend)
     }
 
+    /// The oldest entry of the state's listing index (an entry whose record
+    /// just expired may stand in for it until the next trim).
+    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        let oldest: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(index_key(source, state))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        Ok(oldest.first().map(|(_, at)| *at as u64))
+    }
+
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
         let mut invocation = self.count.key(index_key(source, state));
         invocation.arg(source).arg(state.as_str());

@@ -343,6 +343,14 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.list(query).await
     }
 
+    async fn oldest(
+        &self,
+        source: &str,
+        state: hookgate::store::RecordState,
+    ) -> Result<Option<u64>, hookgate::store::StoreError> {
+        self.0.oldest(source, state).await
+    }
+
     async fn count(
         &self,
         source: &str,

@@ -26,6 +26,8 @@ pub enum Backend {
     Redis(String),
     /// A PostgreSQL URL (8 connections per gateway).
     Postgres(String),
+    /// A `[store]` section as [`super::RedisCluster::toml`] writes it.
+    RedisCluster(String),
 }
 
 impl Backend {
@@ -39,6 +41,7 @@ impl Backend {
             Backend::Postgres(url) => {
                 format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 8")
             }
+            Backend::RedisCluster(toml) => toml.clone(),
         }
     }
 }

@@ -1,0 +1,339 @@
+//! Asynchronous delivery (SPEC §7) through running gateways: the sender is
+//! answered once its event is stored, workers deliver it with backoff, a
+//! fleet delivers each event once, and a killed gateway loses nothing.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// Route lines for an async route with quick retries.
+const ASYNC: &str = r#"delivery = "async"
+processing_ttl = "2s"
+retry_backoff = { initial = "50ms", max = "200ms" }"#;
+
+/// Wait until every one of `ids` reached `upstream` (answered or not).
+async fn all_reached(upstream: &Upstream, ids: &[String], within: Duration) -> bool {
+    eventually(within, || {
+        ready(ids.iter().all(|id| upstream.count(id) >= 1))
+    })
+    .await
+}
+
+/// Deliver each of `ids` `copies` times at once to each of `urls`, each
+/// sender retrying a 503 as webhook senders do.
+async fn storm(urls: &[String], ids: &[String], copies: usize) -> Vec<Answer> {
+    let mut sends = Vec::new();
+    for id in ids {
+        for url in urls {
+            for _ in 0..copies {
+                let (url, body) = (url.clone(), event(id));
+                sends.push(tokio::spawn(async move {
+                    Sender::new().deliver_until_settled(&url, &body).await
+                }));
+            }
+        }
+    }
+    let mut answers = Vec::new();
+    for send in sends {
+        answers.push(send.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_is_answered_before_a_slow_upstream_and_each_event_is_delivered_once() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_secs(3),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(
+        &upstream.url("/hook"),
+        &Backend::Memory,
+        &format!("{ASYNC}\nmax_in_flight = 64"),
+        "",
+    );
+    let gateway = TestGateway::start(&text).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("evt_async_{i}")).collect();
+
+    let started = Instant::now();
+    let answers = storm(&[gateway.url("/hook")], &ids, 3).await;
+    let answered_in = started.elapsed();
+    assert!(
+        answered_in < Duration::from_secs(3),
+        "120 answers took {answered_in:?}: they waited for the 3 s upstream"
+    );
+    for answer in &answers {
+        assert_eq!(answer.status, StatusCode::ACCEPTED, "{:?}", answer.json());
+        assert_eq!(answer.json()["accepted"], true);
+    }
+    let fresh = answers.iter().filter(|answer| !answer.replayed()).count();
+    assert_eq!(
+        fresh, 40,
+        "one fresh acceptance per event, the rest replayed"
+    );
+
+    assert!(all_reached(&upstream, &ids, Duration::from_secs(10)).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let mut done = true;
+            for id in &ids {
+                let record = gateway.record("hook", id).await.unwrap();
+                done &= record.state.as_str() == "completed";
+            }
+            done
+        })
+        .await
+    );
+    for id in &ids {
+        assert_eq!(upstream.count(id), 1, "{id} delivered once");
+    }
+    let seen = upstream.seen();
+    assert!(
+        seen.iter().all(|s| s.key().starts_with("evt_async_")),
+        "the event's own key"
+    );
+    // A duplicate of a completed event is still the accept answer.
+    let again = Sender::new()
+        .deliver(&gateway.url("/hook"), &event(&ids[0]))
+        .await;
+    assert_eq!(again.status, StatusCode::ACCEPTED);
+    assert!(again.replayed());
+    gateway.shutdown().await;
+}
+
+/// A permanently failing upstream: the attempts come with backoff, the
+/// event is dead after `max_attempts`; pointing the route at a working
+/// upstream (reload) and a redrive delivers them all.
+#[tokio::test]
+async fn failing_attempts_back_off_until_dead_then_a_reload_and_a_redrive_deliver() {
+    let broken = Upstream::with(|seen| Plan {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        ..ok_plan(seen)
+    })
+    .await;
+    let working = Upstream::start().await;
+    let route = format!("{ASYNC}\nmax_attempts = 4");
+    let text = with_admin(
+        &config_text(&broken.url("/hook"), &Backend::Memory, &route, ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let ids: Vec<String> = (0..5).map(|i| format!("evt_fail_{i}")).collect();
+    for id in &ids {
+        let answer = Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let mut dead = true;
+            for id in &ids {
+                dead &= gateway.record("hook", id).await.unwrap().state.as_str() == "dead";
+            }
+            dead
+        })
+        .await,
+        "dead after max_attempts"
+    );
+    for id in &ids {
+        assert_eq!(broken.count(id), 4, "{id}: exactly max_attempts attempts");
+        let record = gateway.record("hook", id).await.unwrap();
+        assert_eq!(record.attempts, 4);
+        assert_eq!(record.last_error.unwrap().status, Some(503));
+    }
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "hookgate_delivery_attempts_total",
+            &[("route", "hook"), ("result", "retrying")]
+        ),
+        Some(15.0)
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "hookgate_dead_letters_total",
+            &[("route", "hook")]
+        ),
+        Some(5.0)
+    );
+
+    // Fix the route (as SIGHUP does), then redrive.
+    let fixed = text.replace(&broken.url("/hook"), &working.url("/hook"));
+    assert!(gateway.reloader.apply(&parse_config(&fixed)).is_empty());
+    let redrive = request(
+        Method::POST,
+        &gateway.admin_url("/admin/routes/hook/dead-letters/redeliver?rate=100"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(redrive.json()["completed"], 5, "{:?}", redrive.json());
+    for id in &ids {
+        assert_eq!(working.count(id), 1);
+        assert_eq!(
+            gateway.record("hook", id).await.unwrap().state.as_str(),
+            "completed"
+        );
+    }
+    gateway.shutdown().await;
+}
+
+/// Two gateways on one store, every event sent to both at once: each is
+/// delivered once.
+async fn a_fleet_delivers_each_event_once(backend: Backend) {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(50),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/hook"), &backend, ASYNC, "");
+    // Both gateways share the key prefix, so they share the events.
+    let first = TestGateway::start(&text).await;
+    let second = TestGateway::start(&text).await;
+    let ids: Vec<String> = (0..60).map(|i| format!("evt_fleet_{i}")).collect();
+    let answers = storm(&[first.url("/hook"), second.url("/hook")], &ids, 2).await;
+    for answer in &answers {
+        assert_eq!(answer.status, StatusCode::ACCEPTED, "{:?}", answer.json());
+    }
+    assert!(all_reached(&upstream, &ids, Duration::from_secs(20)).await);
+    // Let any second delivery show itself.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in &ids {
+        assert_eq!(upstream.count(id), 1, "{id}");
+    }
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_redis_delivers_each_event_once() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    a_fleet_delivers_each_event_once(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_a_redis_cluster_delivers_each_event_once() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    a_fleet_delivers_each_event_once(Backend::RedisCluster(cluster.toml())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_postgres_delivers_each_event_once() {
+    let database = TestDatabase::create().await;
+    a_fleet_delivers_each_event_once(Backend::Postgres(database.url())).await;
+}
+
+/// The hybrid route: a fast upstream's answer is the sender's, a slow one's
+/// sender gets 202 and the upstream exactly one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn respond_within_answers_synchronously_when_it_can() {
+    let slow = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&slow);
+    let upstream = Upstream::with(move |seen| Plan {
+        delay: if switch.load(Ordering::SeqCst) {
+            Duration::from_millis(1500)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let route = format!("{ASYNC}\nrespond_within = \"300ms\"");
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, &route, "");
+    let gateway = TestGateway::start(&text).await;
+    let url = gateway.url("/hook");
+
+    let fast = Sender::new().deliver(&url, &event("evt_fast")).await;
+    assert_eq!(fast.status, StatusCode::OK, "the upstream's own answer");
+    assert_eq!(fast.json()["processed"], "evt_fast");
+    assert_eq!(upstream.count("evt_fast"), 1);
+
+    slow.store(true, Ordering::SeqCst);
+    let accepted = Sender::new().deliver(&url, &event("evt_slow")).await;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            gateway
+                .record("hook", "evt_slow")
+                .await
+                .unwrap()
+                .state
+                .as_str()
+                == "completed"
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        upstream.count("evt_slow"),
+        1,
+        "the running call was the only one"
+    );
+    gateway.shutdown().await;
+}
+
+/// Accepted while the upstream is down, then the gateway is SIGKILLed:
+/// after a restart (and the upstream's return) every event is delivered
+/// once.
+async fn accepted_events_survive_a_sigkill(backend: Backend) {
+    let upstream = Upstream::start().await;
+    let down = format!("http://127.0.0.1:{}/hook", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(&down, &backend, ASYNC, "");
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let ids: Vec<String> = (0..20).map(|i| format!("evt_kill_{i}")).collect();
+    for id in &ids {
+        let answer = Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED);
+    }
+    gateway.stop("KILL");
+
+    let text = text.replace(&down, &upstream.url("/hook"));
+    std::fs::write(
+        &path,
+        text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    assert!(
+        all_reached(&upstream, &ids, Duration::from_secs(15)).await,
+        "{}",
+        gateway.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen: HashSet<String> = upstream.seen().iter().map(|s| s.key()).collect();
+    assert_eq!(seen.len(), 20);
+    for id in &ids {
+        assert_eq!(upstream.count(id), 1, "{id}");
+    }
+    gateway.stop("TERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_events_survive_a_sigkill_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    accepted_events_survive_a_sigkill(Backend::Embedded(dir.path().join("h.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_events_survive_a_sigkill_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    accepted_events_survive_a_sigkill(Backend::Redis(redis.url())).await;
+}
