@@ -108,7 +108,7 @@ impl Admin {
         let store = self.gateway.store().ping().await;
         let draining = self.gateway.is_draining();
         let ready = store.is_ok() && !draining;
-        let body = json!({
+        let mut body = json!({
             "status": if ready { "ready" } else { "not_ready" },
             "config": "loaded",
             "store": match &store {
@@ -118,6 +118,13 @@ impl Admin {
             "draining": draining,
             "warnings": self.risks,
         });
+        let delivery = self.gateway.delivery_status().await;
+        if !delivery.is_empty() {
+            body["async"] = json!({
+                "workers": if draining { "stopping" } else { "running" },
+                "routes": delivery,
+            });
+        }
         let status = if ready {
             StatusCode::OK
         } else {

@@ -221,6 +221,28 @@ impl Gateway {
         }
     }
 
+    /// Each async route's queue, for `/readyz`: events queued (in the
+    /// store, fleet-wide) and being delivered by this instance.
+    pub async fn delivery_status(&self) -> serde_json::Map<String, serde_json::Value> {
+        let delivering: std::collections::HashMap<String, usize> =
+            self.workers.delivering().into_iter().collect();
+        let mut status = serde_json::Map::new();
+        for route in self.routes() {
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            let queued = self.store.count(&route.scope, RecordState::Queued).await;
+            status.insert(
+                route.name.clone(),
+                serde_json::json!({
+                    "queued": queued.ok(),
+                    "delivering": delivering.get(&route.name).copied().unwrap_or(0),
+                }),
+            );
+        }
+        status
+    }
+
     /// Drop listing-index entries whose records have expired, per route
     /// scope and state, by the longest lifetime a record of that state has
     /// among the scope's routes (`retention` for processing and completed,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::{Backend, Config, OnStoreError};
+use super::{Backend, Config, DeliveryMode, OnStoreError};
 
 impl Config {
     /// The human summary `hookgate check` prints.
@@ -65,12 +65,23 @@ impl Config {
                 ttl = humanize(route.processing_ttl),
                 retention = humanize(route.retention),
                 guard = if route.replay_guard { ", replay guard on" } else { "" },
-                dead = match route.max_attempts {
-                    0 => format!(
+                dead = match (&route.delivery, route.max_attempts) {
+                    (DeliveryMode::Async(settings), n) => format!(
+                        "async: answers {} once stored, up to {} in flight, retries {}..{}, dead after {n} attempts or {}{}",
+                        settings.accept_status.as_u16(),
+                        settings.max_in_flight,
+                        humanize(settings.backoff_initial),
+                        humanize(settings.backoff_max),
+                        humanize(settings.max_age),
+                        settings.respond_within.map_or(String::new(), |within| {
+                            format!(", answers synchronously within {}", humanize(within))
+                        }),
+                    ),
+                    (DeliveryMode::Sync, 0) => format!(
                         "failed events kept {}, never parked (max_attempts 0)",
                         humanize(route.dead_letter_retention)
                     ),
-                    n => format!(
+                    (DeliveryMode::Sync, n) => format!(
                         "dead letter after {n} failed attempts (answered {}), kept {}",
                         route.dead_letter_status.as_u16(),
                         humanize(route.dead_letter_retention)

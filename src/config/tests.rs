@@ -473,3 +473,66 @@ fn dead_letter_settings_have_defaults_and_bounds() {
         "{found}"
     );
 }
+
+#[test]
+fn async_settings_have_defaults_and_belong_to_async_routes() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let config = parse(&route_with(verify, "delivery = \"async\"")).unwrap();
+    let route = &config.live.routes[0];
+    let DeliveryMode::Async(settings) = &route.delivery else {
+        panic!("async expected");
+    };
+    assert_eq!(route.max_attempts, 12, "the async default");
+    assert_eq!(settings.accept_status, StatusCode::ACCEPTED);
+    assert_eq!(settings.backoff_initial, Duration::from_secs(1));
+    assert_eq!(settings.backoff_max, Duration::from_secs(600));
+    assert_eq!(settings.max_age, Duration::from_secs(3 * 86_400));
+    assert_eq!(settings.max_in_flight, 16);
+    assert_eq!(settings.respond_within, None);
+    assert!(config
+        .summary()
+        .contains("async: answers 202 once stored, up to 16 in flight"));
+
+    let found = problems(&route_with(
+        verify,
+        "max_in_flight = 4\nrespond_within = \"1s\"",
+    ))
+    .join("\n");
+    assert!(
+        found.contains("routes[0].max_in_flight: only for delivery = \"async\""),
+        "{found}"
+    );
+    assert!(
+        found.contains("routes[0].respond_within: only for delivery = \"async\""),
+        "{found}"
+    );
+
+    let found = problems(&route_with(
+        verify,
+        "delivery = \"async\"\naccept_status = 500\nrespond_within = \"60s\"\nretry_backoff = { initial = \"10s\", max = \"1s\" }\nmax_age = \"40d\"",
+    ))
+    .join("\n");
+    assert!(
+        found.contains("routes[0].accept_status: must be a 2xx status"),
+        "{found}"
+    );
+    assert!(
+        found.contains(
+            "routes[0].respond_within: respond_within must be shorter than upstream_timeout"
+        ),
+        "{found}"
+    );
+    assert!(
+        found.contains("routes[0].retry_backoff.max: must be at least initial"),
+        "{found}"
+    );
+    assert!(
+        found.contains("routes[0].max_age: max_age must be shorter than dead_letter_retention"),
+        "{found}"
+    );
+    let found = problems(&route_with(verify, "delivery = \"later\"")).join("\n");
+    assert!(
+        found.contains("routes[0].delivery: \"later\" is not one of \"sync\", \"async\""),
+        "{found}"
+    );
+}

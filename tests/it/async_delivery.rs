@@ -166,6 +166,18 @@ async fn failing_attempts_back_off_until_dead_then_a_reload_and_a_redrive_delive
         Some(5.0)
     );
 
+    let ready = get(&gateway.admin_url("/readyz"), None).await.json();
+    assert_eq!(ready["async"]["workers"], "running");
+    assert_eq!(ready["async"]["routes"]["hook"]["queued"], 0);
+    assert_eq!(
+        sample(
+            &metrics,
+            "hookgate_queue_depth",
+            &[("route", "hook"), ("state", "queued")]
+        ),
+        Some(0.0)
+    );
+
     // Fix the route (as SIGHUP does), then redrive.
     let fixed = text.replace(&broken.url("/hook"), &working.url("/hook"));
     assert!(gateway.reloader.apply(&parse_config(&fixed)).is_empty());
