@@ -80,6 +80,17 @@ dead_letter_retention = "2h"
 [routes.verify]
 scheme = "none"
 [[routes]]
+name = "async-slow"
+path = "/async-slow"
+upstream = "http://127.0.0.1:$UP/slow"
+key = ["header:X-Id"]
+retention = "1h"
+delivery = "async"
+max_age = "1h"
+dead_letter_retention = "2h"
+[routes.verify]
+scheme = "none"
+[[routes]]
 name = "stripe"
 path = "/stripe"
 upstream = "http://127.0.0.1:$UP/stripe"
@@ -174,6 +185,10 @@ url = \"redis://127.0.0.1:$REDIS/0\"" 3500 > "$WORK/idle.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/idle.toml" 2>"$WORK/hg-idle.log" & IDLE_PID=$!; PIDS+=($IDLE_PID)
 wait_port 3500
 IDLE=$("$BIN/examples/load" idle 127.0.0.1:3500 "$IDLE_CONNECTIONS" $IDLE_PID)
+
+echo "--- async accept in front of a slow consumer (50 ms a call, max_in_flight 16)"
+# Last: its backlog is still being delivered when the run ends.
+scenario "hookgate embedded, async accept, slow consumer" $HG_EMBEDDED /async-slow unique $HG_EMB_PID
 
 # --- report
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }

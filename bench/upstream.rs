@@ -48,6 +48,10 @@ async fn main() -> std::io::Result<()> {
                         );
                         return Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))));
                     }
+                    // `/slow…`: a legacy consumer that takes 50 ms a call.
+                    if request.uri().path().starts_with("/slow") {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
                     let key = request
                         .headers()
                         .get("idempotency-key")

@@ -585,6 +585,11 @@ impl Gateway {
                 Ok((accepted(settings, key, true), Outcome::Replayed))
             }
             Ok(ClaimOutcome::InFlight { .. }) => {
+                // Queued or being delivered: the same event only if it is
+                // the same body (one read, for duplicates alone).
+                if let Ok(Some(record)) = self.store.get(&store_key).await {
+                    check_body(route, &record, body_sha256)?;
+                }
                 Ok((accepted(settings, key, true), Outcome::Replayed))
             }
             Ok(ClaimOutcome::Dead(record)) => Ok((

@@ -12,8 +12,8 @@
 //!
 //! `max_in_flight` bounds the route's concurrent upstream calls in this
 //! instance (a fleet of N calls at most N × `max_in_flight`). Workers wake
-//! when an event is accepted here, and poll every quarter second for the
-//! rest (events accepted by other instances, retries coming due). At
+//! when an event is accepted here or a delivery ends, and poll every
+//! quarter second for the rest (events accepted by other instances, retries coming due). At
 //! shutdown they stop leasing; running deliveries are claims like any
 //! other, so the drain waits for them and releases the unfinished ones back
 //! to the queue.
@@ -28,7 +28,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use crate::config::{AsyncDelivery, DeliveryMode};
 use crate::pipeline::{Gateway, Settled};
 use crate::route::Route;
-use crate::store::Due;
+use crate::store::{Clock, Due, Failure, FailureClass};
 use crate::upstream::resend;
 
 /// How often workers look for due events they were not woken for.
@@ -155,6 +155,31 @@ async fn deliver(
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
         return;
     };
+    if let DeliveryMode::Async(settings) = &route.delivery {
+        if let Some(why) = spent(&route, settings, claim.attempt(), first_seen_ms) {
+            // Never called again: a poison event whose attempts keep dying
+            // with their gateway would otherwise be retried forever.
+            tracing::warn!(route = %route.name, key = %due.id, why, "event parked as a dead letter before another attempt");
+            route.dead_letters.inc();
+            let failure = Failure {
+                class: FailureClass::Unknown,
+                status: None,
+                request: &request,
+                route: &route.name,
+                dead: true,
+                hold: false,
+                retention: route.dead_letter_retention,
+                retry_in: None,
+            };
+            claim.fail(&failure).await;
+            gateway
+                .metrics()
+                .delivery_attempts
+                .with_label_values(&[&route.name, Settled::Dead.as_str()])
+                .inc();
+            return;
+        }
+    }
     let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
         .expect("hex is a valid header value");
     let upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
@@ -168,8 +193,31 @@ async fn deliver(
         .delivery_attempts
         .with_label_values(&[&route.name, settled.as_str()])
         .inc();
+    // A permit comes free with this task's end: look for more at once
+    // rather than at the next poll.
+    gateway.workers().wake();
     if let Settled::Retrying(after) = settled {
         tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
+    }
+}
+
+/// Why a leased event must not be attempted again, if it must not: its
+/// earlier attempts all ended without a settlement (their gateways died
+/// mid-call), so this lease is past `max_attempts`; or it has waited past
+/// `max_age` (workers were down, say).
+fn spent(
+    route: &Route,
+    settings: &AsyncDelivery,
+    attempt: u32,
+    first_seen_ms: u64,
+) -> Option<&'static str> {
+    let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
+    if route.max_attempts > 0 && attempt > route.max_attempts {
+        Some("leased more often than max_attempts")
+    } else if Duration::from_millis(age) >= settings.max_age {
+        Some("older than max_age")
+    } else {
+        None
     }
 }
 

@@ -104,6 +104,10 @@ async fn the_sender_is_answered_before_a_slow_upstream_and_each_event_is_deliver
         .await;
     assert_eq!(again.status, StatusCode::ACCEPTED);
     assert!(again.replayed());
+    // Another body under the same key is not the same event.
+    let other = format!(r#"{{"id":"{}","type":"order.refunded"}}"#, ids[1]);
+    let mismatch = Sender::new().deliver(&gateway.url("/hook"), &other).await;
+    assert_eq!(mismatch.code(), "payload_mismatch");
     gateway.shutdown().await;
 }
 
@@ -142,6 +146,24 @@ async fn failing_attempts_back_off_until_dead_then_a_reload_and_a_redrive_delive
         .await,
         "dead after max_attempts"
     );
+    // The waits follow the backoff: full jitter below 50 ms, 100 ms, 200 ms
+    // (the cap), plus up to a worker poll (250 ms) to be noticed.
+    let seen = broken.seen();
+    for id in &ids {
+        let times: Vec<Instant> = seen
+            .iter()
+            .filter(|s| s.key() == *id)
+            .map(|s| s.at)
+            .collect();
+        for (n, pair) in times.windows(2).enumerate() {
+            let gap = pair[1] - pair[0];
+            let ceiling = Duration::from_millis([50, 100, 200][n.min(2)]);
+            assert!(
+                gap <= ceiling + Duration::from_millis(600),
+                "{id}: wait {n} was {gap:?}, over its backoff ceiling {ceiling:?}"
+            );
+        }
+    }
     for id in &ids {
         assert_eq!(broken.count(id), 4, "{id}: exactly max_attempts attempts");
         let record = gateway.record("hook", id).await.unwrap();
@@ -348,4 +370,61 @@ async fn accepted_events_survive_a_sigkill_on_redis() {
         return;
     };
     accepted_events_survive_a_sigkill(Backend::Redis(redis.url())).await;
+}
+
+/// The model's counterexample, against the real binary: an event whose
+/// every attempt dies with its gateway (a poison event) is leased again
+/// after each lapse — and parked once its leases pass `max_attempts`,
+/// instead of being called forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_event_that_kills_its_gateway_is_parked_after_max_attempts() {
+    // The upstream never answers in time: the gateway is killed mid-call.
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_secs(30),
+        ..ok_plan(seen)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Embedded(dir.path().join("poison.db"));
+    let route = format!("{ASYNC}\nmax_attempts = 2");
+    let admin_port = free_port();
+    let text = with_admin(
+        &config_text(&upstream.url("/hook"), &backend, &route, ""),
+        true,
+    )
+    .replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        &format!("[admin]\nlisten = \"127.0.0.1:{admin_port}\""),
+    );
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let answer = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_poison"))
+        .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+    for attempt in 1..=2 {
+        assert!(
+            eventually(Duration::from_secs(15), || ready(
+                upstream.count("evt_poison") == attempt
+            ))
+            .await,
+            "attempt {attempt} reached the upstream: {}",
+            gateway.logs()
+        );
+        gateway.stop("KILL");
+        gateway = GatewayProcess::start(&path, port).await;
+    }
+    // The third lease is past max_attempts: parked, not called.
+    let record_url = format!("http://127.0.0.1:{admin_port}/admin/routes/hook/keys/evt_poison");
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            get(&record_url, Some(ADMIN_TOKEN)).await.json()["state"] == "dead"
+        })
+        .await,
+        "{}",
+        gateway.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(upstream.count("evt_poison"), 2, "never called a third time");
+    gateway.stop("TERM");
 }

@@ -671,3 +671,302 @@ fn the_checker_finds_a_forwarded_dead_letter() {
         readable(&path, |state| state.dead_forwarded)
     );
 }
+
+/// SPEC §7, asynchronous delivery, as a model of its own: the sender's
+/// deliveries are accepted into the store (answered once stored); workers
+/// lease the queued event with a fencing token, call the upstream and
+/// settle the attempt (completed, queued again, or dead after
+/// `max_attempts`); workers crash at any step and leases lapse under them.
+/// Time is abstract here: a queued event is due whenever a worker looks,
+/// a lease may lapse at any moment.
+///
+/// | action | code |
+/// | --- | --- |
+/// | `Accept` | `pipeline::Gateway::accept` → `Backend::claim` in `ClaimMode::Accept` |
+/// | `Lease` | `worker::pass` → `Backend::lease_due`; `worker::deliver` parks a spent event (`worker::spent`) |
+/// | `Upstream`, `Settle` | `worker::deliver` → `Gateway::call`, `Gateway::settle` (a failure queues the next attempt) |
+/// | `Lapse` | a worker's lease runs out (it crashed, or stalled past `processing_ttl`) |
+#[derive(Clone)]
+struct AsyncProtocol {
+    workers: usize,
+    max_attempts: u8,
+    deliveries: u8,
+    /// A worker parks an event leased more often than `max_attempts`
+    /// instead of calling again.
+    parks_spent: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum Event {
+    Absent,
+    /// `unknown`: the last attempt's outcome was unknown.
+    Queued {
+        attempts: u8,
+        unknown: bool,
+    },
+    Leased {
+        token: u8,
+        attempts: u8,
+        lapsed: bool,
+    },
+    Completed,
+    Dead,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct AsyncState {
+    event: Event,
+    next_token: u8,
+    workers: Vec<Gateway>,
+    deliveries: u8,
+    /// A sender was answered `accept_status`.
+    accepted: bool,
+    effects: u8,
+    windows: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum AsyncAction {
+    Accept,
+    Lease(usize),
+    Upstream(usize, Outcome),
+    Settle(usize),
+    Crash(usize),
+    Lapse,
+}
+
+impl Model for AsyncProtocol {
+    type State = AsyncState;
+    type Action = AsyncAction;
+
+    fn init_states(&self) -> Vec<AsyncState> {
+        vec![AsyncState {
+            event: Event::Absent,
+            next_token: 1,
+            workers: vec![Gateway::Idle; self.workers],
+            deliveries: 0,
+            accepted: false,
+            effects: 0,
+            windows: 0,
+        }]
+    }
+
+    fn actions(&self, state: &AsyncState, actions: &mut Vec<AsyncAction>) {
+        if state.deliveries < self.deliveries {
+            actions.push(AsyncAction::Accept);
+        }
+        let leasable = matches!(
+            state.event,
+            Event::Queued { .. } | Event::Leased { lapsed: true, .. }
+        );
+        for (w, worker) in state.workers.iter().enumerate() {
+            match worker {
+                Gateway::Idle if leasable => actions.push(AsyncAction::Lease(w)),
+                Gateway::Idle => {}
+                Gateway::Calling { .. } => {
+                    for outcome in Outcome::ALL {
+                        actions.push(AsyncAction::Upstream(w, outcome));
+                    }
+                    actions.push(AsyncAction::Crash(w));
+                }
+                Gateway::Answered { .. } => {
+                    actions.push(AsyncAction::Settle(w));
+                    actions.push(AsyncAction::Crash(w));
+                }
+            }
+        }
+        if matches!(state.event, Event::Leased { lapsed: false, .. }) {
+            actions.push(AsyncAction::Lapse);
+        }
+    }
+
+    fn next_state(&self, last: &AsyncState, action: AsyncAction) -> Option<AsyncState> {
+        let mut state = last.clone();
+        match action {
+            AsyncAction::Accept => {
+                state.deliveries += 1;
+                if state.event == Event::Absent {
+                    state.event = Event::Queued {
+                        attempts: 0,
+                        unknown: false,
+                    };
+                }
+                // Answered only now: the event is stored.
+                state.accepted = true;
+            }
+            AsyncAction::Lease(w) => {
+                let attempts = match state.event {
+                    Event::Queued { attempts, unknown } => {
+                        // The last outcome was unknown: this attempt may
+                        // do the work again, under the same key.
+                        state.windows += u8::from(unknown);
+                        attempts
+                    }
+                    Event::Leased {
+                        token,
+                        attempts,
+                        lapsed: true,
+                    } => {
+                        if holder_may_have_acted(&state.workers, token) {
+                            state.windows += 1;
+                        }
+                        attempts
+                    }
+                    _ => return None,
+                };
+                if self.parks_spent && attempts >= self.max_attempts {
+                    state.event = Event::Dead;
+                    return Some(state);
+                }
+                let token = state.next_token;
+                state.next_token += 1;
+                state.event = Event::Leased {
+                    token,
+                    attempts: attempts + 1,
+                    lapsed: false,
+                };
+                state.workers[w] = Gateway::Calling { token };
+            }
+            AsyncAction::Upstream(w, outcome) => {
+                let Gateway::Calling { token } = state.workers[w] else {
+                    return None;
+                };
+                state.effects += u8::from(outcome.did_work());
+                state.workers[w] = Gateway::Answered { token, outcome };
+            }
+            AsyncAction::Settle(w) => {
+                let Gateway::Answered { token, outcome } = state.workers[w] else {
+                    return None;
+                };
+                state.workers[w] = Gateway::Idle;
+                let Event::Leased {
+                    token: held,
+                    attempts,
+                    ..
+                } = state.event
+                else {
+                    return Some(state); // fenced out
+                };
+                if held != token {
+                    return Some(state); // fenced out
+                }
+                state.event = match outcome {
+                    Outcome::Final => Event::Completed,
+                    _ if attempts >= self.max_attempts => Event::Dead,
+                    _ => Event::Queued {
+                        attempts,
+                        unknown: matches!(outcome, Outcome::Unknown { .. }),
+                    },
+                };
+            }
+            AsyncAction::Crash(w) => state.workers[w] = Gateway::Idle,
+            AsyncAction::Lapse => {
+                let Event::Leased {
+                    token, attempts, ..
+                } = state.event
+                else {
+                    return None;
+                };
+                state.event = Event::Leased {
+                    token,
+                    attempts,
+                    lapsed: true,
+                };
+            }
+        }
+        Some(state)
+    }
+
+    fn within_boundary(&self, state: &AsyncState) -> bool {
+        // Without parking, a crash loop leases forever; the bound ends it.
+        state.next_token <= 2 * self.max_attempts + 3
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "each side effect is the event's one, or a documented window's",
+                |_, state: &AsyncState| state.effects <= 1 + state.windows,
+            ),
+            Property::always(
+                "nothing is delivered that was not accepted",
+                |_, state: &AsyncState| state.accepted || state.effects == 0,
+            ),
+            Property::eventually(
+                "every accepted event ends completed or dead",
+                |_, state: &AsyncState| {
+                    state.accepted && matches!(state.event, Event::Completed | Event::Dead)
+                },
+            ),
+            Property::sometimes(
+                "an event completes after a retry",
+                |_, state: &AsyncState| state.event == Event::Completed && state.next_token > 2,
+            ),
+        ]
+    }
+}
+
+/// Whether the worker that held `token` may have had the upstream act (see
+/// [`Protocol::holder_may_have_acted`]).
+fn holder_may_have_acted(workers: &[Gateway], token: u8) -> bool {
+    !workers.iter().any(|worker| match worker {
+        Gateway::Answered {
+            token: held,
+            outcome,
+        } => *held == token && !outcome.did_work(),
+        _ => false,
+    })
+}
+
+impl AsyncProtocol {
+    fn spec() -> Self {
+        Self {
+            workers: 2,
+            max_attempts: 2,
+            deliveries: 2,
+            parks_spent: true,
+        }
+    }
+}
+
+/// Every accepted event is eventually completed or dead, whatever the
+/// workers' crashes and the upstream's answers; no event is delivered
+/// twice outside a documented window.
+#[test]
+fn the_async_protocol_delivers_every_accepted_event_or_parks_it() {
+    let checker = AsyncProtocol::spec()
+        .checker()
+        .timeout(std::time::Duration::from_secs(50))
+        .spawn_bfs()
+        .join();
+    assert!(
+        checker.is_done(),
+        "the state space was not exhausted in time"
+    );
+    checker.assert_properties();
+    eprintln!(
+        "model (async): {} states, every interleaving checked",
+        checker.unique_state_count()
+    );
+}
+
+/// The liveness rule is load-bearing: workers that attempted an event again
+/// however often its attempts died with them would lease a poison event
+/// forever (the fix: `worker::spent`).
+#[test]
+fn the_checker_finds_a_poison_event_leased_forever() {
+    let checker = AsyncProtocol {
+        parks_spent: false,
+        ..AsyncProtocol::spec()
+    }
+    .checker()
+    .timeout(std::time::Duration::from_secs(50))
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("every accepted event ends completed or dead")
+        .expect("a crash loop never settles the event");
+    let actions = path.into_actions();
+    eprintln!("counterexample without parking a spent event: {actions:?}");
+    assert!(actions.iter().any(|a| matches!(a, AsyncAction::Crash(_))));
+}

@@ -180,9 +180,11 @@ WHERE webhook_events.expires_at <= ?4 \
             OR (webhook_events.state = 'completed' AND ?7 = 2))) \
 RETURNING attempts";
 
-/// The due async events of one source (keys in [?2, ?3)) at ?1, at most ?4.
-const DUE: &str = "SELECT key FROM webhook_events \
-    WHERE next_attempt_at <= ?1 AND key >= ?2 AND key < ?3 \
+/// The due async events of one source (keys in [?2, ?3)) at ?1, at most ?4,
+/// walked in due order on the due index (never the source's whole key
+/// range, which holds every completed event too).
+const DUE: &str = "SELECT key FROM webhook_events INDEXED BY webhook_events_due \
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 AND key >= ?2 AND key < ?3 \
       AND state IN ('queued', 'processing') AND expires_at > ?1 \
     ORDER BY next_attempt_at LIMIT ?4";
 

@@ -26,6 +26,8 @@ pub struct Seen {
     pub body: Bytes,
     /// Which call this was for its idempotency key (1 = first).
     pub nth: usize,
+    /// When the request arrived.
+    pub at: std::time::Instant,
     /// What the upstream answered (or will answer, once its delay is over).
     pub status: StatusCode,
 }
@@ -126,6 +128,7 @@ impl Upstream {
                                     headers: parts.headers,
                                     body,
                                     nth: 0,
+                                    at: std::time::Instant::now(),
                                     status: StatusCode::OK,
                                 };
                                 let key = seen.key();
