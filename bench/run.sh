@@ -187,8 +187,13 @@ wait_port 3500
 IDLE=$("$BIN/examples/load" idle 127.0.0.1:3500 "$IDLE_CONNECTIONS" $IDLE_PID)
 
 echo "--- async accept in front of a slow consumer (50 ms a call, max_in_flight 16)"
-# Last: its backlog is still being delivered when the run ends.
-scenario "hookgate embedded, async accept, slow consumer" $HG_EMBEDDED /async-slow unique $HG_EMB_PID
+# A fresh gateway and database, as for the idle test; last, since its
+# backlog is still being delivered when the run ends.
+gateway_config "backend = \"embedded\"
+path = \"$WORK/async.db\"" 3700 > "$WORK/async.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/async.toml" 2>"$WORK/hg-async.log" & ASYNC_PID=$!; PIDS+=($ASYNC_PID)
+wait_port 3700
+scenario "hookgate embedded, async accept, slow consumer" 3700 /async-slow unique $ASYNC_PID
 
 # --- report
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }

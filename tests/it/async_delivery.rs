@@ -428,3 +428,41 @@ async fn a_poison_event_that_kills_its_gateway_is_parked_after_max_attempts() {
     assert_eq!(upstream.count("evt_poison"), 2, "never called a third time");
     gateway.stop("TERM");
 }
+
+/// SIGTERM: the workers stop leasing, the deliveries already running finish
+/// within `shutdown_grace` and are recorded; the events not yet leased stay
+/// queued for the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(800),
+        ..ok_plan(seen)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Embedded(dir.path().join("term.db"));
+    let route = format!("{ASYNC}\nmax_in_flight = 2");
+    let text = config_text(&upstream.url("/hook"), &backend, &route, "");
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_term_{i}")).collect();
+    for id in &ids {
+        let answer = Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED);
+    }
+    assert!(eventually(Duration::from_secs(5), || ready(upstream.total() == 2)).await);
+    let status = gateway.stop("TERM");
+    assert!(status.success(), "clean exit: {}", gateway.logs());
+    assert_eq!(upstream.total(), 2, "nothing new leased after SIGTERM");
+
+    // The next start delivers the rest, and nothing twice.
+    let gateway = GatewayProcess::start(&path, port).await;
+    assert!(all_reached(&upstream, &ids, Duration::from_secs(15)).await);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for id in &ids {
+        assert_eq!(upstream.count(id), 1, "{id}");
+    }
+    drop(gateway);
+}

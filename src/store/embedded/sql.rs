@@ -41,7 +41,7 @@ CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-const ADDED_COLUMNS: [(&str, &str); 12] = [
+const ADDED_COLUMNS: [(&str, &str); 13] = [
     ("response_body_kept", "TEXT"),
     ("updated_at", "INTEGER"),
     ("last_error", "TEXT"),
@@ -54,6 +54,7 @@ const ADDED_COLUMNS: [(&str, &str); 12] = [
     ("request_headers", "BLOB"),
     ("request_body", "BLOB"),
     ("next_attempt_at", "INTEGER"),
+    ("due_source", "TEXT"),
 ];
 
 /// Run at every open, after the columns exist: rows from before dead
@@ -67,8 +68,8 @@ UPDATE webhook_events SET updated_at = first_seen WHERE updated_at IS NULL;
 UPDATE webhook_events SET state = 'failed' WHERE state = 'released';
 CREATE INDEX IF NOT EXISTS webhook_events_parked ON webhook_events (state, updated_at)
     WHERE state IN ('failed', 'dead');
-CREATE INDEX IF NOT EXISTS webhook_events_due ON webhook_events (next_attempt_at)
-    WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_events_due_by_source
+    ON webhook_events (due_source, next_attempt_at) WHERE next_attempt_at IS NOT NULL;
 ";
 
 /// A record's columns, in the order [`record_from`] reads them; listings
@@ -119,13 +120,11 @@ const COUNT: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 /// Queued rows are async rows: the due index finds them.
 const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
-     WHERE next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2 \
-       AND key >= ?3 AND key < ?4";
+     WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2";
 const OLDEST: &str = "SELECT min(updated_at) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 const OLDEST_QUEUED: &str = "SELECT min(updated_at) FROM webhook_events \
-     WHERE next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2 \
-       AND key >= ?3 AND key < ?4";
+     WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2";
 const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND state IN ('failed', 'dead') AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 
@@ -144,11 +143,11 @@ const CLAIM: &str = "\
 INSERT INTO webhook_events \
     (key, state, token, body_sha256, attempts, first_seen, updated_at, lease_until, expires_at, \
      route, replay_of, request_method, request_query, request_headers, request_body, \
-     next_attempt_at) \
+     next_attempt_at, due_source) \
 VALUES (?1, CASE WHEN ?7 = 3 THEN 'queued' ELSE 'processing' END, \
     CASE WHEN ?7 = 3 THEN NULL ELSE ?2 END, ?3, CASE WHEN ?7 = 3 THEN 0 ELSE 1 END, ?4, ?4, \
     CASE WHEN ?7 = 3 THEN NULL ELSE ?5 END, ?6, ?8, ?9, ?10, ?11, ?12, ?13, \
-    CASE ?7 WHEN 3 THEN ?4 WHEN 4 THEN ?5 END) \
+    CASE ?7 WHEN 3 THEN ?4 WHEN 4 THEN ?5 END, CASE WHEN ?7 >= 3 THEN ?14 END) \
 ON CONFLICT (key) DO UPDATE SET \
     state = excluded.state, token = excluded.token, body_sha256 = excluded.body_sha256, \
     attempts = CASE WHEN webhook_events.expires_at <= ?4 THEN excluded.attempts \
@@ -156,7 +155,7 @@ ON CONFLICT (key) DO UPDATE SET \
     first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
                       ELSE webhook_events.first_seen END, \
     updated_at = ?4, lease_until = excluded.lease_until, expires_at = excluded.expires_at, \
-    next_attempt_at = excluded.next_attempt_at, \
+    next_attempt_at = excluded.next_attempt_at, due_source = excluded.due_source, \
     completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, \
     response_body_kept = NULL, \
     last_error = CASE WHEN webhook_events.expires_at <= ?4 THEN NULL \
@@ -180,13 +179,13 @@ WHERE webhook_events.expires_at <= ?4 \
             OR (webhook_events.state = 'completed' AND ?7 = 2))) \
 RETURNING attempts";
 
-/// The due async events of one source (keys in [?2, ?3)) at ?1, at most ?4,
-/// walked in due order on the due index (never the source's whole key
-/// range, which holds every completed event too).
-const DUE: &str = "SELECT key FROM webhook_events INDEXED BY webhook_events_due \
-    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 AND key >= ?2 AND key < ?3 \
+/// The due async events of source ?2 at ?1, at most ?3, walked in due
+/// order on the per-source due index (never the whole table's backlog, nor
+/// the source's key range, which holds every completed event too).
+const DUE: &str = "SELECT key FROM webhook_events INDEXED BY webhook_events_due_by_source \
+    WHERE due_source = ?2 AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 \
       AND state IN ('queued', 'processing') AND expires_at > ?1 \
-    ORDER BY next_attempt_at LIMIT ?4";
+    ORDER BY next_attempt_at LIMIT ?3";
 
 /// Lease due event ?1 to token ?2 until ?3, at ?4.
 const LEASE_DUE: &str = "\
@@ -244,6 +243,7 @@ pub(super) type Kept = (StoredRequest, String, Option<String>);
 pub(super) enum Op {
     Claim {
         key: String,
+        source: String,
         token: String,
         guard_key: Option<String>,
         body_sha256: String,
@@ -360,6 +360,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
     match op {
         Op::Claim {
             key,
+            source,
             token,
             guard_key,
             body_sha256,
@@ -370,6 +371,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         } => {
             let claim = Claiming {
                 key: &key,
+                source: &source,
                 token,
                 guard_key: guard_key.as_deref(),
                 body_sha256: &body_sha256,
@@ -477,26 +479,18 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             rows.collect::<Result<_, _>>().map(Reply::Listed)
         }
         Op::Count { source, state } => {
-            let (from, to) = source_range(&source);
-            let count = match state {
-                RecordState::Queued => COUNT_QUEUED,
-                _ if state.parked() => COUNT_PARKED,
-                _ => COUNT,
-            };
-            let count: i64 = tx
-                .prepare_cached(count)?
-                .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
+            let count: i64 = by_source(
+                tx,
+                state,
+                now_i,
+                &source,
+                [COUNT_QUEUED, COUNT_PARKED, COUNT],
+            )?;
             Ok(Reply::Count(count as u64))
         }
         Op::Oldest { source, state } => {
-            let (from, to) = source_range(&source);
-            let oldest = match state {
-                RecordState::Queued => OLDEST_QUEUED,
-                _ => OLDEST,
-            };
-            let at: Option<i64> = tx
-                .prepare_cached(oldest)?
-                .query_row(params![state.as_str(), now_i, from, to], |row| row.get(0))?;
+            let at: Option<i64> =
+                by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST, OLDEST])?;
             Ok(Reply::Oldest(at.map(|at| at as u64)))
         }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
@@ -515,6 +509,34 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
     }
 }
 
+/// One value about `source`'s records in `state`: from the due index for
+/// queued ones (`statements[0]`, bound to the source), from the index of
+/// failed and dead rows (`[1]`) or the source's key range (`[2]`).
+fn by_source<T: rusqlite::types::FromSql>(
+    tx: &Transaction<'_>,
+    state: RecordState,
+    now: i64,
+    source: &str,
+    statements: [&str; 3],
+) -> rusqlite::Result<T> {
+    let (from, to) = source_range(source);
+    let state_text = state.as_str();
+    match state {
+        RecordState::Queued => tx
+            .prepare_cached(statements[0])?
+            .query_row(params![state_text, now, source], |row| row.get(0)),
+        _ => {
+            let statement = if state.parked() {
+                statements[1]
+            } else {
+                statements[2]
+            };
+            tx.prepare_cached(statement)?
+                .query_row(params![state_text, now, from, to], |row| row.get(0))
+        }
+    }
+}
+
 /// Lease the due async events of `source`, one token each.
 fn lease_due(
     tx: &Transaction<'_>,
@@ -524,10 +546,10 @@ fn lease_due(
     now: u64,
 ) -> rusqlite::Result<Vec<Due>> {
     let now_i = now as i64;
-    let (from, to) = source_range(source);
+    let from = format!("{source}:");
     let keys: Vec<String> = tx
         .prepare_cached(DUE)?
-        .query_map(params![now_i, from, to, tokens.len() as i64], |row| {
+        .query_map(params![now_i, source, tokens.len() as i64], |row| {
             row.get(0)
         })?
         .collect::<Result<_, _>>()?;
@@ -556,6 +578,7 @@ fn source_range(source: &str) -> (String, String) {
 /// One claim, as the database thread runs it; times are Unix ms.
 struct Claiming<'a> {
     key: &'a str,
+    source: &'a str,
     token: String,
     guard_key: Option<&'a str>,
     body_sha256: &'a str,
@@ -608,6 +631,7 @@ impl Claiming<'_> {
             request.and_then(|r| r.query.as_deref()),
             request.map(StoredRequest::encode_headers),
             request.map(|r| r.body.as_ref()),
+            self.source,
         ];
         let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
         if let Some(attempt) = attempts {
