@@ -44,6 +44,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// A fresh `X-Request-Id`: 128 random bits, hex.
+pub fn new_request_id() -> HeaderValue {
+    HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
+        .expect("hex is a valid header value")
+}
+
 /// Headers as `name: value\r\n` lines: compact, byte-exact (a header value
 /// holds no CR or LF), and readable in `redis-cli`, `sqlite3` or `psql`.
 pub fn encode_lines(headers: &HeaderMap) -> Vec<u8> {

@@ -29,7 +29,7 @@ use crate::config::{
     RouteConfig,
 };
 use crate::error::{json_response, GatewayError};
-use crate::headers::{HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_REQUEST_ID};
+use crate::headers::{new_request_id, HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
@@ -631,8 +631,7 @@ impl Gateway {
         tokio::spawn(async move {
             let route = task_route;
             let mut claim = gateway.claim_for(&route, store_key, lease);
-            let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
-                .expect("hex is a valid header value");
+            let request_id = new_request_id();
             let upstream_request = resend(&route, request.clone(), Some(&task_key), &request_id);
             let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
             gateway
@@ -763,10 +762,7 @@ fn request_id(headers: &HeaderMap) -> HeaderValue {
                 && v.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b))
         })
         .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
-                .expect("hex is a valid header value")
-        })
+        .unwrap_or_else(new_request_id)
 }
 
 /// `hookgate_in_flight_requests{route}` for as long as it lives.

@@ -13,12 +13,12 @@
 
 use std::time::{Duration, Instant};
 
-use http::header::HeaderValue;
 use http::StatusCode;
 
 use crate::claim::Claim;
 use crate::config::DeliveryMode;
 use crate::error::AdminError;
+use crate::headers::new_request_id;
 use crate::key;
 use crate::pipeline::{Gateway, Settled};
 use crate::route::Route;
@@ -249,8 +249,7 @@ impl Gateway {
         first_seen_ms: u64,
     ) -> Sent {
         let attempt = claim.attempt();
-        let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
-            .expect("hex is a valid header value");
+        let request_id = new_request_id();
         let upstream_request = resend(route, request.clone(), Some(key), &request_id);
         let (result, _) = claim.renewing(self.call(route, upstream_request)).await;
         // On an async route a failure is queued for the workers to retry.

@@ -22,10 +22,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::header::HeaderValue;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{AsyncDelivery, DeliveryMode};
+use crate::headers::new_request_id;
 use crate::pipeline::{Gateway, Settled};
 use crate::route::Route;
 use crate::store::{Clock, Due, Failure, FailureClass};
@@ -180,8 +180,7 @@ async fn deliver(
             return;
         }
     }
-    let request_id = HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
-        .expect("hex is a valid header value");
+    let request_id = new_request_id();
     let upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
     let mut claim = claim;
     let (result, _) = claim.renewing(gateway.call(&route, upstream_request)).await;
