@@ -1,5 +1,6 @@
 //! Address ranges in CIDR notation (`10.0.0.0/8`, `2001:db8::/32`), for the
-//! settings that trust or admit clients by address (`trusted_proxies`).
+//! settings that trust or admit clients by address (`trusted_proxies`,
+//! a route's `allow_from`).
 //! IPv4-mapped IPv6 addresses (`::ffff:10.1.2.3`) match the IPv4 ranges.
 
 use std::fmt;

@@ -26,6 +26,8 @@ pub enum GatewayError {
     RouteNotFound,
     #[error("method not allowed on this route")]
     MethodNotAllowed { allowed: Vec<Method> },
+    #[error("this route does not accept deliveries from this address")]
+    SourceNotAllowed,
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
     #[error("request body could not be read")]
@@ -57,6 +59,7 @@ impl GatewayError {
         match self {
             GatewayError::RouteNotFound => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            GatewayError::SourceNotAllowed => StatusCode::FORBIDDEN,
             GatewayError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BodyUnreadable => StatusCode::BAD_REQUEST,
             GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -77,6 +80,7 @@ impl GatewayError {
         match self {
             GatewayError::RouteNotFound => "route_not_found",
             GatewayError::MethodNotAllowed { .. } => "method_not_allowed",
+            GatewayError::SourceNotAllowed => "source_not_allowed",
             GatewayError::BodyTooLarge => "body_too_large",
             GatewayError::BodyUnreadable => "body_unreadable",
             GatewayError::BodyTimeout => "body_timeout",
@@ -252,6 +256,7 @@ mod tests {
                 405,
                 "method_not_allowed",
             ),
+            (GatewayError::SourceNotAllowed, 403, "source_not_allowed"),
             (GatewayError::BodyTooLarge, 413, "body_too_large"),
             (GatewayError::BodyUnreadable, 400, "body_unreadable"),
             (GatewayError::BodyTimeout, 408, "body_timeout"),

@@ -9,7 +9,7 @@
 //! signature checks out, and nothing reaches the upstream before the claim.
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -29,7 +29,9 @@ use crate::config::{
     RouteConfig,
 };
 use crate::error::{json_response, GatewayError};
-use crate::headers::{new_request_id, HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_REQUEST_ID};
+use crate::headers::{
+    new_request_id, HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_FORWARDED_FOR, X_REQUEST_ID,
+};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::replay::RecordedResponse;
@@ -363,6 +365,18 @@ impl Gateway {
             .resolve(request.uri().path(), request.method())?;
         log.route = &route.name;
         let _in_flight = InFlight::enter(&self.metrics, &route.name);
+
+        // 1b. Admit the sender by address, before reading anything (SPEC §9).
+        if let Some(allowed) = &route.allow_from {
+            let client = client_address(
+                connection.peer.ip(),
+                request.headers(),
+                &runtime.trusted_proxies,
+            );
+            if !allowed.iter().any(|range| range.contains(client)) {
+                return Err(GatewayError::SourceNotAllowed);
+            }
+        }
 
         // 2. Read the body, bounded in size and time.
         let (parts, body) = request.into_parts();
@@ -752,6 +766,38 @@ async fn read_body(
     }
 }
 
+/// The client's address: the peer's, or — when the peer is one of
+/// `trusted_proxies` — the rightmost `X-Forwarded-For` entry that is not a
+/// trusted proxy itself (entries left of it were written by the client and
+/// prove nothing). An unreadable entry ends the walk at the last address
+/// known good.
+fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
+    let is_trusted = |address: IpAddr| trusted.iter().any(|range| range.contains(address));
+    if !is_trusted(peer) {
+        return peer;
+    }
+    let chain: Vec<&str> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+        .collect();
+    let mut client = peer;
+    for entry in chain.iter().rev() {
+        match entry.parse::<IpAddr>() {
+            Ok(address) => {
+                client = address;
+                if !is_trusted(address) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    client
+}
+
 /// The sender's `X-Request-Id` when it is a sane token, else a fresh one.
 fn request_id(headers: &HeaderMap) -> HeaderValue {
     headers
@@ -902,6 +948,35 @@ fn settle_sender(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_is_the_first_untrusted_hop_from_the_right() {
+        let trusted: Vec<Cidr> = vec!["10.0.0.0/8".parse().unwrap()];
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let headers = |chain: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(X_FORWARDED_FOR, HeaderValue::from_str(chain).unwrap());
+            headers
+        };
+        let client = |peer: IpAddr, chain: &str| client_address(peer, &headers(chain), &trusted);
+        assert_eq!(
+            client(peer, "203.0.113.9"),
+            "203.0.113.9".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            client(peer, "198.51.100.1, 203.0.113.9, 10.0.0.7"),
+            "203.0.113.9".parse::<IpAddr>().unwrap(),
+            "a forged left part is ignored; trusted hops are skipped"
+        );
+        let stranger: IpAddr = "192.0.2.5".parse().unwrap();
+        assert_eq!(
+            client(stranger, "10.0.0.9"),
+            stranger,
+            "only trusted peers' headers count"
+        );
+        assert_eq!(client(peer, "garbage"), peer);
+        assert_eq!(client_address(peer, &HeaderMap::new(), &trusted), peer);
+    }
 
     #[test]
     fn final_statuses_follow_the_spec() {

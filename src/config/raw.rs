@@ -92,6 +92,7 @@ pub struct RawRoute {
     pub max_age: Option<String>,
     pub max_in_flight: Option<u64>,
     pub respond_within: Option<String>,
+    pub allow_from: Option<Vec<String>>,
     pub verify: Option<RawVerify>,
 }
 

@@ -245,6 +245,16 @@ impl Validator<'_> {
             }
         }
 
+        let allow_from = raw.allow_from.as_deref().map(|ranges| {
+            if ranges.is_empty() {
+                self.fail(
+                    &at.key("allow_from"),
+                    "list at least one address range (leave allow_from out to admit every address)",
+                );
+            }
+            self.cidrs(&at.key("allow_from"), ranges)
+        });
+
         RouteConfig {
             name,
             path,
@@ -266,6 +276,7 @@ impl Validator<'_> {
             dead_letter_status,
             dead_letter_retention,
             delivery,
+            allow_from,
             scheme,
             verifier,
         }

@@ -75,19 +75,10 @@ impl Validator<'_> {
                 1 << 20,
             ),
         };
-        let trusted_proxies = raw
-            .trusted_proxies
-            .iter()
-            .flatten()
-            .enumerate()
-            .filter_map(|(i, text)| {
-                let at = at.key("trusted_proxies").index(i);
-                let text = self.string(&at, text)?;
-                text.parse()
-                    .map_err(|message: String| self.fail(&at, message))
-                    .ok()
-            })
-            .collect();
+        let trusted_proxies = self.cidrs(
+            &at.key("trusted_proxies"),
+            raw.trusted_proxies.as_deref().unwrap_or_default(),
+        );
         (server, limits, trusted_proxies, tls)
     }
 

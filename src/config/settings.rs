@@ -205,6 +205,8 @@ pub struct RouteConfig {
     /// How long failed and dead records (with their requests) are kept.
     pub dead_letter_retention: Duration,
     pub delivery: DeliveryMode,
+    /// Senders admitted by address (SPEC §9); `None`: every address.
+    pub allow_from: Option<Vec<Cidr>>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
 }

@@ -536,3 +536,29 @@ fn async_settings_have_defaults_and_belong_to_async_routes() {
         "{found}"
     );
 }
+
+#[test]
+fn allow_from_takes_address_ranges() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let config = parse(&route_with(
+        verify,
+        "allow_from = [\"10.0.0.0/8\", \"192.0.2.7\"]",
+    ))
+    .unwrap();
+    let allowed = config.live.routes[0].allow_from.as_ref().unwrap();
+    assert_eq!(allowed.len(), 2);
+    assert!(parse(&route_with(verify, "")).unwrap().live.routes[0]
+        .allow_from
+        .is_none());
+    let found = problems(&route_with(
+        verify,
+        "allow_from = [\"10.0.0.0/8\", \"nonsense\"]",
+    ))
+    .join("\n");
+    assert!(found.contains("routes[0].allow_from[1]"), "{found}");
+    let found = problems(&route_with(verify, "allow_from = []")).join("\n");
+    assert!(
+        found.contains("routes[0].allow_from: list at least one address range"),
+        "{found}"
+    );
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::locate::{line_col, KeyPath, Locator};
 use super::value::{interpolate, parse_duration};
 use super::Problem;
+use crate::cidr::Cidr;
 
 /// Collects problems while turning raw sections into settings. Each method
 /// returns a usable placeholder on error so validation can continue and
@@ -113,6 +114,21 @@ impl<'a> Validator<'a> {
             return default as usize;
         }
         value as usize
+    }
+
+    /// A list of address ranges (`10.0.0.0/8`, `2001:db8::/32`, a bare
+    /// address), each problem reported at its index.
+    pub fn cidrs(&mut self, key: &KeyPath, raw: &[String]) -> Vec<Cidr> {
+        raw.iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let at = key.index(i);
+                let text = self.string(&at, text)?;
+                text.parse()
+                    .map_err(|message: String| self.fail(&at, message))
+                    .ok()
+            })
+            .collect()
     }
 
     pub fn addr(&mut self, key: &KeyPath, raw: &str) -> SocketAddr {

@@ -17,3 +17,4 @@ mod reload;
 mod schemes;
 mod support;
 mod tls;
+mod traffic;
