@@ -403,20 +403,23 @@ impl Gateway {
         };
         log.key = key.clone();
 
+        // What is forwarded, built once: stored by an async route, sent by
+        // a sync one.
+        let delivery = Delivery {
+            route,
+            parts: &parts,
+            body,
+            key: key.as_deref(),
+            request_id,
+            peer: connection.peer.ip(),
+            peer_trusted: (runtime.trusted_proxies.iter())
+                .any(|range| range.contains(connection.peer.ip())),
+            proto: connection.proto,
+        };
+
         // 5. An async route answers once the event and its request are
         //    stored (SPEC §7); its workers deliver it.
         if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
-            let delivery = Delivery {
-                route,
-                parts: &parts,
-                body,
-                key: Some(key),
-                request_id,
-                peer: connection.peer.ip(),
-                peer_trusted: (runtime.trusted_proxies.iter())
-                    .any(|range| range.contains(connection.peer.ip())),
-                proto: connection.proto,
-            };
             let request = stored_request(&delivery);
             return self
                 .accept(route, settings, key, &body_sha256, request, log)
@@ -435,17 +438,6 @@ impl Gateway {
         };
 
         // 6. Forward, renewing the claim while the upstream works.
-        let delivery = Delivery {
-            route,
-            parts: &parts,
-            body,
-            key: key.as_deref(),
-            request_id,
-            peer: connection.peer.ip(),
-            peer_trusted: (runtime.trusted_proxies.iter())
-                .any(|range| range.contains(connection.peer.ip())),
-            proto: connection.proto,
-        };
         let call = self.call(route, build_request(&delivery));
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
@@ -509,8 +501,7 @@ impl Gateway {
         let hold = class == FailureClass::Unknown && route.on_unknown == OnUnknown::Hold;
         let retry_in = match (&route.delivery, first_seen_ms) {
             (DeliveryMode::Async(settings), Some(first_seen_ms)) => {
-                let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
-                dead |= Duration::from_millis(age) >= settings.max_age;
+                dead |= worker::past_max_age(settings, first_seen_ms);
                 let wait = worker::backoff(settings, attempt);
                 let wait = match class {
                     FailureClass::Unknown => wait.max(route.processing_ttl),

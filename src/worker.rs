@@ -150,7 +150,7 @@ async fn deliver(
 ) {
     let key = gateway.store().key(&route.scope, &due.id);
     let first_seen_ms = due.record.first_seen_ms;
-    let claim = gateway.claim_for(&route, key, due.lease);
+    let mut claim = gateway.claim_for(&route, key, due.lease);
     let Some(request) = due.record.request else {
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
         return;
@@ -182,7 +182,6 @@ async fn deliver(
     }
     let request_id = new_request_id();
     let upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
-    let mut claim = claim;
     let (result, _) = claim.renewing(gateway.call(&route, upstream_request)).await;
     let settled = gateway
         .settle(&route, claim, &result, || request, Some(first_seen_ms))
@@ -210,14 +209,19 @@ fn spent(
     attempt: u32,
     first_seen_ms: u64,
 ) -> Option<&'static str> {
-    let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
     if route.max_attempts > 0 && attempt > route.max_attempts {
         Some("leased more often than max_attempts")
-    } else if Duration::from_millis(age) >= settings.max_age {
+    } else if past_max_age(settings, first_seen_ms) {
         Some("older than max_age")
     } else {
         None
     }
+}
+
+/// Whether an event accepted at `first_seen_ms` has waited `max_age`.
+pub fn past_max_age(settings: &AsyncDelivery, first_seen_ms: u64) -> bool {
+    let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
+    Duration::from_millis(age) >= settings.max_age
 }
 
 /// The wait before attempt `attempt + 1`: exponential from

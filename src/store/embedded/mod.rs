@@ -128,7 +128,10 @@ impl Backend for EmbeddedStore {
         match self
             .call(Op::Claim {
                 key: request.key.as_str().to_owned(),
-                source: request.key.source().to_owned(),
+                source: request
+                    .mode
+                    .accepts()
+                    .then(|| request.key.source().to_owned()),
                 token: token.to_owned(),
                 guard_key: request.guard_key.map(|guard| guard.as_str().to_owned()),
                 body_sha256: request.body_sha256.to_owned(),

@@ -243,7 +243,8 @@ pub(super) type Kept = (StoredRequest, String, Option<String>);
 pub(super) enum Op {
     Claim {
         key: String,
-        source: String,
+        /// Only for an acceptance (the due index is per source).
+        source: Option<String>,
         token: String,
         guard_key: Option<String>,
         body_sha256: String,
@@ -371,7 +372,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         } => {
             let claim = Claiming {
                 key: &key,
-                source: &source,
+                source: source.as_deref(),
                 token,
                 guard_key: guard_key.as_deref(),
                 body_sha256: &body_sha256,
@@ -578,7 +579,7 @@ fn source_range(source: &str) -> (String, String) {
 /// One claim, as the database thread runs it; times are Unix ms.
 struct Claiming<'a> {
     key: &'a str,
-    source: &'a str,
+    source: Option<&'a str>,
     token: String,
     guard_key: Option<&'a str>,
     body_sha256: &'a str,
