@@ -15,7 +15,12 @@
 //!     claim, `POST …/redeliver` sends the stored request again under the
 //!     same key, `POST …/replay` as a new event under a new key;
 //!   - `POST /admin/routes/{route}/dead-letters/redeliver?rate=` redrives
-//!     every dead letter of the route.
+//!     every dead letter of the route;
+//!   - `GET /admin/routes` lists the routes with their traffic controls;
+//!     `POST /admin/routes/{route}/pause?by=&reason=` and `…/resume` pause
+//!     and resume a route for the whole fleet (SPEC §9). Redeliveries,
+//!     replays and redrives of a paused route are refused (409
+//!     `route_paused`): a paused upstream is not called.
 //!
 //!   Every admin action is logged with the caller's address.
 
@@ -34,13 +39,17 @@ use tokio::net::TcpListener;
 
 use sha2::{Digest, Sha256};
 
+use crate::config::DeliveryMode;
 use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
 use crate::redeliver::Sent;
 use crate::route::Route;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{Cursor, Deleted, ForceRelease, Record, RecordState, StoreError, StoredRequest};
+use crate::store::{
+    Clock, Cursor, Deleted, ForceRelease, Record, RecordState, StoreError, StoredRequest,
+};
+use crate::traffic::Pause;
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -160,20 +169,44 @@ impl Admin {
             }
             return self.events(request).await;
         }
+        if segments == ["admin", "routes"] {
+            if method != Method::GET {
+                return Err(AdminError::MethodNotAllowed);
+            }
+            return Ok(json_response(
+                StatusCode::OK,
+                &json!({ "routes": self.routes().await }),
+            ));
+        }
         let (route_name, target) = match segments.as_slice() {
             ["admin", "routes", route, "keys", key] => (*route, Target::Key(key, None)),
             ["admin", "routes", route, "keys", key, action] => {
                 (*route, Target::Key(key, Some(*action)))
             }
             ["admin", "routes", route, "dead-letters", "redeliver"] => (*route, Target::Redrive),
+            ["admin", "routes", route, "pause"] => (*route, Target::Pause(true)),
+            ["admin", "routes", route, "resume"] => (*route, Target::Pause(false)),
             _ => return Err(AdminError::NotFound),
         };
         let route = self
             .gateway
             .route(route_name)
             .ok_or(AdminError::UnknownRoute)?;
+        let sends = matches!(
+            target,
+            Target::Redrive | Target::Key(_, Some("redeliver" | "replay"))
+        );
+        if sends && self.gateway.pauses().is_paused(&route.name) {
+            return Err(AdminError::RoutePaused);
+        }
         let (raw_key, action) = match target {
             Target::Key(raw_key, action) => (raw_key, action),
+            Target::Pause(pause) => {
+                if method != Method::POST {
+                    return Err(AdminError::MethodNotAllowed);
+                }
+                return self.pause(request, &route, pause, peer).await;
+            }
             Target::Redrive => {
                 if method != Method::POST {
                     return Err(AdminError::MethodNotAllowed);
@@ -271,6 +304,108 @@ impl Admin {
         }
     }
 
+    /// `POST /admin/routes/{route}/pause` (`pause`) or `…/resume`, with the
+    /// caller's `?by=` and `?reason=`: written to the store for the whole
+    /// fleet, logged and counted. Pausing a paused route (or resuming a
+    /// running one) changes nothing and says so.
+    async fn pause(
+        &self,
+        request: &Request<Incoming>,
+        route: &Route,
+        pause: bool,
+        peer: SocketAddr,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let by = query_param(request, "by")
+            .filter(|by| !by.is_empty())
+            .unwrap_or_else(|| format!("admin api ({peer})"));
+        let reason = query_param(request, "reason").filter(|reason| !reason.is_empty());
+        if by.len() > 200 || reason.as_ref().is_some_and(|reason| reason.len() > 1000) {
+            return Err(AdminError::BadQuery(
+                "by is at most 200 bytes, reason at most 1000".into(),
+            ));
+        }
+        let pauses = self.gateway.pauses();
+        let current = pauses.of(&route.name);
+        let action = if pause { "pause" } else { "resume" };
+        let changed = pause != current.is_some();
+        if changed {
+            let new = pause.then(|| Pause {
+                since_ms: Clock::system().now_ms(),
+                by: by.clone(),
+                reason: reason.clone(),
+            });
+            pauses
+                .set(self.gateway.store(), &route.name, new.as_ref())
+                .await
+                .map_err(|error| AdminError::StoreUnavailable(error.to_string()))?;
+            self.gateway
+                .metrics()
+                .route_control_changes
+                .with_label_values(&[&route.name, action])
+                .inc();
+            self.gateway.refresh_pauses().await;
+            if !pause {
+                self.gateway.workers().wake();
+            }
+        }
+        tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, action, by, reason, changed,
+            "admin action: route {}", if pause { "paused" } else { "resumed" });
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "route": route.name,
+                "changed": changed,
+                "paused": pauses.of(&route.name).map(|pause| pause_json(&pause)),
+            }),
+        ))
+    }
+
+    /// `GET /admin/routes`: every route with its traffic controls.
+    async fn routes(&self) -> Vec<serde_json::Value> {
+        let mut shown = Vec::new();
+        for route in self.gateway.routes() {
+            let delivery = match &route.delivery {
+                DeliveryMode::Sync => "sync",
+                DeliveryMode::Async(_) => "async",
+            };
+            let queued = match &route.delivery {
+                DeliveryMode::Async(_) => {
+                    let store = self.gateway.store();
+                    store.count(&route.scope, RecordState::Queued).await.ok()
+                }
+                DeliveryMode::Sync => None,
+            };
+            let dead = (self.gateway.store())
+                .count(&route.scope, RecordState::Dead)
+                .await
+                .ok();
+            let breaker = route.controls.breaker.as_ref().map(|breaker| {
+                let settings = breaker.settings();
+                json!({
+                    "state": breaker.state(),
+                    "failures": settings.failures,
+                    "window_ms": settings.window.as_millis() as u64,
+                    "open_for_ms": settings.open_for.as_millis() as u64,
+                })
+            });
+            let rate = route.controls.rate.as_ref().map(|rate| {
+                let settings = rate.settings();
+                json!({ "per_second": settings.per_second, "burst": settings.burst })
+            });
+            shown.push(json!({
+                "name": route.name,
+                "path": route.path,
+                "delivery": delivery,
+                "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
+                "circuit_breaker": breaker,
+                "upstream_rate": rate,
+                "queued": queued,
+                "dead_letters": dead,
+            }));
+        }
+        shown
+    }
+
     /// `GET /admin/events`: one page of records, newest first.
     async fn events(
         &self,
@@ -348,6 +483,8 @@ impl Admin {
 enum Target<'a> {
     Key(&'a str, Option<&'a str>),
     Redrive,
+    /// Pause (`true`) or resume the route.
+    Pause(bool),
 }
 
 /// Records a page of `GET /admin/events` holds unless `limit` says.
@@ -355,6 +492,11 @@ const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
 /// Redeliveries a second of a redrive unless `rate` says.
 const DEFAULT_REDRIVE_RATE: u32 = 20;
+
+/// The admin view of a pause.
+fn pause_json(pause: &Pause) -> serde_json::Value {
+    json!({ "since": pause.since_ms, "by": pause.by, "reason": pause.reason })
+}
 
 /// The admin view of a record. Times are Unix milliseconds.
 fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {

@@ -20,6 +20,10 @@ use crate::verify::VerifyError;
 /// How long a sender should wait before retrying when the store is down.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// How long a sender should wait before retrying a paused route. Senders
+/// keep their own schedules (most back off far longer); this is the hint.
+pub const PAUSED_RETRY_AFTER: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GatewayError {
     #[error("no route for this path")]
@@ -44,6 +48,14 @@ pub enum GatewayError {
     InFlight { retry_after: Duration },
     #[error("the idempotency store is unavailable")]
     StoreUnavailable,
+    #[error("this route is paused by an operator; deliveries are not forwarded until it resumes")]
+    RoutePaused,
+    #[error(
+        "the upstream has been failing; calls are held until the circuit breaker probes it again"
+    )]
+    CircuitOpen { retry_after: Duration },
+    #[error("this route's upstream rate limit is reached")]
+    RateLimited { retry_after: Duration },
     #[error("the upstream could not be reached")]
     UpstreamUnreachable,
     #[error("the upstream did not answer in time")]
@@ -68,6 +80,10 @@ impl GatewayError {
             GatewayError::PayloadMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             GatewayError::InFlight { .. } => StatusCode::CONFLICT,
             GatewayError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::RoutePaused | GatewayError::CircuitOpen { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::UpstreamBodyIncomplete => StatusCode::BAD_GATEWAY,
@@ -93,6 +109,9 @@ impl GatewayError {
             GatewayError::PayloadMismatch => "payload_mismatch",
             GatewayError::InFlight { .. } => "in_flight",
             GatewayError::StoreUnavailable => "store_unavailable",
+            GatewayError::RoutePaused => "route_paused",
+            GatewayError::CircuitOpen { .. } => "upstream_circuit_open",
+            GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::UpstreamUnreachable => "upstream_unreachable",
             GatewayError::UpstreamTimeout => "upstream_timeout",
             GatewayError::UpstreamBodyIncomplete => "upstream_body_incomplete",
@@ -102,8 +121,11 @@ impl GatewayError {
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            GatewayError::InFlight { retry_after } => Some(*retry_after),
+            GatewayError::InFlight { retry_after }
+            | GatewayError::CircuitOpen { retry_after }
+            | GatewayError::RateLimited { retry_after } => Some(*retry_after),
             GatewayError::StoreUnavailable => Some(STORE_RETRY_AFTER),
+            GatewayError::RoutePaused => Some(PAUSED_RETRY_AFTER),
             _ => None,
         }
     }
@@ -159,6 +181,8 @@ pub enum AdminError {
     MethodNotAllowed,
     #[error("the store is unavailable: {0}")]
     StoreUnavailable(String),
+    #[error("the route is paused; resume it before sending its events again")]
+    RoutePaused,
 }
 
 impl AdminError {
@@ -175,7 +199,8 @@ impl AdminError {
             AdminError::NotInFlight
             | AdminError::InFlight
             | AdminError::Completed
-            | AdminError::RequestNotStored => StatusCode::CONFLICT,
+            | AdminError::RequestNotStored
+            | AdminError::RoutePaused => StatusCode::CONFLICT,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -197,6 +222,7 @@ impl AdminError {
             AdminError::BadQuery(_) => "bad_request",
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::StoreUnavailable(_) => "store_unavailable",
+            AdminError::RoutePaused => "route_paused",
         }
     }
 
@@ -275,6 +301,21 @@ mod tests {
             (GatewayError::PayloadMismatch, 422, "payload_mismatch"),
             (in_flight.clone(), 409, "in_flight"),
             (GatewayError::StoreUnavailable, 503, "store_unavailable"),
+            (GatewayError::RoutePaused, 503, "route_paused"),
+            (
+                GatewayError::CircuitOpen {
+                    retry_after: Duration::from_secs(3),
+                },
+                503,
+                "upstream_circuit_open",
+            ),
+            (
+                GatewayError::RateLimited {
+                    retry_after: Duration::from_millis(20),
+                },
+                429,
+                "rate_limited",
+            ),
             (
                 GatewayError::UpstreamUnreachable,
                 502,
@@ -300,6 +341,14 @@ mod tests {
             GatewayError::StoreUnavailable.to_response().headers()["retry-after"],
             "5"
         );
+        assert_eq!(
+            GatewayError::RoutePaused.to_response().headers()["retry-after"],
+            "30"
+        );
+        let limited = GatewayError::RateLimited {
+            retry_after: Duration::from_millis(20),
+        };
+        assert_eq!(limited.to_response().headers()["retry-after"], "1");
         let not_allowed = GatewayError::MethodNotAllowed {
             allowed: vec![Method::POST, Method::PUT],
         };
@@ -323,6 +372,7 @@ mod tests {
             (AdminError::KeyInvalid, 400, "key_invalid"),
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
+            (AdminError::RoutePaused, 409, "route_paused"),
             (
                 AdminError::StoreUnavailable("timed out".into()),
                 503,

@@ -50,9 +50,9 @@
 pub mod admin;
 pub mod cidr;
 pub mod claim;
+pub mod client;
 pub mod config;
 pub mod error;
-pub mod events;
 pub mod headers;
 pub mod key;
 pub mod metrics;
@@ -65,6 +65,7 @@ pub mod secret;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod traffic;
 pub mod upstream;
 pub mod verify;
 pub mod worker;
@@ -117,6 +118,8 @@ impl App {
             tracing::warn!("{risk}");
         }
         let gateway = Arc::new(Gateway::new(config, store, metrics));
+        // Paused routes are known before the first request (SPEC §9).
+        gateway.refresh_pauses().await;
         let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
         let admin = Arc::new(Admin::new(Arc::clone(&gateway), token, risks));
         let tls = config.live.tls.as_ref().map(|tls| server::Tls {
@@ -162,10 +165,13 @@ impl App {
         }));
         let gateway = Arc::clone(&self.gateway);
         let upkeep = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(UPKEEP_EVERY);
+            let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
+            let mut trim = tokio::time::interval(UPKEEP_EVERY);
             loop {
-                tick.tick().await;
-                gateway.trim_indexes().await;
+                tokio::select! {
+                    _ = pauses.tick() => gateway.refresh_pauses().await,
+                    _ = trim.tick() => gateway.trim_indexes().await,
+                }
             }
         });
         let shutdown = async {

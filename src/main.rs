@@ -30,7 +30,11 @@ enum Command {
     Check(CheckArgs),
     /// Find, inspect and send again stored events, through a running
     /// gateway's admin API ($HOOKGATE_ADMIN_TOKEN).
-    Events(hookgate::events::EventsArgs),
+    Events(hookgate::client::EventsArgs),
+    /// List routes with their traffic controls; pause and resume them for
+    /// the whole fleet, through a running gateway's admin API
+    /// ($HOOKGATE_ADMIN_TOKEN).
+    Routes(hookgate::client::RoutesArgs),
 }
 
 #[derive(clap::Args)]
@@ -68,7 +72,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Events(args) => hookgate::events::run(args),
+        Command::Events(args) => hookgate::client::events(args),
+        Command::Routes(args) => hookgate::client::routes(args),
         Command::Check(args) => match Config::load(&args.config.config) {
             Ok(config) => {
                 print!("{}", config.summary());

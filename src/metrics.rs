@@ -37,6 +37,12 @@ pub struct Metrics {
     pub delivery_attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
+    /// Traffic control (SPEC §9): paused routes (1), breakers holding
+    /// calls (1), breaker trips, and every pause or resume (the audit).
+    pub route_paused: IntGaugeVec,
+    pub breaker_open: IntGaugeVec,
+    pub breaker_opened: IntCounterVec,
+    pub route_control_changes: IntCounterVec,
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
     registry: Registry,
@@ -218,6 +224,38 @@ impl Metrics {
             &["route"],
         )
         .expect("valid metric");
+        let route_paused = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_route_paused",
+                "1 while an operator has paused the route (fleet-wide, kept in the store).",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let breaker_open = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_circuit_breaker_open",
+                "1 while this instance's circuit breaker holds the route's upstream calls (open or probing).",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let breaker_opened = IntCounterVec::new(
+            Opts::new(
+                "hookgate_circuit_breaker_opened_total",
+                "Times the route's circuit breaker opened (a failed probe opens it again).",
+            ),
+            &["route"],
+        )
+        .expect("valid metric");
+        let route_control_changes = IntCounterVec::new(
+            Opts::new(
+                "hookgate_route_control_changes_total",
+                "Operator pauses and resumes through this instance's admin API.",
+            ),
+            &["route", "action"],
+        )
+        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -234,6 +272,10 @@ impl Metrics {
             Box::new(delivery_attempts.clone()),
             Box::new(queue_depth.clone()),
             Box::new(oldest_queued.clone()),
+            Box::new(route_paused.clone()),
+            Box::new(breaker_open.clone()),
+            Box::new(breaker_opened.clone()),
+            Box::new(route_control_changes.clone()),
             Box::new(build_info),
             Box::new(tls_handshake_failures.clone()),
         ];
@@ -257,6 +299,10 @@ impl Metrics {
             delivery_attempts,
             queue_depth,
             oldest_queued,
+            route_paused,
+            breaker_open,
+            breaker_opened,
+            route_control_changes,
             tls_handshake_failures,
             registry: registry.clone(),
         }

@@ -1,7 +1,8 @@
 //! The life of one webhook delivery, SPEC §4, on one screen.
 //!
-//! [`Gateway::handle`] runs the stages in order — route, read body, verify,
-//! extract key, claim, forward (renewing the claim), record or release — and
+//! [`Gateway::handle`] runs the stages in order — route (and admit the
+//! sender's address), read body, verify, extract key, traffic control,
+//! claim, forward (renewing the claim), record or release — and
 //! every stage either moves on or ends the request with a [`GatewayError`].
 //! The claim's life, from the store's answer to its end, is one
 //! [`Claim`](crate::claim::Claim).
@@ -40,6 +41,7 @@ use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Clock, Failure, FailureClass, Lease, Record,
     RecordState, Store, StoreKey, Stored, StoredRequest,
 };
+use crate::traffic::{Admission, Controls, Held, Pauses};
 use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
@@ -108,6 +110,10 @@ pub struct Gateway {
     draining: AtomicBool,
     /// The async delivery workers' shared state.
     workers: Workers,
+    /// Each route's breaker and bucket, kept across reloads.
+    controls: Controls,
+    /// The routes an operator paused, as last read from the store.
+    pauses: Pauses,
 }
 
 /// The live part of the config, ready to serve.
@@ -119,9 +125,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    fn new(live: &Live, upstreams: &Upstreams, metrics: &Metrics) -> Self {
+    fn new(live: &Live, upstreams: &Upstreams, controls: &Controls, metrics: &Metrics) -> Self {
         Self {
-            routes: RouteTable::new(&live.routes, upstreams, metrics),
+            routes: RouteTable::new(&live.routes, upstreams, controls, metrics),
             on_store_error: live.on_store_error,
             limits: live.limits,
             trusted_proxies: live.trusted_proxies.clone(),
@@ -151,9 +157,13 @@ enum Claimed<'s> {
 impl Gateway {
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
         let upstreams = Upstreams::default();
+        let controls = Controls::default();
+        let runtime = Runtime::new(&config.live, &upstreams, &controls, &metrics);
         Self {
-            runtime: ArcSwap::from_pointee(Runtime::new(&config.live, &upstreams, &metrics)),
+            runtime: ArcSwap::from_pointee(runtime),
             upstreams,
+            controls,
+            pauses: Pauses::default(),
             store,
             claims: Arc::default(),
             metrics,
@@ -165,8 +175,9 @@ impl Gateway {
     /// Swap in the routes, secrets and request limits of `live`; requests
     /// already running keep the old ones.
     pub fn reload(&self, live: &Live) {
-        self.runtime
-            .store(Arc::new(Runtime::new(live, &self.upstreams, &self.metrics)));
+        let runtime = Runtime::new(live, &self.upstreams, &self.controls, &self.metrics);
+        self.runtime.store(Arc::new(runtime));
+        self.set_pause_gauges();
     }
 
     pub fn store(&self) -> &Store {
@@ -179,6 +190,52 @@ impl Gateway {
 
     pub fn workers(&self) -> &Workers {
         &self.workers
+    }
+
+    pub fn pauses(&self) -> &Pauses {
+        &self.pauses
+    }
+
+    /// Read the paused routes from the store (every [`PAUSE_POLL`], and at
+    /// start-up before serving): a pause or resume made through another
+    /// instance applies here. A resumed async route's backlog is delivered
+    /// at once. A store that does not answer leaves the last known state.
+    ///
+    /// [`PAUSE_POLL`]: crate::traffic::PAUSE_POLL
+    pub async fn refresh_pauses(&self) {
+        match self.pauses.refresh(&self.store).await {
+            Ok(resumed) => {
+                if !resumed.is_empty() {
+                    tracing::info!(routes = ?resumed, "routes resumed by another instance");
+                    self.workers.wake();
+                }
+            }
+            Err(error) => tracing::debug!(%error, "could not read the paused routes"),
+        }
+        self.set_pause_gauges();
+    }
+
+    /// `hookgate_route_paused{route}` for every current route.
+    fn set_pause_gauges(&self) {
+        for route in self.routes() {
+            let paused = self.pauses.is_paused(&route.name);
+            self.metrics
+                .route_paused
+                .with_label_values(&[&route.name])
+                .set(i64::from(paused));
+        }
+    }
+
+    /// Leave for one upstream call of `route` (SPEC §9): refused while the
+    /// route is paused, its breaker open or its rate spent.
+    fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
+        if self.pauses.is_paused(&route.name) {
+            return Err(GatewayError::RoutePaused);
+        }
+        route.controls.admit().map_err(|held| match held {
+            Held::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
+            Held::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
+        })
     }
 
     /// Set the gauges the store knows, when `/metrics` is scraped:
@@ -426,7 +483,13 @@ impl Gateway {
                 .await;
         }
 
-        // 5. Claim it: a duplicate ends here, answered from the record.
+        // 4b. Traffic control (SPEC §9): a paused route, an open circuit
+        //    breaker or a spent rate limit refuse before anything is
+        //    claimed; the senders' retries carry the event.
+        let admission = self.admit(route)?;
+
+        // 5. Claim it: a duplicate ends here, answered from the record (and
+        //    the admission, unused, is given back).
         let claim = match &key {
             Some(key) => match self.claim(runtime, route, key, &body_sha256).await? {
                 Claimed::New(claim) => Some(claim),
@@ -441,6 +504,7 @@ impl Gateway {
         let call = self.call(route, build_request(&delivery));
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
+            admission.settle(succeeded(&result));
             log.upstream = Some(elapsed);
             let forwarded = match key {
                 Some(_) => Outcome::Forwarded,
@@ -449,6 +513,7 @@ impl Gateway {
             return settle_sender(result, forwarded);
         };
         let (result, elapsed) = claim.renewing(call).await;
+        admission.settle(succeeded(&result));
         log.upstream = Some(elapsed);
 
         // 7. Settle the claim by what the upstream is known to have done.
@@ -554,7 +619,11 @@ impl Gateway {
         let guard_key = route
             .replay_guard
             .then(|| self.store.guard_key(&route.scope, body_sha256));
-        let mode = match settings.respond_within {
+        // The hybrid forwards at once only when the route may call now
+        // (not paused, breaker closed, a token to spend); otherwise the
+        // event just queues for the workers.
+        let admission = (settings.respond_within).and_then(|_| self.admit(route).ok());
+        let mode = match admission {
             Some(_) => ClaimMode::AcceptClaimed,
             None => ClaimMode::Accept,
         };
@@ -582,7 +651,9 @@ impl Gateway {
             }
             Ok(ClaimOutcome::New(lease)) => {
                 let within = settings.respond_within.unwrap_or_default();
-                self.respond_within(route, settings, store_key, key, lease, request, within, log)
+                let admission = admission.unwrap_or_default();
+                let claimed = (store_key, lease, admission);
+                self.respond_within(route, settings, claimed, key, request, within, log)
                     .await
             }
             Ok(ClaimOutcome::Completed(record)) => {
@@ -621,9 +692,8 @@ impl Gateway {
         self: &Arc<Self>,
         route: &Arc<Route>,
         settings: &AsyncDelivery,
-        store_key: StoreKey,
+        (store_key, lease, admission): (StoreKey, Lease, Admission),
         key: &str,
-        lease: Lease,
         request: StoredRequest,
         within: Duration,
         log: &mut RequestLog<'_>,
@@ -639,6 +709,7 @@ impl Gateway {
             let request_id = new_request_id();
             let upstream_request = resend(&route, request.clone(), Some(&task_key), &request_id);
             let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
+            admission.settle(succeeded(&result));
             gateway
                 .settle(&route, claim, &result, || request, Some(accepted_ms))
                 .await;
@@ -827,6 +898,12 @@ fn is_final(status: StatusCode) -> bool {
         || (status.is_client_error()
             && status != StatusCode::REQUEST_TIMEOUT
             && status != StatusCode::TOO_MANY_REQUESTS)
+}
+
+/// Whether an upstream call ended in a final answer: what the circuit
+/// breaker counts as success.
+pub(crate) fn succeeded(result: &Result<UpstreamResponse, UpstreamError>) -> bool {
+    result.as_ref().is_ok_and(|answer| is_final(answer.status))
 }
 
 /// How stage 7 left a claimed event.

@@ -11,6 +11,7 @@ use prometheus::IntCounter;
 use crate::config::{RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::traffic::{Controls, RouteControls};
 use crate::upstream::Upstream;
 
 /// A configured route, ready to forward.
@@ -25,6 +26,9 @@ pub struct Route {
     /// `hookgate_dead_letters_total{route}`, present (at 0) from the start
     /// so a rate over it is defined.
     pub dead_letters: IntCounter,
+    /// Its circuit breaker and upstream rate limit (SPEC §9), kept across
+    /// reloads.
+    pub controls: RouteControls,
 }
 
 impl Deref for Route {
@@ -80,12 +84,19 @@ impl Upstreams {
 }
 
 impl RouteTable {
-    pub fn new(routes: &[Arc<RouteConfig>], upstreams: &Upstreams, metrics: &Metrics) -> Self {
+    pub fn new(
+        routes: &[Arc<RouteConfig>],
+        upstreams: &Upstreams,
+        controls: &Controls,
+        metrics: &Metrics,
+    ) -> Self {
         let clients = upstreams.for_routes(routes);
+        let controls = controls.for_routes(routes, metrics);
         let by_path = routes
             .iter()
             .zip(clients)
-            .map(|(config, upstream)| {
+            .zip(controls)
+            .map(|((config, upstream), controls)| {
                 let route = Route {
                     config: Arc::clone(config),
                     upstream,
@@ -93,6 +104,7 @@ impl RouteTable {
                     dead_letters: metrics
                         .dead_letters_total
                         .with_label_values(&[&config.name]),
+                    controls,
                 };
                 (config.path.clone(), Arc::new(route))
             })
@@ -100,7 +112,6 @@ impl RouteTable {
         Self { by_path }
     }
 
-    /// The route named `name` (admin API).
     /// Every route, sorted by name.
     pub fn all(&self) -> Vec<Arc<Route>> {
         let mut routes: Vec<Arc<Route>> = self.by_path.values().cloned().collect();
@@ -108,6 +119,7 @@ impl RouteTable {
         routes
     }
 
+    /// The route named `name` (admin API).
     pub fn named(&self, name: &str) -> Option<&Arc<Route>> {
         self.by_path.values().find(|route| route.name == name)
     }

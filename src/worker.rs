@@ -11,7 +11,10 @@
 //! `max_attempts` or `max_age` parks the event as a dead letter.
 //!
 //! `max_in_flight` bounds the route's concurrent upstream calls in this
-//! instance (a fleet of N calls at most N × `max_in_flight`). Workers wake
+//! instance (a fleet of N calls at most N × `max_in_flight`). Traffic
+//! control (SPEC §9) decides how many may start in a pass: none while the
+//! route is paused or its circuit breaker open, one while the breaker
+//! probes, no more than the rate limit's tokens. Workers wake
 //! when an event is accepted here or a delivery ends, and poll every
 //! quarter second for the rest (events accepted by other instances, retries coming due). At
 //! shutdown they stop leasing; running deliveries are claims like any
@@ -26,9 +29,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{AsyncDelivery, DeliveryMode};
 use crate::headers::new_request_id;
-use crate::pipeline::{Gateway, Settled};
+use crate::pipeline::{succeeded, Gateway, Settled};
 use crate::route::Route;
 use crate::store::{Clock, Due, Failure, FailureClass};
+use crate::traffic::Admission;
 use crate::upstream::resend;
 
 /// How often workers look for due events they were not woken for.
@@ -103,6 +107,13 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
         let DeliveryMode::Async(settings) = &route.delivery else {
             continue;
         };
+        // A paused route holds its queue (and every route holds until this
+        // instance has read the pauses once: a restart never delivers
+        // from a paused route).
+        let pauses = gateway.pauses();
+        if !pauses.known() || pauses.is_paused(&route.name) {
+            continue;
+        }
         let permits = gateway
             .workers()
             .permits(&route.name, settings.max_in_flight);
@@ -110,9 +121,15 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
         if room == 0 {
             continue;
         }
+        // The breaker and the rate limit decide how many calls may start.
+        let admissions = route.controls.admit_many(room);
+        if admissions.is_empty() {
+            continue;
+        }
+        let leasing = admissions.len();
         let due = match gateway
             .store()
-            .lease_due(&route.scope, room, route.processing_ttl)
+            .lease_due(&route.scope, leasing, route.processing_ttl)
             .await
         {
             Ok(due) => due,
@@ -121,8 +138,9 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
                 continue;
             }
         };
-        busy |= due.len() == room;
-        for event in due {
+        busy |= leasing == room && due.len() == room;
+        // Admissions left over (fewer events were due) are given back.
+        for (event, admission) in due.into_iter().zip(admissions) {
             let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                 break; // cannot happen: this loop alone takes permits
             };
@@ -135,7 +153,12 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
                 .and_then(|name| gateway.route(name))
                 .filter(|owner| matches!(owner.delivery, DeliveryMode::Async(_)))
                 .unwrap_or_else(|| Arc::clone(&route));
-            tokio::spawn(deliver(Arc::clone(gateway), owner, event, permit));
+            tokio::spawn(deliver(
+                Arc::clone(gateway),
+                owner,
+                event,
+                (permit, admission),
+            ));
         }
     }
     busy
@@ -146,7 +169,7 @@ async fn deliver(
     gateway: Arc<Gateway>,
     route: Arc<Route>,
     due: Due,
-    _permit: OwnedSemaphorePermit,
+    (_permit, admission): (OwnedSemaphorePermit, Admission),
 ) {
     let key = gateway.store().key(&route.scope, &due.id);
     let first_seen_ms = due.record.first_seen_ms;
@@ -183,6 +206,7 @@ async fn deliver(
     let request_id = new_request_id();
     let upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
     let (result, _) = claim.renewing(gateway.call(&route, upstream_request)).await;
+    admission.settle(succeeded(&result));
     let settled = gateway
         .settle(&route, claim, &result, || request, Some(first_seen_ms))
         .await;

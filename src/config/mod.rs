@@ -31,9 +31,9 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::settings::{
-    AdminSettings, AsyncDelivery, Backend, DeliveryMode, Fixed, Live, OnMismatch, OnStoreError,
-    OnUnknown, RequestLimits, RouteConfig, ServerSettings, StoreSettings, Synchronous, TlsSettings,
-    UpstreamCa,
+    AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, OnMismatch,
+    OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
+    StoreSettings, Synchronous, TlsSettings, UpstreamCa,
 };
 pub use self::summary::humanize;
 pub use self::value::{interpolate, parse_duration};

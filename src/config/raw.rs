@@ -93,7 +93,18 @@ pub struct RawRoute {
     pub max_in_flight: Option<u64>,
     pub respond_within: Option<String>,
     pub allow_from: Option<Vec<String>>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub upstream_rate: Option<String>,
+    pub upstream_burst: Option<u64>,
     pub verify: Option<RawVerify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub failures: Option<u64>,
+    pub window: Option<String>,
+    pub open_for: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,7 +12,8 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
 use super::settings::{
-    AsyncDelivery, DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa,
+    AsyncDelivery, BreakerSettings, DeliveryMode, OnMismatch, OnUnknown, RateSettings, RouteConfig,
+    UpstreamCa,
 };
 use super::summary::humanize;
 
@@ -255,6 +256,24 @@ impl Validator<'_> {
             self.cidrs(&at.key("allow_from"), ranges)
         });
 
+        let circuit_breaker = raw.circuit_breaker.as_ref().map(|raw| {
+            let at = at.key("circuit_breaker");
+            BreakerSettings {
+                failures: self.size(&at.key("failures"), raw.failures, 5, 10_000) as u32,
+                window: self.duration(
+                    &at.key("window"),
+                    raw.window.as_ref(),
+                    Duration::from_secs(30),
+                ),
+                open_for: self.duration(
+                    &at.key("open_for"),
+                    raw.open_for.as_ref(),
+                    Duration::from_secs(30),
+                ),
+            }
+        });
+        let upstream_rate = self.rate(at, &raw);
+
         RouteConfig {
             name,
             path,
@@ -277,6 +296,8 @@ impl Validator<'_> {
             dead_letter_retention,
             delivery,
             allow_from,
+            circuit_breaker,
+            upstream_rate,
             scheme,
             verifier,
         }
@@ -357,6 +378,47 @@ impl Validator<'_> {
             max_age,
             max_in_flight,
             respond_within,
+        })
+    }
+
+    /// `upstream_rate = "N/s"` (or `/m`, `/h`) and `upstream_burst`, by
+    /// default the calls of one second (at least 1).
+    fn rate(&mut self, at: &KeyPath, raw: &RawRoute) -> Option<RateSettings> {
+        let Some(text) = &raw.upstream_rate else {
+            if raw.upstream_burst.is_some() {
+                self.fail(&at.key("upstream_burst"), "only with upstream_rate");
+            }
+            return None;
+        };
+        let key = at.key("upstream_rate");
+        let text = self.string(&key, text)?;
+        let parsed = text.split_once('/').and_then(|(count, per)| {
+            let count: f64 = count.trim().parse().ok()?;
+            let seconds = match per.trim() {
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return None,
+            };
+            (count.is_finite() && count > 0.0 && count <= 1e6).then_some(count / seconds)
+        });
+        let Some(per_second) = parsed else {
+            self.fail(
+                &key,
+                format!("{text:?} is not a rate like \"50/s\", \"300/m\" or \"10/h\" (at most 1000000 per unit)"),
+            );
+            return None;
+        };
+        let default_burst = per_second.ceil().max(1.0) as u64;
+        let burst = self.size(
+            &at.key("upstream_burst"),
+            raw.upstream_burst,
+            default_burst,
+            1_000_000,
+        );
+        Some(RateSettings {
+            per_second,
+            burst: burst as u32,
         })
     }
 

@@ -170,6 +170,24 @@ pub struct AsyncDelivery {
     pub respond_within: Option<Duration>,
 }
 
+/// A route's `circuit_breaker`: after `failures` failed calls within
+/// `window`, no call for `open_for`; then one probe decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerSettings {
+    pub failures: u32,
+    pub window: Duration,
+    pub open_for: Duration,
+}
+
+/// A route's `upstream_rate` and `upstream_burst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSettings {
+    /// Tokens added per second.
+    pub per_second: f64,
+    /// The bucket's size: calls allowed at once after a quiet spell.
+    pub burst: u32,
+}
+
 /// One `[[routes]]` entry, validated.
 #[derive(Debug)]
 pub struct RouteConfig {
@@ -207,6 +225,10 @@ pub struct RouteConfig {
     pub delivery: DeliveryMode,
     /// Senders admitted by address (SPEC §9); `None`: every address.
     pub allow_from: Option<Vec<Cidr>>,
+    /// Stop calling a failing upstream for a while (SPEC §9).
+    pub circuit_breaker: Option<BreakerSettings>,
+    /// A token bucket towards the upstream (SPEC §9), per gateway instance.
+    pub upstream_rate: Option<RateSettings>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
 }

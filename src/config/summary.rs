@@ -88,6 +88,27 @@ impl Config {
                     ),
                 },
             );
+            let mut traffic = Vec::new();
+            if let Some(ranges) = &route.allow_from {
+                traffic.push(format!("allow_from {} range(s)", ranges.len()));
+            }
+            if let Some(breaker) = &route.circuit_breaker {
+                traffic.push(format!(
+                    "circuit breaker after {} failures in {}, open {}",
+                    breaker.failures,
+                    humanize(breaker.window),
+                    humanize(breaker.open_for)
+                ));
+            }
+            if let Some(rate) = &route.upstream_rate {
+                traffic.push(format!(
+                    "upstream rate {}/s, burst {} (per instance)",
+                    rate.per_second, rate.burst
+                ));
+            }
+            if !traffic.is_empty() {
+                out += &format!("  {:<16} {}\n", "", traffic.join(", "));
+            }
         }
         for warning in &self.warnings {
             out += &format!("warning: {warning}\n");

@@ -562,3 +562,56 @@ fn allow_from_takes_address_ranges() {
         "{found}"
     );
 }
+
+#[test]
+fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let config = parse(&route_with(
+        verify,
+        "circuit_breaker = { failures = 3 }\nupstream_rate = \"300/m\"",
+    ))
+    .unwrap();
+    let route = &config.live.routes[0];
+    let breaker = route.circuit_breaker.unwrap();
+    assert_eq!(breaker.failures, 3);
+    assert_eq!(breaker.window, Duration::from_secs(30));
+    assert_eq!(breaker.open_for, Duration::from_secs(30));
+    let rate = route.upstream_rate.unwrap();
+    assert_eq!(rate.per_second, 5.0);
+    assert_eq!(rate.burst, 5, "one second's calls by default");
+    let config = parse(&route_with(
+        verify,
+        "upstream_rate = \"50/s\"\nupstream_burst = 10",
+    ))
+    .unwrap();
+    assert_eq!(config.live.routes[0].upstream_rate.unwrap().burst, 10);
+    assert!(config.summary().contains("upstream rate 50/s, burst 10"));
+
+    for (bad, expected) in [
+        (
+            "upstream_rate = \"fast\"",
+            "routes[0].upstream_rate: \"fast\" is not a rate",
+        ),
+        ("upstream_rate = \"0/s\"", "routes[0].upstream_rate"),
+        ("upstream_rate = \"5/d\"", "routes[0].upstream_rate"),
+        (
+            "upstream_burst = 5",
+            "routes[0].upstream_burst: only with upstream_rate",
+        ),
+        (
+            "circuit_breaker = { failures = 0 }",
+            "routes[0].circuit_breaker.failures: must be between 1",
+        ),
+        (
+            "circuit_breaker = { open_for = \"soon\" }",
+            "routes[0].circuit_breaker.open_for",
+        ),
+        (
+            "circuit_breaker = { failures = 5, windw = \"1s\" }",
+            "windw",
+        ),
+    ] {
+        let found = problems(&route_with(verify, bad)).join("\n");
+        assert!(found.contains(expected), "{bad}: {found}");
+    }
+}

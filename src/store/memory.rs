@@ -27,6 +27,8 @@ struct Tables {
     records: HashMap<String, Expiring<Record>>,
     /// Replay guards: body key → the key that first claimed that body.
     guards: HashMap<String, Expiring<String>>,
+    /// Route controls: (space, route) → value.
+    controls: HashMap<(String, String), String>,
 }
 
 struct Expiring<T> {
@@ -310,6 +312,29 @@ impl Backend for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut tables = self.lock();
+        let name = (space.to_owned(), route.to_owned());
+        match value {
+            Some(value) => tables.controls.insert(name, value.to_owned()),
+            None => tables.controls.remove(&name),
+        };
+        Ok(())
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let tables = self.lock();
+        Ok((tables.controls.iter())
+            .filter(|((of, _), _)| of == space)
+            .map(|((_, route), value)| (route.clone(), value.clone()))
+            .collect())
     }
 
     async fn lease_due(

@@ -151,6 +151,22 @@ pub trait Backend: Send + Sync + 'static {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Set (`Some`) or clear (`None`) the control `value` of `route` in
+    /// `space` (the key prefix): a route's pause, kept fleet-wide (SPEC §9).
+    /// The value is opaque text to the backend.
+    fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every route control set in `space`: `(route, value)` pairs.
+    fn controls(
+        &self,
+        space: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+
     /// One page of `query`: `(id, record)` pairs, newest first, records as
     /// [`Record::summary`] shows them.
     fn list(
@@ -236,6 +252,13 @@ trait DynBackend: Send + Sync {
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn ping(&self) -> Op<'_, ()>;
+    fn set_control<'a>(
+        &'a self,
+        space: &'a str,
+        route: &'a str,
+        value: Option<&'a str>,
+    ) -> Op<'a, ()>;
+    fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>>;
     fn risks(
         &self,
         longest_retention: Duration,
@@ -302,6 +325,17 @@ impl<B: Backend> DynBackend for B {
     }
     fn ping(&self) -> Op<'_, ()> {
         Box::pin(Backend::ping(self))
+    }
+    fn set_control<'a>(
+        &'a self,
+        space: &'a str,
+        route: &'a str,
+        value: Option<&'a str>,
+    ) -> Op<'a, ()> {
+        Box::pin(Backend::set_control(self, space, route, value))
+    }
+    fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>> {
+        Box::pin(Backend::controls(self, space))
     }
     fn risks(
         &self,
@@ -578,6 +612,19 @@ impl Store {
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.deadline("ping", self.backend.ping()).await
+    }
+
+    /// Set or clear `route`'s control value, for every gateway sharing this
+    /// store and key prefix.
+    pub async fn set_control(&self, route: &str, value: Option<&str>) -> Result<(), StoreError> {
+        let op = self.backend.set_control(&self.key_prefix, route, value);
+        self.deadline("set_control", op).await
+    }
+
+    /// Every route control set under this key prefix.
+    pub async fn controls(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.deadline("controls", self.backend.controls(&self.key_prefix))
+            .await
     }
 
     /// One page of the records of `scopes` in `state` (every state when

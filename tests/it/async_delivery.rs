@@ -16,14 +16,6 @@ const ASYNC: &str = r#"delivery = "async"
 processing_ttl = "2s"
 retry_backoff = { initial = "50ms", max = "200ms" }"#;
 
-/// Wait until every one of `ids` reached `upstream` (answered or not).
-async fn all_reached(upstream: &Upstream, ids: &[String], within: Duration) -> bool {
-    eventually(within, || {
-        ready(ids.iter().all(|id| upstream.count(id) >= 1))
-    })
-    .await
-}
-
 /// Deliver each of `ids` `copies` times at once to each of `urls`, each
 /// sender retrying a 503 as webhook senders do.
 async fn storm(urls: &[String], ids: &[String], copies: usize) -> Vec<Answer> {
@@ -78,7 +70,7 @@ async fn the_sender_is_answered_before_a_slow_upstream_and_each_event_is_deliver
         "one fresh acceptance per event, the rest replayed"
     );
 
-    assert!(all_reached(&upstream, &ids, Duration::from_secs(10)).await);
+    assert!(upstream.all_reached(&ids, Duration::from_secs(10)).await);
     assert!(
         eventually(Duration::from_secs(10), || async {
             let mut done = true;
@@ -129,12 +121,7 @@ async fn failing_attempts_back_off_until_dead_then_a_reload_and_a_redrive_delive
     );
     let gateway = TestGateway::start(&text).await;
     let ids: Vec<String> = (0..5).map(|i| format!("evt_fail_{i}")).collect();
-    for id in &ids {
-        let answer = Sender::new()
-            .deliver(&gateway.url("/hook"), &event(id))
-            .await;
-        assert_eq!(answer.status, StatusCode::ACCEPTED);
-    }
+    accept_all(&gateway.url("/hook"), &ids).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             let mut dead = true;
@@ -238,7 +225,7 @@ async fn a_fleet_delivers_each_event_once(backend: Backend) {
     for answer in &answers {
         assert_eq!(answer.status, StatusCode::ACCEPTED, "{:?}", answer.json());
     }
-    assert!(all_reached(&upstream, &ids, Duration::from_secs(20)).await);
+    assert!(upstream.all_reached(&ids, Duration::from_secs(20)).await);
     // Let any second delivery show itself.
     tokio::time::sleep(Duration::from_millis(500)).await;
     for id in &ids {
@@ -330,12 +317,7 @@ async fn accepted_events_survive_a_sigkill(backend: Backend) {
     let (path, port) = write_config(dir.path(), &text);
     let mut gateway = GatewayProcess::start(&path, port).await;
     let ids: Vec<String> = (0..20).map(|i| format!("evt_kill_{i}")).collect();
-    for id in &ids {
-        let answer = Sender::new()
-            .deliver(&gateway.url("/hook"), &event(id))
-            .await;
-        assert_eq!(answer.status, StatusCode::ACCEPTED);
-    }
+    accept_all(&gateway.url("/hook"), &ids).await;
     gateway.stop("KILL");
 
     let text = text.replace(&down, &upstream.url("/hook"));
@@ -346,7 +328,7 @@ async fn accepted_events_survive_a_sigkill(backend: Backend) {
     .unwrap();
     let mut gateway = GatewayProcess::start(&path, port).await;
     assert!(
-        all_reached(&upstream, &ids, Duration::from_secs(15)).await,
+        upstream.all_reached(&ids, Duration::from_secs(15)).await,
         "{}",
         gateway.logs()
     );
@@ -447,12 +429,7 @@ async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
     let (path, port) = write_config(dir.path(), &text);
     let mut gateway = GatewayProcess::start(&path, port).await;
     let ids: Vec<String> = (0..6).map(|i| format!("evt_term_{i}")).collect();
-    for id in &ids {
-        let answer = Sender::new()
-            .deliver(&gateway.url("/hook"), &event(id))
-            .await;
-        assert_eq!(answer.status, StatusCode::ACCEPTED);
-    }
+    accept_all(&gateway.url("/hook"), &ids).await;
     assert!(eventually(Duration::from_secs(5), || ready(upstream.total() == 2)).await);
     let status = gateway.stop("TERM");
     assert!(status.success(), "clean exit: {}", gateway.logs());
@@ -460,7 +437,7 @@ async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
 
     // The next start delivers the rest, and nothing twice.
     let gateway = GatewayProcess::start(&path, port).await;
-    assert!(all_reached(&upstream, &ids, Duration::from_secs(15)).await);
+    assert!(upstream.all_reached(&ids, Duration::from_secs(15)).await);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     for id in &ids {
         assert_eq!(upstream.count(id), 1, "{id}");

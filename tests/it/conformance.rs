@@ -970,6 +970,43 @@ async fn an_accepted_and_claimed_event_falls_to_the_workers_when_its_lease_lapse
     assert_eq!(due[0].record.request.as_ref(), Some(&kept));
 }
 
+/// The controls of routes named `{run}-…`, sorted.
+async fn ours(store: &Store, run: &str) -> Vec<(String, String)> {
+    let mut controls: Vec<(String, String)> = (store.controls().await.unwrap().into_iter())
+        .filter(|(route, _)| route.starts_with(run))
+        .collect();
+    controls.sort();
+    controls
+}
+
+/// Route controls (a pause) are set, replaced and cleared, and every
+/// gateway reading the store sees the same set.
+async fn route_controls_are_kept_until_cleared(store: Store, _: Time) {
+    // The shared cluster outlives a test: names of this run only.
+    let run = format!("r{}", rand::random::<u32>());
+    let name = |route: &str| format!("{run}-{route}");
+    assert!(ours(&store, &run).await.is_empty());
+    store
+        .set_control(&name("a"), Some("{\"by\":\"x\"}"))
+        .await
+        .unwrap();
+    store.set_control(&name("b"), Some("paused")).await.unwrap();
+    store.set_control(&name("a"), Some("again")).await.unwrap();
+    assert_eq!(
+        ours(&store, &run).await,
+        vec![
+            (name("a"), "again".to_owned()),
+            (name("b"), "paused".to_owned())
+        ]
+    );
+    store.set_control(&name("a"), None).await.unwrap();
+    store.set_control(&name("missing"), None).await.unwrap();
+    assert_eq!(
+        ours(&store, &run).await,
+        vec![(name("b"), "paused".to_owned())]
+    );
+}
+
 /// Each contract test once per backend; each backend is the `async fn` of
 /// that name above (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
@@ -1010,6 +1047,7 @@ conformance! {
         a_crashed_workers_lease_lapses_and_another_worker_takes_the_event,
         concurrent_workers_lease_each_due_event_once,
         an_accepted_and_claimed_event_falls_to_the_workers_when_its_lease_lapses,
+        route_controls_are_kept_until_cleared,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }

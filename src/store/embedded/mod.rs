@@ -246,6 +246,33 @@ impl Backend for EmbeddedStore {
         }
     }
 
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetControl {
+            space: space.to_owned(),
+            route: route.to_owned(),
+            value: value.map(str::to_owned),
+        };
+        match self.call(op).await? {
+            Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let op = Op::Controls {
+            space: space.to_owned(),
+        };
+        match self.call(op).await? {
+            Reply::Controls(controls) => Ok(controls),
+            _ => Err(unexpected()),
+        }
+    }
+
     async fn lease_due(
         &self,
         source: &str,

@@ -37,6 +37,13 @@ CREATE TABLE IF NOT EXISTS replay_guards (
     expires_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);
+CREATE TABLE IF NOT EXISTS route_controls (
+    space      TEXT NOT NULL,              -- the key prefix
+    route      TEXT NOT NULL,
+    value      TEXT NOT NULL,              -- JSON: a pause, who set it and when
+    updated_at INTEGER NOT NULL,           -- unix ms
+    PRIMARY KEY (space, route)
+);
 ";
 
 /// Columns added after the first release, with their definitions: added at
@@ -306,6 +313,14 @@ pub(super) enum Op {
         force: bool,
     },
     Ping,
+    SetControl {
+        space: String,
+        route: String,
+        value: Option<String>,
+    },
+    Controls {
+        space: String,
+    },
 }
 
 pub(super) enum Reply {
@@ -318,7 +333,16 @@ pub(super) enum Reply {
     Oldest(Option<u64>),
     Deleted(Deleted),
     Pong,
+    Controls(Vec<(String, String)>),
 }
+
+const SET_CONTROL: &str = "INSERT INTO route_controls (space, route, value, updated_at) \
+    VALUES (?1, ?2, ?3, ?4) \
+    ON CONFLICT (space, route) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
+
+const CLEAR_CONTROL: &str = "DELETE FROM route_controls WHERE space = ?1 AND route = ?2";
+
+const CONTROLS: &str = "SELECT route, value FROM route_controls WHERE space = ?1";
 
 /// Bring a file from an earlier version up to the current columns.
 pub(super) fn add_missing_columns(connection: &Connection) -> rusqlite::Result<()> {
@@ -507,6 +531,21 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             }
         }
         Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
+        Op::SetControl {
+            space,
+            route,
+            value: Some(value),
+        } => run(tx, SET_CONTROL, params![space, route, value, now_i]).map(|_| Reply::Pong),
+        Op::SetControl {
+            space,
+            route,
+            value: None,
+        } => run(tx, CLEAR_CONTROL, params![space, route]).map(|_| Reply::Pong),
+        Op::Controls { space } => {
+            let mut statement = tx.prepare_cached(CONTROLS)?;
+            let rows = statement.query_map(params![space], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect::<Result<_, _>>().map(Reply::Controls)
+        }
     }
 }
 

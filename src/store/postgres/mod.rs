@@ -444,6 +444,32 @@ impl Backend for PostgresStore {
         Ok(row.get::<_, i64>(0) as u64)
     }
 
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        match value {
+            Some(value) => {
+                client
+                    .execute(sql::SET_CONTROL, &[&space, &route, &value])
+                    .await
+            }
+            None => client.execute(sql::CLEAR_CONTROL, &[&space, &route]).await,
+        }
+        .map(drop)
+        .map_err(db)
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::CONTROLS).await.map_err(db)?;
+        let rows = client.query(&statement, &[&space]).await.map_err(db)?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
     async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
         let client = self.client().await?;
         Ok(live_record(&client, key.source(), key.id())

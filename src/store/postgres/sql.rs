@@ -17,6 +17,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         3,
         include_str!("../../../migrations/postgres/0003_async_delivery.sql"),
     ),
+    (
+        4,
+        include_str!("../../../migrations/postgres/0004_route_controls.sql"),
+    ),
 ];
 
 /// Serializes migrations between gateways starting at once.
@@ -252,3 +256,13 @@ pub(super) const PRUNE: [&str; 2] = [
 
 /// Rows one prune step deletes at most.
 pub(super) const PRUNE_BATCH: u64 = 1000;
+
+pub(super) const SET_CONTROL: &str = "INSERT INTO hookgate_route_controls (space, route, value) \
+    VALUES ($1, $2, $3) \
+    ON CONFLICT (space, route) DO UPDATE SET value = excluded.value, updated_at = now()";
+
+pub(super) const CLEAR_CONTROL: &str =
+    "DELETE FROM hookgate_route_controls WHERE space = $1 AND route = $2";
+
+pub(super) const CONTROLS: &str =
+    "SELECT route, value FROM hookgate_route_controls WHERE space = $1";

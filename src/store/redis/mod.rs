@@ -660,6 +660,35 @@ impl<C: Connector> Backend for RedisStore<C> {
         })
     }
 
+    /// A hash per key prefix, `{prefix}route-controls`, route → value.
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connector.connection().await?;
+        let mut command = redis::cmd(if value.is_some() { "HSET" } else { "HDEL" });
+        command.arg(format!("{space}route-controls")).arg(route);
+        if let Some(value) = value {
+            command.arg(value);
+        }
+        command
+            .query_async::<i64>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        redis::cmd("HGETALL")
+            .arg(format!("{space}route-controls"))
+            .query_async::<Vec<(String, String)>>(&mut connection)
+            .await
+            .map_err(backend)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let mut connection = self.connector.connection().await?;
         redis::cmd("PING")

@@ -359,6 +359,22 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.count(source, state).await
     }
 
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), hookgate::store::StoreError> {
+        self.0.set_control(space, route, value).await
+    }
+
+    async fn controls(
+        &self,
+        space: &str,
+    ) -> Result<Vec<(String, String)>, hookgate::store::StoreError> {
+        self.0.controls(space).await
+    }
+
     async fn get(
         &self,
         key: &hookgate::store::StoreKey,

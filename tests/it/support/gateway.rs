@@ -107,11 +107,16 @@ pub struct TestGateway {
 
 impl TestGateway {
     pub async fn start(text: &str) -> TestGateway {
+        Self::start_on(text, "127.0.0.1:0").await
+    }
+
+    /// The gateway with its public listener on `listen` (e.g. `[::1]:0`).
+    pub async fn start_on(text: &str, listen: &str) -> TestGateway {
         let config = parse_config(text);
         let app = App::new(&config).await.expect("store");
         let gateway = Arc::clone(&app.gateway);
         let reloader = app.reloader();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let admin_listener = match config.fixed.admin {
             Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
@@ -137,6 +142,13 @@ impl TestGateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// `POST /admin/routes/{route}/{action}` (pause, resume) with the test
+    /// token and `query`; the admin API's answer.
+    pub async fn control(&self, route: &str, action: &str, query: &str) -> super::Answer {
+        let url = self.admin_url(&format!("/admin/routes/{route}/{action}?{query}"));
+        super::request(http::Method::POST, &url, Some(super::ADMIN_TOKEN)).await
     }
 
     /// What the store holds for `key` in `scope`.

@@ -123,3 +123,18 @@ pub fn signed(url: &str, body: &str) -> Request<Full<Bytes>> {
 pub fn event(id: &str) -> String {
     format!(r#"{{"id":"{id}","type":"order.paid","amount":4200}}"#)
 }
+
+/// Deliver each of `ids` once to an async route at `url`; each must be
+/// accepted (202).
+pub async fn accept_all(url: &str, ids: &[String]) {
+    let sender = Sender::new();
+    for id in ids {
+        let answer = sender.deliver(url, &event(id)).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::ACCEPTED,
+            "{id}: {:?}",
+            answer.json()
+        );
+    }
+}

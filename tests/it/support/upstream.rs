@@ -188,6 +188,14 @@ impl Upstream {
         self.seen().iter().filter(|s| s.key() == key).count()
     }
 
+    /// Wait until every one of `ids` reached the upstream (answered or not).
+    pub async fn all_reached(&self, ids: &[String], within: Duration) -> bool {
+        super::eventually(within, || {
+            std::future::ready(ids.iter().all(|id| self.count(id) >= 1))
+        })
+        .await
+    }
+
     pub fn total(&self) -> usize {
         self.seen.lock().unwrap().len()
     }

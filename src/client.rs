@@ -1,8 +1,9 @@
-//! `hookgate events …`: the admin API's command-line client (SPEC §6).
+//! The admin API's command-line clients: `hookgate events …` (stored
+//! events, SPEC §6) and `hookgate routes …` (pause and resume, SPEC §9).
 //!
-//! It talks to a running gateway's admin listener (`--admin URL`, default
+//! They talk to a running gateway's admin listener (`--admin URL`, default
 //! `$HOOKGATE_ADMIN_URL` or `http://127.0.0.1:9090`) with the bearer token
-//! from `$HOOKGATE_ADMIN_TOKEN`, prints tables a person can read, or the
+//! from `$HOOKGATE_ADMIN_TOKEN`, print tables a person can read, or the
 //! API's JSON with `--json` for scripts. Exit codes: 0 done, 1 not found or
 //! refused (the API's error is printed), 2 usage.
 
@@ -23,6 +24,23 @@ const REDRIVE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(clap::Args)]
 pub struct EventsArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(subcommand)]
+    command: EventsCommand,
+}
+
+#[derive(clap::Args)]
+pub struct RoutesArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(subcommand)]
+    command: RoutesCommand,
+}
+
+/// Where the admin API is, and how to print its answers.
+#[derive(clap::Args)]
+struct AdminArgs {
     /// The gateway's admin listener.
     #[arg(
         long,
@@ -33,8 +51,32 @@ pub struct EventsArgs {
     /// Print the admin API's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
-    #[command(subcommand)]
-    command: EventsCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum RoutesCommand {
+    /// Every route with its delivery mode, pause, circuit breaker, rate
+    /// limit and queue.
+    List,
+    /// Pause a route for the whole fleet: a sync route answers 503
+    /// route_paused (senders retry later), an async one keeps accepting and
+    /// holds its deliveries.
+    Pause {
+        route: String,
+        /// Why, for the log and for whoever looks next.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who pauses it [default: $USER].
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Resume a paused route: its backlog is delivered at the route's pace.
+    Resume {
+        route: String,
+        /// Who resumes it [default: $USER].
+        #[arg(long)]
+        by: Option<String>,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -96,7 +138,25 @@ enum EventsCommand {
 const EXIT_USAGE: u8 = 2;
 
 /// Run one `hookgate events` command.
-pub fn run(args: EventsArgs) -> ExitCode {
+pub fn events(args: EventsArgs) -> ExitCode {
+    let json = args.admin.json;
+    run(&args.admin, |client| async move {
+        client.events(args.command, json).await
+    })
+}
+
+/// Run one `hookgate routes` command.
+pub fn routes(args: RoutesArgs) -> ExitCode {
+    let json = args.admin.json;
+    run(&args.admin, |client| async move {
+        client.routes(args.command, json).await
+    })
+}
+
+fn run<F>(args: &AdminArgs, command: impl FnOnce(AdminClient) -> F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
     let Ok(token) = std::env::var("HOOKGATE_ADMIN_TOKEN") else {
         eprintln!("error: set HOOKGATE_ADMIN_TOKEN to the gateway's admin.token");
         return ExitCode::from(EXIT_USAGE);
@@ -110,7 +170,7 @@ pub fn run(args: EventsArgs) -> ExitCode {
         token,
         http: Client::builder(TokioExecutor::new()).build_http(),
     };
-    match runtime.block_on(client.command(args.command, args.json)) {
+    match runtime.block_on(command(client)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
@@ -126,7 +186,48 @@ struct AdminClient {
 }
 
 impl AdminClient {
-    async fn command(&self, command: EventsCommand, json: bool) -> Result<(), String> {
+    async fn routes(&self, command: RoutesCommand, json: bool) -> Result<(), String> {
+        let (route, pause, by, reason) = match command {
+            RoutesCommand::List => {
+                let routes = self.call(Method::GET, "/admin/routes", TIMEOUT).await?;
+                if json {
+                    println!("{}", pretty(&routes));
+                } else {
+                    print_routes(&routes);
+                }
+                return Ok(());
+            }
+            RoutesCommand::Pause { route, reason, by } => (route, true, by, reason),
+            RoutesCommand::Resume { route, by } => (route, false, by, None),
+        };
+        let by = by
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "hookgate routes".into());
+        let mut path = format!(
+            "/admin/routes/{}/{}?by={}",
+            encode(&route),
+            if pause { "pause" } else { "resume" },
+            encode(&by)
+        );
+        if let Some(reason) = reason {
+            path.push_str(&format!("&reason={}", encode(&reason)));
+        }
+        let done = self.call(Method::POST, &path, TIMEOUT).await?;
+        if json {
+            println!("{}", pretty(&done));
+        } else {
+            let verb = if pause { "paused" } else { "resumed" };
+            let changed = if done["changed"] == true {
+                ""
+            } else {
+                " (it already was)"
+            };
+            println!("{route} {verb}{changed}");
+        }
+        Ok(())
+    }
+
+    async fn events(&self, command: EventsCommand, json: bool) -> Result<(), String> {
         match command {
             EventsCommand::List {
                 route,
@@ -135,6 +236,9 @@ impl AdminClient {
                 cursor,
                 all,
             } => {
+                if !json {
+                    self.print_paused(route.as_deref()).await;
+                }
                 let mut cursor = cursor;
                 let mut first = true;
                 loop {
@@ -220,6 +324,20 @@ impl AdminClient {
                     println!("forgot {route}/{key}: its next delivery is processed again");
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Say which routes (of `only`, or all) are paused, above a listing: their
+    /// events are held.
+    async fn print_paused(&self, only: Option<&str>) {
+        let Ok(routes) = self.call(Method::GET, "/admin/routes", TIMEOUT).await else {
+            return;
+        };
+        for route in routes["routes"].as_array().into_iter().flatten() {
+            let name = route["name"].as_str().unwrap_or("");
+            if only.is_none_or(|only| only == name) && !route["paused"].is_null() {
+                println!("route {name} is {}", paused_text(&route["paused"]));
             }
         }
     }
@@ -317,10 +435,10 @@ fn last_error(record: &Value) -> String {
 
 fn print_table(page: &Value, header: bool) {
     let events = page["events"].as_array().cloned().unwrap_or_default();
-    let rows: Vec<[String; 6]> = events
+    let rows: Vec<Vec<String>> = events
         .iter()
         .map(|event| {
-            [
+            vec![
                 event["route"].as_str().unwrap_or("").to_owned(),
                 event["key"].as_str().unwrap_or("").to_owned(),
                 event["state"].as_str().unwrap_or("").to_owned(),
@@ -331,28 +449,91 @@ fn print_table(page: &Value, header: bool) {
         })
         .collect();
     let titles = ["ROUTE", "KEY", "STATE", "ATTEMPTS", "AGE", "LAST ERROR"];
-    let mut widths = titles.map(str::len);
-    for row in &rows {
+    print_columns(header.then_some(&titles[..]), &rows);
+    if header && rows.is_empty() {
+        println!("(no events)");
+    }
+}
+
+/// `paused 5m ago by alice: migrating the database`.
+fn paused_text(pause: &Value) -> String {
+    let mut text = format!(
+        "paused {} ago by {}",
+        age(pause["since"].as_u64()),
+        pause["by"].as_str().unwrap_or("?")
+    );
+    if let Some(reason) = pause["reason"].as_str() {
+        text.push_str(&format!(": {reason}"));
+    }
+    text
+}
+
+fn print_routes(routes: &Value) {
+    let rows: Vec<Vec<String>> = (routes["routes"].as_array().into_iter().flatten())
+        .map(|route| {
+            let state = if route["paused"].is_null() {
+                "running".to_owned()
+            } else {
+                paused_text(&route["paused"])
+            };
+            let breaker = route["circuit_breaker"]["state"]
+                .as_str()
+                .unwrap_or("-")
+                .to_owned();
+            let rate = match route["upstream_rate"]["per_second"].as_f64() {
+                Some(rate) => format!("{rate}/s"),
+                None => "-".into(),
+            };
+            let count = |name: &str| match route[name].as_u64() {
+                Some(count) => count.to_string(),
+                None => "-".into(),
+            };
+            vec![
+                route["name"].as_str().unwrap_or("").to_owned(),
+                route["delivery"].as_str().unwrap_or("").to_owned(),
+                state,
+                breaker,
+                rate,
+                count("queued"),
+                count("dead_letters"),
+            ]
+        })
+        .collect();
+    let titles = [
+        "ROUTE", "DELIVERY", "STATE", "BREAKER", "RATE", "QUEUED", "DEAD",
+    ];
+    print_columns(Some(&titles), &rows);
+}
+
+/// A table: each column as wide as its widest cell (of this page; `titles`
+/// only on the first).
+fn print_columns(titles: Option<&[&str]>, rows: &[Vec<String>]) {
+    let columns = rows
+        .first()
+        .map_or(0, Vec::len)
+        .max(titles.map_or(0, <[_]>::len));
+    let mut widths: Vec<usize> = vec![0; columns];
+    for (width, title) in widths.iter_mut().zip(titles.into_iter().flatten()) {
+        *width = title.len();
+    }
+    for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.len());
         }
     }
-    let line = |cells: [&str; 6]| {
+    let line = |cells: Vec<&str>| {
         let padded: Vec<String> = cells
             .iter()
-            .zip(widths)
+            .zip(&widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         println!("{}", padded.join("  ").trim_end());
     };
-    if header {
-        line(titles);
+    if let Some(titles) = titles {
+        line(titles.to_vec());
     }
-    for row in &rows {
-        line(row.each_ref().map(String::as_str));
-    }
-    if header && rows.is_empty() {
-        println!("(no events)");
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
     }
 }
 

@@ -1,0 +1,12 @@
+-- hookgate's PostgreSQL schema, version 4: route controls (SPEC §9).
+-- A paused route is paused for every gateway sharing this database and key
+-- prefix (`space`), and stays paused across restarts. Gateways read the
+-- whole table about once a second; it holds one row per paused route.
+
+CREATE TABLE hookgate_route_controls (
+    space      text NOT NULL,
+    route      text NOT NULL,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (space, route)
+);
