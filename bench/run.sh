@@ -91,6 +91,16 @@ dead_letter_retention = "2h"
 [routes.verify]
 scheme = "none"
 [[routes]]
+name = "controlled"
+path = "/controlled"
+upstream = "http://127.0.0.1:$UP/hook"
+key = ["header:X-Id"]
+retention = "1h"
+circuit_breaker = { failures = 10000, window = "1s" }
+upstream_rate = "1000000/s"
+[routes.verify]
+scheme = "none"
+[[routes]]
 name = "stripe"
 path = "/stripe"
 upstream = "http://127.0.0.1:$UP/stripe"
@@ -148,6 +158,9 @@ curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: applicati
 scenario "hookgate redis, replay" $HG_REDIS /hook replay $HG_REDIS_PID
 scenario "hookgate redis, stripe 20% dup" $HG_REDIS /stripe stripe $HG_REDIS_PID
 scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
+# The same path with a circuit breaker and a (never binding) rate limit:
+# what the traffic controls cost per delivery.
+scenario "hookgate embedded, breaker + rate" $HG_EMBEDDED /controlled unique $HG_EMB_PID
 curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_EMBEDDED/hook"
 scenario "hookgate embedded, replay" $HG_EMBEDDED /hook replay $HG_EMB_PID
 # Async: the accept rate under load, then how fast the workers deliver the
