@@ -2,8 +2,9 @@
 //!
 //! - `GET /metrics` — Prometheus text format.
 //! - `GET /healthz` — 200 while the process serves.
-//! - `GET /readyz` — 200 when the config is loaded, the store answers a ping
-//!   within its timeout and shutdown has not begun; else 503. The JSON body
+//! - `GET /readyz` — 200 when the config is loaded, the store answers its
+//!   readiness probe (with the permissions deliveries use) within its
+//!   timeout and shutdown has not begun; else 503. The JSON body
 //!   says why and lists store settings that would silently lose claims.
 //! - Behind `Authorization: Bearer <admin.token>` (404 when no token is
 //!   configured), SPEC §6:

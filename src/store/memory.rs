@@ -310,7 +310,7 @@ impl Backend for MemoryStore {
         Ok(Deleted::Deleted)
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         Ok(())
     }
 

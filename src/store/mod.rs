@@ -149,7 +149,10 @@ pub trait Backend: Send + Sync + 'static {
         force: bool,
     ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
 
-    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Whether the store answers, and would let a delivery do its work:
+    /// the permissions deliveries use under `space` (the key prefix), not
+    /// just a connection.
+    fn ping(&self, space: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Set (`Some`) or clear (`None`) the control `value` of `route` in
     /// `space` (the key prefix): a route's pause, kept fleet-wide (SPEC §9).
@@ -251,7 +254,7 @@ trait DynBackend: Send + Sync {
     fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
-    fn ping(&self) -> Op<'_, ()>;
+    fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()>;
     fn set_control<'a>(
         &'a self,
         space: &'a str,
@@ -323,8 +326,8 @@ impl<B: Backend> DynBackend for B {
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted> {
         Box::pin(Backend::delete(self, key, force))
     }
-    fn ping(&self) -> Op<'_, ()> {
-        Box::pin(Backend::ping(self))
+    fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()> {
+        Box::pin(Backend::ping(self, space))
     }
     fn set_control<'a>(
         &'a self,
@@ -611,7 +614,8 @@ impl Store {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.deadline("ping", self.backend.ping()).await
+        self.deadline("ping", self.backend.ping(&self.key_prefix))
+            .await
     }
 
     /// Set or clear `route`'s control value, for every gateway sharing this

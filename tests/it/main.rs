@@ -10,6 +10,7 @@ mod fault_run;
 mod faults;
 mod fleet;
 mod hostile;
+mod least_privilege;
 mod model;
 mod observability;
 mod postgres;

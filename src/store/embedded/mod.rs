@@ -239,7 +239,7 @@ impl Backend for EmbeddedStore {
         }
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         match self.call(Op::Ping).await? {
             Reply::Pong => Ok(()),
             _ => Err(unexpected()),

@@ -498,7 +498,7 @@ impl Backend for PostgresStore {
         })
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         let client = self.client().await?;
         client.query_one(sql::NOW, &[]).await.map(drop).map_err(db)
     }

@@ -289,6 +289,13 @@ end
 return redis.call('ZCARD', KEYS[1])
 ";
 
+/// KEYS[1] `{prefix}readyz`: the readiness probe (see `ping`).
+const PROBE: &str = "
+redis.call('HSET', KEYS[1], 'at', now)
+redis.call('PEXPIRE', KEYS[1], 60000)
+return tonumber(redis.call('HGET', KEYS[1], 'at'))
+";
+
 pub struct RedisStore<C: Connector> {
     connector: C,
     /// `WAIT` for this many replicas after a claim or a completion (0: off).
@@ -304,6 +311,7 @@ pub struct RedisStore<C: Connector> {
     delete: Script,
     list: Script,
     count: Script,
+    probe: Script,
 }
 
 impl<C: Connector> RedisStore<C> {
@@ -322,6 +330,7 @@ impl<C: Connector> RedisStore<C> {
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
             count: script(COUNT),
+            probe: script(PROBE),
         }
     }
 
@@ -689,10 +698,15 @@ impl<C: Connector> Backend for RedisStore<C> {
             .map_err(backend)
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    /// A script that does what every delivery's scripts do — `TIME`, a
+    /// hash write with an expiry, a read — on `{space}readyz`: an ACL that
+    /// lets `PING` through but not the deliveries fails here, and `/readyz`
+    /// says so.
+    async fn ping(&self, space: &str) -> Result<(), StoreError> {
         let mut connection = self.connector.connection().await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut connection)
+        self.probe
+            .key(format!("{space}readyz"))
+            .invoke_async::<i64>(&mut connection)
             .await
             .map(drop)
             .map_err(backend)

@@ -390,8 +390,8 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.delete(key, force).await
     }
 
-    async fn ping(&self) -> Result<(), hookgate::store::StoreError> {
-        self.0.ping().await
+    async fn ping(&self, space: &str) -> Result<(), hookgate::store::StoreError> {
+        self.0.ping(space).await
     }
 }
 
