@@ -23,6 +23,10 @@
 //!     replays and redrives of a paused route are refused (409
 //!     `route_paused`): a paused upstream is not called.
 //!
+//!   - `POST /admin/reload` reloads the config file as SIGHUP does, and
+//!     says whether it was applied (422 `config_invalid` with the problems
+//!     when not): what `hookgate reload` sends.
+//!
 //!   Every admin action is logged with the caller's address.
 
 use std::net::SocketAddr;
@@ -44,6 +48,7 @@ use crate::config::DeliveryMode;
 use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
 use crate::redeliver::Sent;
+use crate::reload::Reloader;
 use crate::route::Route;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
@@ -61,15 +66,22 @@ const LIMITS: Limits = Limits {
 
 pub struct Admin {
     gateway: Arc<Gateway>,
+    reloader: Arc<Reloader>,
     token: Option<Secret>,
     /// Store settings that would lose claims, found at start-up.
     risks: Vec<String>,
 }
 
 impl Admin {
-    pub fn new(gateway: Arc<Gateway>, token: Option<Secret>, risks: Vec<String>) -> Self {
+    pub fn new(
+        gateway: Arc<Gateway>,
+        reloader: Arc<Reloader>,
+        token: Option<Secret>,
+        risks: Vec<String>,
+    ) -> Self {
         Self {
             gateway,
+            reloader,
             token,
             risks,
         }
@@ -169,6 +181,23 @@ impl Admin {
                 return Err(AdminError::MethodNotAllowed);
             }
             return self.events(request).await;
+        }
+        if segments == ["admin", "reload"] {
+            if method != Method::POST {
+                return Err(AdminError::MethodNotAllowed);
+            }
+            tracing::info!(target: "hookgate::admin", %peer, "admin action: reload");
+            let reloader = Arc::clone(&self.reloader);
+            let reloaded = tokio::task::spawn_blocking(move || reloader.reload())
+                .await
+                .map_err(|_| AdminError::ConfigInvalid("the reload did not finish".into()))?;
+            return match reloaded {
+                Ok(needs_restart) => Ok(json_response(
+                    StatusCode::OK,
+                    &json!({ "reloaded": true, "needs_restart": needs_restart }),
+                )),
+                Err(problems) => Err(AdminError::ConfigInvalid(problems)),
+            };
         }
         if segments == ["admin", "routes"] {
             if method != Method::GET {

@@ -1,9 +1,11 @@
 //! The admin API's command-line clients: `hookgate events …` (stored
-//! events, SPEC §6) and `hookgate routes …` (pause and resume, SPEC §9).
+//! events, SPEC §6), `hookgate routes …` (pause and resume, SPEC §9) and
+//! `hookgate reload` (which, unlike SIGHUP, tells whether it took).
 //!
 //! They talk to a running gateway's admin listener (`--admin URL`, default
 //! `$HOOKGATE_ADMIN_URL` or `http://127.0.0.1:9090`) with the bearer token
-//! from `$HOOKGATE_ADMIN_TOKEN`, print tables a person can read, or the
+//! from `$HOOKGATE_ADMIN_TOKEN` (or the file `$HOOKGATE_ADMIN_TOKEN_FILE`),
+//! print tables a person can read, or the
 //! API's JSON with `--json` for scripts. Exit codes: 0 done, 1 not found or
 //! refused (the API's error is printed), 2 usage.
 
@@ -36,6 +38,12 @@ pub struct RoutesArgs {
     admin: AdminArgs,
     #[command(subcommand)]
     command: RoutesCommand,
+}
+
+#[derive(clap::Args)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 /// Where the admin API is, and how to print its answers.
@@ -145,6 +153,27 @@ pub fn events(args: EventsArgs) -> ExitCode {
     })
 }
 
+/// `hookgate reload`: `POST /admin/reload`; fails (exit 1, the problems
+/// printed) when the gateway rejected the new config.
+pub fn reload(args: ReloadArgs) -> ExitCode {
+    let json = args.admin.json;
+    run(&args.admin, |client| async move {
+        let done = client.call(Method::POST, "/admin/reload", TIMEOUT).await?;
+        if json {
+            println!("{}", pretty(&done));
+        } else {
+            println!("reloaded");
+            for setting in done["needs_restart"].as_array().into_iter().flatten() {
+                println!(
+                    "needs a restart (the running value stays): {}",
+                    setting.as_str().unwrap_or_default()
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Run one `hookgate routes` command.
 pub fn routes(args: RoutesArgs) -> ExitCode {
     let json = args.admin.json;
@@ -157,8 +186,11 @@ fn run<F>(args: &AdminArgs, command: impl FnOnce(AdminClient) -> F) -> ExitCode
 where
     F: std::future::Future<Output = Result<(), String>>,
 {
-    let Ok(token) = std::env::var("HOOKGATE_ADMIN_TOKEN") else {
-        eprintln!("error: set HOOKGATE_ADMIN_TOKEN to the gateway's admin.token");
+    let Some(token) = admin_token() else {
+        eprintln!(
+            "error: set HOOKGATE_ADMIN_TOKEN to the gateway's admin.token \
+             (or HOOKGATE_ADMIN_TOKEN_FILE to a file holding it)"
+        );
         return ExitCode::from(EXIT_USAGE);
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -177,6 +209,17 @@ where
             ExitCode::FAILURE
         }
     }
+}
+
+/// `$HOOKGATE_ADMIN_TOKEN`, or the content of `$HOOKGATE_ADMIN_TOKEN_FILE`
+/// (a systemd credential, a mounted Secret), one trailing newline dropped.
+fn admin_token() -> Option<String> {
+    if let Ok(token) = std::env::var("HOOKGATE_ADMIN_TOKEN") {
+        return Some(token);
+    }
+    let path = std::env::var_os("HOOKGATE_ADMIN_TOKEN_FILE")?;
+    let token = std::fs::read_to_string(path).ok()?;
+    Some(token.trim_end_matches(['\n', '\r']).to_owned())
 }
 
 struct AdminClient {

@@ -183,6 +183,8 @@ pub enum AdminError {
     StoreUnavailable(String),
     #[error("the route is paused; resume it before sending its events again")]
     RoutePaused,
+    #[error("the config was not reloaded; the running one keeps serving:\n{0}")]
+    ConfigInvalid(String),
 }
 
 impl AdminError {
@@ -202,6 +204,7 @@ impl AdminError {
             | AdminError::RequestNotStored
             | AdminError::RoutePaused => StatusCode::CONFLICT,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -223,6 +226,7 @@ impl AdminError {
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::StoreUnavailable(_) => "store_unavailable",
             AdminError::RoutePaused => "route_paused",
+            AdminError::ConfigInvalid(_) => "config_invalid",
         }
     }
 
@@ -373,6 +377,7 @@ mod tests {
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
             (AdminError::RoutePaused, 409, "route_paused"),
+            (AdminError::ConfigInvalid("x".into()), 422, "config_invalid"),
             (
                 AdminError::StoreUnavailable("timed out".into()),
                 503,

@@ -120,8 +120,6 @@ impl App {
         let gateway = Arc::new(Gateway::new(config, store, metrics));
         // Paused routes are known before the first request (SPEC §9).
         gateway.refresh_pauses().await;
-        let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
-        let admin = Arc::new(Admin::new(Arc::clone(&gateway), token, risks));
         let tls = config.live.tls.as_ref().map(|tls| server::Tls {
             config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
             handshake_failures: gateway.metrics().tls_handshake_failures.clone(),
@@ -130,6 +128,13 @@ impl App {
             Arc::clone(&gateway),
             tls.as_ref().map(|tls| Arc::clone(&tls.config)),
             config,
+        ));
+        let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
+        let admin = Arc::new(Admin::new(
+            Arc::clone(&gateway),
+            Arc::clone(&reloader),
+            token,
+            risks,
         ));
         Ok(App {
             gateway,
@@ -140,7 +145,8 @@ impl App {
         })
     }
 
-    /// Applies reloaded configs to this gateway (SIGHUP).
+    /// Applies reloaded configs to this gateway (SIGHUP, `POST
+    /// /admin/reload`, `server.watch`).
     pub fn reloader(&self) -> Arc<Reloader> {
         Arc::clone(&self.reloader)
     }
@@ -174,6 +180,12 @@ impl App {
                 }
             }
         });
+        let watcher = self.server.watch.then(|| {
+            tokio::spawn(reload::watch(
+                Arc::clone(&self.reloader),
+                reload::WATCH_EVERY,
+            ))
+        });
         let shutdown = async {
             shutdown.await;
             // Stop leasing new events; running deliveries drain as claims.
@@ -182,6 +194,9 @@ impl App {
         server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
         upkeep.abort();
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         let _ = stop_admin.send(());
         if let Some(task) = admin_task {
             let _ = task.await;

@@ -4,6 +4,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -35,6 +36,9 @@ enum Command {
     /// the whole fleet, through a running gateway's admin API
     /// ($HOOKGATE_ADMIN_TOKEN).
     Routes(hookgate::client::RoutesArgs),
+    /// Reload the running gateway's config through its admin API; exits 1
+    /// (printing every problem) when the gateway rejected it.
+    Reload(hookgate::client::ReloadArgs),
 }
 
 #[derive(clap::Args)]
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Events(args) => hookgate::client::events(args),
         Command::Routes(args) => hookgate::client::routes(args),
+        Command::Reload(args) => hookgate::client::reload(args),
         Command::Check(args) => match Config::load(&args.config.config) {
             Ok(config) => {
                 print!("{}", config.summary());
@@ -159,7 +164,8 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
         };
         while hangups.recv().await.is_some() {
             tracing::info!(config = %path.display(), "SIGHUP received: reloading");
-            let _ = reloader.reload_file(&path);
+            let reloader = Arc::clone(&reloader);
+            let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
         }
     });
     app.serve(listener, admin_listener, shutdown_signal()).await;

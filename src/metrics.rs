@@ -26,6 +26,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     pub leases_lost: IntCounterVec,
     pub config_reloads: IntCounterVec,
+    /// When the running config was last loaded (start-up or a reload).
+    pub config_reloaded_at: prometheus::Gauge,
     /// Events parked as dead letters (SPEC §6, §7).
     pub dead_letters_total: IntCounterVec,
     /// hookgate extension: dead letters held now, per route (counted in the
@@ -171,6 +173,11 @@ impl Metrics {
         for result in ["success", "failure"] {
             config_reloads.with_label_values(&[result]);
         }
+        let config_reloaded_at = prometheus::Gauge::new(
+            "hookgate_config_last_reload_success_timestamp_seconds",
+            "When the running config was loaded: at start-up, then at each successful reload.",
+        )
+        .expect("valid metric");
         let tls_handshake_failures = prometheus::IntCounter::new(
             "hookgate_tls_handshake_failures_total",
             "TLS handshakes on the public listener that failed or timed out.",
@@ -266,6 +273,7 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(leases_lost.clone()),
             Box::new(config_reloads.clone()),
+            Box::new(config_reloaded_at.clone()),
             Box::new(dead_letters_total.clone()),
             Box::new(dead_letters.clone()),
             Box::new(redeliveries.clone()),
@@ -293,6 +301,7 @@ impl Metrics {
             in_flight,
             leases_lost,
             config_reloads,
+            config_reloaded_at,
             dead_letters_total,
             dead_letters,
             redeliveries,
@@ -313,6 +322,11 @@ impl Metrics {
         prometheus::TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_default()
+    }
+
+    /// The running config was loaded at `ms` (Unix milliseconds).
+    pub fn reloaded_at(&self, ms: u64) {
+        self.config_reloaded_at.set(ms as f64 / 1000.0);
     }
 
     /// Count one finished request.

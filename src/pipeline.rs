@@ -339,6 +339,12 @@ impl Gateway {
         self.runtime.load().routes.named(name).cloned()
     }
 
+    /// Readiness turns false (shutdown has begun); requests are still
+    /// served.
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }

@@ -91,6 +91,21 @@ pub async fn serve(
         header_read_timeout: settings.header_read_timeout,
         idle_timeout: settings.idle_timeout,
     };
+    // `drain_delay`: readiness turns false first, and the listener keeps
+    // accepting while load balancers take the instance out of rotation.
+    let delay = settings.drain_delay;
+    let announcing = Arc::clone(&gateway);
+    let shutdown = async move {
+        shutdown.await;
+        if !delay.is_zero() {
+            announcing.begin_draining();
+            tracing::info!(
+                drain_delay_ms = delay.as_millis() as u64,
+                "shutting down: /readyz answers 503, still accepting for drain_delay"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    };
     let serving = Arc::clone(&gateway);
     let open = accept_loop(listener, limits, tls, shutdown, move |peer, proto| {
         let gateway = Arc::clone(&serving);

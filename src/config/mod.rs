@@ -51,6 +51,10 @@ pub struct Config {
     /// Legal but risky settings (`retention` shorter than the sender's retry
     /// horizon, no routes): printed by `check`, logged by `run`.
     pub warnings: Vec<String>,
+    /// Every file this config was built from: the config file itself,
+    /// `${file:…}` secrets, the TLS certificate and key, CA bundles. A
+    /// change to any of them is a reload (`server.watch`).
+    pub files: Vec<PathBuf>,
 }
 
 /// One thing wrong with a config file, located.
@@ -117,13 +121,16 @@ impl Config {
             }
         };
         let (fixed, live) = v.config(raw);
-        let (problems, warnings) = v.finish();
+        let (problems, warnings, read) = v.finish();
         if problems.is_empty() {
+            let mut files = vec![path.to_owned()];
+            files.extend(read);
             Ok(Config {
                 source: path.to_owned(),
                 fixed,
                 live,
                 warnings,
+                files,
             })
         } else {
             Err(ConfigError::Invalid(problems))
@@ -142,15 +149,32 @@ impl Validator<'_> {
         let admin = raw.admin.map(|admin| self.admin(&root.key("admin"), admin));
         if let Some(admin) = &admin {
             // Port 0 (any free port, as in tests) can never collide.
-            if admin.listen == server.listen && admin.listen.port() != 0 {
+            if Validator::listeners_collide(server.listen, admin.listen) {
                 self.fail(
                     &root.key("admin").key("listen"),
-                    "the admin listener must not share the public listen address",
+                    format!(
+                        "the admin listener {} would share port {} with the public listener {}",
+                        admin.listen,
+                        admin.listen.port(),
+                        server.listen
+                    ),
                 );
             }
         }
         let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw.store);
         let routes = self.routes(&root.key("routes"), raw.routes);
+        for route in &routes {
+            if server.shutdown_grace < route.upstream_timeout {
+                self.warn(format!(
+                    "server.shutdown_grace ({}) is shorter than the upstream_timeout of route {} ({}): \
+                     a shutdown can release a claim while its upstream call still runs, and the \
+                     sender's retry is then forwarded beside it; make shutdown_grace longer",
+                    humanize(server.shutdown_grace),
+                    route.name,
+                    humanize(route.upstream_timeout),
+                ));
+            }
+        }
         let fixed = Fixed {
             server,
             admin,

@@ -24,6 +24,8 @@ pub struct RawServer {
     pub header_read_timeout: Option<String>,
     pub body_read_timeout: Option<String>,
     pub shutdown_grace: Option<String>,
+    pub drain_delay: Option<String>,
+    pub watch: Option<bool>,
     pub idle_timeout: Option<String>,
     pub max_connections: Option<u64>,
     pub trusted_proxies: Option<Vec<String>>,

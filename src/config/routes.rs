@@ -475,6 +475,7 @@ impl Validator<'_> {
     /// config error and not a failed delivery.
     fn upstream_ca(&mut self, at: &KeyPath, raw: &str) -> Option<UpstreamCa> {
         let path = PathBuf::from(self.string(at, raw)?);
+        self.read_file(&path);
         let certs = crate::tls::load_certs(&path)
             .and_then(|certs| crate::tls::client_config(&certs).map(|_| certs));
         match certs {

@@ -1,6 +1,7 @@
 //! `[server]` and `[admin]`: the listeners, request limits, TLS and the
 //! admin token.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,6 +14,16 @@ use crate::secret::Secret;
 
 const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+
+/// Words that mark a shipped example value, never a real admin token.
+const PLACEHOLDERS: [&str; 6] = [
+    "replace",
+    "change-me",
+    "changeme",
+    "change_me",
+    "placeholder",
+    "example",
+];
 
 impl Validator<'_> {
     pub(super) fn server(
@@ -29,6 +40,8 @@ impl Validator<'_> {
             let at = at.key("tls");
             let cert = PathBuf::from(self.string(&at.key("cert"), &tls.cert)?);
             let key = PathBuf::from(self.string(&at.key("key"), &tls.key)?);
+            self.read_file(&cert);
+            self.read_file(&key);
             match crate::tls::server_config(&cert, &key) {
                 Ok(config) => Some(TlsSettings { cert, key, config }),
                 Err(message) => {
@@ -63,6 +76,12 @@ impl Validator<'_> {
                 raw.shutdown_grace.as_ref(),
                 Duration::from_secs(30),
             ),
+            drain_delay: self.duration_or_zero(
+                &at.key("drain_delay"),
+                raw.drain_delay.as_ref(),
+                Duration::ZERO,
+            ),
+            watch: raw.watch.unwrap_or(true),
             idle_timeout: self.duration(
                 &at.key("idle_timeout"),
                 raw.idle_timeout.as_ref(),
@@ -82,6 +101,17 @@ impl Validator<'_> {
         (server, limits, trusted_proxies, tls)
     }
 
+    /// Whether `admin` and `server` would bind the same port on overlapping
+    /// addresses (`0.0.0.0:P` covers `127.0.0.1:P`): a bind error at
+    /// start-up that `check` should report instead.
+    pub(super) fn listeners_collide(server: SocketAddr, admin: SocketAddr) -> bool {
+        admin.port() == server.port()
+            && admin.port() != 0
+            && (admin.ip() == server.ip()
+                || admin.ip().is_unspecified()
+                || server.ip().is_unspecified())
+    }
+
     pub(super) fn admin(&mut self, at: &KeyPath, raw: RawAdmin) -> AdminSettings {
         let token = raw.token.as_ref().and_then(|token| {
             let value = self.string(&at.key("token"), token)?;
@@ -89,6 +119,17 @@ impl Validator<'_> {
                 self.fail(
                     &at.key("token"),
                     "the admin token must be at least 16 characters",
+                );
+                return None;
+            }
+            let lower = value.to_ascii_lowercase();
+            if let Some(word) = PLACEHOLDERS.iter().find(|word| lower.contains(**word)) {
+                self.fail(
+                    &at.key("token"),
+                    format!(
+                        "the admin token looks like a placeholder (it contains {word:?}): \
+                         set a random one, e.g. `openssl rand -hex 32`"
+                    ),
                 );
                 return None;
             }

@@ -43,6 +43,8 @@ impl Fixed {
                 "server.shutdown_grace",
                 new.shutdown_grace != old.shutdown_grace,
             ),
+            ("server.drain_delay", new.drain_delay != old.drain_delay),
+            ("server.watch", new.watch != old.watch),
             ("server.idle_timeout", new.idle_timeout != old.idle_timeout),
             (
                 "server.max_connections",
@@ -84,6 +86,13 @@ pub struct ServerSettings {
     pub header_read_timeout: Duration,
     /// How long SIGTERM waits for in-flight requests before releasing them.
     pub shutdown_grace: Duration,
+    /// On SIGTERM, how long `/readyz` answers 503 while the public listener
+    /// still accepts, before draining begins: time for a load balancer to
+    /// stop sending (hookgate extension).
+    pub drain_delay: Duration,
+    /// Reload when the config file, a `${file:…}` secret or a certificate
+    /// changes (hookgate extension).
+    pub watch: bool,
     /// A connection with no request running for this long, once it has
     /// served one, is closed (hookgate extension; before its first request
     /// the bound is `header_read_timeout`).

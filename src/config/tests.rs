@@ -615,3 +615,88 @@ fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
         assert!(found.contains(expected), "{bad}: {found}");
     }
 }
+
+#[test]
+fn secrets_from_files_are_read_and_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("orders-secret");
+    std::fs::write(&secret, "from-a-mounted-file-0123\n").unwrap();
+    let text = MINIMAL.replace("${SECRET}", &format!("${{file:{}}}", secret.display()));
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        config.files,
+        vec![Path::new("gw.toml").to_owned(), secret.clone()],
+        "the config file and the secret it read"
+    );
+    std::fs::remove_file(&secret).unwrap();
+    let found = problems(&text).join("\n");
+    assert!(
+        found.contains("routes[0].verify.secrets[0]: cannot read"),
+        "{found}"
+    );
+}
+
+#[test]
+fn drain_delay_and_watch_have_defaults() {
+    let config = parse(MINIMAL).unwrap();
+    assert_eq!(config.fixed.server.drain_delay, Duration::ZERO);
+    assert!(config.fixed.server.watch);
+    let text = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\ndrain_delay = \"5s\"\nwatch = false",
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(config.fixed.server.drain_delay, Duration::from_secs(5));
+    assert!(!config.fixed.server.watch);
+    let text = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\ndrain_delay = \"0s\"",
+    );
+    assert_eq!(
+        parse(&text).unwrap().fixed.server.drain_delay,
+        Duration::ZERO
+    );
+}
+
+#[test]
+fn check_catches_what_would_fail_or_bite_at_run_time() {
+    let with_admin = |listen: &str, token: &str| {
+        MINIMAL.replace(
+            "[store]",
+            &format!("[admin]\nlisten = \"{listen}\"\ntoken = \"{token}\"\n\n[store]"),
+        )
+    };
+    let token = "a-real-random-token-8f3a9c";
+    let found = problems(&with_admin("0.0.0.0:8080", token)).join("\n");
+    assert!(
+        found.contains("admin.listen: the admin listener 0.0.0.0:8080 would share port 8080"),
+        "{found}"
+    );
+    assert!(parse(&with_admin("127.0.0.1:9090", token)).is_ok());
+    for placeholder in ["replace-with-32-random-characters", "CHANGE-ME-0123456789"] {
+        let found = problems(&with_admin("127.0.0.1:9090", placeholder)).join("\n");
+        assert!(
+            found.contains("admin.token: the admin token looks like a placeholder"),
+            "{found}"
+        );
+    }
+    let text = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\nshutdown_grace = \"25s\"",
+    );
+    let config = parse(&text).unwrap();
+    assert!(
+        config.warnings.iter().any(|warning| {
+            warning.contains(
+            "server.shutdown_grace (25s) is shorter than the upstream_timeout of route orders (30s)"
+        )
+        }),
+        "{:?}",
+        config.warnings
+    );
+    assert!(!parse(MINIMAL)
+        .unwrap()
+        .warnings
+        .iter()
+        .any(|warning| warning.contains("shutdown_grace")));
+}

@@ -4,7 +4,7 @@
 //! sections (`server`, `store`, `routes`) build on these.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::locate::{line_col, KeyPath, Locator};
@@ -20,6 +20,9 @@ pub(super) struct Validator<'a> {
     text: &'a str,
     locator: Locator,
     env: &'a dyn Fn(&str) -> Option<String>,
+    /// Files the config reads besides itself (`${file:…}` secrets, TLS
+    /// certificates and keys, CA bundles): a change to any is a reload.
+    files: Vec<PathBuf>,
     problems: Vec<Problem>,
     warnings: Vec<String>,
 }
@@ -34,14 +37,22 @@ impl<'a> Validator<'a> {
             text,
             locator: Locator::new(text),
             env,
+            files: Vec::new(),
             problems: Vec::new(),
             warnings: Vec::new(),
         }
     }
 
-    /// Everything wrong, and everything risky, found so far.
-    pub fn finish(self) -> (Vec<Problem>, Vec<String>) {
-        (self.problems, self.warnings)
+    /// Everything wrong, everything risky, and every file read.
+    pub fn finish(self) -> (Vec<Problem>, Vec<String>, Vec<PathBuf>) {
+        (self.problems, self.warnings, self.files)
+    }
+
+    /// A file the config reads, to be watched.
+    pub fn read_file(&mut self, path: &Path) {
+        if !self.files.iter().any(|known| known == path) {
+            self.files.push(path.to_owned());
+        }
     }
 
     /// A legal but risky setting, for `check` to print and `run` to log.
@@ -74,7 +85,12 @@ impl<'a> Validator<'a> {
 
     /// Expand `${VAR}`s; on error record it and return `None`.
     pub fn string(&mut self, key: &KeyPath, raw: &str) -> Option<String> {
-        match interpolate(raw, self.env) {
+        let mut files = Vec::new();
+        let value = interpolate(raw, self.env, &mut files);
+        for file in files {
+            self.read_file(&file);
+        }
+        match value {
             Ok(value) => Some(value),
             Err(message) => {
                 self.fail(key, message);
@@ -105,6 +121,20 @@ impl<'a> Validator<'a> {
                 default
             }
         }
+    }
+
+    /// A duration that may be `"0s"` (off).
+    pub fn duration_or_zero(
+        &mut self,
+        key: &KeyPath,
+        raw: Option<&String>,
+        default: Duration,
+    ) -> Duration {
+        let Some(raw) = raw else { return default };
+        if parse_duration(raw).is_ok_and(|duration| duration.is_zero()) {
+            return Duration::ZERO;
+        }
+        self.duration(key, Some(raw), default)
     }
 
     pub fn size(&mut self, key: &KeyPath, raw: Option<u64>, default: u64, max: u64) -> usize {

@@ -1,13 +1,23 @@
-//! Scalar value parsing shared by every config section: `${VAR}`
-//! interpolation and durations (`"250ms"`, `"30s"`, `"5m"`, `"72h"`, `"30d"`).
+//! Scalar value parsing shared by every config section: `${VAR}` and
+//! `${file:/path}` interpolation, and durations (`"250ms"`, `"30s"`, `"5m"`,
+//! `"72h"`, `"30d"`).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Replace every `${NAME}` with the environment variable `NAME`.
+/// Replace every `${NAME}` with the environment variable `NAME`, and every
+/// `${file:/absolute/path}` with that file's content (one trailing newline
+/// dropped) — a mounted Kubernetes Secret, a systemd credential — read
+/// afresh at every load, so a reload picks up a rotated file.
 ///
 /// `lookup` is injected so tests never touch the process environment. An
-/// unset variable is an error naming it; a `$` not followed by `{` is literal.
-pub fn interpolate(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// unset variable or an unreadable file is an error naming it; a `$` not
+/// followed by `{` is literal. The files read are pushed to `files`.
+pub fn interpolate(
+    input: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    files: &mut Vec<PathBuf>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(start) = rest.find("${") {
@@ -17,6 +27,12 @@ pub fn interpolate(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Resu
             .find('}')
             .ok_or_else(|| format!("unterminated `${{` in {input:?}"))?;
         let name = &after[..end];
+        if let Some(path) = name.strip_prefix("file:") {
+            out.push_str(&read_secret_file(Path::new(path))?);
+            files.push(PathBuf::from(path));
+            rest = &after[end + 1..];
+            continue;
+        }
         let valid = !name.is_empty()
             && !name.starts_with(|c: char| c.is_ascii_digit())
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -30,6 +46,20 @@ pub fn interpolate(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Resu
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The content of a `${file:…}` reference.
+fn read_secret_file(path: &Path) -> Result<String, String> {
+    if !path.is_absolute() {
+        return Err(format!(
+            "`${{file:{}}}` needs an absolute path",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
 }
 
 /// Parse `"250ms"`, `"30s"`, `"5m"`, `"72h"` or `"30d"`.
@@ -71,18 +101,43 @@ mod tests {
         }
     }
 
+    fn expand(input: &str) -> Result<String, String> {
+        interpolate(input, &env, &mut Vec::new())
+    }
+
     #[test]
     fn interpolates_variables() {
-        assert_eq!(interpolate("a-${SECRET}-b", &env).unwrap(), "a-s3cr3t-b");
-        assert_eq!(interpolate("${SECRET}${EMPTY}", &env).unwrap(), "s3cr3t");
-        assert_eq!(interpolate("cost $5", &env).unwrap(), "cost $5");
-        assert!(interpolate("${MISSING}", &env)
+        assert_eq!(expand("a-${SECRET}-b").unwrap(), "a-s3cr3t-b");
+        assert_eq!(expand("${SECRET}${EMPTY}").unwrap(), "s3cr3t");
+        assert_eq!(expand("cost $5").unwrap(), "cost $5");
+        assert!(expand("${MISSING}").unwrap_err().contains("`MISSING`"));
+        assert!(expand("${OPEN").unwrap_err().contains("unterminated"));
+        assert!(expand("${1X}").is_err());
+    }
+
+    #[test]
+    fn reads_secret_files_and_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stripe");
+        std::fs::write(&path, "whsec_from_file\n").unwrap();
+        let mut files = Vec::new();
+        let text = format!("k-${{file:{}}}-${{SECRET}}", path.display());
+        assert_eq!(
+            interpolate(&text, &env, &mut files).unwrap(),
+            "k-whsec_from_file-s3cr3t",
+            "one trailing newline dropped"
+        );
+        assert_eq!(files, vec![path.clone()]);
+        std::fs::write(&path, "two\r\n").unwrap();
+        assert_eq!(
+            expand(&format!("${{file:{}}}", path.display())).unwrap(),
+            "two"
+        );
+        let missing = expand(&format!("${{file:{}/nope}}", dir.path().display()));
+        assert!(missing.unwrap_err().contains("cannot read"));
+        assert!(expand("${file:relative/path}")
             .unwrap_err()
-            .contains("`MISSING`"));
-        assert!(interpolate("${OPEN", &env)
-            .unwrap_err()
-            .contains("unterminated"));
-        assert!(interpolate("${1X}", &env).is_err());
+            .contains("absolute path"));
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! SIGHUP against the real binary: routes appear without dropping traffic,
+//! Reloads against the real binary: routes appear without dropping traffic,
 //! a broken file changes nothing, a rotated certificate reaches new
-//! connections.
+//! connections — by SIGHUP, by `hookgate reload` (which says whether it
+//! took), and by the file watcher (a Kubernetes-style Secret swap, a
+//! certificate rewritten in place). And `drain_delay` on SIGTERM.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +25,19 @@ fn with_admin(text: &str, port: u16) -> String {
     text.replace(
         "[store]",
         &format!("[admin]\nlisten = \"127.0.0.1:{port}\"\n\n[store]"),
+    )
+}
+
+/// The test config to `upstream` with an admin listener on `admin_port`
+/// and `lines` added to `[server]`.
+fn with_server_lines(upstream: &Upstream, admin_port: u16, lines: &str) -> String {
+    with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        admin_port,
+    )
+    .replace(
+        "shutdown_grace = \"2s\"",
+        &format!("shutdown_grace = \"2s\"\n{lines}"),
     )
 }
 
@@ -154,6 +169,19 @@ async fn a_broken_config_leaves_the_old_one_serving() {
 /// New connections get the rotated certificate after SIGHUP.
 #[tokio::test]
 async fn a_rotated_certificate_is_served_to_new_connections() {
+    rotate_certificate(true).await;
+}
+
+/// …and, without any signal, once the watcher sees the files change (a
+/// cert-manager renewal rewriting the mounted files).
+#[tokio::test]
+async fn a_renewed_certificate_is_picked_up_by_the_watcher() {
+    rotate_certificate(false).await;
+}
+
+/// Rotate the served certificate; `hup`: send SIGHUP, else wait for the
+/// watcher.
+async fn rotate_certificate(hup_it: bool) {
     let old_ca = Pki::new("old");
     let new_ca = Pki::new("new");
     let upstream = Upstream::start().await;
@@ -188,9 +216,11 @@ async fn a_rotated_certificate_is_served_to_new_connections() {
     let (new_cert, new_key) = new_ca.leaf("gateway");
     std::fs::copy(&new_cert, &cert).unwrap();
     std::fs::copy(&new_key, &key).unwrap();
-    hup(&gateway);
+    if hup_it {
+        hup(&gateway);
+    }
     let mut rotated = false;
-    for i in 0..100 {
+    for i in 0..400 {
         if let Ok((answer, _)) = new_ca
             .sender(Version::HTTP_11)
             .send(signed(&url, &event(&format!("evt_c{i}"))))
@@ -393,4 +423,192 @@ async fn a_reload_keeps_upstream_keep_alive_connections() {
     );
     assert_eq!((upstream.total(), other.total()), (2, 1));
     gateway.shutdown().await;
+}
+
+/// A `${file:…}` secret in a Kubernetes-style Secret volume (files behind a
+/// `..data` symlink that an update swaps atomically): the watcher reloads
+/// it without a signal, and the rotated secret verifies.
+#[tokio::test]
+async fn a_secret_volume_update_is_reloaded_by_the_watcher() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("secrets");
+    let write_version = |name: &str, secret: &str| {
+        let version = volume.join(name);
+        std::fs::create_dir_all(&version).unwrap();
+        std::fs::write(version.join("webhook"), format!("{secret}\n")).unwrap();
+        // What the kubelet does: a new ..data link, renamed over the old.
+        let link = volume.join("..data_tmp");
+        std::os::unix::fs::symlink(name, &link).unwrap();
+        std::fs::rename(&link, volume.join("..data")).unwrap();
+    };
+    std::fs::create_dir_all(&volume).unwrap();
+    write_version("..2026_01", SECRET);
+    std::os::unix::fs::symlink("..data/webhook", volume.join("webhook")).unwrap();
+    let admin_port = free_port();
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        admin_port,
+    )
+    .replace(
+        "secrets = [\"old-secret-0123456789\", \"${TEST_SECRET}\"]",
+        &format!(
+            "secrets = [\"${{file:{}}}\"]",
+            volume.join("webhook").display()
+        ),
+    );
+    let (path, port) = write_config(dir.path(), &text);
+    let gateway = GatewayProcess::start(&path, port).await;
+    let url = gateway.url("/hook");
+    let sender = Sender::new();
+    assert_eq!(
+        sender.deliver(&url, &event("evt_file_1")).await.status,
+        StatusCode::OK
+    );
+
+    // Rotate to a secret the test signs with by hand.
+    let rotated = "rotated-secret-0123456789";
+    write_version("..2026_02", rotated);
+    let signed_with = |secret: &str, id: &str| {
+        let body = event(id);
+        let mut mac =
+            <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(secret.as_bytes()).unwrap();
+        hmac::Mac::update(&mut mac, body.as_bytes());
+        let signature = format!(
+            "sha256={}",
+            hex::encode(hmac::Mac::finalize(mac).into_bytes())
+        );
+        http::Request::post(&url)
+            .header("x-signature", signature)
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    let mut picked_up = false;
+    for i in 0..300 {
+        let answer = sender
+            .send(signed_with(rotated, &format!("evt_file_r{i}")))
+            .await;
+        if answer.status == StatusCode::OK {
+            picked_up = true;
+            break;
+        }
+        assert_eq!(answer.code(), "signature_invalid");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(picked_up, "the rotated secret verifies without a signal");
+    let old = sender.deliver(&url, &event("evt_file_old")).await;
+    assert_eq!(old.code(), "signature_invalid", "the old secret is gone");
+    assert_eq!(reloads(admin_port, "success").await, 1.0);
+    let metrics = scrape(&format!("http://127.0.0.1:{admin_port}/metrics")).await;
+    let stamped = sample(
+        &metrics,
+        "hookgate_config_last_reload_success_timestamp_seconds",
+        &[],
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        now - stamped < 30.0,
+        "stamped at the reload: {stamped} vs {now}"
+    );
+}
+
+/// `hookgate reload` applies a good file and exits 0; a broken one is
+/// rejected, the problems printed and the exit code 1 — where SIGHUP
+/// would have said nothing.
+#[tokio::test]
+async fn hookgate_reload_says_whether_the_config_was_applied() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let text = with_server_lines(&upstream, admin_port, "watch = false").replace(
+        &format!("listen = \"127.0.0.1:{admin_port}\"\n"),
+        &format!("listen = \"127.0.0.1:{admin_port}\"\ntoken = \"{ADMIN_TOKEN}\"\n"),
+    );
+    let (path, port) = write_config(dir.path(), &text);
+    let _gateway = GatewayProcess::start(&path, port).await;
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
+    let reload = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .arg("reload")
+            .env(
+                "HOOKGATE_ADMIN_URL",
+                format!("http://127.0.0.1:{admin_port}"),
+            )
+            .env_remove("HOOKGATE_ADMIN_TOKEN")
+            .env("HOOKGATE_ADMIN_TOKEN_FILE", &token_file)
+            .env("TEST_SECRET", SECRET)
+            .output()
+            .unwrap()
+    };
+    let good = reload();
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(String::from_utf8_lossy(&good.stdout).contains("reloaded"));
+
+    let broken = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("[[routes]]", "[[routes]]\nupstraem = \"typo\"");
+    std::fs::write(&path, broken).unwrap();
+    let rejected = reload();
+    assert_eq!(rejected.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&rejected.stderr);
+    assert!(
+        said.contains("routes[0].upstraem") && said.contains("config_invalid"),
+        "{said}"
+    );
+    assert_eq!(reloads(admin_port, "success").await, 1.0);
+    assert_eq!(reloads(admin_port, "failure").await, 1.0);
+    let still = Sender::new()
+        .deliver(
+            &format!("http://127.0.0.1:{port}/hook"),
+            &event("evt_still"),
+        )
+        .await;
+    assert_eq!(still.status, StatusCode::OK, "the running config serves on");
+}
+
+/// `drain_delay`: on SIGTERM `/readyz` turns 503 at once while the public
+/// listener still takes deliveries; then the process drains and exits 0.
+#[tokio::test]
+async fn drain_delay_keeps_accepting_while_readiness_is_down() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let text = with_server_lines(&upstream, admin_port, "drain_delay = \"1500ms\"");
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let readyz = format!("http://127.0.0.1:{admin_port}/readyz");
+    assert_eq!(get(&readyz, None).await.status, StatusCode::OK);
+    let started = std::time::Instant::now();
+    std::process::Command::new("kill")
+        .args(["-TERM", &gateway.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            get(&readyz, None).await.status == StatusCode::SERVICE_UNAVAILABLE
+        })
+        .await,
+        "readiness turns 503 first"
+    );
+    let during = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_during_drain"))
+        .await;
+    assert_eq!(during.status, StatusCode::OK, "still accepting");
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    let status = gateway.child.wait().unwrap();
+    assert!(status.success());
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "waited drain_delay"
+    );
+    assert_eq!(upstream.count("evt_during_drain"), 1);
 }
