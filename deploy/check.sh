@@ -28,7 +28,8 @@ echo "--- hadolint Dockerfile"
 hadolint Dockerfile
 
 echo "--- kubernetes-validate deploy/kubernetes (ServiceMonitor is a CRD: YAML-checked only)"
-kubernetes-validate --strict --quiet deploy/kubernetes/{configmap,secret,deployment,service,pdb}.yaml
+kubernetes-validate --strict --quiet deploy/kubernetes/{configmap,secret,deployment,service,pdb,networkpolicy}.yaml \
+    deploy/kubernetes/embedded/statefulset.yaml
 python3 -c 'import sys, yaml; [list(yaml.safe_load_all(open(f))) for f in sys.argv[1:]]' \
     deploy/kubernetes/servicemonitor.yaml deploy/compose/docker-compose.yml
 
@@ -41,14 +42,83 @@ promtool check config deploy/compose/prometheus.yml >/dev/null 2>&1 || {
 promtool check rules deploy/prometheus/alerts.yml >/dev/null
 promtool test rules deploy/prometheus/alerts_test.yml
 
-echo "--- grafana dashboard JSON"
-python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels"], "no panels"' deploy/grafana/hookgate.json
+echo "--- grafana dashboard: JSON, and every panel query parses (promtool, as recording rules)"
+tmp=$(mktemp -d)
+python3 - deploy/grafana/hookgate.json "$tmp/dashboard_rules.yml" <<'PY'
+import json, sys
+dashboard = json.load(open(sys.argv[1]))
+assert dashboard["panels"], "no panels"
+variables = {v["name"] for v in dashboard["templating"]["list"]}
+assert {"namespace", "instance", "route"} <= variables, variables
+exprs = [t["expr"].replace("$__rate_interval", "5m") for p in dashboard["panels"] for t in p["targets"]]
+with open(sys.argv[2], "w") as out:
+    out.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, expr in enumerate(exprs):
+        out.write(f"      - record: dashboard:expr{i}\n        expr: {json.dumps(expr)}\n")
+PY
+promtool check rules "$tmp/dashboard_rules.yml" >/dev/null
+rm -rf "$tmp"
 
 echo "--- hookgate check on the shipped configs"
 cargo build --quiet --bin hookgate
 BIN=target/debug/hookgate
 HOOKGATE_ADMIN_TOKEN=0123456789abcdef0123 DEMO_WEBHOOK_SECRET=dev-secret-0123456789 "$BIN" check --config deploy/compose/gateway.toml >/dev/null
 ORDERS_WEBHOOK_SECRET=dev-secret-0123456789 "$BIN" check --config gateway.toml.example >/dev/null
+
+echo "--- kubernetes: the manifests hold together"
+python3 - <<'PY'
+import hashlib, re, yaml
+def load(path):
+    return [doc for doc in yaml.safe_load_all(open(path)) if doc]
+def seconds(toml, key):
+    match = re.search(rf'^{key} = "(\d+)(ms|s)"', toml, re.M)
+    assert match, f"{key} not set"
+    return int(match[1]) / (1000 if match[2] == "ms" else 1)
+pairs = [("deploy/kubernetes/deployment.yaml", "deploy/kubernetes/configmap.yaml")]
+pairs.append(("deploy/kubernetes/embedded/statefulset.yaml",) * 2)
+for workload_file, config_file in pairs:
+    workload = next(d for d in load(workload_file) if d["kind"] in ("Deployment", "StatefulSet"))
+    toml = next(d for d in load(config_file) if d["kind"] == "ConfigMap")["data"]["gateway.toml"]
+    pod = workload["spec"]["template"]["spec"]
+    grace = pod["terminationGracePeriodSeconds"]
+    needed = seconds(toml, "drain_delay") + seconds(toml, "shutdown_grace")
+    assert grace > needed, f"{workload_file}: terminationGracePeriodSeconds {grace} <= drain_delay + shutdown_grace {needed}"
+    assert seconds(toml, "shutdown_grace") > 30, f"{config_file}: shutdown_grace must outlast upstream_timeout (30s)"
+    for container in pod["containers"]:
+        for mount in container.get("volumeMounts", []):
+            assert "subPath" not in mount, f"{workload_file}: {mount['name']} uses subPath, which is never updated"
+    if workload["kind"] == "Deployment":
+        annotation = workload["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        digest = hashlib.sha256(toml.encode()).hexdigest()
+        assert annotation == digest, f"{workload_file}: checksum/config is stale; set it to {digest}"
+        assert pod.get("topologySpreadConstraints"), "replicas are not spread over nodes"
+    else:
+        assert workload["spec"]["replicas"] == 1, "the embedded store serves one process"
+print("    grace > drain_delay + shutdown_grace, no subPath, checksum current, spread, embedded at 1 replica")
+PY
+
+echo "--- kubernetes: the shipped config, with the shipped Secret as files"
+tmp=$(mktemp -d)
+mkdir -p "$tmp/secrets" "$tmp/tls" "$tmp/config"
+python3 - "$tmp/secrets" <<'PY'
+import sys, yaml
+secret = yaml.safe_load(open("deploy/kubernetes/secret.yaml"))
+for name, value in secret["stringData"].items():
+    open(f"{sys.argv[1]}/{name}", "w").write(value)
+PY
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=hookgate \
+    -keyout "$tmp/tls/tls.key" -out "$tmp/tls/tls.crt" 2>/dev/null
+python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["gateway.toml"])' \
+    deploy/kubernetes/configmap.yaml | sed "s|/etc/hookgate/|$tmp/|g" > "$tmp/config/gateway.toml"
+if refused=$("$BIN" check --config "$tmp/config/gateway.toml" 2>&1); then
+    echo "hookgate check accepted the shipped placeholder admin token"; exit 1
+fi
+grep -q "admin.token: the admin token looks like a placeholder" <<<"$refused" || { echo "$refused"; exit 1; }
+echo "    the placeholder admin token is refused: $(grep -o 'the admin token looks like a placeholder[^:]*' <<<"$refused")"
+for name in admin-token stripe-webhook-secret github-webhook-secret; do openssl rand -hex 32 > "$tmp/secrets/$name"; done
+"$BIN" check --config "$tmp/config/gateway.toml" >/dev/null
+echo "    with real values it validates"
+rm -rf "$tmp"
 
 if command -v systemd-analyze >/dev/null 2>&1; then
     echo "--- systemd-analyze verify (with the binary path pointed at this build)"
@@ -57,6 +127,44 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     out=$(systemd-analyze verify "$tmp/hookgate.service" 2>&1 || true)
     rm -rf "$tmp"
     if grep -v -e 'Failed to .*\(bus\|connect\)' -e '^$' <<<"$out" | grep -q .; then echo "$out"; exit 1; fi
+fi
+
+if [ "$(id -u)" = 0 ]; then
+echo "--- systemd: the shipped unit's files and modes, run as an unprivileged user"
+# No systemd runs here, so do what the unit does by hand: a world-readable
+# config (0644, root's), credentials in a directory only the service user
+# may read (as systemd lays out LoadCredential=), the state directory the
+# user's, and every command of the unit — check, run, reload — as that user.
+SVC_UID=65534
+root=$(mktemp -d); chmod 0755 "$root"
+install -m 0644 deploy/systemd/gateway.toml "$root/gateway.toml"
+install -d -m 0700 -o $SVC_UID "$root/credentials" "$root/state"
+openssl rand -hex 32 > "$root/credentials/admin-token"
+echo "whsec_$(openssl rand -hex 16)" > "$root/credentials/stripe-webhook-secret"
+chown $SVC_UID "$root/credentials"/*; chmod 0400 "$root/credentials"/*
+SVC_PUBLIC=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+SVC_ADMIN=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -i -e "s|/run/credentials/hookgate.service|$root/credentials|" -e "s|127.0.0.1:8080|127.0.0.1:$SVC_PUBLIC|" \
+    -e "s|127.0.0.1:9090|127.0.0.1:$SVC_ADMIN|" "$root/gateway.toml"
+install -m 0755 "$BIN" "$root/hookgate"
+# One simple command (no function, no subshell), so that `$!` of the
+# background run is hookgate itself: setpriv and env exec into it.
+as_user=(setpriv --reuid=$SVC_UID --regid=$SVC_UID --clear-groups env -C "$root/state"
+    HOOKGATE_CONFIG="$root/gateway.toml" HOOKGATE_ADMIN_URL="http://127.0.0.1:$SVC_ADMIN"
+    HOOKGATE_ADMIN_TOKEN_FILE="$root/credentials/admin-token" "$root/hookgate")
+"${as_user[@]}" check >/dev/null
+"${as_user[@]}" run --log-format json 2>"$root/run.log" & SVC_PID=$!
+for _ in $(seq 100); do curl -sf "127.0.0.1:$SVC_ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "127.0.0.1:$SVC_ADMIN/readyz" >/dev/null || { cat "$root/run.log"; exit 1; }
+"${as_user[@]}" reload >/dev/null
+sed -i 's|^upstream = |upstraem = |' "$root/gateway.toml"
+if "${as_user[@]}" reload >/dev/null 2>&1; then echo "a rejected reload exited 0"; exit 1; fi
+kill -TERM $SVC_PID; wait $SVC_PID
+test -f "$root/state/hookgate.db" || { echo "the embedded store was not created in the state directory"; exit 1; }
+echo "    as uid $SVC_UID: check, run, reload (exit 0), a broken reload (exit 1), SIGTERM (exit 0), the database in the state dir"
+rm -rf "$root"
+else
+echo "--- systemd: skipped the unprivileged run (it needs root to switch users)"
 fi
 
 echo "--- end to end: Prometheus scrapes a running hookgate"

@@ -128,6 +128,7 @@ impl Admin {
 
     async fn readyz(&self) -> Response<Full<Bytes>> {
         let store = self.gateway.store().ping().await;
+        (self.gateway.metrics().store_up).set(i64::from(store.is_ok()));
         let draining = self.gateway.is_draining();
         let ready = store.is_ok() && !draining;
         let mut body = json!({

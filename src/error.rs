@@ -336,6 +336,11 @@ mod tests {
         for (error, status, code) in table {
             assert_eq!(error.status().as_u16(), status, "{code}");
             assert_eq!(error.code(), code);
+            // Every outcome a request can end with has its series from the
+            // start (502 upstream_unreachable is counted as upstream_error).
+            if code != "upstream_unreachable" {
+                assert!(crate::metrics::OUTCOMES.contains(&code), "{code}");
+            }
             let response = error.to_response();
             assert_eq!(response.status().as_u16(), status);
             assert_eq!(response.headers()["content-type"], "application/json");

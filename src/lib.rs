@@ -117,6 +117,8 @@ impl App {
         for risk in &risks {
             tracing::warn!("{risk}");
         }
+        metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
+        metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
         let gateway = Arc::new(Gateway::new(config, store, metrics));
         // Paused routes are known before the first request (SPEC §9).
         gateway.refresh_pauses().await;

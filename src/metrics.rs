@@ -15,6 +15,50 @@ use prometheus::{
 /// The `route` label of requests that matched no route.
 pub const UNMATCHED: &str = "_unmatched";
 
+/// Every `outcome` a matched route's request can end with: each route's
+/// series start at 0 at start-up and at every reload, so a rate or a ratio
+/// over them is defined before the first such request (and after a
+/// restart).
+pub const OUTCOMES: [&str; 25] = [
+    "forwarded",
+    "forwarded_unkeyed",
+    "replayed",
+    "dead_letter",
+    "accepted",
+    "upstream_error",
+    "upstream_timeout",
+    "upstream_body_incomplete",
+    "in_flight",
+    "payload_mismatch",
+    "signature_invalid",
+    "timestamp_out_of_tolerance",
+    "key_missing",
+    "key_invalid",
+    "body_too_large",
+    "body_unreadable",
+    "body_timeout",
+    "method_not_allowed",
+    "source_not_allowed",
+    "store_unavailable",
+    "route_paused",
+    "upstream_circuit_open",
+    "rate_limited",
+    "internal_error",
+    "route_not_found",
+];
+
+/// Every `class` of `hookgate_upstream_responses_total`: the answer's
+/// status class, or how an attempt without an answer ended.
+pub const UPSTREAM_CLASSES: [&str; 7] = [
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "timeout",
+    "unreachable",
+    "broken",
+];
+
 /// Every collector hookgate exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -26,6 +70,14 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     pub leases_lost: IntCounterVec,
     pub config_reloads: IntCounterVec,
+    /// 1 when the last reload attempt succeeded (or none was made).
+    pub config_last_reload_ok: prometheus::IntGauge,
+    /// 1 while the store answers its readiness probe (set at each scrape).
+    pub store_up: prometheus::IntGauge,
+    /// `store.timeout`, for alerts on latency near it.
+    pub store_timeout: prometheus::Gauge,
+    /// When the served TLS certificate expires (0 without TLS).
+    pub tls_cert_expiry: prometheus::Gauge,
     /// When the running config was last loaded (start-up or a reload).
     pub config_reloaded_at: prometheus::Gauge,
     /// Events parked as dead letters (SPEC §6, §7).
@@ -48,6 +100,8 @@ pub struct Metrics {
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
     registry: Registry,
+    /// Every metric name registered, series or not yet.
+    names: Vec<String>,
 }
 
 /// The store's share, handed to [`crate::store::Store`].
@@ -263,6 +317,27 @@ impl Metrics {
             &["route", "action"],
         )
         .expect("valid metric");
+        let config_last_reload_ok = prometheus::IntGauge::new(
+            "hookgate_config_last_reload_successful",
+            "1 when the last config reload succeeded (or none was tried), 0 when it was rejected.",
+        )
+        .expect("valid metric");
+        config_last_reload_ok.set(1);
+        let store_up = prometheus::IntGauge::new(
+            "hookgate_store_up",
+            "1 when the store answered its readiness probe at the last scrape, else 0.",
+        )
+        .expect("valid metric");
+        let store_timeout = prometheus::Gauge::new(
+            "hookgate_store_timeout_seconds",
+            "The configured store.timeout: a store operation slower than this fails.",
+        )
+        .expect("valid metric");
+        let tls_cert_expiry = prometheus::Gauge::new(
+            "hookgate_tls_cert_expiry_timestamp_seconds",
+            "When the certificate the public listener serves expires (Unix seconds; 0 without TLS).",
+        )
+        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -274,6 +349,10 @@ impl Metrics {
             Box::new(leases_lost.clone()),
             Box::new(config_reloads.clone()),
             Box::new(config_reloaded_at.clone()),
+            Box::new(config_last_reload_ok.clone()),
+            Box::new(store_up.clone()),
+            Box::new(store_timeout.clone()),
+            Box::new(tls_cert_expiry.clone()),
             Box::new(dead_letters_total.clone()),
             Box::new(dead_letters.clone()),
             Box::new(redeliveries.clone()),
@@ -287,7 +366,19 @@ impl Metrics {
             Box::new(build_info),
             Box::new(tls_handshake_failures.clone()),
         ];
-        for collector in collectors.into_iter().chain(store_collectors) {
+        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> =
+            collectors.into_iter().chain(store_collectors).collect();
+        // process_cpu_seconds_total, process_resident_memory_bytes,
+        // process_open_fds, process_start_time_seconds, …
+        #[cfg(target_os = "linux")]
+        collectors.push(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+        let names = (collectors.iter())
+            .flat_map(|collector| collector.desc())
+            .map(|desc| desc.fq_name.clone())
+            .collect();
+        for collector in collectors {
             registry
                 .register(collector)
                 .expect("metric names are unique");
@@ -302,6 +393,10 @@ impl Metrics {
             leases_lost,
             config_reloads,
             config_reloaded_at,
+            config_last_reload_ok,
+            store_up,
+            store_timeout,
+            tls_cert_expiry,
             dead_letters_total,
             dead_letters,
             redeliveries,
@@ -314,7 +409,13 @@ impl Metrics {
             route_control_changes,
             tls_handshake_failures,
             registry: registry.clone(),
+            names,
         }
+    }
+
+    /// Every metric name this gateway exports.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Everything registered, in the Prometheus text format.
@@ -337,18 +438,64 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn upstream_answered(&self, route: &str, status: http::StatusCode, elapsed: Duration) {
-        let class = match status.as_u16() {
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
-        };
+    /// One upstream attempt of `route` that took `elapsed` and ended in
+    /// `class` (see [`UPSTREAM_CLASSES`]): every attempt is timed, those
+    /// that timed out or never reached the upstream included.
+    pub fn upstream_attempt(&self, route: &str, class: &str, elapsed: Duration) {
         self.upstream_responses
             .with_label_values(&[route, class])
             .inc();
         self.upstream_duration
             .with_label_values(&[route])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Create `route`'s series at 0 (start-up, reload): see [`OUTCOMES`].
+    pub fn init_route(&self, route: &str) {
+        for outcome in OUTCOMES {
+            self.requests.with_label_values(&[route, outcome]);
+        }
+        for class in UPSTREAM_CLASSES {
+            self.upstream_responses.with_label_values(&[route, class]);
+        }
+        self.upstream_duration.with_label_values(&[route]);
+        self.in_flight.with_label_values(&[route]);
+        self.leases_lost.with_label_values(&[route]);
+        self.dead_letters_total.with_label_values(&[route]);
+    }
+
+    /// The served certificate expires at `not_after` (Unix seconds).
+    pub fn tls_cert_expires(&self, not_after: Option<i64>) {
+        self.tls_cert_expiry
+            .set(not_after.map_or(0.0, |not_after| not_after as f64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operator finds every metric in the README's table and on the
+    /// shipped Grafana dashboard.
+    #[test]
+    fn every_metric_is_documented_and_on_the_dashboard() {
+        let metrics = Metrics::new(&Registry::new());
+        let read = |path: &str| {
+            std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        };
+        let (readme, dashboard) = (read("README.md"), read("deploy/grafana/hookgate.json"));
+        assert!(metrics.names().len() > 30, "{:?}", metrics.names());
+        for name in metrics.names() {
+            let documented = readme.contains(&format!("`{name}`"))
+                || (name.starts_with("process_") && readme.contains("`process_*`"));
+            assert!(
+                documented,
+                "{name} is missing from the README's metric table"
+            );
+            assert!(
+                dashboard.contains(name.as_str()),
+                "{name} is on no dashboard panel"
+            );
+        }
     }
 }

@@ -247,6 +247,9 @@ impl Gateway {
     /// store that does not answer leaves the last values.
     pub async fn refresh_gauges(&self) {
         let metrics = &self.metrics;
+        metrics
+            .store_up
+            .set(i64::from(self.store.ping().await.is_ok()));
         for route in self.routes() {
             let name = route.name.as_str();
             if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {
@@ -792,7 +795,9 @@ impl Gateway {
         )
     }
 
-    /// Stage 6: one upstream call, timed; the answer's class counted.
+    /// Stage 6: one upstream call, timed and counted by how it ended —
+    /// the answer's status class, or a timeout, an unreachable upstream, a
+    /// connection broken mid-call.
     pub(crate) async fn call(
         &self,
         route: &Route,
@@ -801,10 +806,18 @@ impl Gateway {
         let called = Instant::now();
         let result = route.upstream.send(request, route.upstream_timeout).await;
         let elapsed = called.elapsed();
-        if let Ok(answer) = &result {
-            self.metrics
-                .upstream_answered(&route.name, answer.status, elapsed);
-        }
+        let class = match &result {
+            Ok(answer) => match answer.status.as_u16() {
+                200..=299 => "2xx",
+                300..=399 => "3xx",
+                400..=499 => "4xx",
+                _ => "5xx",
+            },
+            Err(UpstreamError::Timeout) => "timeout",
+            Err(UpstreamError::NotDelivered(_)) => "unreachable",
+            Err(UpstreamError::Broken(_)) => "broken",
+        };
+        self.metrics.upstream_attempt(&route.name, class, elapsed);
         (result, elapsed)
     }
 }

@@ -94,12 +94,14 @@ impl Reloader {
                     }
                 }
                 counter.with_label_values(&["success"]).inc();
+                self.gateway.metrics().config_last_reload_ok.set(1);
                 self.gateway.metrics().reloaded_at(Clock::system().now_ms());
                 Ok(reloaded)
             }
             Err(error) => {
                 running.seen = before;
                 counter.with_label_values(&["failure"]).inc();
+                self.gateway.metrics().config_last_reload_ok.set(0);
                 tracing::error!(
                     "config reload rejected, the running config keeps serving:\n{error}"
                 );
@@ -149,6 +151,7 @@ impl Reloader {
         self.gateway.reload(&config.live);
         if let (Some(current), Some(new)) = (&self.tls, &config.live.tls) {
             current.store(Arc::clone(&new.config));
+            self.gateway.metrics().tls_cert_expires(new.not_after);
         }
         tracing::info!(routes = config.live.routes.len(), "config reloaded");
         needs_restart

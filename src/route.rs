@@ -97,6 +97,7 @@ impl RouteTable {
             .zip(clients)
             .zip(controls)
             .map(|((config, upstream), controls)| {
+                metrics.init_route(&config.name);
                 let route = Route {
                     config: Arc::clone(config),
                     upstream,

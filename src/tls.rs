@@ -42,6 +42,14 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
+/// When the first certificate of the PEM chain at `path` (the leaf) expires,
+/// in Unix seconds: for `hookgate_tls_cert_expiry_timestamp_seconds`.
+pub fn leaf_not_after(path: &Path) -> Option<i64> {
+    let leaf = load_certs(path).ok()?.into_iter().next()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
 /// The listener's TLS config from a PEM chain and a PEM key (PKCS#8,
 /// PKCS#1 or SEC1). Read from disk every time, so a reload picks up a
 /// rotated certificate.
@@ -79,4 +87,23 @@ pub fn client_config(extra_roots: &[CertificateDer<'static>]) -> Result<Arc<Clie
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_when_the_leaf_expires() {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 7, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tls.crt");
+        std::fs::write(&path, cert.pem()).unwrap();
+        // 2031-07-01T00:00:00Z
+        assert_eq!(leaf_not_after(&path), Some(1_940_630_400));
+        assert_eq!(leaf_not_after(&dir.path().join("missing.crt")), None);
+    }
 }

@@ -43,7 +43,12 @@ impl Validator<'_> {
             self.read_file(&cert);
             self.read_file(&key);
             match crate::tls::server_config(&cert, &key) {
-                Ok(config) => Some(TlsSettings { cert, key, config }),
+                Ok(config) => Some(TlsSettings {
+                    not_after: crate::tls::leaf_not_after(&cert),
+                    cert,
+                    key,
+                    config,
+                }),
                 Err(message) => {
                     self.fail(&at, message);
                     None

@@ -119,6 +119,8 @@ pub struct TlsSettings {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub config: Arc<rustls::ServerConfig>,
+    /// When the leaf certificate expires (Unix seconds), when readable.
+    pub not_after: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

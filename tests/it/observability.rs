@@ -11,17 +11,22 @@ use crate::support::*;
 
 const TOKEN: &str = ADMIN_TOKEN;
 
-#[tokio::test]
-async fn metrics_count_real_traffic_under_bounded_labels() {
-    let upstream = Upstream::with(|seen| Plan {
-        delay: if seen.key() == "evt_slow_m" {
-            Duration::from_millis(500)
+/// An upstream that answers `key` after `delay`, everything else at once.
+async fn slow_for(key: &'static str, delay: Duration) -> Upstream {
+    Upstream::with(move |seen| Plan {
+        delay: if seen.key() == key {
+            delay
         } else {
             Duration::ZERO
         },
         ..ok_plan(seen)
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn metrics_count_real_traffic_under_bounded_labels() {
+    let upstream = slow_for("evt_slow_m", Duration::from_millis(500)).await;
     let text = with_admin(
         &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
         false,
@@ -353,5 +358,104 @@ async fn request_ids_travel_upstream_and_back() {
         upstream.seen()[1].headers["x-request-id"],
         "sender-trace-42"
     );
+    gateway.shutdown().await;
+}
+
+/// The signals an operator alerts on exist before any traffic (a route's
+/// series at 0, the process, the store, the config), and every upstream
+/// attempt is timed and classed — a timeout and an unreachable upstream
+/// included, not only answers.
+#[tokio::test]
+async fn every_signal_is_there_from_the_start_and_every_attempt_is_counted() {
+    let upstream = slow_for("evt_hang", Duration::from_secs(3)).await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        false,
+    )
+    .replace("upstream_timeout = \"5s\"", "upstream_timeout = \"300ms\"")
+    .replace(
+        "timeout = \"300ms\"\nkey_prefix",
+        "timeout = \"250ms\"\nkey_prefix",
+    ) + &format!(
+        "\n[[routes]]\nname = \"down\"\npath = \"/down\"\nupstream = \"http://127.0.0.1:{}/\"\n\
+             key = [\"json:/id\"]\n[routes.verify]\nscheme = \"none\"\n",
+        free_port()
+    );
+    let gateway = TestGateway::start(&text).await;
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    for outcome in [
+        "forwarded",
+        "signature_invalid",
+        "store_unavailable",
+        "route_paused",
+    ] {
+        assert_eq!(
+            sample(
+                &metrics,
+                "hookgate_requests_total",
+                &[("route", "down"), ("outcome", outcome)]
+            ),
+            Some(0.0),
+            "{outcome} at 0 before any request"
+        );
+    }
+    assert_eq!(sample(&metrics, "hookgate_store_up", &[]), Some(1.0));
+    assert_eq!(
+        sample(&metrics, "hookgate_store_timeout_seconds", &[]),
+        Some(0.25)
+    );
+    assert_eq!(
+        sample(&metrics, "hookgate_config_last_reload_successful", &[]),
+        Some(1.0)
+    );
+    assert!(sample(&metrics, "process_resident_memory_bytes", &[]).unwrap() > 0.0);
+    assert!(sample(&metrics, "process_open_fds", &[]).unwrap() > 0.0);
+
+    let sender = Sender::new();
+    assert_eq!(
+        sender
+            .deliver(&gateway.url("/hook"), &event("evt_hang"))
+            .await
+            .code(),
+        "upstream_timeout"
+    );
+    assert_eq!(
+        sender
+            .deliver(&gateway.url("/down"), &event("evt_down"))
+            .await
+            .code(),
+        "upstream_unreachable"
+    );
+    sender
+        .deliver(&gateway.url("/hook"), &event("evt_fine"))
+        .await;
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let class = |route: &str, class: &str| {
+        sample(
+            &metrics,
+            "hookgate_upstream_responses_total",
+            &[("route", route), ("class", class)],
+        )
+    };
+    assert_eq!(class("hook", "timeout"), Some(1.0));
+    assert_eq!(class("hook", "2xx"), Some(1.0));
+    assert_eq!(class("down", "unreachable"), Some(1.0));
+    assert_eq!(class("down", "5xx"), Some(0.0));
+    let timed = |route: &str| {
+        sample(
+            &metrics,
+            "hookgate_upstream_duration_seconds_count",
+            &[("route", route)],
+        )
+    };
+    assert_eq!(timed("hook"), Some(2.0), "the timed-out call is timed too");
+    assert_eq!(timed("down"), Some(1.0));
+    let slow = sample(
+        &metrics,
+        "hookgate_upstream_duration_seconds_sum",
+        &[("route", "hook")],
+    )
+    .unwrap();
+    assert!(slow >= 0.3, "the timeout's 300 ms are in the sum: {slow}");
     gateway.shutdown().await;
 }
