@@ -459,3 +459,28 @@ async fn every_signal_is_there_from_the_start_and_every_attempt_is_counted() {
     assert!(slow >= 0.3, "the timeout's 300 ms are in the sum: {slow}");
     gateway.shutdown().await;
 }
+
+/// A Redis that may evict (any `maxmemory-policy` but `noeviction`) could
+/// silently drop a claim: readiness says so (docs/operations.md, Redis
+/// settings that must hold).
+#[tokio::test]
+async fn readiness_warns_of_a_redis_that_may_evict() {
+    let Some(redis) = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"], None).await
+    else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
+        false,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let answer = get(&gateway.admin_url("/readyz"), None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let warnings = answer.json()["warnings"].to_string();
+    assert!(
+        warnings.contains("allkeys-lru") && warnings.contains("noeviction"),
+        "{warnings}"
+    );
+    gateway.shutdown().await;
+}

@@ -526,4 +526,56 @@ mod tests {
             .unwrap();
         assert_eq!(left, ["live"]);
     }
+
+    /// Upgrading (docs/operations.md): a file written by the first release —
+    /// no dead-letter, request or async columns, `released` for a failed
+    /// claim — is brought up to date at open, and its records read as
+    /// before.
+    #[tokio::test]
+    async fn a_file_from_the_first_release_opens_and_keeps_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let later = Clock::system().now_ms() as i64 + 3_600_000;
+        {
+            let connection = Connection::open(&path).unwrap();
+            connection.execute_batch(SCHEMA).unwrap();
+            connection
+                .execute(
+                    "INSERT INTO webhook_events (key, state, body_sha256, attempts, first_seen, \
+                     completed_at, response_status, response_headers, response_body, expires_at) \
+                     VALUES ('hookgate:s:done', 'completed', 'aa', 1, 1, 2, 201, \
+                     CAST('content-type: text/plain' AS BLOB), CAST('ok' AS BLOB), ?1)",
+                    params![later],
+                )
+                .unwrap();
+            connection
+                .execute(
+                    "INSERT INTO webhook_events (key, state, body_sha256, attempts, first_seen, expires_at) \
+                     VALUES ('hookgate:s:let-go', 'released', 'bb', 2, 1, ?1)",
+                    params![later],
+                )
+                .unwrap();
+        }
+        let store = EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()).unwrap();
+        let done = store
+            .get(&StoreKey::event("hookgate:s", "done"))
+            .await
+            .unwrap()
+            .expect("the completed record survives the upgrade");
+        assert_eq!(done.state, RecordState::Completed);
+        let response = done.response.expect("with its recorded response");
+        assert_eq!(response.status.as_u16(), 201);
+        assert_eq!(&response.body[..], b"ok");
+        let let_go = store
+            .get(&StoreKey::event("hookgate:s", "let-go"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            let_go.state,
+            RecordState::Failed,
+            "`released` reads as failed"
+        );
+        assert_eq!(let_go.attempts, 2);
+    }
 }
