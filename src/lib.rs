@@ -64,6 +64,7 @@ pub mod route;
 pub mod secret;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod traffic;
 pub mod upstream;
@@ -193,9 +194,11 @@ impl App {
             // Stop leasing new events; running deliveries drain as claims.
             let _ = stop_workers.send(());
         };
+        let gateway_for_shutdown = Arc::clone(&self.gateway);
         server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
         upkeep.abort();
+        gateway_for_shutdown.telemetry().shutdown().await;
         if let Some(watcher) = watcher {
             watcher.abort();
         }

@@ -41,6 +41,7 @@ use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Clock, Failure, FailureClass, Lease, Record,
     RecordState, Store, StoreKey, Stored, StoredRequest,
 };
+use crate::telemetry::{DeliverySpan, SpanFacts, Telemetry};
 use crate::traffic::{Admission, Controls, Held, Pauses};
 use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
@@ -114,6 +115,8 @@ pub struct Gateway {
     controls: Controls,
     /// The routes an operator paused, as last read from the store.
     pauses: Pauses,
+    /// OpenTelemetry tracing, when `[telemetry]` is configured.
+    telemetry: Telemetry,
 }
 
 /// The live part of the config, ready to serve.
@@ -135,11 +138,15 @@ impl Runtime {
     }
 }
 
-/// What one request's log line reports, filled in as the stages run.
+/// What one request's log line (and its trace span) reports, filled in as
+/// the stages run.
 struct RequestLog<'a> {
     route: &'a str,
     key: Option<String>,
     upstream: Option<Duration>,
+    /// How long the claim (or acceptance) took in the store.
+    store: Option<Duration>,
+    trace: DeliverySpan,
 }
 
 /// What the claim stage decided.
@@ -164,6 +171,13 @@ impl Gateway {
             upstreams,
             controls,
             pauses: Pauses::default(),
+            telemetry: match &config.fixed.telemetry {
+                None => Telemetry::off(),
+                Some(settings) => Telemetry::start(settings).unwrap_or_else(|error| {
+                    tracing::error!(%error, "tracing is off");
+                    Telemetry::off()
+                }),
+            },
             store,
             claims: Arc::default(),
             metrics,
@@ -194,6 +208,10 @@ impl Gateway {
 
     pub fn pauses(&self) -> &Pauses {
         &self.pauses
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     /// Read the paused routes from the store (every [`PAUSE_POLL`], and at
@@ -391,6 +409,10 @@ impl Gateway {
             route: UNMATCHED,
             key: None,
             upstream: None,
+            store: None,
+            trace: self
+                .telemetry
+                .delivery("webhook delivery", request.headers()),
         };
         let runtime = self.runtime.load_full();
         let (mut response, outcome) = match self
@@ -409,10 +431,20 @@ impl Gateway {
             outcome = outcome.as_str(),
             status = response.status().as_u16(),
             key = log.key.as_deref(),
+            store_ms = log.store.map(|d| d.as_secs_f64() * 1e3),
             upstream_ms = log.upstream.map(|d| d.as_secs_f64() * 1e3),
             elapsed_ms = elapsed.as_secs_f64() * 1e3,
             "request"
         );
+        let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
+        trace.finish(SpanFacts {
+            route: log.route,
+            outcome: outcome.as_str(),
+            status: Some(response.status().as_u16()),
+            key: log.key.as_deref(),
+            store: log.store,
+            upstream: log.upstream,
+        });
         response.headers_mut().insert(X_REQUEST_ID, request_id);
         response
     }
@@ -487,9 +519,12 @@ impl Gateway {
         //    stored (SPEC §7); its workers deliver it.
         if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
             let request = stored_request(&delivery);
-            return self
+            let accepting = Instant::now();
+            let accepted = self
                 .accept(route, settings, key, &body_sha256, request, log)
                 .await;
+            log.store.get_or_insert(accepting.elapsed());
+            return accepted;
         }
 
         // 4b. Traffic control (SPEC §9): a paused route, an open circuit
@@ -499,8 +534,14 @@ impl Gateway {
 
         // 5. Claim it: a duplicate ends here, answered from the record (and
         //    the admission, unused, is given back).
-        let claim = match &key {
-            Some(key) => match self.claim(runtime, route, key, &body_sha256).await? {
+        let claiming = Instant::now();
+        let claimed = match &key {
+            Some(key) => Some(self.claim(runtime, route, key, &body_sha256).await),
+            None => None,
+        };
+        log.store = claimed.as_ref().map(|_| claiming.elapsed());
+        let claim = match claimed {
+            Some(claimed) => match claimed? {
                 Claimed::New(claim) => Some(claim),
                 Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
                 Claimed::Dead(answer) => return Ok((answer, Outcome::DeadLetter)),
@@ -510,7 +551,9 @@ impl Gateway {
         };
 
         // 6. Forward, renewing the claim while the upstream works.
-        let call = self.call(route, build_request(&delivery));
+        let mut upstream_request = build_request(&delivery);
+        log.trace.inject(upstream_request.headers_mut());
+        let call = self.call(route, upstream_request);
         let Some(mut claim) = claim else {
             let (result, elapsed) = call.await;
             admission.settle(succeeded(&result));
@@ -712,11 +755,16 @@ impl Gateway {
         let task_route = Arc::clone(route);
         let task_key = key.to_owned();
         let accepted_ms = Clock::system().now_ms();
+        let trace = log.trace.headers();
         tokio::spawn(async move {
             let route = task_route;
             let mut claim = gateway.claim_for(&route, store_key, lease);
             let request_id = new_request_id();
-            let upstream_request = resend(&route, request.clone(), Some(&task_key), &request_id);
+            let mut upstream_request =
+                resend(&route, request.clone(), Some(&task_key), &request_id);
+            for (name, value) in trace {
+                upstream_request.headers_mut().insert(name, value);
+            }
             let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
             admission.settle(succeeded(&result));
             gateway

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::HeaderMap;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{AsyncDelivery, DeliveryMode};
@@ -32,6 +33,7 @@ use crate::headers::new_request_id;
 use crate::pipeline::{succeeded, Gateway, Settled};
 use crate::route::Route;
 use crate::store::{Clock, Due, Failure, FailureClass};
+use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::resend;
 
@@ -204,12 +206,22 @@ async fn deliver(
         }
     }
     let request_id = new_request_id();
-    let upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
-    let (result, _) = claim.renewing(gateway.call(&route, upstream_request)).await;
+    let trace = (gateway.telemetry()).delivery("webhook delivery attempt", &HeaderMap::new());
+    let mut upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
+    trace.inject(upstream_request.headers_mut());
+    let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
     admission.settle(succeeded(&result));
     let settled = gateway
         .settle(&route, claim, &result, || request, Some(first_seen_ms))
         .await;
+    trace.finish(SpanFacts {
+        route: &route.name,
+        outcome: settled.as_str(),
+        status: result.as_ref().ok().map(|answer| answer.status.as_u16()),
+        key: Some(&due.id),
+        store: None,
+        upstream: Some(elapsed),
+    });
     gateway
         .metrics()
         .delivery_attempts

@@ -33,7 +33,7 @@ use self::validate::Validator;
 pub use self::settings::{
     AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, OnMismatch,
     OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
-    StoreSettings, Synchronous, TlsSettings, UpstreamCa,
+    StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa,
 };
 pub use self::summary::humanize;
 pub use self::value::{interpolate, parse_duration};
@@ -175,11 +175,15 @@ impl Validator<'_> {
                 ));
             }
         }
+        let telemetry = raw
+            .telemetry
+            .map(|raw| self.telemetry(&root.key("telemetry"), raw));
         let fixed = Fixed {
             server,
             admin,
             store,
             key_prefix,
+            telemetry,
         };
         let live = Live {
             routes,

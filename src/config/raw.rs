@@ -14,6 +14,16 @@ pub struct RawConfig {
     pub store: RawStore,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    pub telemetry: Option<RawTelemetry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub otlp_endpoint: String,
+    pub service_name: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub record_keys: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

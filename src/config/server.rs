@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::locate::KeyPath;
-use super::raw::{RawAdmin, RawServer};
-use super::settings::{AdminSettings, RequestLimits, ServerSettings, TlsSettings};
+use super::raw::{RawAdmin, RawServer, RawTelemetry};
+use super::settings::{
+    AdminSettings, RequestLimits, ServerSettings, TelemetrySettings, TlsSettings,
+};
 use super::validate::Validator;
 use crate::cidr::Cidr;
 use crate::secret::Secret;
@@ -115,6 +117,51 @@ impl Validator<'_> {
             && (admin.ip() == server.ip()
                 || admin.ip().is_unspecified()
                 || server.ip().is_unspecified())
+    }
+
+    /// `[telemetry]`: an `http://` OTLP endpoint (a collector or agent next
+    /// to the gateway; the exporter speaks no TLS), `/v1/traces` added when
+    /// it names no path.
+    pub(super) fn telemetry(&mut self, at: &KeyPath, raw: RawTelemetry) -> TelemetrySettings {
+        let fallback = http::Uri::from_static("http://127.0.0.1:4318/v1/traces");
+        let endpoint_at = at.key("otlp_endpoint");
+        let otlp_endpoint = match self.string(&endpoint_at, &raw.otlp_endpoint) {
+            None => fallback,
+            Some(text) => match text.parse::<http::Uri>() {
+                Ok(uri) if uri.scheme_str() == Some("http") && uri.authority().is_some() => {
+                    if matches!(uri.path(), "" | "/") {
+                        format!("{}/v1/traces", text.trim_end_matches('/'))
+                            .parse()
+                            .unwrap_or(fallback)
+                    } else {
+                        uri
+                    }
+                }
+                _ => {
+                    self.fail(
+                        &endpoint_at,
+                        format!(
+                            "{text:?} must be an http:// URL of an OTLP collector or agent \
+                             (e.g. \"http://127.0.0.1:4318\"); https is not supported"
+                        ),
+                    );
+                    fallback
+                }
+            },
+        };
+        let sample_ratio = raw.sample_ratio.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&sample_ratio) {
+            self.fail(&at.key("sample_ratio"), "must be between 0 and 1");
+        }
+        TelemetrySettings {
+            otlp_endpoint,
+            service_name: raw
+                .service_name
+                .and_then(|name| self.string(&at.key("service_name"), &name))
+                .unwrap_or_else(|| "hookgate".to_owned()),
+            sample_ratio: sample_ratio.clamp(0.0, 1.0),
+            record_keys: raw.record_keys.unwrap_or(false),
+        }
     }
 
     pub(super) fn admin(&mut self, at: &KeyPath, raw: RawAdmin) -> AdminSettings {

@@ -26,6 +26,20 @@ pub struct Fixed {
     pub store: StoreSettings,
     /// Prepended to every stored key. Changing it would orphan every record.
     pub key_prefix: String,
+    /// `[telemetry]`: OpenTelemetry tracing, when configured.
+    pub telemetry: Option<TelemetrySettings>,
+}
+
+/// `[telemetry]` (hookgate extension).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// Where spans go, OTLP/HTTP protobuf (`…/v1/traces`).
+    pub otlp_endpoint: Uri,
+    pub service_name: String,
+    /// The share of traces kept (a sender's sampled parent is always kept).
+    pub sample_ratio: f64,
+    /// Put the idempotency key on spans (off: it can identify a customer).
+    pub record_keys: bool,
 }
 
 impl Fixed {
@@ -54,6 +68,7 @@ impl Fixed {
             ("[admin]", self.admin != running.admin),
             ("[store]", self.store != running.store),
             ("store.key_prefix", self.key_prefix != running.key_prefix),
+            ("[telemetry]", self.telemetry != running.telemetry),
         ] {
             if differs {
                 changed.push(name.to_owned());

@@ -700,3 +700,38 @@ fn check_catches_what_would_fail_or_bite_at_run_time() {
         .iter()
         .any(|warning| warning.contains("shutdown_grace")));
 }
+
+#[test]
+fn telemetry_takes_an_http_otlp_endpoint() {
+    assert!(parse(MINIMAL).unwrap().fixed.telemetry.is_none());
+    let with = |lines: &str| format!("{MINIMAL}\n[telemetry]\n{lines}\n");
+    let config = parse(&with("otlp_endpoint = \"http://collector:4318\"")).unwrap();
+    let telemetry = config.fixed.telemetry.unwrap();
+    assert_eq!(
+        telemetry.otlp_endpoint.to_string(),
+        "http://collector:4318/v1/traces"
+    );
+    assert_eq!(telemetry.service_name, "hookgate");
+    assert_eq!(telemetry.sample_ratio, 1.0);
+    assert!(!telemetry.record_keys, "keys stay off spans by default");
+    let config = parse(&with(
+        "otlp_endpoint = \"http://collector:4318/custom/traces\"\nsample_ratio = 0.1",
+    ))
+    .unwrap();
+    let telemetry = config.fixed.telemetry.unwrap();
+    assert_eq!(telemetry.otlp_endpoint.path(), "/custom/traces");
+    assert_eq!(telemetry.sample_ratio, 0.1);
+    for (bad, expected) in [
+        (
+            "otlp_endpoint = \"https://collector:4318\"",
+            "telemetry.otlp_endpoint: \"https://collector:4318\" must be an http:// URL",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nsample_ratio = 2.0",
+            "telemetry.sample_ratio: must be between 0 and 1",
+        ),
+    ] {
+        let found = problems(&with(bad)).join("\n");
+        assert!(found.contains(expected), "{found}");
+    }
+}

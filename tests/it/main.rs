@@ -18,4 +18,5 @@ mod reload;
 mod schemes;
 mod support;
 mod tls;
+mod tracing;
 mod traffic;
