@@ -36,12 +36,17 @@
 //!   the admin API's included.
 //! - [`secret`] — key material that never reaches a log.
 //! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
-//! - [`reload`] — SIGHUP: swap the live config atomically.
+//! - [`traffic`] — pause and resume (kept in the store, fleet-wide), the
+//!   circuit breaker and the upstream rate limit (SPEC §9).
+//! - [`reload`] — swap the live config atomically: on SIGHUP, `POST
+//!   /admin/reload`, or when a file it was built from changes.
+//! - [`telemetry`] — optional OpenTelemetry spans and `traceparent`.
 //! - [`headers`] — header names and hop-by-hop rules.
-//! - [`cidr`] — address ranges, for `trusted_proxies`.
+//! - [`cidr`] — address ranges, for `trusted_proxies` and `allow_from`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
-//!   own listener; [`events`] is `hookgate events`, its command-line client.
+//!   own listener; [`client`] is `hookgate events|routes|reload`, its
+//!   command-line client.
 //!
 //! [`App`] wires them together for the binary; tests use the same pieces.
 
