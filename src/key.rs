@@ -1,11 +1,20 @@
 //! Idempotency key extraction (SPEC §2 "Key sources").
 //!
-//! A route lists sources in order; the first one present wins. The key must be
-//! 1–255 bytes of visible ASCII. The body is parsed as JSON at most once, and
-//! only when a `json:` source is reached.
+//! A route lists sources in order; the first one present wins. A source is a
+//! header, a JSON pointer, a form field, the body's hash, or several of
+//! those joined (`"json:/eventCode + json:/pspReference"`: present only when
+//! every part is). The body is parsed as JSON (or as a form) at most once,
+//! and only when such a source is reached.
+//!
+//! A key is 1–255 bytes of visible ASCII as the sender sent it; anything
+//! else that is not empty — spaces, non-ASCII, over 255 bytes — is kept as
+//! `sha256:<hex>` of its bytes (hookgate extension: SPEC §2 would refuse it),
+//! so a sender with such ids is still deduplicated, and the key says it was
+//! hashed.
 
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 255;
@@ -17,12 +26,31 @@ pub enum KeySource {
     Header(HeaderName),
     /// `json:/POINTER` (RFC 6901)
     JsonPointer(String),
+    /// `form:NAME`: a field of an `application/x-www-form-urlencoded` body.
+    Form(String),
     /// `body-sha256`: hex SHA-256 of the raw body.
     BodySha256,
+    /// `A + B + …`: every part present, joined by `:` (a `:` or `%` inside a
+    /// part is percent-encoded, so different parts never join alike).
+    All(Vec<KeySource>),
 }
+
+/// Prefix of a key stored as the hash of what the sender sent.
+pub const HASHED_PREFIX: &str = "sha256:";
 
 impl KeySource {
     pub fn parse(text: &str) -> Result<Self, String> {
+        if text.contains(" + ") {
+            let parts = text
+                .split(" + ")
+                .map(|part| Self::parse_one(part.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(KeySource::All(parts));
+        }
+        Self::parse_one(text)
+    }
+
+    fn parse_one(text: &str) -> Result<Self, String> {
         if text == "body-sha256" {
             return Ok(KeySource::BodySha256);
         }
@@ -39,8 +67,15 @@ impl KeySource {
             }
             return Ok(KeySource::JsonPointer(pointer.to_owned()));
         }
+        if let Some(name) = text.strip_prefix("form:") {
+            if name.is_empty() {
+                return Err("form: needs a field name, e.g. \"form:MessageSid\"".into());
+            }
+            return Ok(KeySource::Form(name.to_owned()));
+        }
         Err(format!(
-            "{text:?} is not a key source (use \"header:NAME\", \"json:/pointer\" or \"body-sha256\")"
+            "{text:?} is not a key source (use \"header:NAME\", \"json:/pointer\", \"form:NAME\", \
+             \"body-sha256\", or several joined with \" + \")"
         ))
     }
 }
@@ -50,7 +85,12 @@ impl std::fmt::Display for KeySource {
         match self {
             KeySource::Header(name) => write!(f, "header:{name}"),
             KeySource::JsonPointer(pointer) => write!(f, "json:{pointer}"),
+            KeySource::Form(name) => write!(f, "form:{name}"),
             KeySource::BodySha256 => f.write_str("body-sha256"),
+            KeySource::All(parts) => {
+                let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
+                f.write_str(&parts.join(" + "))
+            }
         }
     }
 }
@@ -69,7 +109,7 @@ pub enum OnMissingKey {
 pub enum KeyError {
     #[error("no idempotency key source is present in the delivery")]
     Missing,
-    #[error("idempotency key must be 1-255 bytes of visible ASCII")]
+    #[error("the idempotency key is empty, or a JSON value that is not a string or an integer")]
     Invalid,
 }
 
@@ -85,31 +125,96 @@ pub fn extract(
     body_sha256: &str,
     header_allowed: impl Fn(&HeaderName) -> bool,
 ) -> Result<String, KeyError> {
-    // Parsed lazily, at most once; `None` inside means "not JSON".
-    let mut json: Option<Option<Value>> = None;
+    let mut delivery = Delivery {
+        headers,
+        body,
+        body_sha256,
+        header_allowed: &header_allowed,
+        json: None,
+    };
     for source in sources {
-        let found = match source {
-            KeySource::Header(name) if !header_allowed(name) => None,
-            KeySource::Header(name) => match headers.get(name) {
-                Some(value) => Some(value.to_str().map_err(|_| KeyError::Invalid)?.to_owned()),
-                None => None,
-            },
-            KeySource::JsonPointer(pointer) => {
-                let document = json.get_or_insert_with(|| serde_json::from_slice(body).ok());
-                match document.as_ref().and_then(|doc| doc.pointer(pointer)) {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
-                    Some(_) => return Err(KeyError::Invalid),
-                }
-            }
-            KeySource::BodySha256 => Some(body_sha256.to_owned()),
-        };
-        if let Some(key) = found {
-            return validate(key);
+        if let Some(key) = delivery.find(source)? {
+            return normalize(key);
         }
     }
     Err(KeyError::Missing)
+}
+
+/// One delivery, as the key sources read it.
+struct Delivery<'a> {
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    body_sha256: &'a str,
+    header_allowed: &'a dyn Fn(&HeaderName) -> bool,
+    /// Parsed lazily, at most once; `None` inside means "not JSON".
+    json: Option<Option<Value>>,
+}
+
+impl Delivery<'_> {
+    /// The raw value of `source`, when present.
+    fn find(&mut self, source: &KeySource) -> Result<Option<Vec<u8>>, KeyError> {
+        Ok(match source {
+            KeySource::Header(name) if !(self.header_allowed)(name) => None,
+            KeySource::Header(name) => self
+                .headers
+                .get(name)
+                .map(|value| value.as_bytes().to_vec()),
+            KeySource::JsonPointer(pointer) => {
+                let body = self.body;
+                let document = self
+                    .json
+                    .get_or_insert_with(|| serde_json::from_slice(body).ok());
+                match document.as_ref().and_then(|doc| doc.pointer(pointer)) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone().into_bytes()),
+                    Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                        Some(n.to_string().into_bytes())
+                    }
+                    Some(_) => return Err(KeyError::Invalid),
+                }
+            }
+            KeySource::Form(name) => form_urlencoded::parse(self.body)
+                .find(|(field, _)| field == name.as_str())
+                .map(|(_, value)| value.into_owned().into_bytes()),
+            KeySource::BodySha256 => Some(self.body_sha256.as_bytes().to_vec()),
+            KeySource::All(parts) => {
+                let mut joined = Vec::new();
+                for (i, part) in parts.iter().enumerate() {
+                    let Some(value) = self.find(part)? else {
+                        return Ok(None);
+                    };
+                    if i > 0 {
+                        joined.push(b':');
+                    }
+                    for byte in value {
+                        match byte {
+                            b'%' => joined.extend_from_slice(b"%25"),
+                            b':' => joined.extend_from_slice(b"%3A"),
+                            other => joined.push(other),
+                        }
+                    }
+                }
+                Some(joined)
+            }
+        })
+    }
+}
+
+/// The key for `raw`: as sent when it is 1–255 bytes of visible ASCII,
+/// else `sha256:<hex>` of it; an empty value is no key.
+fn normalize(raw: Vec<u8>) -> Result<String, KeyError> {
+    if raw.is_empty() {
+        return Err(KeyError::Invalid);
+    }
+    match String::from_utf8(raw) {
+        Ok(key) if validate(key.clone()).is_ok() => Ok(key),
+        Ok(key) => Ok(hashed(key.as_bytes())),
+        Err(error) => Ok(hashed(error.as_bytes())),
+    }
+}
+
+fn hashed(raw: &[u8]) -> String {
+    format!("{HASHED_PREFIX}{}", hex::encode(Sha256::digest(raw)))
 }
 
 /// `key` when it is 1–255 bytes of visible ASCII (SPEC §2).
@@ -175,10 +280,6 @@ mod tests {
             Err(KeyError::Invalid)
         );
         assert_eq!(
-            run(&["json:/id"], &none, r#"{"id":"a b"}"#),
-            Err(KeyError::Invalid)
-        );
-        assert_eq!(
             run(&["json:/id"], &none, r#"{"id":1.5}"#),
             Err(KeyError::Invalid)
         );
@@ -186,10 +287,66 @@ mod tests {
             run(&["json:/id"], &none, r#"{"id":{"x":1}}"#),
             Err(KeyError::Invalid)
         );
-        let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
-        assert_eq!(run(&["json:/id"], &none, &long), Err(KeyError::Invalid));
         let max = format!(r#"{{"id":"{}"}}"#, "k".repeat(255));
         assert_eq!(run(&["json:/id"], &none, &max).unwrap().len(), 255);
+    }
+
+    #[test]
+    fn keys_outside_visible_ascii_are_kept_hashed() {
+        let none = HeaderMap::new();
+        let hashed = |raw: &str| format!("sha256:{}", hex::encode(Sha256::digest(raw)));
+        for id in ["a b", "caf\u{e9}", &"k".repeat(256)] {
+            let body = serde_json::json!({ "id": id }).to_string();
+            assert_eq!(
+                run(&["json:/id"], &none, &body).unwrap(),
+                hashed(id),
+                "{id:?}"
+            );
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("x-id", http::HeaderValue::from_bytes(b"\xffraw").unwrap());
+        let key = run(&["header:x-id"], &headers, "").unwrap();
+        assert_eq!(
+            key,
+            format!("sha256:{}", hex::encode(Sha256::digest(b"\xffraw")))
+        );
+        assert_ne!(
+            run(&["json:/id"], &none, r#"{"id":"a b"}"#),
+            run(&["json:/id"], &none, r#"{"id":"a  b"}"#),
+            "different ids stay different"
+        );
+    }
+
+    #[test]
+    fn composite_and_form_keys() {
+        let none = HeaderMap::new();
+        let adyen = r#"{"eventCode":"AUTHORISATION","pspReference":"8835:13"}"#;
+        assert_eq!(
+            run(&["json:/eventCode + json:/pspReference"], &none, adyen).unwrap(),
+            "AUTHORISATION:8835%3A13",
+            "every part, joined; a ':' inside a part is encoded"
+        );
+        assert_eq!(
+            run(
+                &["json:/eventCode + json:/missing", "body-sha256"],
+                &none,
+                adyen
+            )
+            .unwrap(),
+            "ab12",
+            "a composite with a part absent is absent"
+        );
+        let form = "MessageSid=SM123&Body=hello+there&AccountSid=AC%3A9";
+        assert_eq!(run(&["form:MessageSid"], &none, form).unwrap(), "SM123");
+        assert_eq!(
+            run(&["form:AccountSid + form:MessageSid"], &none, form).unwrap(),
+            "AC%3A9:SM123"
+        );
+        assert_eq!(run(&["form:Nope"], &none, form), Err(KeyError::Missing));
+        let source = KeySource::parse("json:/eventCode + json:/pspReference").unwrap();
+        assert_eq!(source.to_string(), "json:/eventCode + json:/pspReference");
+        assert!(KeySource::parse("form:").is_err());
+        assert!(KeySource::parse("json:/a + nonsense").is_err());
     }
 
     #[test]

@@ -53,13 +53,16 @@ impl Config {
             let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
             let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
             out += &format!(
-                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
+                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}{horizon}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
                 name = route.name,
                 methods = methods.join(","),
                 path = route.path,
                 upstream = route.upstream,
                 pad = "",
                 scheme = route.scheme.name,
+                horizon = route.scheme.retry_horizon.map_or(String::new(), |horizon| {
+                    format!(" (the sender retries for {})", humanize(horizon))
+                }),
                 keys = keys.join(", "),
                 scope = route.scope,
                 ttl = humanize(route.processing_ttl),

@@ -9,6 +9,7 @@
 
 mod generic;
 mod github;
+mod gitlab;
 mod shopify;
 mod slack;
 mod standard_webhooks;
@@ -32,6 +33,7 @@ pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
 pub static PROFILES: &[&Profile] = &[
     &stripe::PROFILE,
     &github::PROFILE,
+    &gitlab::PROFILE,
     &shopify::PROFILE,
     &standard_webhooks::PROFILE,
     &slack::PROFILE,
@@ -96,6 +98,7 @@ impl Profile {
     pub fn signs(&self, source: &KeySource) -> bool {
         match source {
             KeySource::Header(name) => self.signed_headers.contains(&name.as_str()),
+            KeySource::All(parts) => parts.iter().all(|part| self.signs(part)),
             _ => self.name != NONE.name,
         }
     }
@@ -338,6 +341,7 @@ mod tests {
             match name {
                 "stripe" => &["stripe-signature"],
                 "github" => &["x-hub-signature-256"],
+                "gitlab" => &["x-gitlab-token"],
                 "shopify" => &["x-shopify-hmac-sha256"],
                 "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
                 "standard-webhooks" => &[

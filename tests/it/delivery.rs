@@ -9,6 +9,8 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use rand::seq::SliceRandom;
 
+use sha2::Digest;
+
 use crate::support::*;
 
 /// Each scenario once per store backend.
@@ -432,15 +434,26 @@ async fn bad_input_gets_clear_errors_and_is_not_forwarded() {
 
     let no_id = r#"{"type":"order.paid"}"#.to_owned();
     expect(sender.deliver(&url, &no_id).await, 400, "key_missing");
+    let fractional = r#"{"id":1.5}"#.to_owned();
+    expect(sender.deliver(&url, &fractional).await, 400, "key_invalid");
+    // Ids outside visible ASCII (or over 255 bytes) are kept hashed: still
+    // deduplicated, and the key says so.
     let spaced = r#"{"id":"has space"}"#.to_owned();
-    expect(sender.deliver(&url, &spaced).await, 400, "key_invalid");
+    assert_eq!(sender.deliver(&url, &spaced).await.status, StatusCode::OK);
+    assert!(sender.deliver(&url, &spaced).await.replayed());
+    let hashed = format!("sha256:{}", hex::encode(sha2::Sha256::digest(b"has space")));
+    assert_eq!(
+        upstream.count(&hashed),
+        1,
+        "the upstream got the hashed key once"
+    );
     let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
-    expect(sender.deliver(&url, &long).await, 400, "key_invalid");
+    assert_eq!(sender.deliver(&url, &long).await.status, StatusCode::OK);
 
     assert_eq!(
         upstream.total(),
-        1,
-        "only the one valid delivery was forwarded"
+        3,
+        "the valid delivery and the two hashed-key ones were forwarded, once each"
     );
     gateway.shutdown().await;
 }

@@ -39,6 +39,7 @@ enum Sender_ {
     StandardWebhooks,
     Svix,
     Slack,
+    Gitlab,
 }
 
 impl Sender_ {
@@ -51,6 +52,7 @@ impl Sender_ {
                 "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
             }
             Sender_::Slack => "scheme = \"slack\"\nsecrets = [\"slack-secret-0123456789\"]",
+            Sender_::Gitlab => "scheme = \"gitlab\"\nsecrets = [\"gitlab-token-0123456789\"]",
         }
     }
 
@@ -98,6 +100,10 @@ impl Sender_ {
                     .header("x-slack-request-timestamp", ts.to_string())
                     .header("x-slack-signature", format!("v0={sig}"))
             }
+            Sender_::Gitlab => builder
+                .header("x-gitlab-token", "gitlab-token-0123456789")
+                .header("idempotency-key", id)
+                .header("x-gitlab-event-uuid", format!("other-{id}")),
         };
         builder
             .body(Full::new(Bytes::from(body.to_owned())))
@@ -112,7 +118,22 @@ impl Sender_ {
     }
 
     fn timestamped(self) -> bool {
-        !matches!(self, Sender_::Github | Sender_::Shopify)
+        !matches!(self, Sender_::Github | Sender_::Shopify | Sender_::Gitlab)
+    }
+
+    /// A delivery that must be refused: signed over another body — or, for
+    /// GitLab, whose token covers no body, carrying another token.
+    fn forged(self, url: &str, id: &str, body: &str) -> Request<Full<Bytes>> {
+        let mut forged = self.request(url, id, body, now());
+        match self {
+            Sender_::Gitlab => {
+                forged
+                    .headers_mut()
+                    .insert("x-gitlab-token", "gitlab-token-012345678X".parse().unwrap());
+            }
+            _ => *forged.body_mut() = Full::new(Bytes::from(body.replace("\"type\"", "\"kind\""))),
+        }
+        forged
     }
 }
 
@@ -144,10 +165,7 @@ async fn scheme_end_to_end(sender: Sender_) {
     let id = format!("evt_{sender:?}").to_lowercase();
     let body = sender.body(&id);
 
-    // Forged: signed with the right scheme but over another body.
-    let mut forged = sender.request(&url, &id, &body, now());
-    *forged.body_mut() = Full::new(Bytes::from(body.replace("\"type\"", "\"kind\"")));
-    let answer = client.send(forged).await;
+    let answer = client.send(sender.forged(&url, &id, &body)).await;
     assert_eq!(
         (answer.status, answer.code().as_str()),
         (StatusCode::UNAUTHORIZED, "signature_invalid"),
@@ -193,6 +211,13 @@ async fn scheme_end_to_end(sender: Sender_) {
 #[tokio::test]
 async fn stripe_end_to_end() {
     scheme_end_to_end(Sender_::Stripe).await;
+}
+
+/// GitLab's `Idempotency-Key` is the key (not its per-event UUID), and the
+/// token is refused when it differs by one character.
+#[tokio::test]
+async fn gitlab_end_to_end() {
+    scheme_end_to_end(Sender_::Gitlab).await;
 }
 
 #[tokio::test]
