@@ -7,9 +7,12 @@
 //! oversized headers, bad hex or base64 — is a clean [`VerifyError`], never a
 //! panic. One file per scheme; this module holds what they share.
 
+mod calendly;
 mod generic;
 mod github;
 mod gitlab;
+mod paddle;
+mod pairs;
 mod shopify;
 mod slack;
 mod standard_webhooks;
@@ -34,6 +37,8 @@ pub static PROFILES: &[&Profile] = &[
     &stripe::PROFILE,
     &github::PROFILE,
     &gitlab::PROFILE,
+    &paddle::PROFILE,
+    &calendly::PROFILE,
     &shopify::PROFILE,
     &standard_webhooks::PROFILE,
     &slack::PROFILE,
@@ -342,6 +347,8 @@ mod tests {
                 "stripe" => &["stripe-signature"],
                 "github" => &["x-hub-signature-256"],
                 "gitlab" => &["x-gitlab-token"],
+                "paddle" => &["paddle-signature"],
+                "calendly" => &["calendly-webhook-signature"],
                 "shopify" => &["x-shopify-hmac-sha256"],
                 "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
                 "standard-webhooks" => &[

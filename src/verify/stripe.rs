@@ -7,13 +7,13 @@
 //! `tolerance` of now, checked after the signature so only an authentic but
 //! stale delivery is reported as `timestamp_out_of_tolerance`.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 
-use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
+use super::pairs::{PairFormat, PairVerifier};
+use super::{Profile, DAY, HOUR};
 use crate::key::OnMissingKey;
-use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
     name: "stripe",
@@ -25,67 +25,26 @@ pub static PROFILE: Profile = Profile {
     timestamped: true,
     signed_headers: &[],
     on_missing_key: OnMissingKey::Reject,
-    build: |spec| {
-        Ok(Verifier::new(StripeVerifier {
-            secrets: spec.secrets,
-            tolerance: spec.tolerance,
-        }))
-    },
+    build: |spec| Ok(PairVerifier::build(&FORMAT, spec)),
 };
 
-const HEADER: HeaderName = HeaderName::from_static("stripe-signature");
-/// More `v1` entries than this is not a real Stripe header.
-const MAX_SIGNATURES: usize = 8;
-
-#[derive(Debug)]
-pub struct StripeVerifier {
-    pub secrets: Vec<Secret>,
-    pub tolerance: Duration,
-}
-
-impl Verify for StripeVerifier {
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
-        let value = single_header(headers, &HEADER)?;
-        let mut timestamp = None;
-        let mut signatures = Vec::new();
-        for item in value.split(',') {
-            let (name, value) = item
-                .trim()
-                .split_once('=')
-                .ok_or(VerifyError::SignatureInvalid)?;
-            match name {
-                "t" if timestamp.is_none() => timestamp = Some(value),
-                "t" => return Err(VerifyError::SignatureInvalid),
-                "v1" => {
-                    if let Ok(signature) = hex::decode(value) {
-                        signatures.push(signature);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let timestamp = timestamp.ok_or(VerifyError::SignatureInvalid)?;
-        if signatures.is_empty() || signatures.len() > MAX_SIGNATURES {
-            return Err(VerifyError::SignatureInvalid);
-        }
-        let parts: [&[u8]; 3] = [timestamp.as_bytes(), b".", body];
-        Timestamped {
-            secrets: &self.secrets,
-            parts: &parts,
-            candidates: &signatures,
-            timestamp,
-            tolerance: self.tolerance,
-        }
-        .check(now)
-    }
-}
+/// `Stripe-Signature: t=…,v1=…`, signed `"{t}.{body}"`.
+pub static FORMAT: PairFormat = PairFormat {
+    header: HeaderName::from_static("stripe-signature"),
+    separator: ',',
+    timestamp: "t",
+    signature: "v1",
+    joiner: b".",
+};
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
+    use http::HeaderMap;
 
     use super::*;
-    use crate::verify::at;
+    use crate::secret::Secret;
+    use crate::verify::pairs::testing;
+    use crate::verify::{at, Verify, VerifyError};
 
     // Inputs from stripe-node's webhook tests (secret "whsec_test_secret",
     // this payload, t=1492774577). Stripe's SDKs sign at test time instead of
@@ -96,17 +55,12 @@ mod tests {
     const T: u64 = 1_492_774_577;
     const V1: &str = "c2f890decbc5ede7c5060bb9a6d31e0626a4342bacb9aeae2adb1bcea72f9812";
 
-    fn verifier(secrets: &[&str]) -> StripeVerifier {
-        StripeVerifier {
-            secrets: secrets.iter().map(|s| Secret::new(*s)).collect(),
-            tolerance: Duration::from_secs(300),
-        }
+    fn verifier(secrets: &[&str]) -> PairVerifier {
+        testing::verifier(&FORMAT, secrets)
     }
 
     fn header(value: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert("Stripe-Signature", HeaderValue::from_str(value).unwrap());
-        headers
+        testing::header(&FORMAT, value)
     }
 
     #[test]
@@ -181,7 +135,8 @@ mod tests {
             "dGVzdF9zZWNyZXQ=",
         )
         .unwrap();
-        let v = StripeVerifier {
+        let v = PairVerifier {
+            format: &FORMAT,
             secrets: vec![Secret::new(decoded)],
             tolerance: Duration::from_secs(300),
         };

@@ -40,6 +40,8 @@ enum Sender_ {
     Svix,
     Slack,
     Gitlab,
+    Paddle,
+    Calendly,
 }
 
 impl Sender_ {
@@ -53,6 +55,8 @@ impl Sender_ {
             }
             Sender_::Slack => "scheme = \"slack\"\nsecrets = [\"slack-secret-0123456789\"]",
             Sender_::Gitlab => "scheme = \"gitlab\"\nsecrets = [\"gitlab-token-0123456789\"]",
+            Sender_::Paddle => "scheme = \"paddle\"\nsecrets = [\"pdl_ntfset_0123456789\"]",
+            Sender_::Calendly => "scheme = \"calendly\"\nsecrets = [\"calendly-key-0123456789\"]",
         }
     }
 
@@ -100,6 +104,20 @@ impl Sender_ {
                     .header("x-slack-request-timestamp", ts.to_string())
                     .header("x-slack-signature", format!("v0={sig}"))
             }
+            Sender_::Paddle => {
+                let sig = hex::encode(mac(
+                    b"pdl_ntfset_0123456789",
+                    format!("{ts}:{body}").as_bytes(),
+                ));
+                builder.header("paddle-signature", format!("ts={ts};h1={sig}"))
+            }
+            Sender_::Calendly => {
+                let sig = hex::encode(mac(
+                    b"calendly-key-0123456789",
+                    format!("{ts}.{body}").as_bytes(),
+                ));
+                builder.header("calendly-webhook-signature", format!("t={ts},v1={sig}"))
+            }
             Sender_::Gitlab => builder
                 .header("x-gitlab-token", "gitlab-token-0123456789")
                 .header("idempotency-key", id)
@@ -113,7 +131,25 @@ impl Sender_ {
     fn body(self, id: &str) -> String {
         match self {
             Sender_::Slack => format!(r#"{{"event_id":"{id}","type":"event_callback"}}"#),
+            Sender_::Paddle => {
+                format!(
+                    r#"{{"event_id":"{id}","type":"order.paid","event_type":"transaction.completed"}}"#
+                )
+            }
+            Sender_::Calendly => format!(
+                r#"{{"event":"invitee.created","type":"order.paid","payload":{{"uri":"https://api.calendly.com/invitees/{id}"}}}}"#
+            ),
             _ => format!(r#"{{"id":"{id}","type":"order.paid"}}"#),
+        }
+    }
+
+    /// The key the upstream gets for event `id`.
+    fn key(self, id: &str) -> String {
+        match self {
+            Sender_::Calendly => {
+                format!("invitee.created:https%3A//api.calendly.com/invitees/{id}")
+            }
+            _ => id.to_owned(),
         }
     }
 
@@ -201,7 +237,7 @@ async fn scheme_end_to_end(sender: Sender_) {
     let again = client.send(sender.request(&url, &id, &body, now())).await;
     assert!(again.replayed(), "{sender:?}");
     assert_eq!(
-        upstream.count(&id),
+        upstream.count(&sender.key(&id)),
         1,
         "{sender:?}: the default key is the sender's event id"
     );
@@ -218,6 +254,17 @@ async fn stripe_end_to_end() {
 #[tokio::test]
 async fn gitlab_end_to_end() {
     scheme_end_to_end(Sender_::Gitlab).await;
+}
+
+#[tokio::test]
+async fn paddle_end_to_end() {
+    scheme_end_to_end(Sender_::Paddle).await;
+}
+
+/// Calendly sends no id: the key joins the event and its resource.
+#[tokio::test]
+async fn calendly_end_to_end() {
+    scheme_end_to_end(Sender_::Calendly).await;
 }
 
 #[tokio::test]
