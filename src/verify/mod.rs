@@ -11,6 +11,7 @@ mod calendly;
 mod generic;
 mod github;
 mod gitlab;
+mod linear;
 mod paddle;
 mod pairs;
 mod shopify;
@@ -39,6 +40,7 @@ pub static PROFILES: &[&Profile] = &[
     &gitlab::PROFILE,
     &paddle::PROFILE,
     &calendly::PROFILE,
+    &linear::PROFILE,
     &shopify::PROFILE,
     &standard_webhooks::PROFILE,
     &slack::PROFILE,
@@ -349,6 +351,7 @@ mod tests {
                 "gitlab" => &["x-gitlab-token"],
                 "paddle" => &["paddle-signature"],
                 "calendly" => &["calendly-webhook-signature"],
+                "linear" => &["linear-signature"],
                 "shopify" => &["x-shopify-hmac-sha256"],
                 "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
                 "standard-webhooks" => &[

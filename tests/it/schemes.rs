@@ -42,6 +42,7 @@ enum Sender_ {
     Gitlab,
     Paddle,
     Calendly,
+    Linear,
 }
 
 impl Sender_ {
@@ -57,6 +58,7 @@ impl Sender_ {
             Sender_::Gitlab => "scheme = \"gitlab\"\nsecrets = [\"gitlab-token-0123456789\"]",
             Sender_::Paddle => "scheme = \"paddle\"\nsecrets = [\"pdl_ntfset_0123456789\"]",
             Sender_::Calendly => "scheme = \"calendly\"\nsecrets = [\"calendly-key-0123456789\"]",
+            Sender_::Linear => "scheme = \"linear\"\nsecrets = [\"lin_wh_0123456789abcdef\"]",
         }
     }
 
@@ -118,6 +120,10 @@ impl Sender_ {
                 ));
                 builder.header("calendly-webhook-signature", format!("t={ts},v1={sig}"))
             }
+            Sender_::Linear => builder.header("linear-delivery", id).header(
+                "linear-signature",
+                hex::encode(mac(b"lin_wh_0123456789abcdef", body.as_bytes())),
+            ),
             Sender_::Gitlab => builder
                 .header("x-gitlab-token", "gitlab-token-0123456789")
                 .header("idempotency-key", id)
@@ -154,7 +160,10 @@ impl Sender_ {
     }
 
     fn timestamped(self) -> bool {
-        !matches!(self, Sender_::Github | Sender_::Shopify | Sender_::Gitlab)
+        !matches!(
+            self,
+            Sender_::Github | Sender_::Shopify | Sender_::Gitlab | Sender_::Linear
+        )
     }
 
     /// A delivery that must be refused: signed over another body — or, for
@@ -265,6 +274,11 @@ async fn paddle_end_to_end() {
 #[tokio::test]
 async fn calendly_end_to_end() {
     scheme_end_to_end(Sender_::Calendly).await;
+}
+
+#[tokio::test]
+async fn linear_end_to_end() {
+    scheme_end_to_end(Sender_::Linear).await;
 }
 
 #[tokio::test]
