@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     echo "--- installing prometheus (promtool)"
     as_root apt-get update -qq
@@ -142,8 +143,7 @@ install -d -m 0700 -o $SVC_UID "$root/credentials" "$root/state"
 openssl rand -hex 32 > "$root/credentials/admin-token"
 echo "whsec_$(openssl rand -hex 16)" > "$root/credentials/stripe-webhook-secret"
 chown $SVC_UID "$root/credentials"/*; chmod 0400 "$root/credentials"/*
-SVC_PUBLIC=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-SVC_ADMIN=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+SVC_PUBLIC=$(free_port) SVC_ADMIN=$(free_port)
 sed -i -e "s|/run/credentials/hookgate.service|$root/credentials|" -e "s|127.0.0.1:8080|127.0.0.1:$SVC_PUBLIC|" \
     -e "s|127.0.0.1:9090|127.0.0.1:$SVC_ADMIN|" "$root/gateway.toml"
 install -m 0755 "$BIN" "$root/hookgate"
@@ -168,7 +168,6 @@ echo "--- systemd: skipped the unprivileged run (it needs root to switch users)"
 fi
 
 echo "--- end to end: Prometheus scrapes a running hookgate"
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PUBLIC=$(free_port) ADMIN=$(free_port) PROM=$(free_port)
 WORK=$(mktemp -d)
 PIDS=()

@@ -365,8 +365,8 @@ impl Admin {
                 by: by.clone(),
                 reason: reason.clone(),
             });
-            pauses
-                .set(self.gateway.store(), &route.name, new.as_ref())
+            self.gateway
+                .set_pause(&route.name, new.as_ref())
                 .await
                 .map_err(|error| AdminError::StoreUnavailable(error.to_string()))?;
             self.gateway
@@ -374,10 +374,6 @@ impl Admin {
                 .route_control_changes
                 .with_label_values(&[&route.name, action])
                 .inc();
-            self.gateway.refresh_pauses().await;
-            if !pause {
-                self.gateway.workers().wake();
-            }
         }
         tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, action, by, reason, changed,
             "admin action: route {}", if pause { "paused" } else { "resumed" });
@@ -395,21 +391,15 @@ impl Admin {
     async fn routes(&self) -> Vec<serde_json::Value> {
         let mut shown = Vec::new();
         for route in self.gateway.routes() {
-            let delivery = match &route.delivery {
-                DeliveryMode::Sync => "sync",
-                DeliveryMode::Async(_) => "async",
+            let store = self.gateway.store();
+            let (delivery, queued) = match &route.delivery {
+                DeliveryMode::Sync => ("sync", None),
+                DeliveryMode::Async(_) => (
+                    "async",
+                    store.count(&route.scope, RecordState::Queued).await.ok(),
+                ),
             };
-            let queued = match &route.delivery {
-                DeliveryMode::Async(_) => {
-                    let store = self.gateway.store();
-                    store.count(&route.scope, RecordState::Queued).await.ok()
-                }
-                DeliveryMode::Sync => None,
-            };
-            let dead = (self.gateway.store())
-                .count(&route.scope, RecordState::Dead)
-                .await
-                .ok();
+            let dead = store.count(&route.scope, RecordState::Dead).await.ok();
             let breaker = route.controls.breaker.as_ref().map(|breaker| {
                 let settings = breaker.settings();
                 json!({

@@ -206,11 +206,16 @@ fn normalize(raw: Vec<u8>) -> Result<String, KeyError> {
     if raw.is_empty() {
         return Err(KeyError::Invalid);
     }
-    match String::from_utf8(raw) {
-        Ok(key) if validate(key.clone()).is_ok() => Ok(key),
-        Ok(key) => Ok(hashed(key.as_bytes())),
-        Err(error) => Ok(hashed(error.as_bytes())),
+    if plain(&raw) {
+        Ok(String::from_utf8(raw).expect("visible ASCII is UTF-8"))
+    } else {
+        Ok(hashed(&raw))
     }
+}
+
+/// Whether `key` is 1–255 bytes of visible ASCII (SPEC §2).
+fn plain(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.iter().all(|b| (0x21..=0x7e).contains(b))
 }
 
 fn hashed(raw: &[u8]) -> String {
@@ -219,8 +224,7 @@ fn hashed(raw: &[u8]) -> String {
 
 /// `key` when it is 1–255 bytes of visible ASCII (SPEC §2).
 pub fn validate(key: String) -> Result<String, KeyError> {
-    let visible = key.bytes().all(|b| (0x21..=0x7e).contains(&b));
-    if visible && !key.is_empty() && key.len() <= MAX_KEY_BYTES {
+    if plain(key.as_bytes()) {
         Ok(key)
     } else {
         Err(KeyError::Invalid)

@@ -39,10 +39,10 @@ use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
 use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Clock, Failure, FailureClass, Lease, Record,
-    RecordState, Store, StoreKey, Stored, StoredRequest,
+    RecordState, Store, StoreError, StoreKey, Stored, StoredRequest,
 };
 use crate::telemetry::{DeliverySpan, SpanFacts, Telemetry};
-use crate::traffic::{Admission, Controls, Held, Pauses};
+use crate::traffic::{Admission, Controls, Held, Pause, Pauses};
 use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
@@ -231,6 +231,18 @@ impl Gateway {
             Err(error) => tracing::debug!(%error, "could not read the paused routes"),
         }
         self.set_pause_gauges();
+    }
+
+    /// Pause (`Some`) or resume `route` for the whole fleet: written to the
+    /// store and applied here at once, gauge included; a resumed route's
+    /// backlog is delivered now rather than at the next poll.
+    pub async fn set_pause(&self, route: &str, pause: Option<&Pause>) -> Result<(), StoreError> {
+        self.pauses.set(&self.store, route, pause).await?;
+        self.set_pause_gauges();
+        if pause.is_none() {
+            self.workers.wake();
+        }
+        Ok(())
     }
 
     /// `hookgate_route_paused{route}` for every current route.
@@ -667,10 +679,7 @@ impl Gateway {
         request: StoredRequest,
         log: &mut RequestLog<'_>,
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
-        let store_key = self.store.key(&route.scope, key);
-        let guard_key = route
-            .replay_guard
-            .then(|| self.store.guard_key(&route.scope, body_sha256));
+        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
         // The hybrid forwards at once only when the route may call now
         // (not paused, breaker closed, a token to spend); otherwise the
         // event just queues for the workers.
@@ -781,6 +790,20 @@ impl Gateway {
         }
     }
 
+    /// The store key of `key` on `route`, and the replay guard of the body
+    /// when the route keeps one.
+    fn store_keys(
+        &self,
+        route: &Route,
+        key: &str,
+        body_sha256: &str,
+    ) -> (StoreKey, Option<StoreKey>) {
+        let guard_key = route
+            .replay_guard
+            .then(|| self.store.guard_key(&route.scope, body_sha256));
+        (self.store.key(&route.scope, key), guard_key)
+    }
+
     /// Stage 5: claim `key` on `route`.
     async fn claim(
         &self,
@@ -789,10 +812,7 @@ impl Gateway {
         key: &str,
         body_sha256: &str,
     ) -> Result<Claimed<'_>, GatewayError> {
-        let store_key = self.store.key(&route.scope, key);
-        let guard_key = route
-            .replay_guard
-            .then(|| self.store.guard_key(&route.scope, body_sha256));
+        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
         let outcome = self
             .store
             .claim(ClaimRequest {

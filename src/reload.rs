@@ -17,7 +17,7 @@
 //! `hookgate_config_reloads_total{result}`, and a success stamps
 //! `hookgate_config_last_reload_success_timestamp_seconds`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,17 +75,12 @@ impl Reloader {
     /// it would change (they keep their running values). On error nothing
     /// changes and the error (every problem, located) is returned.
     pub fn reload(&self) -> Result<Vec<String>, String> {
-        self.reload_file(&self.path.clone())
-    }
-
-    /// Load `path` and apply it; on error nothing changes.
-    pub fn reload_file(&self, path: &Path) -> Result<Vec<String>, String> {
         let mut running = self.lock();
         let counter = &self.gateway.metrics().config_reloads;
         // Taken before the load: a file that changes during it differs
         // from `seen` afterwards, and the watcher loads it again.
         let before = fingerprint(&running.files);
-        match Config::load(path) {
+        match Config::load(&self.path) {
             Ok(config) => {
                 let reloaded = self.apply_locked(&mut running, &config);
                 for (path, digest) in running.seen.iter_mut() {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method, StatusCode, Uri};
+use http::{HeaderName, Method, Uri};
 
 use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
@@ -216,16 +216,12 @@ impl Validator<'_> {
                 "must be between 0 (unlimited) and 1000",
             );
         }
-        let dead_letter_status = match raw.dead_letter_status.unwrap_or(202) {
-            code @ 200..=599 => StatusCode::from_u16(code as u16).expect("in range"),
-            _ => {
-                self.fail(
-                    &at.key("dead_letter_status"),
-                    "must be an HTTP status between 200 and 599",
-                );
-                StatusCode::ACCEPTED
-            }
-        };
+        let dead_letter_status = self.status(
+            &at.key("dead_letter_status"),
+            raw.dead_letter_status,
+            200..=599,
+            "must be an HTTP status between 200 and 599",
+        );
         let dead_letter_retention = self.duration(
             &at.key("dead_letter_retention"),
             raw.dead_letter_retention.as_ref(),
@@ -330,16 +326,12 @@ impl Validator<'_> {
             }
             return DeliveryMode::Sync;
         }
-        let accept_status = match raw.accept_status.unwrap_or(202) {
-            code @ 200..=299 => StatusCode::from_u16(code as u16).expect("in range"),
-            _ => {
-                self.fail(
-                    &at.key("accept_status"),
-                    "must be a 2xx status: the event is stored, the sender must stop retrying",
-                );
-                StatusCode::ACCEPTED
-            }
-        };
+        let accept_status = self.status(
+            &at.key("accept_status"),
+            raw.accept_status,
+            200..=299,
+            "must be a 2xx status: the event is stored, the sender must stop retrying",
+        );
         let backoff = raw.retry_backoff.as_ref();
         let backoff_at = at.key("retry_backoff");
         let backoff_initial = self.duration(

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use http::StatusCode;
+
 use super::locate::{line_col, KeyPath, Locator};
 use super::value::{interpolate, parse_duration};
 use super::Problem;
@@ -135,6 +137,26 @@ impl<'a> Validator<'a> {
             return Duration::ZERO;
         }
         self.duration(key, Some(raw), default)
+    }
+
+    /// An HTTP status within `allowed`, 202 when not set (or wrong, after
+    /// reporting `message`).
+    pub fn status(
+        &mut self,
+        key: &KeyPath,
+        raw: Option<u64>,
+        allowed: std::ops::RangeInclusive<u64>,
+        message: &str,
+    ) -> StatusCode {
+        match raw.unwrap_or(202) {
+            code if allowed.contains(&code) => {
+                StatusCode::from_u16(code as u16).expect("within 200..=599")
+            }
+            _ => {
+                self.fail(key, message);
+                StatusCode::ACCEPTED
+            }
+        }
     }
 
     pub fn size(&mut self, key: &KeyPath, raw: Option<u64>, default: u64, max: u64) -> usize {

@@ -153,17 +153,21 @@ async fn metrics_count_real_traffic_under_bounded_labels() {
     gateway.shutdown().await;
 }
 
+/// A gateway with an admin listener (no token) on `redis`.
+async fn on_redis(redis: &RedisServer) -> TestGateway {
+    let text = with_admin(
+        &config_text("http://127.0.0.1:9/", &Backend::Redis(redis.url()), "", ""),
+        false,
+    );
+    TestGateway::start(&text).await
+}
+
 #[tokio::test]
 async fn readiness_follows_the_store() {
     let Some(mut redis) = RedisServer::start().await else {
         return;
     };
-    let upstream = Upstream::start().await;
-    let text = with_admin(
-        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
-        false,
-    );
-    let gateway = TestGateway::start(&text).await;
+    let gateway = on_redis(&redis).await;
     let ready = gateway.admin_url("/readyz");
     let answer = get(&ready, None).await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
@@ -469,12 +473,7 @@ async fn readiness_warns_of_a_redis_that_may_evict() {
     else {
         return;
     };
-    let upstream = Upstream::start().await;
-    let text = with_admin(
-        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
-        false,
-    );
-    let gateway = TestGateway::start(&text).await;
+    let gateway = on_redis(&redis).await;
     let answer = get(&gateway.admin_url("/readyz"), None).await;
     assert_eq!(answer.status, StatusCode::OK);
     let warnings = answer.json()["warnings"].to_string();
