@@ -46,6 +46,7 @@ use crate::traffic::{Admission, Controls, Held, Pause, Pauses};
 use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
+use crate::verify::{Handshake, RequestLine};
 use crate::worker::{self, Workers};
 
 /// Facts about the connection a request came in on.
@@ -62,6 +63,8 @@ pub enum Outcome {
     Forwarded,
     /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
     ForwardedUnkeyed,
+    /// A sender's handshake, answered by the gateway (SPEC §4 extension).
+    Handshake,
     Replayed,
     /// A delivery of an event parked as a dead letter, answered
     /// `dead_letter_status` and not forwarded.
@@ -78,6 +81,7 @@ impl Outcome {
         match self {
             Outcome::Forwarded => "forwarded",
             Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
+            Outcome::Handshake => "handshake",
             Outcome::Replayed => "replayed",
             Outcome::DeadLetter => "dead_letter",
             Outcome::Accepted => "accepted",
@@ -493,9 +497,18 @@ impl Gateway {
         let body = read_body(body, &parts.headers, runtime.limits).await?;
 
         // 3. Verify the signature on the raw bytes, before anything else.
+        //    A verified handshake (Discord's PING, Zoom's URL validation) is
+        //    answered here: nothing to claim, nothing to forward.
+        let line = RequestLine {
+            method: &parts.method,
+            query: parts.uri.query(),
+        };
         route
             .verifier
-            .verify(&parts.headers, &body, SystemTime::now())?;
+            .verify(line, &parts.headers, &body, SystemTime::now())?;
+        if let Some(handshake) = route.verifier.handshake(&body) {
+            return Ok((handshake_response(handshake), Outcome::Handshake));
+        }
 
         // 4. Extract the idempotency key from what the signature covered. A
         //    keyless delivery is refused, or forwarded unclaimed where the
@@ -1037,6 +1050,18 @@ fn replay(
 
 /// The answer of an async route: `accept_status` and a small JSON body;
 /// `Idempotent-Replayed: true` for a duplicate.
+/// The gateway's own answer to a sender's handshake.
+fn handshake_response(handshake: Handshake) -> Response<Full<Bytes>> {
+    match handshake.body {
+        Some(body) => json_response(handshake.status, &body),
+        None => {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = handshake.status;
+            response
+        }
+    }
+}
+
 fn accepted(settings: &AsyncDelivery, key: &str, replayed: bool) -> Response<Full<Bytes>> {
     let body = serde_json::json!({ "accepted": true, "key": key });
     let mut response = json_response(settings.accept_status, &body);

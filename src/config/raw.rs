@@ -85,6 +85,8 @@ pub struct RawRoute {
     pub upstream: String,
     pub upstream_timeout: Option<String>,
     pub upstream_ca: Option<String>,
+    /// URL-signing schemes: the URL the sender posts to, as it signed it.
+    pub public_url: Option<String>,
     pub processing_ttl: Option<String>,
     pub retention: Option<String>,
     pub idempotency_header: Option<String>,

@@ -80,8 +80,12 @@ impl Validator<'_> {
             );
         }
 
+        let public_url = raw
+            .public_url
+            .as_ref()
+            .and_then(|text| self.public_url(&at.key("public_url"), text));
         let (scheme, verifier) = match raw.verify.take() {
-            Some(verify) => self.verify(&at.key("verify"), verify),
+            Some(verify) => self.verify(&at.key("verify"), verify, public_url.clone()),
             None => {
                 self.fail(
                     at,
@@ -90,6 +94,20 @@ impl Validator<'_> {
                 (none(), None)
             }
         };
+        match (scheme.signs_url, &public_url) {
+            (true, None) if raw.public_url.is_none() => self.fail(
+                at,
+                format!(
+                    "scheme {:?} signs the URL the sender posts to; set `public_url` to it, as configured at the sender",
+                    scheme.name
+                ),
+            ),
+            (false, Some(_)) => self.fail(
+                &at.key("public_url"),
+                format!("scheme {:?} does not sign the URL; remove `public_url`", scheme.name),
+            ),
+            _ => {}
+        }
         // Broken verify settings fail the whole config: this placeholder is
         // never served, it only lets validation go on and report the rest.
         let verifier = verifier.unwrap_or_else(|| (none().build)(placeholder()).expect("builds"));
@@ -161,7 +179,11 @@ impl Validator<'_> {
                 ("reject", OnMismatch::Reject),
                 ("replay", OnMismatch::Replay),
             ],
-            OnMismatch::Reject,
+            if scheme.retries_change_body {
+                OnMismatch::Replay
+            } else {
+                OnMismatch::Reject
+            },
         );
         let on_missing_key = self.choice(
             &at.key("on_missing_key"),
@@ -522,8 +544,34 @@ impl Validator<'_> {
             .collect()
     }
 
+    /// `public_url`: an absolute https:// (or http://) URL without a query
+    /// or fragment; the request's own query is appended when it has one.
+    fn public_url(&mut self, at: &KeyPath, raw: &str) -> Option<String> {
+        let text = self.string(at, raw)?;
+        let valid = text.parse::<Uri>().is_ok_and(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https"))
+                && uri.authority().is_some()
+                && uri.query().is_none()
+                && !text.contains('#')
+        });
+        if !valid {
+            self.fail(
+                at,
+                format!("{text:?} must be the absolute URL the sender posts to, without query (e.g. \"https://hooks.example.com/twilio\")"),
+            );
+        }
+        // Even when refused: the config is invalid anyway, and the scheme
+        // is not told twice that the URL is missing.
+        Some(text)
+    }
+
     /// The route's scheme and, when its settings are valid, its verifier.
-    fn verify(&mut self, at: &KeyPath, raw: RawVerify) -> (&'static Profile, Option<Verifier>) {
+    fn verify(
+        &mut self,
+        at: &KeyPath,
+        raw: RawVerify,
+        public_url: Option<String>,
+    ) -> (&'static Profile, Option<Verifier>) {
         let scheme_text = self
             .string(&at.key("scheme"), &raw.scheme)
             .unwrap_or_default();
@@ -600,6 +648,7 @@ impl Validator<'_> {
             secrets,
             tolerance,
             hmac,
+            public_url,
         };
         match (scheme.build)(spec) {
             Ok(verifier) => (scheme, Some(verifier)),
@@ -662,5 +711,6 @@ fn placeholder() -> VerifySpec {
         secrets: Vec::new(),
         tolerance: DEFAULT_TOLERANCE,
         hmac: None,
+        public_url: None,
     }
 }

@@ -72,9 +72,12 @@ fn applies_defaults() {
     let signed = |signature: &str| {
         let mut headers = HeaderMap::new();
         headers.insert("x-signature", HeaderValue::from_str(signature).unwrap());
-        route
-            .verifier
-            .verify(&headers, b"{}", std::time::SystemTime::now())
+        route.verifier.verify(
+            crate::verify::RequestLine::POST,
+            &headers,
+            b"{}",
+            std::time::SystemTime::now(),
+        )
     };
     let tag = {
         use hmac::Mac;
@@ -149,7 +152,15 @@ fn a_route_must_say_how_it_verifies() {
     let route = &config.live.routes[0];
     assert_eq!(route.scheme.name, "none");
     let now = std::time::SystemTime::now();
-    assert_eq!(route.verifier.verify(&HeaderMap::new(), b"x", now), Ok(()));
+    assert_eq!(
+        route.verifier.verify(
+            crate::verify::RequestLine::POST,
+            &HeaderMap::new(),
+            b"x",
+            now
+        ),
+        Ok(())
+    );
 }
 
 #[test]
@@ -733,5 +744,126 @@ fn telemetry_takes_an_http_otlp_endpoint() {
     ] {
         let found = problems(&with(bad)).join("\n");
         assert!(found.contains(expected), "{found}");
+    }
+}
+
+/// A secret of the shape each sender's dashboard hands out.
+fn dashboard_secret(scheme: &str) -> &'static str {
+    match scheme {
+        "discord" => "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8",
+        "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+        "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
+        "standard-webhooks" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        _ => "s3cr3t-0123456789abcdef",
+    }
+}
+
+#[test]
+fn every_sender_needs_only_its_scheme_and_secret() {
+    for profile in crate::verify::PROFILES {
+        if ["hmac", "none"].contains(&profile.name) {
+            continue;
+        }
+        let extra = if profile.signs_url {
+            "public_url = \"https://hooks.example.com/r\""
+        } else {
+            ""
+        };
+        let verify = format!(
+            "scheme = \"{}\"\nsecrets = [\"{}\"]",
+            profile.name,
+            dashboard_secret(profile.name)
+        );
+        let config = parse(&route_with(&verify, extra))
+            .unwrap_or_else(|error| panic!("{}: {error}", profile.name));
+        assert!(
+            config.warnings.is_empty(),
+            "{}: {:?}",
+            profile.name,
+            config.warnings
+        );
+        let route = &config.live.routes[0];
+        assert!(!route.key.is_empty(), "{}: a default key", profile.name);
+        assert_eq!(
+            route.retention, profile.default_retention,
+            "{}",
+            profile.name
+        );
+        if let Some(horizon) = profile.retry_horizon {
+            assert!(
+                profile.default_retention > horizon,
+                "{}: retention outlasts the retries",
+                profile.name
+            );
+        }
+        let mismatch = if profile.retries_change_body {
+            OnMismatch::Replay
+        } else {
+            OnMismatch::Reject
+        };
+        assert_eq!(route.on_mismatch, mismatch, "{}", profile.name);
+    }
+}
+
+#[test]
+fn url_signing_schemes_need_their_public_url() {
+    let secret = "secrets = [\"s3cr3t-0123456789abcdef\"]";
+    for scheme in ["twilio", "square", "hubspot"] {
+        let missing =
+            problems(&route_with(&format!("scheme = \"{scheme}\"\n{secret}"), "")).join("\n");
+        assert!(
+            missing.contains(&format!(
+                "routes[0]: scheme \"{scheme}\" signs the URL the sender posts to; set `public_url`"
+            )),
+            "{missing}"
+        );
+    }
+    let stray = problems(&route_with(
+        &format!("scheme = \"stripe\"\n{secret}"),
+        "public_url = \"https://hooks.example.com/r\"",
+    ))
+    .join("\n");
+    assert!(
+        stray.contains("routes[0].public_url: scheme \"stripe\" does not sign the URL"),
+        "{stray}"
+    );
+    for bad in [
+        "hooks.example.com/r",
+        "ftp://hooks.example.com/r",
+        "https://hooks.example.com/r?x=1",
+        "https://hooks.example.com/r#top",
+    ] {
+        let problems = problems(&route_with(
+            &format!("scheme = \"twilio\"\n{secret}"),
+            &format!("public_url = \"{bad}\""),
+        ));
+        assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+        assert!(
+            problems[0].contains("routes[0].public_url") && problems[0].contains("without query"),
+            "{bad}: {problems:?}"
+        );
+    }
+}
+
+#[test]
+fn asymmetric_and_hex_keys_are_checked_when_loaded() {
+    for (scheme, secret, says) in [
+        ("discord", "not-a-hex-public-key-0123", "64 hex digits"),
+        (
+            "sendgrid",
+            "not-a-base64-public-key-0123",
+            "P-256 public key",
+        ),
+        ("adyen", "not-a-hex-hmac-key-0123456", "hex"),
+    ] {
+        let problems = problems(&route_with(
+            &format!("scheme = \"{scheme}\"\nsecrets = [\"{secret}\"]"),
+            "",
+        ))
+        .join("\n");
+        assert!(
+            problems.contains("routes[0].verify.secrets") && problems.contains(says),
+            "{scheme}: {problems}"
+        );
     }
 }

@@ -8,8 +8,7 @@ use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
 use super::{
-    signature_matches, single_header, Algorithm, Profile, Verifier, Verify, VerifyError,
-    VerifySpec, DAY,
+    hmac_verdict, single_header, Algorithm, Profile, Verifier, Verify, VerifyError, VerifySpec, DAY,
 };
 use crate::key::OnMissingKey;
 use crate::secret::Secret;
@@ -23,6 +22,8 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: false,
     signed_headers: &[],
+    signs_url: false,
+    retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |mut spec| {
         let options = spec
@@ -88,17 +89,50 @@ impl HmacVerifier {
             .encoding
             .decode(encoded)
             .ok_or(VerifyError::SignatureInvalid)?;
-        if signature_matches(options.algorithm, &self.secrets, &[body], &[signature]) {
-            Ok(())
-        } else {
-            Err(VerifyError::SignatureInvalid)
-        }
+        hmac_verdict(options.algorithm, &self.secrets, &[body], &[signature])
     }
 }
 
 impl Verify for HmacVerifier {
     fn verify(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<(), VerifyError> {
         HmacVerifier::verify(self, headers, body)
+    }
+}
+
+/// The check every body-HMAC sender's vector gets.
+#[cfg(test)]
+pub(crate) mod testing {
+    use http::HeaderValue;
+
+    use super::*;
+
+    /// `value` in the sender's header verifies `body` with `secret` (listed
+    /// after an older one); it does not verify another body, nor does any of
+    /// `forgeries` verify `body`, nor does a request without the header.
+    pub fn check_vector(
+        options: HmacOptions,
+        secret: &str,
+        body: &[u8],
+        value: &str,
+        forgeries: &[&str],
+    ) {
+        let header = options.header.clone();
+        let v = HmacVerifier {
+            options,
+            secrets: vec![Secret::new("an-older-secret-0123"), Secret::new(secret)],
+        };
+        let signed = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header.clone(), HeaderValue::from_str(value).unwrap());
+            headers
+        };
+        assert_eq!(v.verify(&signed(value), body), Ok(()));
+        let bad = Err(VerifyError::SignatureInvalid);
+        assert_eq!(v.verify(&signed(value), b"{}"), bad, "another body");
+        for forgery in forgeries {
+            assert_eq!(v.verify(&signed(forgery), body), bad, "{forgery}");
+        }
+        assert_eq!(v.verify(&HeaderMap::new(), body), bad, "no header");
     }
 }
 

@@ -7,23 +7,37 @@
 //! oversized headers, bad hex or base64 — is a clean [`VerifyError`], never a
 //! panic. One file per scheme; this module holds what they share.
 
+mod adyen;
+mod asymmetric;
 mod calendly;
+mod discord;
 mod generic;
 mod github;
 mod gitlab;
+mod hubspot;
+mod intercom;
 mod linear;
+mod mailgun;
 mod paddle;
+mod pagerduty;
 mod pairs;
+mod sendgrid;
 mod shopify;
 mod slack;
+mod square;
 mod standard_webhooks;
 mod stripe;
+mod twilio;
+mod typeform;
+mod woocommerce;
+mod zoom;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use hmac::{Hmac, Mac};
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
+use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
@@ -41,6 +55,18 @@ pub static PROFILES: &[&Profile] = &[
     &paddle::PROFILE,
     &calendly::PROFILE,
     &linear::PROFILE,
+    &twilio::PROFILE,
+    &square::PROFILE,
+    &intercom::PROFILE,
+    &pagerduty::PROFILE,
+    &mailgun::PROFILE,
+    &sendgrid::PROFILE,
+    &discord::PROFILE,
+    &zoom::PROFILE,
+    &hubspot::PROFILE,
+    &typeform::PROFILE,
+    &woocommerce::PROFILE,
+    &adyen::PROFILE,
     &shopify::PROFILE,
     &standard_webhooks::PROFILE,
     &slack::PROFILE,
@@ -87,6 +113,13 @@ pub struct Profile {
     /// Headers the signature covers besides the body (lowercase): a key
     /// read from one of them is as trustworthy as the body.
     pub signed_headers: &'static [&'static str],
+    /// The signature covers the URL the sender posted to, so the route
+    /// must say what that is (`public_url`).
+    pub signs_url: bool,
+    /// The sender's retries of one event may differ in the body (an
+    /// attempt counter, a fresh signature block): a later body under the
+    /// same key is a retry, so `on_mismatch = "replay"` by default.
+    pub retries_change_body: bool,
     /// The verifier of a route from its `[routes.verify]`.
     pub build: fn(VerifySpec) -> Result<Verifier, String>,
 }
@@ -135,6 +168,8 @@ static NONE: Profile = Profile {
     replay_guard: false,
     timestamped: false,
     signed_headers: &[],
+    signs_url: false,
+    retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |_| Ok(Verifier::new(Unverified)),
 };
@@ -167,12 +202,69 @@ pub struct VerifySpec {
     pub tolerance: Duration,
     /// `scheme = "hmac"` only: where and how the signature is written.
     pub hmac: Option<HmacOptions>,
+    /// The route's `public_url`: for schemes that sign the URL, the one the
+    /// sender posts to, as it signed it.
+    pub public_url: Option<String>,
+}
+
+/// The request line, for the schemes whose signature covers it: the method
+/// and the query the sender appended to the route's `public_url`.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLine<'a> {
+    pub method: &'a Method,
+    pub query: Option<&'a str>,
+}
+
+impl RequestLine<'_> {
+    /// A plain `POST` without a query: what most senders send.
+    pub const POST: RequestLine<'static> = RequestLine {
+        method: &Method::POST,
+        query: None,
+    };
+
+    /// The URL the sender signed: `public_url`, plus this request's query.
+    pub fn url(&self, public_url: &str) -> String {
+        match self.query {
+            Some(query) => format!("{public_url}?{query}"),
+            None => public_url.to_owned(),
+        }
+    }
+}
+
+/// What the gateway answers itself to a verified handshake (Discord's PING,
+/// Zoom's `endpoint.url_validation`): nothing is claimed or forwarded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handshake {
+    pub status: StatusCode,
+    /// A JSON body; none for a bare status.
+    pub body: Option<serde_json::Value>,
 }
 
 /// Checks one delivery's signature on the raw body. `now` is injected so
 /// tolerance windows are testable at their edges.
 pub trait Verify: fmt::Debug + Send + Sync {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError>;
+
+    /// Verify with the request line: the schemes that sign the URL or the
+    /// method override this; the others ignore the line.
+    fn verify_line(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let _ = line;
+        self.verify(headers, body, now)
+    }
+
+    /// For a verified delivery that is the sender's handshake, the answer
+    /// the sender requires; the gateway sends it without claiming or
+    /// forwarding anything.
+    fn handshake(&self, body: &[u8]) -> Option<Handshake> {
+        let _ = body;
+        None
+    }
 
     /// For a scheme whose signature covers an id header: the one a verified
     /// delivery's signature covered (of those in [`Profile::signed_headers`]).
@@ -191,14 +283,20 @@ impl Verifier {
         Self(Box::new(verify))
     }
 
-    /// Verify `body` as received.
+    /// Verify `body` as received, with the request line it came on.
     pub fn verify(
         &self,
+        line: RequestLine<'_>,
         headers: &HeaderMap,
         body: &[u8],
         now: SystemTime,
     ) -> Result<(), VerifyError> {
-        self.0.verify(headers, body, now)
+        self.0.verify_line(line, headers, body, now)
+    }
+
+    /// The answer to a verified handshake, if this delivery is one.
+    pub fn handshake(&self, body: &[u8]) -> Option<Handshake> {
+        self.0.handshake(body)
     }
 
     /// Whether the key may be read from header `name` of a verified
@@ -218,12 +316,14 @@ impl Verifier {
 /// The HMAC digest a scheme signs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
+    /// Only where a sender still signs with it (Twilio, Intercom).
+    Sha1,
     Sha256,
     Sha512,
 }
 
 impl Algorithm {
-    fn tag(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    pub(crate) fn tag(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
         fn compute<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
             let mut mac = <M as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length");
             for part in parts {
@@ -232,6 +332,7 @@ impl Algorithm {
             mac.finalize().into_bytes().to_vec()
         }
         match self {
+            Algorithm::Sha1 => compute::<Hmac<Sha1>>(key, parts),
             Algorithm::Sha256 => compute::<Hmac<Sha256>>(key, parts),
             Algorithm::Sha512 => compute::<Hmac<Sha512>>(key, parts),
         }
@@ -258,6 +359,31 @@ pub(crate) fn signature_matches(
         }
     }
     matched.into()
+}
+
+/// [`signature_matches`] as a verdict.
+pub(crate) fn hmac_verdict(
+    algorithm: Algorithm,
+    secrets: &[Secret],
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> Result<(), VerifyError> {
+    if signature_matches(algorithm, secrets, parts, candidates) {
+        Ok(())
+    } else {
+        Err(VerifyError::SignatureInvalid)
+    }
+}
+
+/// The decoded bytes of a single signature header.
+pub(crate) fn encoded_header(
+    headers: &HeaderMap,
+    name: &HeaderName,
+    encoding: Encoding,
+) -> Result<Vec<u8>, VerifyError> {
+    encoding
+        .decode(single_header(headers, name)?)
+        .ok_or(VerifyError::SignatureInvalid)
 }
 
 /// How every timestamped scheme ends: the signature first, then the clock,
@@ -334,8 +460,8 @@ mod tests {
 
     /// Every scheme's verifier (but `none`), and the headers each reads.
     fn every_scheme() -> Vec<(Verifier, &'static [&'static str])> {
-        let spec = VerifySpec {
-            secrets: vec![Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
+        let spec = |secret: &str| VerifySpec {
+            secrets: vec![Secret::new(secret)],
             tolerance: DEFAULT_TOLERANCE,
             hmac: Some(HmacOptions {
                 header: HeaderName::from_static("x-signature"),
@@ -343,6 +469,7 @@ mod tests {
                 encoding: Encoding::Base64,
                 prefix: "sha512=".into(),
             }),
+            public_url: Some("https://hooks.example.com/webhooks".into()),
         };
         let headers = |name: &str| -> &'static [&'static str] {
             match name {
@@ -352,6 +479,21 @@ mod tests {
                 "paddle" => &["paddle-signature"],
                 "calendly" => &["calendly-webhook-signature"],
                 "linear" => &["linear-signature"],
+                "twilio" => &["x-twilio-signature"],
+                "square" => &["x-square-hmacsha256-signature"],
+                "intercom" => &["x-hub-signature"],
+                "pagerduty" => &["x-pagerduty-signature"],
+                // Mailgun and Adyen sign in the body: no header helps.
+                "mailgun" | "adyen" => &["x-mailgun-signature"],
+                "sendgrid" => &[
+                    "x-twilio-email-event-webhook-signature",
+                    "x-twilio-email-event-webhook-timestamp",
+                ],
+                "discord" => &["x-signature-ed25519", "x-signature-timestamp"],
+                "zoom" => &["x-zm-signature", "x-zm-request-timestamp"],
+                "hubspot" => &["x-hubspot-signature-v3", "x-hubspot-request-timestamp"],
+                "typeform" => &["typeform-signature"],
+                "woocommerce" => &["x-wc-webhook-signature"],
                 "shopify" => &["x-shopify-hmac-sha256"],
                 "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
                 "standard-webhooks" => &[
@@ -364,11 +506,20 @@ mod tests {
                 other => panic!("no headers listed for scheme {other:?}"),
             }
         };
+        // What each dashboard hands out: a token, a hex or base64 key.
+        let secret = |name: &str| {
+            match name {
+            "discord" => "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8",
+            "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+            "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
+            _ => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        }
+        };
         PROFILES
             .iter()
             .filter(|profile| profile.name != "none")
             .map(|profile| {
-                let verifier = (profile.build)(spec.clone()).unwrap();
+                let verifier = (profile.build)(spec(secret(profile.name))).unwrap();
                 (verifier, headers(profile.name))
             })
             .collect()
@@ -412,7 +563,7 @@ mod tests {
                 if let Ok(value) = HeaderValue::from_bytes(&raw) {
                     headers.append(names[0], value);
                 }
-                prop_assert!(verifier.verify(&headers, &body, now).is_err());
+                prop_assert!(verifier.verify(RequestLine::POST, &headers, &body, now).is_err());
             }
         }
     }

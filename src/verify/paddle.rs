@@ -28,6 +28,8 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: true,
     signed_headers: &[],
+    signs_url: false,
+    retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |spec| Ok(PairVerifier::build(&FORMAT, spec)),
 };

@@ -20,6 +20,8 @@ pub static PROFILE: Profile = Profile {
     replay_guard: true,
     timestamped: false,
     signed_headers: &[],
+    signs_url: false,
+    retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |spec| HmacVerifier::from_spec(options(), spec),
 };

@@ -1,6 +1,7 @@
 //! `scheme = "slack"`: `X-Slack-Signature: v0=<hex>` over
 //! `"v0:{X-Slack-Request-Timestamp}:{body}"`, HMAC-SHA256 with the app's
 //! signing secret; the timestamp must be within `tolerance` both ways.
+//! Zoom signs the same way under its own header names ([`V0Verifier`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -19,28 +20,42 @@ pub static PROFILE: Profile = Profile {
     replay_guard: false,
     timestamped: true,
     signed_headers: &[],
+    signs_url: false,
+    retries_change_body: false,
     on_missing_key: OnMissingKey::Forward,
     build: |spec| {
-        Ok(Verifier::new(SlackVerifier {
+        Ok(Verifier::new(V0Verifier {
+            headers: &SLACK,
             secrets: spec.secrets,
             tolerance: spec.tolerance,
         }))
     },
 };
 
-const SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
-const TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
-
+/// Where a `v0` sender puts its signature and its timestamp.
 #[derive(Debug)]
-pub struct SlackVerifier {
+pub struct V0Headers {
+    pub signature: HeaderName,
+    pub timestamp: HeaderName,
+}
+
+static SLACK: V0Headers = V0Headers {
+    signature: HeaderName::from_static("x-slack-signature"),
+    timestamp: HeaderName::from_static("x-slack-request-timestamp"),
+};
+
+/// `v0=<hex>`, the HMAC-SHA256 of `"v0:{timestamp}:{body}"`.
+#[derive(Debug)]
+pub struct V0Verifier {
+    pub headers: &'static V0Headers,
     pub secrets: Vec<Secret>,
     pub tolerance: Duration,
 }
 
-impl Verify for SlackVerifier {
+impl Verify for V0Verifier {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
-        let timestamp = single_header(headers, &TIMESTAMP)?;
-        let signature = single_header(headers, &SIGNATURE)?
+        let timestamp = single_header(headers, &self.headers.timestamp)?;
+        let signature = single_header(headers, &self.headers.signature)?
             .strip_prefix("v0=")
             .and_then(|hex_text| hex::decode(hex_text).ok())
             .ok_or(VerifyError::SignatureInvalid)?;
@@ -69,8 +84,9 @@ mod tests {
     const BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
     const SIG: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
 
-    fn verifier() -> SlackVerifier {
-        SlackVerifier {
+    fn verifier() -> V0Verifier {
+        V0Verifier {
+            headers: &SLACK,
             secrets: vec![Secret::new(SECRET)],
             tolerance: Duration::from_secs(300),
         }
