@@ -5,7 +5,10 @@
 //! `pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success`
 //! (absent fields empty) keyed by the hex-decoded HMAC key from the Customer
 //! Area. `secrets` holds that hex key as Adyen shows it. Every item of a
-//! batch must verify — one forged item refuses the whole request.
+//! batch must verify — one forged item refuses the whole request. The HMAC
+//! covers those eight fields only: the rest of the body (`live`,
+//! `eventDate`, `paymentMethod`, other `additionalData`) is not signed by
+//! Adyen, and the key is built from signed fields alone.
 //!
 //! Key: the first item's `eventCode` + `pspReference`, Adyen's own
 //! deduplication advice (a payment's capture, refund and chargeback are

@@ -16,6 +16,7 @@ mod observability;
 mod postgres;
 mod reload;
 mod schemes;
+mod sdk;
 mod support;
 mod tls;
 mod tracing;

@@ -23,6 +23,27 @@ fn mac(key: &[u8], content: &[u8]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
+fn mac_sha1(key: &[u8], content: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(key).unwrap();
+    mac.update(content);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// A Mailgun body: `body` with the signature block of `ts` and a token
+/// made from `id` put in front.
+fn mailgun_signed(body: &str, id: &str, ts: u64) -> String {
+    let token = format!("{id}-token-{ts}");
+    let sig = hex::encode(mac(
+        b"mg-signing-key-0123456789",
+        format!("{ts}{token}").as_bytes(),
+    ));
+    body.replacen(
+        '{',
+        &format!(r#"{{"signature":{{"timestamp":"{ts}","token":"{token}","signature":"{sig}"}},"#),
+        1,
+    )
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -43,6 +64,12 @@ enum Sender_ {
     Paddle,
     Calendly,
     Linear,
+    Intercom,
+    Pagerduty,
+    Mailgun,
+    Zoom,
+    Typeform,
+    Woocommerce,
 }
 
 impl Sender_ {
@@ -59,6 +86,14 @@ impl Sender_ {
             Sender_::Paddle => "scheme = \"paddle\"\nsecrets = [\"pdl_ntfset_0123456789\"]",
             Sender_::Calendly => "scheme = \"calendly\"\nsecrets = [\"calendly-key-0123456789\"]",
             Sender_::Linear => "scheme = \"linear\"\nsecrets = [\"lin_wh_0123456789abcdef\"]",
+            Sender_::Intercom => "scheme = \"intercom\"\nsecrets = [\"icm-secret-0123456789\"]",
+            Sender_::Pagerduty => "scheme = \"pagerduty\"\nsecrets = [\"pd-secret-0123456789\"]",
+            Sender_::Mailgun => "scheme = \"mailgun\"\nsecrets = [\"mg-signing-key-0123456789\"]",
+            Sender_::Zoom => "scheme = \"zoom\"\nsecrets = [\"zm-secret-token-0123456789\"]",
+            Sender_::Typeform => "scheme = \"typeform\"\nsecrets = [\"tf-secret-0123456789\"]",
+            Sender_::Woocommerce => {
+                "scheme = \"woocommerce\"\nsecrets = [\"wc-secret-0123456789\"]"
+            }
         }
     }
 
@@ -128,6 +163,48 @@ impl Sender_ {
                 .header("x-gitlab-token", "gitlab-token-0123456789")
                 .header("idempotency-key", id)
                 .header("x-gitlab-event-uuid", format!("other-{id}")),
+            Sender_::Intercom => builder.header(
+                "x-hub-signature",
+                format!(
+                    "sha1={}",
+                    hex::encode(mac_sha1(b"icm-secret-0123456789", body.as_bytes()))
+                ),
+            ),
+            Sender_::Pagerduty => builder.header(
+                "x-pagerduty-signature",
+                format!(
+                    "v1=0000,v1={}",
+                    hex::encode(mac(b"pd-secret-0123456789", body.as_bytes()))
+                ),
+            ),
+            // The signature rides in the body.
+            Sender_::Mailgun => {
+                let signed = mailgun_signed(body, id, ts);
+                return builder.body(Full::new(Bytes::from(signed))).unwrap();
+            }
+            Sender_::Zoom => {
+                let sig = hex::encode(mac(
+                    b"zm-secret-token-0123456789",
+                    format!("v0:{ts}:{body}").as_bytes(),
+                ));
+                builder
+                    .header("x-zm-request-timestamp", ts.to_string())
+                    .header("x-zm-signature", format!("v0={sig}"))
+            }
+            Sender_::Typeform => builder.header(
+                "typeform-signature",
+                format!(
+                    "sha256={}",
+                    B64.encode(mac(b"tf-secret-0123456789", body.as_bytes()))
+                ),
+            ),
+            Sender_::Woocommerce => builder
+                .header("x-wc-webhook-topic", "order.updated")
+                .header("x-wc-webhook-delivery-id", format!("delivery-{ts}"))
+                .header(
+                    "x-wc-webhook-signature",
+                    B64.encode(mac(b"wc-secret-0123456789", body.as_bytes())),
+                ),
         };
         builder
             .body(Full::new(Bytes::from(body.to_owned())))
@@ -145,6 +222,19 @@ impl Sender_ {
             Sender_::Calendly => format!(
                 r#"{{"event":"invitee.created","type":"order.paid","payload":{{"uri":"https://api.calendly.com/invitees/{id}"}}}}"#
             ),
+            Sender_::Pagerduty => {
+                format!(
+                    r#"{{"event":{{"id":"{id}","event_type":"incident.triggered"}},"type":"x"}}"#
+                )
+            }
+            Sender_::Mailgun => format!(r#"{{"event-data":{{"id":"{id}","type":"delivered"}}}}"#),
+            Sender_::Zoom => format!(
+                r#"{{"event":"meeting.started","type":"x","payload":{{"object":{{"id":"{id}"}}}}}}"#
+            ),
+            Sender_::Typeform => format!(r#"{{"event_id":"{id}","type":"form_response"}}"#),
+            Sender_::Woocommerce => {
+                format!(r#"{{"id":"{id}","type":"x","date_modified_gmt":"2026-11-30T12:00:00"}}"#)
+            }
             _ => format!(r#"{{"id":"{id}","type":"order.paid"}}"#),
         }
     }
@@ -155,6 +245,11 @@ impl Sender_ {
             Sender_::Calendly => {
                 format!("invitee.created:https%3A//api.calendly.com/invitees/{id}")
             }
+            Sender_::Zoom => {
+                use sha2::Digest;
+                hex::encode(Sha256::digest(self.body(id).as_bytes()))
+            }
+            Sender_::Woocommerce => format!("order.updated:{id}:2026-11-30T12%3A00%3A00"),
             _ => id.to_owned(),
         }
     }
@@ -162,7 +257,14 @@ impl Sender_ {
     fn timestamped(self) -> bool {
         !matches!(
             self,
-            Sender_::Github | Sender_::Shopify | Sender_::Gitlab | Sender_::Linear
+            Sender_::Github
+                | Sender_::Shopify
+                | Sender_::Gitlab
+                | Sender_::Linear
+                | Sender_::Intercom
+                | Sender_::Pagerduty
+                | Sender_::Typeform
+                | Sender_::Woocommerce
         )
     }
 
@@ -175,6 +277,12 @@ impl Sender_ {
                 forged
                     .headers_mut()
                     .insert("x-gitlab-token", "gitlab-token-012345678X".parse().unwrap());
+            }
+            // Mailgun signs its token, not the event: a block with another
+            // token is the forgery.
+            Sender_::Mailgun => {
+                let signed = mailgun_signed(body, id, now()).replace("-token-", "-tokem-");
+                *forged.body_mut() = Full::new(Bytes::from(signed));
             }
             _ => *forged.body_mut() = Full::new(Bytes::from(body.replace("\"type\"", "\"kind\""))),
         }
@@ -279,6 +387,43 @@ async fn calendly_end_to_end() {
 #[tokio::test]
 async fn linear_end_to_end() {
     scheme_end_to_end(Sender_::Linear).await;
+}
+
+/// Intercom signs with SHA-1 under `X-Hub-Signature`; the key is the
+/// notification id.
+#[tokio::test]
+async fn intercom_end_to_end() {
+    scheme_end_to_end(Sender_::Intercom).await;
+}
+
+/// PagerDuty lists several `v1=` signatures; one matching is enough.
+#[tokio::test]
+async fn pagerduty_end_to_end() {
+    scheme_end_to_end(Sender_::Pagerduty).await;
+}
+
+/// Mailgun's signature block is in the body; a stale block is refused.
+#[tokio::test]
+async fn mailgun_end_to_end() {
+    scheme_end_to_end(Sender_::Mailgun).await;
+}
+
+/// Zoom's events carry no id: the key is the body's hash.
+#[tokio::test]
+async fn zoom_end_to_end() {
+    scheme_end_to_end(Sender_::Zoom).await;
+}
+
+#[tokio::test]
+async fn typeform_end_to_end() {
+    scheme_end_to_end(Sender_::Typeform).await;
+}
+
+/// WooCommerce sends no event id: the key joins the topic, the resource
+/// and its modification time — not the per-delivery id.
+#[tokio::test]
+async fn woocommerce_end_to_end() {
+    scheme_end_to_end(Sender_::Woocommerce).await;
 }
 
 #[tokio::test]
@@ -429,5 +574,75 @@ async fn slacks_url_verification_handshake_is_forwarded_unclaimed() {
     let request = Sender_::Slack.request(&gateway.url("/r"), "", HANDSHAKE, now());
     assert_eq!(client.send(request).await.code(), "key_missing");
     assert_eq!(upstream.total(), 2);
+    gateway.shutdown().await;
+}
+
+/// Zoom's `endpoint.url_validation` and WooCommerce's activation ping are
+/// answered by the gateway as each sender requires: nothing is claimed,
+/// nothing reaches the upstream, and the outcome is counted as `handshake`.
+/// A validation request with a bad signature is refused like any forgery.
+#[tokio::test]
+async fn handshakes_are_answered_by_the_gateway() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"redis\"\nurl = \"{}\"\n\
+         [[routes]]\nname = \"zoom\"\npath = \"/zoom\"\nupstream = \"{up}\"\n[routes.verify]\n{}\n\
+         [[routes]]\nname = \"woo\"\npath = \"/woo\"\nupstream = \"{up}\"\n[routes.verify]\n{}\n",
+        redis.url(),
+        Sender_::Zoom.verify_toml(),
+        Sender_::Woocommerce.verify_toml(),
+        up = upstream.url("/"),
+    );
+    let gateway = TestGateway::start(&with_admin(&text, false)).await;
+    let client = Sender::new();
+
+    let validation = r#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1764504000456,"event":"endpoint.url_validation"}"#;
+    let answer = client
+        .send(Sender_::Zoom.request(&gateway.url("/zoom"), "v", validation, now()))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let expected = hex::encode(mac(
+        b"zm-secret-token-0123456789",
+        b"qgg8vlvZRS6UYooatFL8Aw",
+    ));
+    assert_eq!(
+        answer.json(),
+        serde_json::json!({"plainToken": "qgg8vlvZRS6UYooatFL8Aw", "encryptedToken": expected})
+    );
+    // Signed for one token, sent with another.
+    let mut forged = Sender_::Zoom.request(&gateway.url("/zoom"), "v", validation, now());
+    *forged.body_mut() = Full::new(Bytes::from(validation.replace("qgg8", "xgg8")));
+    let forged = client.send(forged).await;
+    assert_eq!(forged.code(), "signature_invalid");
+
+    // WooCommerce's ping is unsigned; only its exact shape is answered.
+    let ping = |body: &'static str| {
+        Request::post(gateway.url("/woo"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    let answer = client.send(ping("webhook_id=42")).await;
+    assert_eq!((answer.status, answer.body.len()), (StatusCode::OK, 0));
+    let not_a_ping = client.send(ping("webhook_id=42&id=7")).await;
+    assert_eq!(not_a_ping.code(), "signature_invalid");
+
+    assert_eq!(upstream.total(), 0, "a handshake is never forwarded");
+    assert!(redis_keys(&redis.url()).await.is_empty(), "nor claimed");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    for route in ["zoom", "woo"] {
+        assert_eq!(
+            sample(
+                &metrics,
+                "hookgate_requests_total",
+                &[("route", route), ("outcome", "handshake")]
+            ),
+            Some(1.0),
+            "{route}"
+        );
+    }
     gateway.shutdown().await;
 }

@@ -1,0 +1,216 @@
+"""Signed requests made by the senders' own SDKs, for tests/it/sdk.rs.
+
+`python senders.py SCHEME` prints one JSON object: the route settings the
+request needs (`secret`, `public_url`) and the request itself (`query`,
+`headers`, `body`), signed now. Where the sender's SDK signs (Twilio,
+HubSpot, Adyen), it signs; where it only verifies (Square, SendGrid,
+Discord), the request is signed here with the documented method and the
+SDK must accept it before it is printed. Either way the SDK, not hookgate,
+is the oracle: the gateway is then expected to accept exactly this.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import sys
+import time
+import uuid
+from urllib.parse import urlencode
+
+PUBLIC_URL = "https://hooks.example.com/webhooks"
+
+
+def twilio():
+    from twilio.request_validator import RequestValidator
+
+    token = "tw_auth_token_" + uuid.uuid4().hex
+    query = "region=eu&x=a%2Fb"
+    params = {
+        "MessageSid": "SM" + uuid.uuid4().hex,
+        "MessageStatus": "delivered",
+        "To": "+15005550006",
+        "Body": "Ünïcode & spaces = fine",
+    }
+    url = f"{PUBLIC_URL}?{query}"
+    validator = RequestValidator(token)
+    signature = validator.compute_signature(url, params)
+    assert validator.validate(url, params, signature)
+    return {
+        "secret": token,
+        "public_url": PUBLIC_URL,
+        "query": query,
+        "headers": {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Twilio-Signature": signature,
+            "I-Twilio-Idempotency-Token": str(uuid.uuid4()),
+        },
+        "body": urlencode(params),
+    }
+
+
+def square():
+    from square.utils.webhooks_helper import verify_signature
+
+    key = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    body = json.dumps(
+        {
+            "merchant_id": "MLEFBHHSJGVHD",
+            "type": "payment.updated",
+            "event_id": str(uuid.uuid4()),
+            "created_at": "2026-11-30T12:00:00Z",
+            "data": {"type": "payment", "id": "KkAkhdMsgzn59SM8A89WgKwekxLZY"},
+        },
+        separators=(",", ":"),
+    )
+    mac = hmac.new(key.encode(), (PUBLIC_URL + body).encode(), hashlib.sha256)
+    signature = base64.b64encode(mac.digest()).decode()
+    assert verify_signature(
+        request_body=body,
+        signature_header=signature,
+        signature_key=key,
+        notification_url=PUBLIC_URL,
+    )
+    return {
+        "secret": key,
+        "public_url": PUBLIC_URL,
+        "headers": {
+            "Content-Type": "application/json",
+            "x-square-hmacsha256-signature": signature,
+        },
+        "body": body,
+    }
+
+
+def hubspot():
+    from hubspot.utils.signature import Signature
+
+    secret = "hs_" + uuid.uuid4().hex
+    query = "portal=62515&next=a%3Ab"
+    # HubSpot signs the URI with %3A and friends decoded.
+    uri = f"{PUBLIC_URL}?portal=62515&next=a:b"
+    timestamp = str(int(time.time() * 1000))
+    body = json.dumps(
+        [
+            {
+                "eventId": uuid.uuid4().int % 10**10,
+                "subscriptionId": 2171234,
+                "portalId": 62515,
+                "occurredAt": int(time.time() * 1000),
+                "subscriptionType": "contact.creation",
+                "attemptNumber": 0,
+                "objectId": 123,
+            }
+        ],
+        separators=(",", ":"),
+    )
+    signature = Signature.get_signature(secret, body, "v3", uri, "POST", timestamp)
+    assert Signature.is_valid(signature, secret, body, uri, "POST", "v3", timestamp)
+    return {
+        "secret": secret,
+        "public_url": PUBLIC_URL,
+        "query": query,
+        "headers": {
+            "Content-Type": "application/json",
+            "X-HubSpot-Signature-v3": signature,
+            "X-HubSpot-Request-Timestamp": timestamp,
+        },
+        "body": body,
+    }
+
+
+def adyen():
+    from Adyen.util import generate_notification_sig, is_valid_hmac_notification
+
+    key = uuid.uuid4().hex.upper() + uuid.uuid4().hex.upper()
+    item = {
+        "additionalData": {},
+        "amount": {"value": 1130, "currency": "EUR"},
+        "pspReference": str(uuid.uuid4().int % 10**16),
+        "eventCode": "AUTHORISATION",
+        "merchantAccountCode": "TestMerchant",
+        "merchantReference": "order:42",
+        "success": "true",
+    }
+    item["additionalData"]["hmacSignature"] = generate_notification_sig(item, key).decode()
+    notification = {"live": "false", "notificationItems": [{"NotificationRequestItem": item}]}
+    assert is_valid_hmac_notification(notification, key)
+    return {
+        "secret": key,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps(notification, separators=(",", ":")),
+    }
+
+
+def sendgrid():
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from sendgrid.helpers.eventwebhook import EventWebhook
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    public = base64.b64encode(
+        private.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    ).decode()
+    timestamp = str(int(time.time()))
+    payload = (
+        json.dumps(
+            [{"email": "a@example.com", "event": "delivered", "sg_event_id": uuid.uuid4().hex}],
+            separators=(",", ":"),
+        )
+        + "\r\n"
+    )
+    signature = base64.b64encode(
+        private.sign((timestamp + payload).encode(), ec.ECDSA(hashes.SHA256()))
+    ).decode()
+    webhook = EventWebhook(public)
+    assert webhook.verify_signature(payload, signature, timestamp)
+    return {
+        "secret": public,
+        "headers": {
+            "Content-Type": "application/json",
+            "X-Twilio-Email-Event-Webhook-Signature": signature,
+            "X-Twilio-Email-Event-Webhook-Timestamp": timestamp,
+        },
+        "body": payload,
+    }
+
+
+def discord(body):
+    from discord_interactions import verify_key
+    from nacl.signing import SigningKey
+
+    key = SigningKey.generate()
+    public = key.verify_key.encode().hex()
+    timestamp = str(int(time.time()))
+    signature = key.sign((timestamp + body).encode()).signature.hex()
+    assert verify_key(body.encode(), signature, timestamp, public)
+    return {
+        "secret": public,
+        "headers": {
+            "Content-Type": "application/json",
+            "X-Signature-Ed25519": signature,
+            "X-Signature-Timestamp": timestamp,
+        },
+        "body": body,
+    }
+
+
+SENDERS = {
+    "twilio": twilio,
+    "square": square,
+    "hubspot": hubspot,
+    "adyen": adyen,
+    "sendgrid": sendgrid,
+    "discord": lambda: discord(
+        json.dumps(
+            {"id": str(uuid.uuid4().int % 10**18), "type": 2, "token": "t", "version": 1},
+            separators=(",", ":"),
+        )
+    ),
+    "discord-ping": lambda: discord('{"id":"1","type":1,"token":"t","version":1}'),
+}
+
+if __name__ == "__main__":
+    print(json.dumps(SENDERS[sys.argv[1]]()))
