@@ -60,9 +60,11 @@ impl Config {
                 upstream = route.upstream,
                 pad = "",
                 scheme = route.scheme.name,
-                horizon = route.scheme.retry_horizon.map_or(String::new(), |horizon| {
-                    format!(" (the sender retries for {})", humanize(horizon))
-                }),
+                horizon = match route.scheme.retry_horizon {
+                    Some(Duration::ZERO) => " (the sender does not retry)".to_owned(),
+                    Some(horizon) => format!(" (the sender retries for {})", humanize(horizon)),
+                    None => String::new(),
+                },
                 keys = keys.join(", "),
                 scope = route.scope,
                 ttl = humanize(route.processing_ttl),

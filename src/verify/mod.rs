@@ -97,7 +97,8 @@ pub struct Profile {
     /// the sender has no convention and the route must set `key`.
     pub default_key: &'static [&'static str],
     /// How long the sender may redeliver an event; `retention` must outlast
-    /// it (`check` warns otherwise).
+    /// it (`check` warns otherwise). Zero: the sender does not retry; none:
+    /// unknown (or up to the operator).
     pub retry_horizon: Option<Duration>,
     /// Default `retention`: comfortably past the retry horizon.
     pub default_retention: Duration,

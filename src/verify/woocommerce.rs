@@ -31,7 +31,7 @@ pub static PROFILE: Profile = Profile {
         "header:X-WC-Webhook-Topic + json:/id + json:/date_modified_gmt",
         "header:X-WC-Webhook-Delivery-ID",
     ],
-    retry_horizon: None,
+    retry_horizon: Some(Duration::ZERO),
     default_retention: Duration::from_secs(7 * DAY),
     replay_guard: true,
     timestamped: false,
