@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName};
 
 use super::{
-    encoded_header, hmac_verdict, single_header, Algorithm, Encoding, Profile, RequestLine,
-    Verifier, Verify, VerifyError, DAY,
+    check_timestamp_ms, encoded_header, hmac_verdict, single_header, Algorithm, Encoding, Profile,
+    RequestLine, Verifier, Verify, VerifyError, DAY,
 };
 use crate::key::OnMissingKey;
 use crate::secret::Secret;
@@ -111,16 +111,10 @@ impl Verify for HubSpotVerifier {
         ];
         hmac_verdict(Algorithm::Sha256, &self.secrets, &parts, &[signature])?;
         // Milliseconds, unlike the other schemes' seconds.
-        let millis: u64 = timestamp
+        let millis = timestamp
             .parse()
             .map_err(|_| VerifyError::SignatureInvalid)?;
-        let now = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        if now.abs_diff(millis) > self.tolerance.as_millis() as u64 {
-            return Err(VerifyError::TimestampOutOfTolerance);
-        }
-        Ok(())
+        check_timestamp_ms(millis, now, self.tolerance)
     }
 }
 

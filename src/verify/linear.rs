@@ -2,19 +2,27 @@
 //! body with the webhook's signing secret (linear.app/developers/webhooks,
 //! "Securing webhooks").
 //!
+//! The signed body carries `webhookTimestamp` (Unix milliseconds); once the
+//! signature passes it must be within `tolerance` of now, as Linear's own
+//! SDK requires (within a minute; hookgate's default is 5 minutes) — so a
+//! captured delivery cannot be replayed later.
+//!
 //! Key: `Linear-Delivery`, the delivery's UUID. It is not covered by the
 //! signature, so `replay_guard = "body"` is on by default (a captured body
-//! re-sent under another delivery id is a duplicate). The body also carries
-//! `webhookTimestamp` (ms), which Linear suggests checking against the clock;
-//! hookgate does not (it reads no body before the signature passes, and
-//! dedup covers replays within `retention`). Linear retries a failed
-//! delivery three times — after a minute, an hour and six hours.
+//! re-sent under another delivery id is a duplicate). A retry is stamped
+//! anew, so its body differs: `on_mismatch = "replay"` by default. Linear
+//! retries a failed delivery three times — after a minute, an hour and six
+//! hours.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName};
+use serde::Deserialize;
 
-use super::{Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, DAY, HOUR};
+use super::{
+    check_timestamp_ms, Algorithm, Encoding, HmacOptions, HmacVerifier, Profile, Verifier, Verify,
+    VerifyError, DAY, HOUR,
+};
 use crate::key::OnMissingKey;
 
 pub static PROFILE: Profile = Profile {
@@ -23,13 +31,42 @@ pub static PROFILE: Profile = Profile {
     retry_horizon: Some(Duration::from_secs(8 * HOUR)),
     default_retention: Duration::from_secs(3 * DAY),
     replay_guard: true,
-    timestamped: false,
+    timestamped: true,
     signed_headers: &[],
     signs_url: false,
-    retries_change_body: false,
+    retries_change_body: true,
     on_missing_key: OnMissingKey::Reject,
-    build: |spec| HmacVerifier::from_spec(options(), spec),
+    build: |spec| {
+        Ok(Verifier::new(LinearVerifier {
+            hmac: HmacVerifier {
+                options: options(),
+                secrets: spec.secrets,
+            },
+            tolerance: spec.tolerance,
+        }))
+    },
 };
+
+#[derive(Debug)]
+struct LinearVerifier {
+    hmac: HmacVerifier,
+    tolerance: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stamp {
+    webhook_timestamp: u64,
+}
+
+impl Verify for LinearVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
+        self.hmac.verify(headers, body)?;
+        let stamp: Stamp =
+            serde_json::from_slice(body).map_err(|_| VerifyError::SignatureInvalid)?;
+        check_timestamp_ms(stamp.webhook_timestamp, now, self.tolerance)
+    }
+}
 
 fn options() -> HmacOptions {
     HmacOptions {
@@ -45,6 +82,8 @@ mod tests {
     use super::*;
     use crate::verify::generic::testing::check_vector;
 
+    const BODY: &[u8] = br#"{"action":"create","type":"Issue","data":{"id":"2174add1-f7c8-44e3-bbf3-2d60b5ea8bc9","title":"Checkout fails"},"url":"https://linear.app/acme/issue/ENG-1","webhookTimestamp":1712917129123}"#;
+
     // Linear publishes no fixed vector; computed independently with
     // Python's `hmac` over the raw body, hex, for the documented method.
     #[test]
@@ -53,9 +92,33 @@ mod tests {
         check_vector(
             options(),
             "lin_wh_0123456789abcdef",
-            br#"{"action":"create","type":"Issue","data":{"id":"2174add1-f7c8-44e3-bbf3-2d60b5ea8bc9","title":"Checkout fails"},"url":"https://linear.app/acme/issue/ENG-1","webhookTimestamp":1712917129123}"#,
+            BODY,
             signature,
             &[&format!("sha256={signature}")], // a prefix Linear does not write
+        );
+    }
+
+    #[test]
+    fn the_signed_timestamp_must_be_recent() {
+        let v = LinearVerifier {
+            hmac: HmacVerifier {
+                options: options(),
+                secrets: vec![crate::secret::Secret::new("lin_wh_0123456789abcdef")],
+            },
+            tolerance: Duration::from_secs(300),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "linear-signature",
+            "3b615b51d435c9f7b1400e8f965d2420ee9545529d077c21c95e144c0b3721ab"
+                .parse()
+                .unwrap(),
+        );
+        let sent = SystemTime::UNIX_EPOCH + Duration::from_millis(1_712_917_129_123);
+        assert_eq!(v.verify(&headers, BODY, sent), Ok(()));
+        assert_eq!(
+            v.verify(&headers, BODY, sent + Duration::from_secs(301)),
+            Err(VerifyError::TimestampOutOfTolerance)
         );
     }
 }

@@ -433,6 +433,23 @@ pub(crate) fn check_timestamp(
     }
 }
 
+/// [`check_timestamp`] for senders that sign milliseconds (HubSpot,
+/// Linear).
+pub(crate) fn check_timestamp_ms(
+    millis: u64,
+    now: SystemTime,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if now.abs_diff(millis) > tolerance.as_millis() as u64 {
+        Err(VerifyError::TimestampOutOfTolerance)
+    } else {
+        Ok(())
+    }
+}
+
 /// The one value of a signature header: missing, repeated, non-ASCII or
 /// oversized is a signature failure.
 pub(crate) fn single_header<'a>(

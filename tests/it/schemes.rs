@@ -155,10 +155,16 @@ impl Sender_ {
                 ));
                 builder.header("calendly-webhook-signature", format!("t={ts},v1={sig}"))
             }
-            Sender_::Linear => builder.header("linear-delivery", id).header(
-                "linear-signature",
-                hex::encode(mac(b"lin_wh_0123456789abcdef", body.as_bytes())),
-            ),
+            // The timestamp rides in the signed body, in milliseconds.
+            Sender_::Linear => {
+                let stamped = body.replacen('{', &format!("{{\"webhookTimestamp\":{ts}000,"), 1);
+                let signature = hex::encode(mac(b"lin_wh_0123456789abcdef", stamped.as_bytes()));
+                return builder
+                    .header("linear-delivery", id)
+                    .header("linear-signature", signature)
+                    .body(Full::new(Bytes::from(stamped)))
+                    .unwrap();
+            }
             Sender_::Gitlab => builder
                 .header("x-gitlab-token", "gitlab-token-0123456789")
                 .header("idempotency-key", id)
@@ -260,7 +266,6 @@ impl Sender_ {
             Sender_::Github
                 | Sender_::Shopify
                 | Sender_::Gitlab
-                | Sender_::Linear
                 | Sender_::Intercom
                 | Sender_::Pagerduty
                 | Sender_::Typeform

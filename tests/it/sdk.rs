@@ -1,12 +1,12 @@
 //! The senders' own SDKs as the oracle: `tests/sdk/senders.py` makes a
 //! request the way each sender does — signed live by the SDK (Twilio,
-//! HubSpot, Adyen), or signed by the documented method and accepted by the
-//! SDK's verifier first (Square, SendGrid, Discord) — and the real gateway,
+//! HubSpot, Adyen, Paddle), or signed by the documented method and accepted
+//! by the SDK's verifier first (Square, SendGrid, Discord, Mailgun) — and the real gateway,
 //! on Redis, must accept exactly that: forwarded once under the sender's
 //! event id however many copies race in, refused once tampered with.
 //!
-//! The SDKs live in `target/sdk-venv` (`tests/sdk/setup.sh`, which `.ci/run`
-//! runs). Without them the tests skip, except under `CI=true`, where they
+//! The SDKs live in `target/sdk-venv` and `tests/sdk/node_modules`
+//! (`tests/sdk/setup.sh`, which `.ci/run` runs). Without them the tests skip, except under `CI=true`, where they
 //! fail.
 
 use std::path::PathBuf;
@@ -29,11 +29,10 @@ struct SdkRequest {
 }
 
 fn sdk_python() -> Option<PathBuf> {
-    let python = std::env::var_os("HOOKGATE_SDK_PYTHON").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/sdk-venv/bin/python"),
-        PathBuf::from,
-    );
-    if python.exists() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var_os("HOOKGATE_SDK_PYTHON")
+        .map_or_else(|| root.join("target/sdk-venv/bin/python"), PathBuf::from);
+    if python.exists() && root.join("tests/sdk/node_modules/@linear/sdk").exists() {
         return Some(python);
     }
     assert!(
@@ -45,14 +44,18 @@ fn sdk_python() -> Option<PathBuf> {
     None
 }
 
-/// What `tests/sdk/senders.py SCHEME` printed.
+/// What `tests/sdk/senders.py SCHEME` printed (`tests/sdk/linear.mjs` for
+/// Linear, whose SDK is on npm).
 fn sdk_request(python: &PathBuf, scheme: &str) -> SdkRequest {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/senders.py");
-    let output = Command::new(python)
-        .arg(script)
-        .arg(scheme)
-        .output()
-        .unwrap();
+    let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    let output = match scheme {
+        "linear" => Command::new("node").arg(sdk.join("linear.mjs")).output(),
+        _ => Command::new(python)
+            .arg(sdk.join("senders.py"))
+            .arg(scheme)
+            .output(),
+    }
+    .unwrap();
     assert!(
         output.status.success(),
         "{scheme}: {}",
@@ -230,6 +233,31 @@ async fn adyen_signed_by_its_library() {
             item["eventCode"].as_str().unwrap(),
             item["pspReference"].as_str().unwrap()
         )
+    })
+    .await;
+}
+
+/// Linear's SDK (npm) accepts the request; its signed `webhookTimestamp`
+/// is recent.
+#[tokio::test]
+async fn linear_accepted_by_its_sdk() {
+    accepted_once("linear", |r| header(r, "Linear-Delivery")).await;
+}
+
+#[tokio::test]
+async fn paddle_signed_by_its_sdk() {
+    accepted_once("paddle", |r| {
+        r.json()["event_id"].as_str().unwrap().to_owned()
+    })
+    .await;
+}
+
+/// Mailgun's signature block, accepted by Mailgun's SDK; the key is the
+/// event's id, not the per-request token.
+#[tokio::test]
+async fn mailgun_accepted_by_its_sdk() {
+    accepted_once("mailgun", |r| {
+        r.json()["event-data"]["id"].as_str().unwrap().to_owned()
     })
     .await;
 }

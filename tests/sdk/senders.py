@@ -3,9 +3,9 @@
 `python senders.py SCHEME` prints one JSON object: the route settings the
 request needs (`secret`, `public_url`) and the request itself (`query`,
 `headers`, `body`), signed now. Where the sender's SDK signs (Twilio,
-HubSpot, Adyen), it signs; where it only verifies (Square, SendGrid,
-Discord), the request is signed here with the documented method and the
-SDK must accept it before it is printed. Either way the SDK, not hookgate,
+HubSpot, Adyen, Paddle), it signs; where it only verifies (Square,
+SendGrid, Discord, Mailgun), the request is signed here with the
+documented method and the SDK must accept it before it is printed. Either way the SDK, not hookgate,
 is the oracle: the gateway is then expected to accept exactly this.
 """
 
@@ -197,7 +197,52 @@ def discord(body):
     }
 
 
+def paddle():
+    from paddle_billing.Notifications import Secret, Verifier
+    from paddle_billing.Notifications.PaddleSignature import PaddleSignature
+
+    secret = "pdl_ntfset_" + uuid.uuid4().hex
+    timestamp = str(int(time.time()))
+    body = json.dumps(
+        {"event_id": "evt_" + uuid.uuid4().hex, "event_type": "transaction.completed"},
+        separators=(",", ":"),
+    )
+    h1 = PaddleSignature.calculate_hmac(secret, f"{timestamp}:{body}".encode()).hexdigest()
+    header = f"ts={timestamp};h1={h1}"
+
+    class Request:
+        def __init__(self, headers, raw):
+            self.headers, self.body = headers, raw
+
+    assert Verifier().verify(Request({"Paddle-Signature": header}, body.encode()), Secret(secret))
+    return {
+        "secret": secret,
+        "headers": {"Content-Type": "application/json", "Paddle-Signature": header},
+        "body": body,
+    }
+
+
+def mailgun():
+    from mailgun.security import SecurityGuard
+
+    key = "key-" + uuid.uuid4().hex
+    timestamp = str(int(time.time()))
+    token = uuid.uuid4().hex + uuid.uuid4().hex[:18]
+    signature = hmac.new(key.encode(), (timestamp + token).encode(), hashlib.sha256).hexdigest()
+    assert SecurityGuard.verify_webhook(key, token, timestamp, signature)
+    body = json.dumps(
+        {
+            "signature": {"timestamp": timestamp, "token": token, "signature": signature},
+            "event-data": {"id": uuid.uuid4().hex[:22], "event": "delivered"},
+        },
+        separators=(",", ":"),
+    )
+    return {"secret": key, "headers": {"Content-Type": "application/json"}, "body": body}
+
+
 SENDERS = {
+    "paddle": paddle,
+    "mailgun": mailgun,
     "twilio": twilio,
     "square": square,
     "hubspot": hubspot,
