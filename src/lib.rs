@@ -111,7 +111,8 @@ impl App {
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let fixed = &config.fixed;
-        let store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?;
+        let store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?
+            .with_replay_cache(fixed.store.replay_cache_bytes);
         let longest_retention = config
             .live
             .routes

@@ -110,6 +110,10 @@ pub struct Metrics {
 pub struct StoreMetrics {
     pub duration: HistogramVec,
     pub errors: IntCounterVec,
+    /// Duplicates answered from the replay cache, without the store.
+    pub cache_hits: prometheus::IntCounter,
+    /// 1 while the replay cache serves (its invalidation feed is up).
+    pub cache_live: prometheus::IntGauge,
 }
 
 impl StoreMetrics {
@@ -119,7 +123,7 @@ impl StoreMetrics {
         Self::build().0
     }
 
-    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 2]) {
+    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 4]) {
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "hookgate_store_operation_duration_seconds",
@@ -139,9 +143,31 @@ impl StoreMetrics {
             &["op"],
         )
         .expect("valid metric");
-        let collectors: [Box<dyn prometheus::core::Collector>; 2] =
-            [Box::new(duration.clone()), Box::new(errors.clone())];
-        (Self { duration, errors }, collectors)
+        let cache_hits = prometheus::IntCounter::new(
+            "hookgate_replay_cache_hits_total",
+            "Duplicates answered from the in-process replay cache, without a store round trip.",
+        )
+        .expect("valid metric");
+        let cache_live = prometheus::IntGauge::new(
+            "hookgate_replay_cache_live",
+            "1 while the replay cache serves: on, and its invalidation feed connected.",
+        )
+        .expect("valid metric");
+        let collectors: [Box<dyn prometheus::core::Collector>; 4] = [
+            Box::new(duration.clone()),
+            Box::new(errors.clone()),
+            Box::new(cache_hits.clone()),
+            Box::new(cache_live.clone()),
+        ];
+        (
+            Self {
+                duration,
+                errors,
+                cache_hits,
+                cache_live,
+            },
+            collectors,
+        )
     }
 
     pub fn observe(&self, op: &'static str, elapsed: Duration, failed: bool) {

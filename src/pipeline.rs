@@ -284,6 +284,11 @@ impl Gateway {
         metrics
             .store_up
             .set(i64::from(self.store.ping().await.is_ok()));
+        let cache_live = self
+            .store
+            .replay_cache()
+            .is_some_and(|cache| cache.is_live());
+        metrics.store.cache_live.set(i64::from(cache_live));
         for route in self.routes() {
             let name = route.name.as_str();
             if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {

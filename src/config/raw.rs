@@ -74,6 +74,8 @@ pub struct RawStore {
     pub pool_size: Option<u64>,
     /// redis, redis-cluster, postgres: PEM CA bundle trusted for TLS servers.
     pub tls_ca: Option<String>,
+    /// Bytes of completed records kept in process (0: off).
+    pub replay_cache_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

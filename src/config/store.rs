@@ -8,6 +8,7 @@ use super::locate::KeyPath;
 use super::raw::RawStore;
 use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
 use super::validate::Validator;
+use crate::store::DEFAULT_REPLAY_CACHE_BYTES;
 
 /// Connections per gateway to a PostgreSQL store.
 const DEFAULT_POOL_SIZE: u64 = 16;
@@ -156,6 +157,17 @@ impl Validator<'_> {
                 }
                 Some(path)
             }),
+            replay_cache_bytes: match raw.replay_cache_bytes {
+                None => DEFAULT_REPLAY_CACHE_BYTES,
+                Some(bytes) if bytes <= 4 << 30 => bytes as usize,
+                Some(_) => {
+                    self.fail(
+                        &at.key("replay_cache_bytes"),
+                        "must be between 0 (off) and 4294967296",
+                    );
+                    DEFAULT_REPLAY_CACHE_BYTES
+                }
+            },
         };
         (settings, key_prefix, on_error)
     }

@@ -105,6 +105,10 @@ impl MemoryStore {
 impl Backend for MemoryStore {
     const NAME: &'static str = "memory";
 
+    fn invalidations(&self) -> super::Invalidations {
+        super::Invalidations::Local
+    }
+
     async fn claim(
         &self,
         request: ClaimRequest<'_>,

@@ -33,6 +33,7 @@
 //! [`Backend`], one arm in [`Store::open`], and one line in the conformance
 //! suite.
 
+mod cache;
 mod clock;
 mod embedded;
 mod memory;
@@ -43,8 +44,10 @@ mod settings;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use self::cache::{Invalidations, ReplayCache};
 pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
@@ -55,7 +58,7 @@ pub use self::record::{
     ListQuery, Record, RecordState, StoreKey, Stored, StoredRequest,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
-pub use self::settings::{BackendSettings, StoreSettings, Synchronous};
+pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 
@@ -213,6 +216,23 @@ pub trait Backend: Send + Sync + 'static {
         let _ = longest_retention;
         async { Vec::new() }
     }
+
+    /// How a change made by another instance reaches this one's replay
+    /// cache (see `cache.rs`); without a way, the cache stays off.
+    fn invalidations(&self) -> Invalidations {
+        Invalidations::Unsupported
+    }
+
+    /// Tell every instance that `key` changed, on `channel` (Redis: a
+    /// `PUBLISH`); nothing where this process is the only writer.
+    fn publish(
+        &self,
+        channel: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (channel, key);
+        async { Ok(()) }
+    }
 }
 
 type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -266,6 +286,8 @@ trait DynBackend: Send + Sync {
         &self,
         longest_retention: Duration,
     ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>>;
+    fn invalidations(&self) -> Invalidations;
+    fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()>;
 }
 
 impl<B: Backend> DynBackend for B {
@@ -346,6 +368,12 @@ impl<B: Backend> DynBackend for B {
     ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>> {
         Box::pin(Backend::risks(self, longest_retention))
     }
+    fn invalidations(&self) -> Invalidations {
+        Backend::invalidations(self)
+    }
+    fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()> {
+        Box::pin(Backend::publish(self, channel, key))
+    }
 }
 
 /// The configured backend, with the key layout and the per-operation
@@ -357,6 +385,9 @@ pub struct Store {
     hash_tags: bool,
     timeout: Duration,
     metrics: StoreMetrics,
+    /// Completed records kept in process (`store.replay_cache`); none when
+    /// switched off or the backend has no invalidation feed yet.
+    cache: Option<Arc<ReplayCache>>,
 }
 
 /// A record as a listing returns it.
@@ -493,6 +524,55 @@ impl Store {
             hash_tags: B::HASH_TAGS,
             timeout,
             metrics,
+            cache: None,
+        }
+    }
+
+    /// Keep completed records in process, up to `budget` bytes (0: off),
+    /// where the backend lets every instance's copy be invalidated: at once
+    /// for a store only this process writes, else once the feed is
+    /// connected (a task that follows it is started here).
+    pub fn with_replay_cache(mut self, budget: usize) -> Store {
+        if budget == 0 {
+            return self;
+        }
+        let cache = match self.backend.invalidations() {
+            Invalidations::Local => Arc::new(ReplayCache::new(budget, true)),
+            Invalidations::Redis(client) => {
+                let cache = Arc::new(ReplayCache::new(budget, false));
+                cache::follow_redis(client, self.invalidation_channel(), Arc::clone(&cache));
+                cache
+            }
+            Invalidations::Unsupported => return self,
+        };
+        self.metrics.cache_live.set(i64::from(cache.is_live()));
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The replay cache, for its gauges and tests.
+    pub fn replay_cache(&self) -> Option<&Arc<ReplayCache>> {
+        self.cache.as_ref()
+    }
+
+    /// Where instances tell each other of forgotten and redelivered keys.
+    fn invalidation_channel(&self) -> String {
+        format!("{}replay-cache", self.key_prefix)
+    }
+
+    /// `key` changed: drop it here and tell the other instances.
+    async fn invalidate(&self, key: &StoreKey) {
+        let Some(cache) = &self.cache else {
+            return;
+        };
+        cache.invalidate(key.as_str());
+        let channel = self.invalidation_channel();
+        let told = self
+            .deadline("publish", self.backend.publish(&channel, key.as_str()))
+            .await;
+        if let Err(error) = told {
+            // The others hold at most MAX_ENTRY_AGE of a stale "done".
+            tracing::warn!(%key, %error, "could not tell the other instances to drop a cached record");
         }
     }
 
@@ -549,6 +629,29 @@ impl Store {
     /// nobody holds: so a failed claim is released again with its token (a
     /// no-op when it was not applied).
     pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| request.mode == ClaimMode::Deliver);
+        if let Some(record) = cache.and_then(|cache| cache.get(request.key)) {
+            self.metrics.cache_hits.inc();
+            return Ok(ClaimOutcome::Completed(Record::clone(&record)));
+        }
+        if matches!(request.mode, ClaimMode::Redeliver { .. }) {
+            // A forced redelivery takes a completed record over.
+            self.invalidate(request.key).await;
+        }
+        let epoch = cache.map(|cache| cache.epoch());
+        let result = self.claim_in_store(request).await;
+        if let (Some(cache), Some(epoch), Ok(ClaimOutcome::Completed(record))) =
+            (cache, epoch, &result)
+        {
+            cache.insert(request.key, record, request.retention, epoch);
+        }
+        result
+    }
+
+    async fn claim_in_store(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let token = new_token();
         let result = self
             .deadline("claim", self.backend.claim(request, &token))
@@ -609,8 +712,11 @@ impl Store {
 
     /// Forget `key` unless it is in flight (or `force`); see [`Backend::delete`].
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
-        self.deadline("delete", self.backend.delete(key, force))
-            .await
+        let deleted = self
+            .deadline("delete", self.backend.delete(key, force))
+            .await;
+        self.invalidate(key).await;
+        deleted
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

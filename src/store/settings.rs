@@ -16,7 +16,12 @@ pub struct StoreSettings {
     pub min_replicas_acked: u32,
     /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
     pub tls_ca: Option<PathBuf>,
+    /// The replay cache's budget in bytes (0: off).
+    pub replay_cache_bytes: usize,
 }
+
+/// Default `replay_cache_bytes`.
+pub const DEFAULT_REPLAY_CACHE_BYTES: usize = 32 << 20;
 
 impl StoreSettings {
     /// Defaults for `backend`, as a config without those keys gets them.
@@ -26,6 +31,7 @@ impl StoreSettings {
             timeout: Duration::from_millis(500),
             min_replicas_acked: 0,
             tls_ca: None,
+            replay_cache_bytes: DEFAULT_REPLAY_CACHE_BYTES,
         }
     }
 }

@@ -15,6 +15,7 @@ mod model;
 mod observability;
 mod postgres;
 mod reload;
+mod replay_cache;
 mod schemes;
 mod sdk;
 mod support;

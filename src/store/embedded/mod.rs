@@ -40,8 +40,8 @@ use tokio::sync::oneshot;
 use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
 use super::Synchronous;
 use super::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, ListQuery, Record,
-    RecordState, StoreError, StoreKey,
+    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Invalidations, ListQuery,
+    Record, RecordState, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -119,6 +119,11 @@ impl EmbeddedStore {
 
 impl Backend for EmbeddedStore {
     const NAME: &'static str = "embedded";
+
+    /// The file is locked by one gateway: nobody else writes it.
+    fn invalidations(&self) -> Invalidations {
+        Invalidations::Local
+    }
 
     async fn claim(
         &self,

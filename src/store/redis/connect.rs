@@ -42,6 +42,12 @@ pub trait Connector: Send + Sync + 'static {
     /// A connection for a write followed by `WAIT`, see [`Connector::Acked`].
     fn acked(&self) -> impl Future<Output = Result<Self::Acked, StoreError>> + Send;
 
+    /// A client to subscribe to the replay cache's invalidations with;
+    /// none where that is not supported yet (a cluster).
+    fn pubsub(&self) -> Option<redis::Client> {
+        None
+    }
+
     /// Route `cmd` (which names no key) to the master serving `key`.
     fn send_to_master_of(
         connection: &mut Self::AckedConnection,
@@ -84,6 +90,7 @@ impl bb8::ManageConnection for Dedicated {
 pub struct Single {
     shared: ConnectionManager,
     acked: bb8::Pool<Dedicated>,
+    client: redis::Client,
 }
 
 impl Connector for Single {
@@ -95,6 +102,10 @@ impl Connector for Single {
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         Ok(self.shared.clone())
+    }
+
+    fn pubsub(&self) -> Option<redis::Client> {
+        Some(self.client.clone())
     }
 
     async fn acked(&self) -> Result<Self::Acked, StoreError> {
@@ -182,9 +193,16 @@ impl RedisStore<Single> {
         let acked = bb8::Pool::builder()
             .max_size(ACKED_CONNECTIONS)
             .connection_timeout(timeout)
-            .build_unchecked(Dedicated { client, timeout });
+            .build_unchecked(Dedicated {
+                client: client.clone(),
+                timeout,
+            });
         Ok(Self::with(
-            Single { shared, acked },
+            Single {
+                shared,
+                acked,
+                client,
+            },
             timeout,
             min_replicas_acked,
         ))

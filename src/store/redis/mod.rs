@@ -41,7 +41,8 @@ use redis::{Script, Value};
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
     settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass,
-    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey, StoredRequest,
+    Invalidations, LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
+    StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -702,6 +703,24 @@ impl<C: Connector> Backend for RedisStore<C> {
     /// hash write with an expiry, a read — on `{space}readyz`: an ACL that
     /// lets `PING` through but not the deliveries fails here, and `/readyz`
     /// says so.
+    fn invalidations(&self) -> Invalidations {
+        match self.connector.pubsub() {
+            Some(client) => Invalidations::Redis(Box::new(client)),
+            None => Invalidations::Unsupported,
+        }
+    }
+
+    async fn publish(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let mut connection = self.connector.connection().await?;
+        redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(key)
+            .query_async::<i64>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
     async fn ping(&self, space: &str) -> Result<(), StoreError> {
         let mut connection = self.connector.connection().await?;
         self.probe

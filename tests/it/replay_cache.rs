@@ -1,0 +1,175 @@
+//! The replay cache (`store.replay_cache_bytes`): duplicates of a completed
+//! event are answered in process, and an operator's forget or forced
+//! redelivery on one instance reaches every instance's cache — two gateways
+//! on one real Redis.
+
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+async fn live(gateway: &TestGateway) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if gateway
+            .gateway
+            .store()
+            .replay_cache()
+            .is_some_and(|cache| cache.is_live())
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+fn hits(metrics: &str) -> f64 {
+    sample(metrics, "hookgate_replay_cache_hits_total", &[]).unwrap_or(0.0)
+}
+
+/// A duplicate on B is answered from B's cache (the store is not asked:
+/// the hit counter moves); a `DELETE` on A empties B's cache, so B forwards
+/// the next delivery — once, whatever races in.
+#[tokio::test]
+async fn a_forget_on_one_instance_reaches_the_others_cache() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
+        true,
+    );
+    let (a, b) = (
+        TestGateway::start(&text).await,
+        TestGateway::start(&text).await,
+    );
+    assert!(
+        live(&a).await && live(&b).await,
+        "the invalidation feeds connect"
+    );
+    let sender = Sender::new();
+    let body = event("evt_cached");
+
+    assert_eq!(
+        sender.deliver(&a.url("/hook"), &body).await.status,
+        StatusCode::OK
+    );
+    // B's first duplicate asks the store and keeps the record; the next
+    // ones are answered from B's memory.
+    for _ in 0..3 {
+        let again = sender.deliver(&b.url("/hook"), &body).await;
+        assert!(again.replayed(), "{again:?}");
+        assert_eq!(
+            (
+                again.json()["processed"].as_str(),
+                again.json()["call"].as_u64()
+            ),
+            (Some("evt_cached"), Some(1)),
+            "the recorded answer"
+        );
+    }
+    let metrics = scrape(&b.admin_url("/metrics")).await;
+    assert_eq!(hits(&metrics), 2.0, "two duplicates never reached Redis");
+    assert_eq!(
+        sample(&metrics, "hookgate_replay_cache_live", &[]),
+        Some(1.0)
+    );
+    assert_eq!(upstream.count("evt_cached"), 1);
+
+    // "Please reprocess this event", asked of A.
+    let key_url = a.admin_url("/admin/routes/hook/keys/evt_cached");
+    let forgot = request(Method::DELETE, &key_url, Some(ADMIN_TOKEN)).await;
+    assert_eq!(forgot.status, StatusCode::OK);
+    // The invalidation travels through Redis pub/sub; it is normally there
+    // before the next request. Deliver until B forwards, and count.
+    let started = Instant::now();
+    loop {
+        let next = sender.deliver(&b.url("/hook"), &body).await;
+        assert_eq!(next.status, StatusCode::OK);
+        if !next.replayed() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "B kept answering from its cache after the forget"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(upstream.count("evt_cached"), 2, "reprocessed once");
+    let after = sender.deliver(&a.url("/hook"), &body).await;
+    assert!(after.replayed());
+    assert_eq!(upstream.count("evt_cached"), 2);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Many concurrent duplicates of one completed event, on two instances
+/// whose caches fill while they run: one upstream call in all.
+#[tokio::test]
+async fn concurrent_duplicates_through_warm_caches_forward_once() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(30),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let (a, b) = (
+        TestGateway::start(&text).await,
+        TestGateway::start(&text).await,
+    );
+    assert!(live(&a).await && live(&b).await);
+    let sender = Sender::new();
+    let mut tasks = Vec::new();
+    for n in 0..200 {
+        let url = if n % 2 == 0 {
+            a.url("/hook")
+        } else {
+            b.url("/hook")
+        };
+        let sender = sender.clone();
+        let id = format!("evt_warm_{}", n % 10);
+        tasks.push(tokio::spawn(async move {
+            sender.deliver_until_settled(&url, &event(&id)).await
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().status, StatusCode::OK);
+    }
+    let counts = upstream.counts();
+    assert_eq!(counts.len(), 10);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Without its invalidation feed (Redis gone), the cache neither serves nor
+/// keeps anything; it comes back with Redis.
+#[tokio::test]
+async fn the_cache_is_off_while_its_feed_is_down() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let gateway = TestGateway::start(&text).await;
+    assert!(live(&gateway).await);
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cache = gateway.gateway.store().replay_cache().unwrap().clone();
+    while cache.is_live() {
+        assert!(Instant::now() < deadline, "the cache noticed the feed drop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    redis.restart().await;
+    assert!(
+        live(&gateway).await,
+        "and follows it again once Redis is back"
+    );
+    gateway.shutdown().await;
+}
