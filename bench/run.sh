@@ -12,7 +12,7 @@ DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
-UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 HG_PG=3600 REDIS=6391
+UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 HG_PG=3600 FLOOR=3800 REDIS=6391
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() {
@@ -26,7 +26,7 @@ need nginx nginx-light
 need redis-server redis-server
 
 echo "--- building (release)"
-cargo build --release --quiet --bin hookgate --example bench-upstream --example load
+cargo build --release --quiet --bin hookgate --example bench-upstream --example load --example floor
 BIN=target/release
 WORK=$(mktemp -d /tmp/hookgate-bench.XXXXXX)
 PIDS=()
@@ -117,6 +117,9 @@ path = \"$WORK/bench.db\"" $HG_EMBEDDED > "$WORK/embedded.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/redis.toml" 2>"$WORK/hg-redis.log" & HG_REDIS_PID=$!; PIDS+=($HG_REDIS_PID)
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
 for port in $UP $NGINX $HG_REDIS $HG_EMBEDDED $REDIS; do wait_port $port; done
+# The floor: a naive idempotent proxy on the same Redis (bench/floor.rs).
+"$BIN/examples/floor" "127.0.0.1:$FLOOR" "redis://127.0.0.1:$REDIS/1" "http://127.0.0.1:$UP/hook" & PIDS+=($!)
+wait_port $FLOOR
 # PostgreSQL, when a server answers on 127.0.0.1:5432 (trust auth): a fresh
 # database for the run.
 PG_DB=hookgate_bench_run
@@ -135,11 +138,12 @@ fi
 export BENCH_DELIVERIES="$WORK/deliveries.tsv" BENCH_THREADS=$THREADS
 
 ROWS=()
+WRK_EXTRA=()
 scenario() { # name port path script pid
     local name=$1 port=$2 path=$3 script=$4 pid=${5:-}
     local before after result requests unique dups
     before=$(stats)
-    result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "bench/wrk/$script.lua" "http://127.0.0.1:$port$path" | grep '^RESULT')
+    result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" -s "bench/wrk/$script.lua" "http://127.0.0.1:$port$path" | grep '^RESULT')
     after=$(stats)
     requests=$(( $(echo "$after" | field requests) - $(echo "$before" | field requests) ))
     unique=$(( $(echo "$after" | field unique_keys) - $(echo "$before" | field unique_keys) ))
@@ -157,6 +161,16 @@ scenario "hookgate redis, unique keys" $HG_REDIS /hook unique $HG_REDIS_PID
 curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_REDIS/hook"
 scenario "hookgate redis, replay" $HG_REDIS /hook replay $HG_REDIS_PID
 scenario "hookgate redis, stripe 20% dup" $HG_REDIS /stripe stripe $HG_REDIS_PID
+# The floor on the same Redis: SET NX GET + forward + SET, nothing else.
+scenario "floor (naive proxy), unique keys" $FLOOR /hook unique
+curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$FLOOR/hook"
+scenario "floor (naive proxy), replay" $FLOOR /hook replay
+# Senders that open a new connection for every webhook.
+WRK_EXTRA=(-H "Connection: close")
+scenario "nginx, new connection each" $NGINX /hook unique
+scenario "hookgate redis, unique, new conn each" $HG_REDIS /hook unique $HG_REDIS_PID
+scenario "hookgate redis, replay, new conn each" $HG_REDIS /hook replay $HG_REDIS_PID
+WRK_EXTRA=()
 scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
 # The same path with a circuit breaker and a (never binding) rate limit:
 # what the traffic controls cost per delivery.
@@ -190,6 +204,10 @@ LAT_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 1000 "$DURATION" 
 LAT_NGINX=$("$BIN/examples/load" rate "http://127.0.0.1:$NGINX/hook" 1000 "$DURATION" 16)
 LAT_HG=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_REDIS/hook" 1000 "$DURATION" 16)
 LAT_EMB=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_EMBEDDED/hook" 1000 "$DURATION" 16)
+echo "--- latency at a fixed 5000 req/s, ${DURATION}s, 32 connections (open loop)"
+LAT5_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 5000 "$DURATION" 32)
+LAT5_NGINX=$("$BIN/examples/load" rate "http://127.0.0.1:$NGINX/hook" 5000 "$DURATION" 32)
+LAT5_HG=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_REDIS/hook" 5000 "$DURATION" 32)
 
 echo "--- $IDLE_CONNECTIONS idle keep-alive connections"
 # A fresh gateway, so the peak is the connections' and not the load's.
@@ -223,12 +241,15 @@ echo
 echo "ratios against nginx (req/s):"
 for row in "${ROWS[@]}"; do
     IFS='|' read -r name result _ <<<"$row"
-    case "$name" in hookgate*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$NGINX_RPS" 'BEGIN {printf "  %-34s %.2fx\n", n, a/b}';; esac
+    case "$name" in hookgate*|floor*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$NGINX_RPS" 'BEGIN {printf "  %-34s %.2fx\n", n, a/b}';; esac
 done
 echo
 echo "latency at 1000 req/s (open loop, from scheduled send time):"
 printf '  %-20s %s\n' "upstream alone" "$LAT_UP" "nginx" "$LAT_NGINX" "hookgate redis" "$LAT_HG" "hookgate embedded" "$LAT_EMB"
 awk -v a="$(num p99_ms "$LAT_HG")" -v b="$(num p99_ms "$LAT_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
+echo "latency at 5000 req/s:"
+printf '  %-20s %s\n' "upstream alone" "$LAT5_UP" "nginx" "$LAT5_NGINX" "hookgate redis" "$LAT5_HG"
+awk -v a="$(num p99_ms "$LAT5_HG")" -v b="$(num p99_ms "$LAT5_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
 echo
 echo "idle keep-alive connections: $IDLE"
 echo
@@ -238,7 +259,7 @@ echo "exactly-once check (upstream side effects):"
 status=0
 for row in "${ROWS[@]}"; do
     IFS='|' read -r name result requests unique dups rss <<<"$row"
-    case "$name" in hookgate*)
+    case "$name" in hookgate*|floor*)
         if [ "$dups" -ne 0 ]; then echo "  FAIL $name: $dups duplicate side effects"; status=1
         else echo "  ok   $name: $requests upstream calls, $unique distinct events, 0 duplicates"; fi;;
     esac
