@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use ring::signature::{UnparsedPublicKey, VerificationAlgorithm};
 
-use super::{check_timestamp, VerifyError};
+use super::{check_timestamp, VerifyError, VerifySpec};
 
 #[derive(Debug)]
 pub struct TimestampedKeys {
@@ -19,6 +19,25 @@ pub struct TimestampedKeys {
 }
 
 impl TimestampedKeys {
+    /// The route's `secrets` as public keys, each decoded by `parse` from
+    /// the text the sender's dashboard shows.
+    pub fn from_spec(
+        algorithm: &'static dyn VerificationAlgorithm,
+        spec: &VerifySpec,
+        parse: impl Fn(&[u8]) -> Result<Vec<u8>, String>,
+    ) -> Result<Self, String> {
+        let keys = spec
+            .secrets
+            .iter()
+            .map(|secret| parse(secret.expose()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            algorithm,
+            keys,
+            tolerance: spec.tolerance,
+        })
+    }
+
     pub fn check(
         &self,
         timestamp: &str,

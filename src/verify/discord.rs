@@ -38,28 +38,23 @@ pub static PROFILE: Profile = Profile {
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |spec| {
-        let keys = spec
-            .secrets
-            .iter()
-            .map(|secret| {
-                hex::decode(secret.expose())
-                    .ok()
-                    .filter(|key| key.len() == 32)
-                    .ok_or(
-                        "a Discord public key is 64 hex digits, as the Developer Portal shows it",
-                    )
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Verifier::new(DiscordVerifier(TimestampedKeys {
-            algorithm: &ED25519,
-            keys,
-            tolerance: spec.tolerance,
-        })))
+        let keys = TimestampedKeys::from_spec(&ED25519, &spec, public_key)?;
+        Ok(Verifier::new(DiscordVerifier(keys)))
     },
 };
 
 const SIGNATURE: HeaderName = HeaderName::from_static("x-signature-ed25519");
 const TIMESTAMP: HeaderName = HeaderName::from_static("x-signature-timestamp");
+
+/// An application's public key as the Developer Portal shows it.
+fn public_key(hex_text: &[u8]) -> Result<Vec<u8>, String> {
+    hex::decode(hex_text)
+        .ok()
+        .filter(|key| key.len() == 32)
+        .ok_or_else(|| {
+            "a Discord public key is 64 hex digits, as the Developer Portal shows it".to_owned()
+        })
+}
 
 #[derive(Debug)]
 struct DiscordVerifier(TimestampedKeys);

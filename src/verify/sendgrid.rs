@@ -36,16 +36,8 @@ pub static PROFILE: Profile = Profile {
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
     build: |spec| {
-        let keys = spec
-            .secrets
-            .iter()
-            .map(|secret| public_key(secret.expose()))
-            .collect::<Result<_, _>>()?;
-        Ok(Verifier::new(SendGridVerifier(TimestampedKeys {
-            algorithm: &ECDSA_P256_SHA256_ASN1,
-            keys,
-            tolerance: spec.tolerance,
-        })))
+        let keys = TimestampedKeys::from_spec(&ECDSA_P256_SHA256_ASN1, &spec, public_key)?;
+        Ok(Verifier::new(SendGridVerifier(keys)))
     },
 };
 
