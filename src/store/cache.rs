@@ -39,20 +39,27 @@ pub enum Invalidations {
     /// No other process writes this store (memory, embedded): dropping the
     /// entry here is enough.
     Local,
-    /// Instances tell each other through Redis pub/sub, on this client.
-    Redis(Box<redis::Client>),
-    /// No feed (yet): PostgreSQL and Redis Cluster run without the cache.
+    /// Instances tell each other through Redis pub/sub: subscribed through
+    /// the first of these that answers (a cluster's nodes all see every
+    /// message, so any one will do).
+    Redis(Vec<redis::Client>),
+    /// No feed (yet): PostgreSQL runs without the cache.
     Unsupported,
 }
 
 /// Follow `channel` on Redis for as long as the cache exists: live while
 /// subscribed, emptied and off whenever the subscription is lost, then
-/// subscribed again (after 100 ms, doubling to 5 s while it keeps failing).
-pub fn follow_redis(client: Box<redis::Client>, channel: String, cache: Arc<ReplayCache>) {
+/// subscribed again through the next client (after 100 ms, doubling to 5 s
+/// while it keeps failing).
+pub fn follow_redis(clients: Vec<redis::Client>, channel: String, cache: Arc<ReplayCache>) {
     let cache = Arc::downgrade(&cache);
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
+        let mut next = clients.iter().cycle();
         while cache.strong_count() > 0 {
+            let Some(client) = next.next() else {
+                return;
+            };
             if let Ok(mut pubsub) = client.get_async_pubsub().await {
                 if pubsub.subscribe(&channel).await.is_ok() {
                     set_live(&cache, true);

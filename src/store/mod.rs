@@ -538,9 +538,9 @@ impl Store {
         }
         let cache = match self.backend.invalidations() {
             Invalidations::Local => Arc::new(ReplayCache::new(budget, true)),
-            Invalidations::Redis(client) => {
+            Invalidations::Redis(clients) => {
                 let cache = Arc::new(ReplayCache::new(budget, false));
-                cache::follow_redis(client, self.invalidation_channel(), Arc::clone(&cache));
+                cache::follow_redis(clients, self.invalidation_channel(), Arc::clone(&cache));
                 cache
             }
             Invalidations::Unsupported => return self,

@@ -1,7 +1,7 @@
 //! The replay cache (`store.replay_cache_bytes`): duplicates of a completed
 //! event are answered in process, and an operator's forget or forced
 //! redelivery on one instance reaches every instance's cache — two gateways
-//! on one real Redis.
+//! on one real Redis, and on a real Redis Cluster.
 
 use std::time::{Duration, Instant};
 
@@ -31,15 +31,11 @@ fn hits(metrics: &str) -> f64 {
 
 /// A duplicate on B is answered from B's cache (the store is not asked:
 /// the hit counter moves); a `DELETE` on A empties B's cache, so B forwards
-/// the next delivery — once, whatever races in.
-#[tokio::test]
-async fn a_forget_on_one_instance_reaches_the_others_cache() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    let upstream = Upstream::start().await;
+/// the next delivery — once.
+async fn a_forget_on_one_instance_reaches_the_other(store: &str, upstream: &Upstream) {
     let text = with_admin(
-        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
+        &config_text(&upstream.url("/"), &Backend::Memory, "", "")
+            .replace("backend = \"memory\"", store),
         true,
     );
     let (a, b) = (
@@ -51,7 +47,8 @@ async fn a_forget_on_one_instance_reaches_the_others_cache() {
         "the invalidation feeds connect"
     );
     let sender = Sender::new();
-    let body = event("evt_cached");
+    let id = format!("evt_cached_{}", rand::random::<u32>());
+    let body = event(&id);
 
     assert_eq!(
         sender.deliver(&a.url("/hook"), &body).await.status,
@@ -67,23 +64,27 @@ async fn a_forget_on_one_instance_reaches_the_others_cache() {
                 again.json()["processed"].as_str(),
                 again.json()["call"].as_u64()
             ),
-            (Some("evt_cached"), Some(1)),
+            (Some(id.as_str()), Some(1)),
             "the recorded answer"
         );
     }
     let metrics = scrape(&b.admin_url("/metrics")).await;
-    assert_eq!(hits(&metrics), 2.0, "two duplicates never reached Redis");
+    assert_eq!(
+        hits(&metrics),
+        2.0,
+        "two duplicates never reached the store"
+    );
     assert_eq!(
         sample(&metrics, "hookgate_replay_cache_live", &[]),
         Some(1.0)
     );
-    assert_eq!(upstream.count("evt_cached"), 1);
+    assert_eq!(upstream.count(&id), 1);
 
     // "Please reprocess this event", asked of A.
-    let key_url = a.admin_url("/admin/routes/hook/keys/evt_cached");
+    let key_url = a.admin_url(&format!("/admin/routes/hook/keys/{id}"));
     let forgot = request(Method::DELETE, &key_url, Some(ADMIN_TOKEN)).await;
     assert_eq!(forgot.status, StatusCode::OK);
-    // The invalidation travels through Redis pub/sub; it is normally there
+    // The invalidation travels through pub/sub; it is normally there
     // before the next request. Deliver until B forwards, and count.
     let started = Instant::now();
     loop {
@@ -98,12 +99,33 @@ async fn a_forget_on_one_instance_reaches_the_others_cache() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(upstream.count("evt_cached"), 2, "reprocessed once");
+    assert_eq!(upstream.count(&id), 2, "reprocessed once");
     let after = sender.deliver(&a.url("/hook"), &body).await;
     assert!(after.replayed());
-    assert_eq!(upstream.count("evt_cached"), 2);
+    assert_eq!(upstream.count(&id), 2);
     a.shutdown().await;
     b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forget_on_one_instance_reaches_the_others_cache() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    a_forget_on_one_instance_reaches_the_other(&store, &upstream).await;
+}
+
+/// The same on a cluster: a `PUBLISH` on one node reaches the subscribers
+/// of every node.
+#[tokio::test]
+async fn a_forget_reaches_the_other_instances_on_a_cluster() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    a_forget_on_one_instance_reaches_the_other(&cluster.toml(), &upstream).await;
 }
 
 /// Many concurrent duplicates of one completed event, on two instances

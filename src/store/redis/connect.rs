@@ -42,11 +42,9 @@ pub trait Connector: Send + Sync + 'static {
     /// A connection for a write followed by `WAIT`, see [`Connector::Acked`].
     fn acked(&self) -> impl Future<Output = Result<Self::Acked, StoreError>> + Send;
 
-    /// A client to subscribe to the replay cache's invalidations with;
-    /// none where that is not supported yet (a cluster).
-    fn pubsub(&self) -> Option<redis::Client> {
-        None
-    }
+    /// Clients to subscribe to the replay cache's invalidations with, any
+    /// one of which will do.
+    fn pubsub(&self) -> Option<Vec<redis::Client>>;
 
     /// Route `cmd` (which names no key) to the master serving `key`.
     fn send_to_master_of(
@@ -104,8 +102,8 @@ impl Connector for Single {
         Ok(self.shared.clone())
     }
 
-    fn pubsub(&self) -> Option<redis::Client> {
-        Some(self.client.clone())
+    fn pubsub(&self) -> Option<Vec<redis::Client>> {
+        Some(vec![self.client.clone()])
     }
 
     async fn acked(&self) -> Result<Self::Acked, StoreError> {
@@ -130,9 +128,16 @@ pub struct Cluster {
     client: ClusterClient,
     connection: OnceCell<ClusterConnection>,
     acked: OnceCell<ClusterConnection>,
+    /// One client per configured node, for the replay cache's feed: a
+    /// `PUBLISH` on any node reaches subscribers on every node.
+    nodes: Vec<redis::Client>,
 }
 
 impl Connector for Cluster {
+    fn pubsub(&self) -> Option<Vec<redis::Client>> {
+        (!self.nodes.is_empty()).then(|| self.nodes.clone())
+    }
+
     type Connection = ClusterConnection;
     type Acked = Box<ClusterConnection>;
     type AckedConnection = ClusterConnection;
@@ -214,9 +219,18 @@ impl RedisStore<Cluster> {
     pub fn connect_cluster(nodes: &[String], settings: &StoreSettings) -> Result<Self, StoreError> {
         let (timeout, min_replicas_acked) = (settings.timeout, settings.min_replicas_acked);
         let mut builder = ClusterClient::builder(nodes.to_vec());
-        if let Some(certs) = tls_roots(settings)? {
+        let roots = tls_roots(settings)?;
+        if let Some(certs) = roots.clone() {
             builder = builder.certs(certs);
         }
+        let node_clients = nodes
+            .iter()
+            .map(|url| match roots.clone() {
+                Some(certs) => redis::Client::build_with_tls(url.as_str(), certs),
+                None => redis::Client::open(url.as_str()),
+            })
+            .collect::<Result<_, _>>()
+            .map_err(backend)?;
         let client = builder
             .connection_timeout(timeout)
             .response_timeout(timeout)
@@ -229,6 +243,7 @@ impl RedisStore<Cluster> {
             client,
             connection: OnceCell::new(),
             acked: OnceCell::new(),
+            nodes: node_clients,
         };
         Ok(Self::with(cluster, timeout, min_replicas_acked))
     }

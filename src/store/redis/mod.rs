@@ -705,7 +705,7 @@ impl<C: Connector> Backend for RedisStore<C> {
     /// says so.
     fn invalidations(&self) -> Invalidations {
         match self.connector.pubsub() {
-            Some(client) => Invalidations::Redis(Box::new(client)),
+            Some(clients) => Invalidations::Redis(clients),
             None => Invalidations::Unsupported,
         }
     }
