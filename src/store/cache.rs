@@ -6,7 +6,8 @@
 //! with `force`. Expiry is covered by never keeping an entry past the
 //! record's own retention; the two operator actions invalidate the entry on
 //! this instance at once and, through the store, on every other instance
-//! (Redis: a pub/sub message on `{key_prefix}replay-cache`). A cache only
+//! (a message on `{key_prefix}replay-cache`: Redis pub/sub, PostgreSQL
+//! `LISTEN`/`NOTIFY`). A cache only
 //! ever answers "already done" for something that was done, so a stale entry
 //! can delay a forgotten event's reprocessing (until the invalidation
 //! arrives, normally well under a millisecond) but never forward anything
@@ -39,43 +40,40 @@ pub enum Invalidations {
     /// No other process writes this store (memory, embedded): dropping the
     /// entry here is enough.
     Local,
-    /// Instances tell each other through Redis pub/sub: subscribed through
-    /// the first of these that answers (a cluster's nodes all see every
-    /// message, so any one will do).
-    Redis(Vec<redis::Client>),
-    /// No feed (yet): PostgreSQL runs without the cache.
+    /// Instances tell each other through the store (Redis pub/sub,
+    /// PostgreSQL `LISTEN`/`NOTIFY`): this starts following the channel,
+    /// keeping the cache live only while subscribed.
+    Feed(Box<dyn FnOnce(String, Arc<ReplayCache>) + Send>),
+    /// No way to hear the other instances: the cache stays off.
     Unsupported,
 }
 
-/// Follow `channel` on Redis for as long as the cache exists: live while
-/// subscribed, emptied and off whenever the subscription is lost, then
-/// subscribed again through the next client (after 100 ms, doubling to 5 s
-/// while it keeps failing).
-pub fn follow_redis(clients: Vec<redis::Client>, channel: String, cache: Arc<ReplayCache>) {
-    let cache = Arc::downgrade(&cache);
+/// Keep `cache` fed for as long as it exists: `subscribe` returns a stream
+/// of invalidations (or fails); while it runs the cache is live, and any
+/// message empties it — forgets and forced redeliveries are rare, and a
+/// replay guard's answer is cached under another key than its own. When
+/// the stream ends the cache is emptied and off until `subscribe` succeeds
+/// again (after 100 ms, doubling to 5 s while it keeps failing).
+pub fn follow<S, F>(cache: &Arc<ReplayCache>, mut subscribe: impl FnMut() -> F + Send + 'static)
+where
+    F: std::future::Future<Output = Option<S>> + Send,
+    S: futures_util::Stream + Send,
+{
+    let cache = Arc::downgrade(cache);
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
-        let mut next = clients.iter().cycle();
         while cache.strong_count() > 0 {
-            let Some(client) = next.next() else {
-                return;
-            };
-            if let Ok(mut pubsub) = client.get_async_pubsub().await {
-                if pubsub.subscribe(&channel).await.is_ok() {
-                    set_live(&cache, true);
-                    backoff = Duration::from_millis(100);
-                    let mut messages = pubsub.on_message();
-                    while messages.next().await.is_some() {
-                        // Any forget or forced redelivery empties the whole
-                        // cache: such calls are rare, and a replay guard's
-                        // answer is cached under another key than its own.
-                        let Some(cache) = cache.upgrade() else {
-                            return;
-                        };
-                        cache.clear();
-                    }
-                    tracing::warn!("replay cache: lost the invalidation feed; serving from the store until it is back");
+            if let Some(messages) = subscribe().await {
+                set_live(&cache, true);
+                backoff = Duration::from_millis(100);
+                let mut messages = std::pin::pin!(messages);
+                while messages.next().await.is_some() {
+                    let Some(cache) = cache.upgrade() else {
+                        return;
+                    };
+                    cache.clear();
                 }
+                tracing::warn!("replay cache: lost the invalidation feed; serving from the store until it is back");
             }
             set_live(&cache, false);
             tokio::time::sleep(backoff).await;

@@ -47,7 +47,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use self::cache::{Invalidations, ReplayCache};
+pub use self::cache::{follow, Invalidations, ReplayCache};
 pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
@@ -538,9 +538,9 @@ impl Store {
         }
         let cache = match self.backend.invalidations() {
             Invalidations::Local => Arc::new(ReplayCache::new(budget, true)),
-            Invalidations::Redis(clients) => {
+            Invalidations::Feed(start) => {
                 let cache = Arc::new(ReplayCache::new(budget, false));
-                cache::follow_redis(clients, self.invalidation_channel(), Arc::clone(&cache));
+                start(self.invalidation_channel(), Arc::clone(&cache));
                 cache
             }
             Invalidations::Unsupported => return self,

@@ -1,7 +1,7 @@
 //! The replay cache (`store.replay_cache_bytes`): duplicates of a completed
 //! event are answered in process, and an operator's forget or forced
 //! redelivery on one instance reaches every instance's cache — two gateways
-//! on one real Redis, and on a real Redis Cluster.
+//! on one real Redis, a real Redis Cluster and a real PostgreSQL.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +126,15 @@ async fn a_forget_reaches_the_other_instances_on_a_cluster() {
     };
     let upstream = Upstream::start().await;
     a_forget_on_one_instance_reaches_the_other(&cluster.toml(), &upstream).await;
+}
+
+/// The same on PostgreSQL: `NOTIFY` reaches every gateway's `LISTEN`.
+#[tokio::test]
+async fn a_forget_reaches_the_other_instances_on_postgres() {
+    let database = TestDatabase::create().await;
+    let upstream = Upstream::start().await;
+    let store = format!("backend = \"postgres\"\nurl = \"{}\"", database.url());
+    a_forget_on_one_instance_reaches_the_other(&store, &upstream).await;
 }
 
 /// Many concurrent duplicates of one completed event, on two instances

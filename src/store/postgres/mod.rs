@@ -38,9 +38,9 @@ use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass,
-    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey, StoreSettings,
-    StoredRequest,
+    follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure,
+    FailureClass, Invalidations, LastError, Lease, ListQuery, Record, RecordState, StoreError,
+    StoreKey, StoreSettings, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -51,6 +51,77 @@ pub struct PostgresStore {
     pool: Pool,
     /// Set once the schema is migrated (retried on every use until then).
     migrated: Arc<OnceCell<()>>,
+    /// How to open the connection of its own that `LISTEN`s for the replay
+    /// cache's invalidations (a pooled one would be recycled under it).
+    listen: Listen,
+}
+
+/// The server and, for TLS, the connector the pool uses too.
+#[derive(Clone)]
+struct Listen {
+    config: tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+}
+
+type Notifications = std::pin::Pin<Box<dyn futures_util::Stream<Item = ()> + Send>>;
+
+impl Listen {
+    /// A new connection that has run `LISTEN channel`, as a stream of its
+    /// notifications; it ends when the connection does.
+    async fn subscribe(self, channel: String) -> Option<Notifications> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = match self.tls {
+            Some(tls) => {
+                let (client, connection) = self.config.connect(tls).await.ok()?;
+                tokio::spawn(forward_notifications(connection, tx));
+                client
+            }
+            None => {
+                let (client, connection) = self.config.connect(tokio_postgres::NoTls).await.ok()?;
+                tokio::spawn(forward_notifications(connection, tx));
+                client
+            }
+        };
+        let quoted = channel.replace('"', "\"\"");
+        client
+            .batch_execute(&format!("LISTEN \"{quoted}\""))
+            .await
+            .ok()?;
+        // The stream owns the client, so the connection lives as long.
+        Some(Box::pin(futures_util::stream::unfold(
+            (rx, client),
+            |(mut rx, client)| async move { rx.recv().await.map(|()| ((), (rx, client))) },
+        )))
+    }
+}
+
+/// Drive `connection`, passing on each notification, until it ends.
+async fn forward_notifications<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    notifications: tokio::sync::mpsc::UnboundedSender<()>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        if let tokio_postgres::AsyncMessage::Notification(_) = message {
+            if notifications.send(()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A channel name PostgreSQL keeps whole (identifiers are cut at 63 bytes).
+fn pg_channel(channel: &str) -> String {
+    if channel.len() <= 63 {
+        return channel.to_owned();
+    }
+    use sha2::Digest;
+    format!(
+        "hookgate_{}",
+        &hex::encode(sha2::Sha256::digest(channel))[..32]
+    )
 }
 
 impl PostgresStore {
@@ -66,6 +137,10 @@ impl PostgresStore {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
+        let mut listen = Listen {
+            config: config.clone(),
+            tls: None,
+        };
         let manager = if tls {
             let extra = match &settings.tls_ca {
                 Some(path) => crate::tls::load_certs(path).map_err(StoreError::Backend)?,
@@ -73,6 +148,7 @@ impl PostgresStore {
             };
             let client = crate::tls::client_config(&extra).map_err(StoreError::Backend)?;
             let connector = tokio_postgres_rustls::MakeRustlsConnect::new((*client).clone());
+            listen.tls = Some(connector.clone());
             Manager::from_config(config, connector, manager_config)
         } else {
             Manager::from_config(config, tokio_postgres::NoTls, manager_config)
@@ -88,6 +164,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             migrated: Arc::default(),
+            listen,
         })
     }
 
@@ -236,6 +313,25 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), StoreErro
 
 impl Backend for PostgresStore {
     const NAME: &'static str = "postgres";
+
+    /// `LISTEN` on a connection of its own; `NOTIFY` reaches every
+    /// gateway's listener.
+    fn invalidations(&self) -> Invalidations {
+        let listen = self.listen.clone();
+        Invalidations::Feed(Box::new(move |channel, cache| {
+            let channel = pg_channel(&channel);
+            follow(&cache, move || listen.clone().subscribe(channel.clone()));
+        }))
+    }
+
+    async fn publish(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&pg_channel(channel), &key])
+            .await
+            .map(drop)
+            .map_err(db)
+    }
 
     async fn claim(
         &self,

@@ -40,9 +40,9 @@ use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use super::{
-    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass,
-    Invalidations, LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
-    StoredRequest,
+    follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure,
+    FailureClass, Invalidations, LastError, Lease, ListQuery, Record, RecordState, StoreError,
+    StoreKey, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -703,11 +703,25 @@ impl<C: Connector> Backend for RedisStore<C> {
     /// hash write with an expiry, a read — on `{space}readyz`: an ACL that
     /// lets `PING` through but not the deliveries fails here, and `/readyz`
     /// says so.
+    /// Pub/sub on the channel, through the first node that answers (on a
+    /// cluster a `PUBLISH` on one node reaches the subscribers of all).
     fn invalidations(&self) -> Invalidations {
-        match self.connector.pubsub() {
-            Some(clients) => Invalidations::Redis(clients),
-            None => Invalidations::Unsupported,
-        }
+        let Some(clients) = self.connector.pubsub() else {
+            return Invalidations::Unsupported;
+        };
+        Invalidations::Feed(Box::new(move |channel, cache| {
+            let mut next = 0;
+            follow(&cache, move || {
+                let client = clients[next % clients.len()].clone();
+                next += 1;
+                let channel = channel.clone();
+                async move {
+                    let mut pubsub = client.get_async_pubsub().await.ok()?;
+                    pubsub.subscribe(&channel).await.ok()?;
+                    Some(pubsub.into_on_message())
+                }
+            });
+        }))
     }
 
     async fn publish(&self, channel: &str, key: &str) -> Result<(), StoreError> {
