@@ -12,7 +12,7 @@ DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
-UP=3100 NGINX=3200 HG_REDIS=3300 HG_EMBEDDED=3400 HG_PG=3600 FLOOR=3800 REDIS=6391
+UP=3100 NGINX=3200 NGINX_TLS=3201 HG_REDIS=3300 HG_TLS=3301 HG_EMBEDDED=3400 HG_PG=3600 FLOOR=3800 REDIS=6391
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() {
@@ -48,7 +48,12 @@ rss_peak() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 "$BIN/examples/bench-upstream" "127.0.0.1:$UP" & PIDS+=($!)
 redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction \
     --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
-sed -e "s|__DIR__|$WORK|g" -e "s|__UPSTREAM__|$UP|" -e "s|__PORT__|$NGINX|" bench/nginx.conf > "$WORK/nginx.conf"
+# One certificate for nginx and hookgate alike (P-256, for 127.0.0.1).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+sed -e "s|__DIR__|$WORK|g" -e "s|__UPSTREAM__|$UP|" -e "s|__PORT__|$NGINX|" -e "s|__TLSPORT__|$NGINX_TLS|" \
+    bench/nginx.conf > "$WORK/nginx.conf"
 nginx -c "$WORK/nginx.conf"
 
 gateway_config() { # backend-lines port
@@ -115,8 +120,14 @@ url = \"redis://127.0.0.1:$REDIS/0\"" $HG_REDIS > "$WORK/redis.toml"
 gateway_config "backend = \"embedded\"
 path = \"$WORK/bench.db\"" $HG_EMBEDDED > "$WORK/embedded.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/redis.toml" 2>"$WORK/hg-redis.log" & HG_REDIS_PID=$!; PIDS+=($HG_REDIS_PID)
+# The Redis gateway again, terminating TLS (its own key prefix).
+gateway_config "backend = \"redis\"
+url = \"redis://127.0.0.1:$REDIS/0\"" $HG_TLS |
+    sed -e "s|^listen = .*|&\ntls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" }|" \
+        -e 's|^key_prefix = "bench:"|key_prefix = "bench-tls:"|' > "$WORK/tls.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/tls.toml" 2>"$WORK/hg-tls.log" & HG_TLS_PID=$!; PIDS+=($HG_TLS_PID)
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
-for port in $UP $NGINX $HG_REDIS $HG_EMBEDDED $REDIS; do wait_port $port; done
+for port in $UP $NGINX $NGINX_TLS $HG_REDIS $HG_TLS $HG_EMBEDDED $REDIS; do wait_port $port; done
 # The floor: a naive idempotent proxy on the same Redis (bench/floor.rs).
 "$BIN/examples/floor" "127.0.0.1:$FLOOR" "redis://127.0.0.1:$REDIS/1" "http://127.0.0.1:$UP/hook" & PIDS+=($!)
 wait_port $FLOOR
@@ -139,11 +150,14 @@ export BENCH_DELIVERIES="$WORK/deliveries.tsv" BENCH_THREADS=$THREADS
 
 ROWS=()
 WRK_EXTRA=()
+TLS=0
 scenario() { # name port path script pid
     local name=$1 port=$2 path=$3 script=$4 pid=${5:-}
     local before after result requests unique dups
     before=$(stats)
-    result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" -s "bench/wrk/$script.lua" "http://127.0.0.1:$port$path" | grep '^RESULT')
+    local scheme=http
+    [ "$TLS" = 1 ] && scheme=https
+    result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" -s "bench/wrk/$script.lua" "$scheme://127.0.0.1:$port$path" | grep '^RESULT')
     after=$(stats)
     requests=$(( $(echo "$after" | field requests) - $(echo "$before" | field requests) ))
     unique=$(( $(echo "$after" | field unique_keys) - $(echo "$before" | field unique_keys) ))
@@ -170,7 +184,15 @@ WRK_EXTRA=(-H "Connection: close")
 scenario "nginx, new connection each" $NGINX /hook unique
 scenario "hookgate redis, unique, new conn each" $HG_REDIS /hook unique $HG_REDIS_PID
 scenario "hookgate redis, replay, new conn each" $HG_REDIS /hook replay $HG_REDIS_PID
+# TLS: both terminate it with the same certificate; a new TLS connection
+# (full handshake) per request, and keep-alive for scale.
+TLS=1
+scenario "nginx TLS, new connection each" $NGINX_TLS /hook unique
+scenario "hookgate redis TLS, unique, new conn each" $HG_TLS /hook unique $HG_TLS_PID
 WRK_EXTRA=()
+scenario "nginx TLS, keep-alive" $NGINX_TLS /hook unique
+scenario "hookgate redis TLS, unique, keep-alive" $HG_TLS /hook unique $HG_TLS_PID
+TLS=0
 scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
 # The same path with a circuit breaker and a (never binding) rate limit:
 # what the traffic controls cost per delivery.
