@@ -423,67 +423,35 @@ impl Drop for Running {
     }
 }
 
-fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    configure_http1(builder.http1(), limits);
-    configure_http2(&mut builder.http2());
-    builder
+/// The HTTP/1 settings, on hyper's builder and hyper-util's alike (the two
+/// share the methods, not a trait).
+macro_rules! http1_settings {
+    ($builder:expr, $limits:expr) => {
+        $builder
+            .timer(TokioTimer::new())
+            .header_read_timeout($limits.header_read_timeout)
+            .max_buf_size(MAX_HEADER_BYTES)
+    };
 }
 
-/// The settings both ways of serving HTTP/1 share.
-fn configure_http1<B: Http1Settings>(builder: B, limits: Limits) {
-    builder.apply(limits);
-}
-
-/// hyper's and hyper-util's HTTP/1 builders, set up alike.
-trait Http1Settings {
-    fn apply(self, limits: Limits);
-}
-
-impl Http1Settings for auto::Http1Builder<'_, TokioExecutor> {
-    fn apply(mut self, limits: Limits) {
-        self.timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_buf_size(MAX_HEADER_BYTES);
-    }
-}
-
-impl Http1Settings for &mut http1::Builder {
-    fn apply(self, limits: Limits) {
-        self.timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_buf_size(MAX_HEADER_BYTES);
-    }
-}
-
-/// hyper's and hyper-util's HTTP/2 builders, set up alike.
-trait Http2Settings {
-    fn apply(&mut self);
-}
-
-fn configure_http2(builder: &mut impl Http2Settings) {
-    builder.apply();
-}
-
-impl Http2Settings for auto::Http2Builder<'_, TokioExecutor> {
-    fn apply(&mut self) {
-        self.timer(TokioTimer::new())
+/// The HTTP/2 settings, on hyper's builder and hyper-util's alike.
+macro_rules! http2_settings {
+    ($builder:expr) => {
+        $builder
+            .timer(TokioTimer::new())
             .max_concurrent_streams(MAX_H2_STREAMS)
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             // Ping idle HTTP/2 connections so dead peers free their slot.
             .keep_alive_interval(H2_KEEP_ALIVE)
-            .keep_alive_timeout(H2_KEEP_ALIVE);
-    }
+            .keep_alive_timeout(H2_KEEP_ALIVE)
+    };
 }
 
-impl Http2Settings for http2::Builder<TokioExecutor> {
-    fn apply(&mut self) {
-        self.timer(TokioTimer::new())
-            .max_concurrent_streams(MAX_H2_STREAMS)
-            .max_header_list_size(MAX_HEADER_BYTES as u32)
-            .keep_alive_interval(H2_KEEP_ALIVE)
-            .keep_alive_timeout(H2_KEEP_ALIVE);
-    }
+fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    http1_settings!(builder.http1(), limits);
+    http2_settings!(builder.http2());
+    builder
 }
 
 /// The two protocols of a plain-text port.
@@ -502,9 +470,9 @@ struct Plain {
 impl Plain {
     fn new(limits: Limits) -> Self {
         let mut http1 = http1::Builder::new();
-        configure_http1(&mut http1, limits);
+        http1_settings!(http1, limits);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
-        configure_http2(&mut http2);
+        http2_settings!(http2);
         Self { http1, http2 }
     }
 }
