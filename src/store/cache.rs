@@ -4,7 +4,7 @@
 //! Why this is safe for exactly-once: a *completed* record does not change
 //! until it expires, or an operator forgets it (`DELETE`) or redelivers it
 //! with `force`. Expiry is covered by never keeping an entry past the
-//! record's own retention; the two operator actions invalidate the entry on
+//! record's own retention; the two operator actions empty the cache on
 //! this instance at once and, through the store, on every other instance
 //! (a message on `{key_prefix}replay-cache`: Redis pub/sub, PostgreSQL
 //! `LISTEN`/`NOTIFY`). A cache only
@@ -217,15 +217,10 @@ impl ReplayCache {
         }
     }
 
-    /// `key` changed (forgotten, redelivered): everything goes, since a
-    /// replay guard's answer — another key's record — may be held under a
-    /// key of its own. Operators do this rarely; the cache refills from the
-    /// next duplicates.
-    pub fn invalidate(&self, key: &str) {
-        let _ = key;
-        self.clear();
-    }
-
+    /// Drop everything: a key changed (forgotten, redelivered) — and not
+    /// just its entry, since a replay guard's answer, another key's record,
+    /// may be held under a key of its own (operators do this rarely; the
+    /// cache refills from the next duplicates) — or the feed came or went.
     pub fn clear(&self) {
         let mut inner = self.inner.lock().expect("replay cache lock");
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -303,7 +298,7 @@ mod tests {
                 .body,
             "ok"
         );
-        cache.invalidate(key("a").as_str());
+        cache.clear();
         assert!(cache.get(&key("a")).is_none());
     }
 
@@ -311,7 +306,7 @@ mod tests {
     fn an_invalidation_during_the_claim_keeps_the_answer_out() {
         let cache = ReplayCache::new(1 << 20, true);
         let epoch = cache.epoch();
-        cache.invalidate(key("a").as_str()); // the operator's DELETE, meanwhile
+        cache.clear(); // the operator's DELETE, meanwhile
         cache.insert(&key("a"), &completed("ok"), HOUR, epoch);
         assert!(cache.get(&key("a")).is_none());
     }

@@ -560,12 +560,14 @@ impl Store {
         format!("{}replay-cache", self.key_prefix)
     }
 
-    /// `key` changed: drop it here and tell the other instances.
+    /// `key` changed in the store: empty the cache here and tell the other
+    /// instances. Called after the change, so no instance can read the old
+    /// record back into its cache once the message has reached it.
     async fn invalidate(&self, key: &StoreKey) {
         let Some(cache) = &self.cache else {
             return;
         };
-        cache.invalidate(key.as_str());
+        cache.clear();
         let channel = self.invalidation_channel();
         let told = self
             .deadline("publish", self.backend.publish(&channel, key.as_str()))
@@ -637,12 +639,12 @@ impl Store {
             self.metrics.cache_hits.inc();
             return Ok(ClaimOutcome::Completed(Record::clone(&record)));
         }
-        if matches!(request.mode, ClaimMode::Redeliver { .. }) {
-            // A forced redelivery takes a completed record over.
-            self.invalidate(request.key).await;
-        }
         let epoch = cache.map(|cache| cache.epoch());
         let result = self.claim_in_store(request).await;
+        if matches!(request.mode, ClaimMode::Redeliver { .. }) {
+            // A forced redelivery has taken a completed record over.
+            self.invalidate(request.key).await;
+        }
         if let (Some(cache), Some(epoch), Ok(ClaimOutcome::Completed(record))) =
             (cache, epoch, &result)
         {

@@ -9,22 +9,6 @@ use http::{Method, StatusCode};
 
 use crate::support::*;
 
-async fn live(gateway: &TestGateway) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if gateway
-            .gateway
-            .store()
-            .replay_cache()
-            .is_some_and(|cache| cache.is_live())
-        {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 fn hits(metrics: &str) -> f64 {
     sample(metrics, "hookgate_replay_cache_hits_total", &[]).unwrap_or(0.0)
 }
@@ -43,7 +27,7 @@ async fn a_forget_on_one_instance_reaches_the_other(store: &str, upstream: &Upst
         TestGateway::start(&text).await,
     );
     assert!(
-        live(&a).await && live(&b).await,
+        a.replay_cache_live().await && b.replay_cache_live().await,
         "the invalidation feeds connect"
     );
     let sender = Sender::new();
@@ -154,7 +138,7 @@ async fn concurrent_duplicates_through_warm_caches_forward_once() {
         TestGateway::start(&text).await,
         TestGateway::start(&text).await,
     );
-    assert!(live(&a).await && live(&b).await);
+    assert!(a.replay_cache_live().await && b.replay_cache_live().await);
     let sender = Sender::new();
     let mut tasks = Vec::new();
     for n in 0..200 {
@@ -189,7 +173,7 @@ async fn the_cache_is_off_while_its_feed_is_down() {
     let upstream = Upstream::start().await;
     let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
     let gateway = TestGateway::start(&text).await;
-    assert!(live(&gateway).await);
+    assert!(gateway.replay_cache_live().await);
     redis.kill();
     let deadline = Instant::now() + Duration::from_secs(5);
     let cache = gateway.gateway.store().replay_cache().unwrap().clone();
@@ -199,7 +183,7 @@ async fn the_cache_is_off_while_its_feed_is_down() {
     }
     redis.restart().await;
     assert!(
-        live(&gateway).await,
+        gateway.replay_cache_live().await,
         "and follows it again once Redis is back"
     );
     gateway.shutdown().await;

@@ -157,6 +157,20 @@ impl TestGateway {
         store.get(&store.key(scope, key)).await.unwrap()
     }
 
+    /// Whether the replay cache serves (its invalidation feed subscribed)
+    /// within 5 s.
+    pub async fn replay_cache_live(&self) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let cache = self.gateway.store().replay_cache();
+            if cache.is_some_and(|cache| cache.is_live()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
     pub fn admin_url(&self, path: &str) -> String {
         format!(
             "http://{}{path}",
