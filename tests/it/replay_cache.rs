@@ -188,3 +188,64 @@ async fn the_cache_is_off_while_its_feed_is_down() {
     );
     gateway.shutdown().await;
 }
+
+/// A forced redelivery on A (of an event completed after a failed attempt,
+/// so its request is stored) empties B's cache too: B's next duplicate gets
+/// the new recording, not the one B held.
+#[tokio::test]
+async fn a_forced_redelivery_on_one_instance_reaches_the_others_cache() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        status: if seen.nth == 1 {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", ""),
+        true,
+    );
+    let (a, b) = (
+        TestGateway::start(&text).await,
+        TestGateway::start(&text).await,
+    );
+    assert!(a.replay_cache_live().await && b.replay_cache_live().await);
+    let sender = Sender::new();
+    let body = event("evt_forced");
+    let first = sender.deliver(&a.url("/hook"), &body).await;
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        sender.deliver(&a.url("/hook"), &body).await.status,
+        StatusCode::OK
+    );
+    for _ in 0..2 {
+        let cached = sender.deliver(&b.url("/hook"), &body).await;
+        assert_eq!(cached.json()["call"].as_u64(), Some(2), "{cached:?}");
+    }
+
+    let url = a.admin_url("/admin/routes/hook/keys/evt_forced/redeliver?force=true");
+    let forced = request(Method::POST, &url, Some(ADMIN_TOKEN)).await;
+    assert_eq!(forced.json()["state"], "completed", "{:?}", forced.json());
+    assert_eq!(upstream.count("evt_forced"), 3);
+    let started = Instant::now();
+    loop {
+        let next = sender.deliver(&b.url("/hook"), &body).await;
+        assert!(next.replayed());
+        if next.json()["call"].as_u64() == Some(3) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "B kept the recording from before the redelivery: {next:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(upstream.count("evt_forced"), 3);
+    a.shutdown().await;
+    b.shutdown().await;
+}
