@@ -7,3 +7,14 @@ function done(summary, latency, requests)
     summary.requests / seconds, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     latency:percentile(99.9) / 1000, summary.requests, failed))
 end
+
+-- The headers of a request built in request(): the command line's -H
+-- headers (wrk.headers; e.g. "Connection: close" for the new-connection
+-- scenarios, which wrk.format with a table of its own would drop) plus
+-- the scenario's own.
+function headers(own)
+  local all = {}
+  for name, value in pairs(wrk.headers) do all[name] = value end
+  for name, value in pairs(own) do all[name] = value end
+  return all
+end

@@ -19,5 +19,5 @@ function request()
   local d = deliveries[index]
   index = index + stride
   if index > #deliveries then index = tid + 1 end
-  return wrk.format("POST", nil, { ["Stripe-Signature"] = d[1], ["Content-Type"] = "application/json" }, d[2])
+  return wrk.format("POST", nil, headers({ ["Stripe-Signature"] = d[1], ["Content-Type"] = "application/json" }), d[2])
 end

@@ -12,6 +12,6 @@ end
 function request()
   counter = counter + 1
   local id = prefix .. counter
-  return wrk.format("POST", nil, { ["X-Id"] = id, ["Content-Type"] = "application/json" },
+  return wrk.format("POST", nil, headers({ ["X-Id"] = id, ["Content-Type"] = "application/json" }),
     '{"id":"' .. id .. '","type":"bench"}')
 end
