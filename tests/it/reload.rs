@@ -145,7 +145,8 @@ async fn a_broken_config_leaves_the_old_one_serving() {
     hup(&gateway);
     let mut counted = false;
     for _ in 0..100 {
-        if reloads(admin_port, "failure").await == 1.0 {
+        // At least once: the file watcher may notice the change as well.
+        if reloads(admin_port, "failure").await >= 1.0 {
             counted = true;
             break;
         }
