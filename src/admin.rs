@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use sha2::{Digest, Sha256};
 
 use crate::config::DeliveryMode;
+use crate::console::{Caller, Console};
 use crate::error::{json_response, AdminError};
 use crate::pipeline::Gateway;
 use crate::redeliver::Sent;
@@ -70,6 +71,8 @@ pub struct Admin {
     token: Option<Secret>,
     /// Store settings that would lose claims, found at start-up.
     risks: Vec<String>,
+    /// The operator console's sessions (`/ui`).
+    console: Console,
 }
 
 impl Admin {
@@ -84,6 +87,7 @@ impl Admin {
             reloader,
             token,
             risks,
+            console: Console::default(),
         }
     }
 
@@ -118,6 +122,11 @@ impl Admin {
             }
             (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
             (&Method::GET, "/readyz") => self.readyz().await,
+            (_, path) if path == "/ui" || path.starts_with("/ui/") => {
+                self.console
+                    .handle(request, self.token.as_ref(), peer)
+                    .await
+            }
             (_, path) if path.starts_with("/admin/") => self
                 .admin(&request, path, peer)
                 .await
@@ -168,12 +177,21 @@ impl Admin {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .unwrap_or_default();
-        if !bool::from(presented.ct_eq(token.expose())) {
-            tracing::warn!(target: "hookgate::admin", %peer, path, "admin request with a missing or wrong token");
-            return Err(AdminError::Unauthorized);
-        }
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        // The bearer token, or a console session (with its CSRF token on
+        // anything but a read).
+        let via = match presented {
+            Some(presented) if bool::from(presented.ct_eq(token.expose())) => "token",
+            Some(_) => return Err(self.refused(peer, path)),
+            None => match self.console.caller(request.method(), request.headers()) {
+                Caller::Console => "console",
+                Caller::CsrfMissing => {
+                    tracing::warn!(target: "hookgate::admin", %peer, path, "console request without its CSRF token");
+                    return Err(AdminError::Csrf);
+                }
+                Caller::Nobody => return Err(self.refused(peer, path)),
+            },
+        };
 
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let method = request.method().clone();
@@ -187,7 +205,7 @@ impl Admin {
             if method != Method::POST {
                 return Err(AdminError::MethodNotAllowed);
             }
-            tracing::info!(target: "hookgate::admin", %peer, "admin action: reload");
+            tracing::info!(target: "hookgate::admin", %peer, via, "admin action: reload");
             let reloader = Arc::clone(&self.reloader);
             let reloaded = tokio::task::spawn_blocking(move || reloader.reload())
                 .await
@@ -252,7 +270,7 @@ impl Admin {
                             AdminError::BadQuery("rate must be 1-10000 a second".into())
                         })?,
                 };
-                tracing::info!(target: "hookgate::admin", %peer, route = %route.name, rate, "admin action: redrive dead letters");
+                tracing::info!(target: "hookgate::admin", %peer, via, route = %route.name, rate, "admin action: redrive dead letters");
                 let done = self.gateway.redrive(&route, rate).await?;
                 return Ok(json_response(
                     StatusCode::OK,
@@ -271,7 +289,7 @@ impl Admin {
         let store = self.gateway.store();
         let store_key = store.key(&route.scope, &key);
         let force = query_flag(request, "force");
-        tracing::info!(target: "hookgate::admin", %peer, %method, route = %route.name, key, action, force, "admin action");
+        tracing::info!(target: "hookgate::admin", %peer, via, %method, route = %route.name, key, action, force, "admin action");
 
         let unavailable = |error: StoreError| AdminError::StoreUnavailable(error.to_string());
         match (method, action) {
@@ -283,6 +301,19 @@ impl Admin {
                     .ok_or(AdminError::KeyNotFound)?;
                 let mut shown = record_json(&route.name, &key, &record);
                 shown["replays"] = json!(self.gateway.replays_of(&route, &key).await?);
+                shown["response"] =
+                    record
+                        .response
+                        .as_ref()
+                        .map_or(serde_json::Value::Null, |response| {
+                            let mut shown = json!({
+                                "status": response.status.as_u16(),
+                                "headers": headers_json(&response.headers),
+                                "body_kept": response.body_kept.as_str(),
+                            });
+                            add_preview(&mut shown, &response.body);
+                            shown
+                        });
                 let with_body = query_flag(request, "body");
                 shown["request"] = record
                     .request
@@ -333,6 +364,12 @@ impl Admin {
             }
             _ => Err(AdminError::NotFound),
         }
+    }
+
+    /// A request with neither a valid token nor a console session.
+    fn refused(&self, peer: SocketAddr, path: &str) -> AdminError {
+        tracing::warn!(target: "hookgate::admin", %peer, path, "admin request with a missing or wrong token");
+        AdminError::Unauthorized
     }
 
     /// `POST /admin/routes/{route}/pause` (`pause`) or `…/resume`, with the
@@ -422,6 +459,7 @@ impl Admin {
                 "upstream_rate": rate,
                 "queued": queued,
                 "dead_letters": dead,
+                "outcomes": self.gateway.metrics().outcomes(&route.name),
             }));
         }
         shown
@@ -545,8 +583,12 @@ fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
 /// Header values shown as `[redacted]`: credentials and signatures (a
 /// signature with its body is a delivery anyone could send again).
 fn sensitive(name: &str) -> bool {
-    matches!(name, "authorization" | "cookie" | "proxy-authorization")
-        || name.contains("signature")
+    matches!(
+        name,
+        "authorization" | "cookie" | "set-cookie" | "proxy-authorization"
+    ) || name.contains("signature")
+        || name.contains("secret")
+        || name.contains("api-key")
         || name.contains("hmac")
         || name.contains("token")
 }
@@ -555,8 +597,23 @@ fn sensitive(name: &str) -> bool {
 /// size and hash, and the body itself (base64) when asked for.
 fn request_json(request: &StoredRequest, with_body: bool) -> serde_json::Value {
     use base64::Engine;
-    let headers: Vec<serde_json::Value> = request
-        .headers
+    let mut shown = json!({
+        "method": request.method.as_str(),
+        "query": request.query,
+        "headers": headers_json(&request.headers),
+        "body_sha256": hex::encode(Sha256::digest(&request.body)),
+    });
+    add_preview(&mut shown, &request.body);
+    if with_body {
+        shown["body_base64"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(&request.body));
+    }
+    shown
+}
+
+/// Headers as `[name, value]` pairs, credentials and signatures redacted.
+fn headers_json(headers: &http::HeaderMap) -> Vec<serde_json::Value> {
+    headers
         .iter()
         .map(|(name, value)| {
             let value = if sensitive(name.as_str()) {
@@ -566,19 +623,19 @@ fn request_json(request: &StoredRequest, with_body: bool) -> serde_json::Value {
             };
             json!([name.as_str(), value])
         })
-        .collect();
-    let mut shown = json!({
-        "method": request.method.as_str(),
-        "query": request.query,
-        "headers": headers,
-        "body_bytes": request.body.len(),
-        "body_sha256": hex::encode(Sha256::digest(&request.body)),
-    });
-    if with_body {
-        shown["body_base64"] =
-            json!(base64::engine::general_purpose::STANDARD.encode(&request.body));
-    }
-    shown
+        .collect()
+}
+
+/// The start of a body kept for the console: never more than this.
+const PREVIEW_BYTES: usize = 2048;
+
+/// `body_bytes`, and the body's first [`PREVIEW_BYTES`] as text
+/// (`body_preview`, invalid UTF-8 replaced; `body_preview_bytes` of it).
+fn add_preview(shown: &mut serde_json::Value, body: &[u8]) {
+    let preview = &body[..body.len().min(PREVIEW_BYTES)];
+    shown["body_bytes"] = json!(body.len());
+    shown["body_preview_bytes"] = json!(preview.len());
+    shown["body_preview"] = json!(String::from_utf8_lossy(preview));
 }
 
 /// What a redelivery or replay did.

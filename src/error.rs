@@ -157,6 +157,8 @@ pub enum AdminError {
     Off,
     #[error("a valid bearer token is required")]
     Unauthorized,
+    #[error("a console request that changes something needs the session's X-CSRF-Token")]
+    Csrf,
     #[error("no route of that name")]
     UnknownRoute,
     #[error("the key is not valid percent-encoding")]
@@ -195,6 +197,7 @@ impl AdminError {
             | AdminError::UnknownRoute
             | AdminError::KeyNotFound => StatusCode::NOT_FOUND,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::Csrf => StatusCode::FORBIDDEN,
             AdminError::KeyEncoding | AdminError::KeyInvalid | AdminError::BadQuery(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -214,6 +217,7 @@ impl AdminError {
         match self {
             AdminError::NotFound | AdminError::Off => "not_found",
             AdminError::Unauthorized => "unauthorized",
+            AdminError::Csrf => "csrf_token_invalid",
             AdminError::UnknownRoute => "route_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::KeyNotFound => "key_not_found",

@@ -45,10 +45,13 @@
 //! - [`cidr`] — address ranges, for `trusted_proxies` and `allow_from`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
-//!   own listener; [`client`] is `hookgate events|routes|reload`, its
-//!   command-line client.
+//!   own listener; [`console`] is the operator console on it (`/ui`);
+//!   [`client`] is `hookgate events|routes|reload`, its command-line
+//!   client.
 //!
 //! [`App`] wires them together for the binary; tests use the same pieces.
+//! [`demo`] is `hookgate demo`: a gateway, a consumer and a sender in one
+//! process, showing exactly-once.
 
 #![forbid(unsafe_code)]
 
@@ -57,6 +60,8 @@ pub mod cidr;
 pub mod claim;
 pub mod client;
 pub mod config;
+pub mod console;
+pub mod demo;
 pub mod error;
 pub mod headers;
 pub mod key;

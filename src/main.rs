@@ -36,6 +36,10 @@ enum Command {
     /// the whole fleet, through a running gateway's admin API
     /// ($HOOKGATE_ADMIN_TOKEN).
     Routes(hookgate::client::RoutesArgs),
+    /// Show exactly-once in one command: a gateway on the embedded store, a
+    /// recording consumer and a sender, in this process; then keep serving
+    /// so the printed curl lines can be tried.
+    Demo(hookgate::demo::DemoArgs),
     /// Reload the running gateway's config through its admin API; exits 1
     /// (printing every problem) when the gateway rejected it.
     Reload(hookgate::client::ReloadArgs),
@@ -74,8 +78,17 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The demo speaks for itself on stdout; only problems are logged.
+    let quiet = matches!(cli.command, Command::Demo(_));
+    init_logging(cli.log_format, if quiet { "warn" } else { "info" });
     match cli.command {
+        Command::Demo(args) => match demo(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("hookgate demo: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Events(args) => hookgate::client::events(args),
         Command::Routes(args) => hookgate::client::routes(args),
         Command::Reload(args) => hookgate::client::reload(args),
@@ -113,8 +126,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: Option<LogFormat>) {
-    let filter = EnvFilter::try_from_env("HOOKGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+fn init_logging(format: Option<LogFormat>, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_env("HOOKGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let json = match format {
         Some(LogFormat::Json) => true,
         Some(LogFormat::Text) => false,
@@ -171,6 +185,11 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     app.serve(listener, admin_listener, shutdown_signal()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[tokio::main]
+async fn demo(args: hookgate::demo::DemoArgs) -> anyhow::Result<()> {
+    hookgate::demo::run(args, shutdown_signal()).await
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

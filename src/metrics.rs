@@ -477,6 +477,18 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// `route`'s request counts by outcome, as `/metrics` has them (the
+    /// console turns them into rates).
+    pub fn outcomes(&self, route: &str) -> serde_json::Map<String, serde_json::Value> {
+        OUTCOMES
+            .iter()
+            .map(|outcome| {
+                let count = self.requests.with_label_values(&[route, outcome]).get();
+                ((*outcome).to_owned(), count.into())
+            })
+            .collect()
+    }
+
     /// Create `route`'s series at 0 (start-up, reload): see [`OUTCOMES`].
     pub fn init_route(&self, route: &str) {
         for outcome in OUTCOMES {

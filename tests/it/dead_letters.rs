@@ -2,31 +2,12 @@
 //! through a running gateway: what the sender gets, what the upstream sees,
 //! what the store and the admin API show, and the `hookgate events` CLI.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
 
 use crate::support::*;
-
-/// An upstream that answers 503 until `healthy` is set, then as usual.
-async fn flaky_upstream() -> (Upstream, Arc<AtomicBool>) {
-    let healthy = Arc::new(AtomicBool::new(false));
-    let switch = Arc::clone(&healthy);
-    let upstream = Upstream::with(move |seen| {
-        if switch.load(Ordering::SeqCst) {
-            ok_plan(seen)
-        } else {
-            Plan {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                ..ok_plan(seen)
-            }
-        }
-    })
-    .await;
-    (upstream, healthy)
-}
 
 async fn gateway_for(upstream: &Upstream, backend: &Backend, route_extra: &str) -> TestGateway {
     let text = config_text(&upstream.url("/hook"), backend, route_extra, "");
@@ -39,7 +20,7 @@ async fn admin(gateway: &TestGateway, method: Method, path: &str) -> Answer {
 
 #[tokio::test]
 async fn the_nth_refused_attempt_parks_the_event_and_later_deliveries_are_not_forwarded() {
-    let (upstream, _) = flaky_upstream().await;
+    let (upstream, _) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 3").await;
     let (sender, url) = (Sender::new(), gateway.url("/hook"));
     let body = event("evt_dead");
@@ -103,7 +84,7 @@ async fn the_nth_refused_attempt_parks_the_event_and_later_deliveries_are_not_fo
 
 #[tokio::test]
 async fn unlimited_attempts_keep_forwarding_and_a_custom_status_answers_dead_letters() {
-    let (upstream, _) = flaky_upstream().await;
+    let (upstream, _) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &Backend::Memory, "").await;
     let (sender, url) = (Sender::new(), gateway.url("/hook"));
     for _ in 0..5 {
@@ -134,7 +115,7 @@ async fn unlimited_attempts_keep_forwarding_and_a_custom_status_answers_dead_let
 
 #[tokio::test]
 async fn redelivery_keeps_the_key_and_the_body_and_a_replay_gets_a_new_key() {
-    let (upstream, healthy) = flaky_upstream().await;
+    let (upstream, healthy) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 2").await;
     let (sender, url) = (Sender::new(), gateway.url("/hook?shop=42"));
     let body = event("evt_again");
@@ -245,7 +226,7 @@ async fn redelivery_keeps_the_key_and_the_body_and_a_replay_gets_a_new_key() {
 /// The upstream was down; 200 events were parked. Once it is back, one
 /// redrive delivers each of them exactly once more.
 async fn redrive_delivers_each_dead_letter_once(backend: Backend) {
-    let (upstream, healthy) = flaky_upstream().await;
+    let (upstream, healthy) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &backend, "max_attempts = 1").await;
     let url = gateway.url("/hook");
     let ids: Vec<String> = (0..200).map(|i| format!("evt_rd_{i}")).collect();
@@ -327,7 +308,7 @@ async fn redrive_on_postgres() {
 
 #[tokio::test]
 async fn listing_pages_with_a_cursor_and_refuses_bad_queries() {
-    let (upstream, _) = flaky_upstream().await;
+    let (upstream, _) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 1").await;
     let url = gateway.url("/hook");
     for i in 0..7 {
@@ -373,7 +354,7 @@ async fn listing_pages_with_a_cursor_and_refuses_bad_queries() {
 /// output formats, a bad token, an unknown key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_events_cli_finds_inspects_and_sends_again() {
-    let (upstream, healthy) = flaky_upstream().await;
+    let (upstream, healthy) = Upstream::flaky().await;
     let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 1").await;
     let url = gateway.url("/hook");
     Sender::new().deliver(&url, &event("evt_cli")).await;

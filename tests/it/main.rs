@@ -4,8 +4,10 @@
 mod async_delivery;
 mod cli;
 mod conformance;
+mod console;
 mod dead_letters;
 mod delivery;
+mod demo;
 mod fault_run;
 mod faults;
 mod fleet;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -84,6 +84,25 @@ impl Upstream {
 
     pub async fn with(behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static) -> Upstream {
         Self::serve(None, behaviour).await
+    }
+
+    /// An upstream that answers 503 until the returned switch is set, then
+    /// as usual.
+    pub async fn flaky() -> (Upstream, Arc<AtomicBool>) {
+        let healthy = Arc::new(AtomicBool::new(false));
+        let switch = Arc::clone(&healthy);
+        let upstream = Upstream::with(move |seen| {
+            if switch.load(Ordering::SeqCst) {
+                ok_plan(seen)
+            } else {
+                Plan {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    ..ok_plan(seen)
+                }
+            }
+        })
+        .await;
+        (upstream, healthy)
     }
 
     /// An upstream behind TLS with `config`'s certificate.

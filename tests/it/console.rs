@@ -1,0 +1,567 @@
+//! The operator console (`/ui` on the admin listener): its security at the
+//! HTTP level, and an operator's session in a real headless Chromium
+//! driven through chromedriver (WebDriver), with screenshots in
+//! `target/console/`.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// A gateway with the admin listener and its token, in front of an upstream
+/// that answers 503 until the switch is set; events die after one attempt.
+async fn gateway() -> (TestGateway, Upstream, Arc<AtomicBool>) {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let text = config_text(
+        &upstream.url("/hook"),
+        &Backend::Memory,
+        "max_attempts = 1",
+        "",
+    );
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    (gateway, upstream, healthy)
+}
+
+async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut builder = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    Sender::new()
+        .send(
+            builder
+                .body(Full::new(Bytes::from(body.to_owned())))
+                .unwrap(),
+        )
+        .await
+}
+
+/// `method path` on the admin listener as a console session: its `cookie`,
+/// and `csrf` as `X-CSRF-Token` when given.
+async fn as_session(
+    gateway: &TestGateway,
+    method: Method,
+    path: &str,
+    cookie: &str,
+    csrf: Option<&str>,
+) -> Answer {
+    let mut headers = vec![("cookie", cookie)];
+    headers.extend(csrf.map(|csrf| ("x-csrf-token", csrf)));
+    send(method, &gateway.admin_url(path), &headers, "").await
+}
+
+/// Log in with `token`; the session cookie (`name=value`) when accepted.
+async fn login(gateway: &TestGateway, token: &str) -> (Answer, Option<String>) {
+    let body = format!("token={token}");
+    let answer = send(
+        Method::POST,
+        &gateway.admin_url("/ui/login"),
+        &[("content-type", "application/x-www-form-urlencoded")],
+        &body,
+    )
+    .await;
+    let cookie = answer
+        .headers
+        .get("set-cookie")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(str::to_owned);
+    (answer, cookie)
+}
+
+/// The CSRF token in the console page that `cookie` gets.
+async fn csrf_of(gateway: &TestGateway, cookie: &str) -> String {
+    let page = as_session(gateway, Method::GET, "/ui", cookie, None).await;
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    let start = page
+        .find(r#"name="csrf-token" content=""#)
+        .expect("the console page")
+        + 27;
+    page[start..start + 64].to_owned()
+}
+
+#[tokio::test]
+async fn the_console_is_unreachable_without_the_token_and_on_the_public_port() {
+    let (gateway, _upstream, _) = gateway().await;
+
+    // The public port knows no /ui.
+    for path in ["/ui", "/ui/console.js", "/ui/login"] {
+        let answer = send(Method::GET, &gateway.url(path), &[], "").await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(!String::from_utf8_lossy(&answer.body).contains("console"));
+    }
+    // Without a session: the login form, nothing else.
+    let page = send(Method::GET, &gateway.admin_url("/ui"), &[], "").await;
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(html.contains(r#"action="/ui/login""#), "{html}");
+    assert!(!html.contains("csrf-token"), "{html}");
+    let (refused, cookie) = login(&gateway, "not-the-token").await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(cookie.is_none(), "no session for a wrong token");
+    // A made-up session is nobody.
+    let forged = "hookgate_console=".to_owned() + &"ab".repeat(32);
+    for cookie in [forged.as_str(), "hookgate_console="] {
+        let answer = as_session(&gateway, Method::GET, "/admin/events", cookie, None).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{cookie}");
+        let page = as_session(&gateway, Method::GET, "/ui", cookie, None).await;
+        assert!(!String::from_utf8_lossy(&page.body).contains("csrf-token"));
+    }
+    gateway.shutdown().await;
+
+    // No admin token configured: no console either.
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, "", "");
+    let gateway = TestGateway::start(&with_admin(&text, false)).await;
+    let answer = send(Method::GET, &gateway.admin_url("/ui"), &[], "").await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_is_a_strict_httponly_cookie_and_every_page_has_a_strict_csp() {
+    let (gateway, _upstream, _) = gateway().await;
+    let (answer, cookie) = login(&gateway, ADMIN_TOKEN).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(answer.headers["location"], "/ui");
+    let set = answer.headers["set-cookie"].to_str().unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = cookie.unwrap();
+
+    for path in ["/ui", "/ui/console.js", "/ui/console.css"] {
+        let answer = as_session(&gateway, Method::GET, path, &cookie, None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}");
+        let csp = answer.headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+            "{csp}"
+        );
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe"), "{csp}");
+        assert_eq!(answer.headers["x-content-type-options"], "nosniff");
+    }
+    // The cookie stands in for the bearer token on reads.
+    let events = as_session(&gateway, Method::GET, "/admin/events", &cookie, None).await;
+    assert_eq!(events.status, StatusCode::OK);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_console_action_without_its_csrf_token_is_refused() {
+    let (gateway, upstream, healthy) = gateway().await;
+    healthy.store(true, Ordering::SeqCst);
+    let answer = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_kept"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let (_, cookie) = login(&gateway, ADMIN_TOKEN).await;
+    let cookie = cookie.unwrap();
+    let csrf = csrf_of(&gateway, &cookie).await;
+    let path = "/admin/routes/hook/keys/evt_kept";
+
+    for csrf in [None, Some("0000")] {
+        let answer = as_session(&gateway, Method::DELETE, path, &cookie, csrf).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN);
+        assert_eq!(answer.code(), "csrf_token_invalid");
+    }
+    let redeliver = format!("{path}/redeliver?force=true");
+    let redeliver = as_session(&gateway, Method::POST, &redeliver, &cookie, None).await;
+    assert_eq!(redeliver.status, StatusCode::FORBIDDEN);
+    let logout = send(
+        Method::POST,
+        &gateway.admin_url("/ui/logout"),
+        &[("cookie", &cookie)],
+        "csrf=0000",
+    )
+    .await;
+    assert_eq!(logout.status, StatusCode::FORBIDDEN);
+    assert!(
+        gateway.record("hook", "evt_kept").await.is_some(),
+        "nothing was forgotten"
+    );
+    assert_eq!(upstream.count("evt_kept"), 1, "nothing was sent again");
+
+    // With it, the action goes through the admin API.
+    let answer = as_session(&gateway, Method::DELETE, path, &cookie, Some(&csrf)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    assert!(gateway.record("hook", "evt_kept").await.is_none());
+    // Logging out ends the session.
+    let body = format!("csrf={csrf}");
+    let logout = send(
+        Method::POST,
+        &gateway.admin_url("/ui/logout"),
+        &[("cookie", &cookie)],
+        &body,
+    )
+    .await;
+    assert_eq!(logout.status, StatusCode::SEE_OTHER);
+    let events = as_session(&gateway, Method::GET, "/admin/events", &cookie, None).await;
+    assert_eq!(events.status, StatusCode::UNAUTHORIZED);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_event_record_shows_bounded_previews_and_masks_signatures() {
+    let (gateway, _upstream, _) = gateway().await;
+    let padding = "x".repeat(3000);
+    let body = format!(r#"{{"id":"evt_big","pad":"{padding}"}}"#);
+    let answer = Sender::new().deliver(&gateway.url("/hook"), &body).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    let record = request(
+        Method::GET,
+        &gateway.admin_url("/admin/routes/hook/keys/evt_big"),
+        Some(ADMIN_TOKEN),
+    )
+    .await
+    .json();
+    let kept = &record["request"];
+    assert_eq!(kept["body_bytes"], body.len());
+    assert_eq!(kept["body_preview_bytes"], 2048);
+    assert_eq!(kept["body_preview"].as_str().unwrap().len(), 2048);
+    let signature = kept["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "x-signature")
+        .expect("the signature header is listed");
+    assert_eq!(signature[1], "[redacted]");
+    assert!(!record.to_string().contains(&sign(body.as_bytes())));
+    gateway.shutdown().await;
+}
+
+// --- a real browser -----------------------------------------------------------
+
+/// chromedriver driving a headless Chromium, through WebDriver's HTTP API.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    /// `None` (the test skips) where Chromium is not installed, except on
+    /// CI, where that fails.
+    async fn start() -> Option<Browser> {
+        let installed = ["/usr/bin/chromium", "/usr/bin/chromedriver"]
+            .iter()
+            .all(|path| std::path::Path::new(path).exists());
+        if !installed {
+            assert!(
+                std::env::var("CI").is_err(),
+                "chromium and chromium-driver are required on CI (.ci/run installs them)"
+            );
+            eprintln!("skipping: chromium / chromedriver not installed");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let mut browser = Browser {
+            driver,
+            base: format!("http://127.0.0.1:{port}"),
+            session: String::new(),
+        };
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                         "--disable-gpu", "--window-size=1360,1000"],
+            },
+        }}});
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let session = loop {
+            match browser
+                .try_call(Method::POST, "/session", Some(&capabilities))
+                .await
+            {
+                Ok(value) if value["sessionId"].is_string() => break value,
+                _ if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                other => panic!("no WebDriver session: {other:?}"),
+            }
+        };
+        browser.session = session["sessionId"].as_str().unwrap().to_owned();
+        Some(browser)
+    }
+
+    async fn try_call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
+        let url = if path == "/session" {
+            format!("{}{path}", self.base)
+        } else {
+            format!("{}/session/{}{path}", self.base, self.session)
+        };
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let answer = Sender::new().try_send(request).await?;
+        let value: Value = serde_json::from_slice(&answer.body).map_err(|e| e.to_string())?;
+        if answer.status.is_success() {
+            Ok(value["value"].clone())
+        } else {
+            Err(value["value"].to_string())
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Value) -> Value {
+        let body = (!body.is_null()).then_some(&body);
+        self.try_call(method, path, body)
+            .await
+            .unwrap_or_else(|error| panic!("WebDriver {path}: {error}"))
+    }
+
+    async fn goto(&self, url: &str) {
+        self.call(Method::POST, "/url", json!({ "url": url })).await;
+    }
+
+    /// Run `script` in the page; its return value.
+    async fn run(&self, script: &str) -> Value {
+        self.call(
+            Method::POST,
+            "/execute/sync",
+            json!({ "script": script, "args": [] }),
+        )
+        .await
+    }
+
+    /// Wait (up to 10 s) until `script` returns something truthy.
+    async fn wait_for(&self, what: &str, script: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let value = self.run(script).await;
+            if !(value.is_null() || value == false || value == "") {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let found = self
+            .call(
+                Method::POST,
+                "/element",
+                json!({ "using": "css selector", "value": css }),
+            )
+            .await;
+        found[ELEMENT].as_str().unwrap().to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.call(Method::POST, &format!("/element/{id}/click"), json!({}))
+            .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.call(
+            Method::POST,
+            &format!("/element/{id}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
+    /// Accept the open `confirm()` dialog, waiting for it to open.
+    async fn confirm(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Err(error) = self
+            .try_call(Method::POST, "/alert/accept", Some(&json!({})))
+            .await
+        {
+            assert!(Instant::now() < deadline, "no confirmation asked: {error}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        use base64::Engine;
+        let png = self.call(Method::GET, "/screenshot", Value::Null).await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (gateway, upstream, healthy) = gateway().await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    // A dead letter (the upstream refuses it), and, once the upstream is
+    // healthy, ordinary traffic with one hostile key.
+    let answer = sender.deliver(&url, &event("evt_dead")).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        gateway
+            .record("hook", "evt_dead")
+            .await
+            .unwrap()
+            .state
+            .as_str(),
+        "dead"
+    );
+    healthy.store(true, Ordering::SeqCst);
+    // Visible ASCII only (no spaces), so it is kept as the key itself.
+    let hostile =
+        "<img/src=x/onerror=document.title='pwned'><script>document.title='pwned'</script>";
+    let body = json!({ "id": hostile, "type": "order.paid" }).to_string();
+    assert_eq!(sender.deliver(&url, &body).await.status, StatusCode::OK);
+    for i in 0..5 {
+        let body = event(&format!("evt_{i}"));
+        assert_eq!(sender.deliver(&url, &body).await.status, StatusCode::OK);
+        assert!(sender.deliver(&url, &body).await.replayed());
+    }
+
+    // Replays keep arriving while the operator looks.
+    let traffic = {
+        let (sender, url, body) = (sender.clone(), url.clone(), event("evt_0"));
+        tokio::spawn(async move {
+            loop {
+                sender.deliver(&url, &body).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    // Log in with the token.
+    browser.goto(&gateway.admin_url("/ui")).await;
+    browser.screenshot("login").await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login").await;
+    browser
+        .wait_for(
+            "the routes",
+            "return document.querySelector('#routes-body tr[data-route=hook]')",
+        )
+        .await;
+    // Rates appear from the second poll on.
+    browser
+        .wait_for(
+            "live rates",
+            "return /\\/s/.test(document.querySelector('#routes-body').textContent)",
+        )
+        .await;
+
+    // The events just sent, the hostile key shown as text, never as markup.
+    browser
+        .wait_for(
+            "the dead letter",
+            "return document.querySelector('#events-body tr[data-key=evt_dead]')",
+        )
+        .await;
+    let shown = browser
+        .run("return [...document.querySelectorAll('#events-body tr')].map(r => r.children[2].textContent)")
+        .await;
+    assert!(
+        shown.as_array().unwrap().iter().any(|key| key == hostile),
+        "{shown}"
+    );
+    let injected = browser
+        .run("return document.querySelectorAll('main img, main script').length")
+        .await;
+    assert_eq!(injected, 0);
+    assert_ne!(browser.run("return document.title").await, "pwned");
+    browser.screenshot("events").await;
+
+    // Only the dead letters.
+    browser.run("const s = document.querySelector('#filter-state'); s.value = 'dead'; s.dispatchEvent(new Event('change'));").await;
+    browser
+        .wait_for("the dead filter", "const rows = document.querySelectorAll('#events-body tr'); return rows.length === 1 && rows[0].dataset.key === 'evt_dead'")
+        .await;
+
+    // Its record, then a redelivery: confirmed, and the state changes.
+    browser.click("#events-body tr[data-key=evt_dead]").await;
+    browser
+        .wait_for(
+            "the record",
+            "return document.querySelector('#event-state [data-state=dead]')",
+        )
+        .await;
+    let masked = browser
+        .run("return document.querySelector('#event').textContent")
+        .await;
+    assert!(masked.as_str().unwrap().contains("[redacted]"), "{masked}");
+    browser.screenshot("dead-letter").await;
+    browser.click("button[data-action=redeliver]").await;
+    browser.confirm().await;
+    browser
+        .wait_for(
+            "completed",
+            "return document.querySelector('#event-state [data-state=completed]')",
+        )
+        .await;
+    browser.screenshot("redelivered").await;
+    assert_eq!(
+        gateway
+            .record("hook", "evt_dead")
+            .await
+            .unwrap()
+            .state
+            .as_str(),
+        "completed"
+    );
+    assert_eq!(
+        upstream.count("evt_dead"),
+        2,
+        "the refused attempt and the redelivery"
+    );
+
+    // Search by key finds it on its route.
+    browser.run("const s = document.querySelector('#filter-state'); s.value = ''; s.dispatchEvent(new Event('change'));").await;
+    browser.type_into("#filter-key", "evt_3").await;
+    browser.click("#search").await;
+    browser
+        .wait_for(
+            "the search",
+            "return document.querySelector('#event-key')?.textContent === 'evt_3'",
+        )
+        .await;
+    browser.screenshot("event").await;
+    traffic.abort();
+    gateway.shutdown().await;
+}
