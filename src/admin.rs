@@ -6,8 +6,10 @@
 //!   readiness probe (with the permissions deliveries use) within its
 //!   timeout and shutdown has not begun; else 503. The JSON body
 //!   says why and lists store settings that would silently lose claims.
-//! - Behind `Authorization: Bearer <admin.token>` (404 when no token is
-//!   configured), SPEC §6:
+//! - `/ui` — the operator console ([`crate::console`]).
+//! - Behind `Authorization: Bearer <admin.token>`, or a console session
+//!   (with its CSRF token on changes); 404 when no token is configured.
+//!   SPEC §6:
 //!   - `GET /admin/events?route=&state=&limit=&cursor=` pages through
 //!     records, newest first;
 //!   - `/admin/routes/{route}/keys/{key}`: `GET` shows the record (its
@@ -27,7 +29,8 @@
 //!     says whether it was applied (422 `config_invalid` with the problems
 //!     when not): what `hookgate reload` sends.
 //!
-//!   Every admin action is logged with the caller's address.
+//!   Every admin action is logged with the caller's address and `via`
+//!   (`token` or `console`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -254,7 +257,7 @@ impl Admin {
                 if method != Method::POST {
                     return Err(AdminError::MethodNotAllowed);
                 }
-                return self.pause(request, &route, pause, peer).await;
+                return self.pause(request, &route, pause, peer, via).await;
             }
             Target::Redrive => {
                 if method != Method::POST {
@@ -382,6 +385,7 @@ impl Admin {
         route: &Route,
         pause: bool,
         peer: SocketAddr,
+        via: &str,
     ) -> Result<Response<Full<Bytes>>, AdminError> {
         let by = query_param(request, "by")
             .filter(|by| !by.is_empty())
@@ -412,7 +416,7 @@ impl Admin {
                 .with_label_values(&[&route.name, action])
                 .inc();
         }
-        tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, action, by, reason, changed,
+        tracing::warn!(target: "hookgate::admin", %peer, via, route = %route.name, action, by, reason, changed,
             "admin action: route {}", if pause { "paused" } else { "resumed" });
         Ok(json_response(
             StatusCode::OK,

@@ -37,6 +37,8 @@ const COOKIE: &str = "hookgate_console";
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most; the oldest goes first.
 const MAX_SESSIONS: usize = 256;
+/// How long a login with a wrong token waits before it is answered.
+const WRONG_TOKEN_PAUSE: Duration = Duration::from_millis(500);
 /// A login form is a token and nothing else.
 const MAX_FORM_BYTES: usize = 4096;
 
@@ -163,6 +165,8 @@ impl Console {
             .unwrap_or_default();
         if !bool::from(presented.as_bytes().ct_eq(token.expose())) {
             tracing::warn!(target: "hookgate::admin", %peer, "console login with a wrong token");
+            // Guessing is slow: each wrong try costs its connection a pause.
+            tokio::time::sleep(WRONG_TOKEN_PAUSE).await;
             return login_page(StatusCode::UNAUTHORIZED, Some("Wrong token."));
         }
         let id = hex::encode(rand::random::<[u8; 32]>());

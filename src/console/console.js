@@ -47,7 +47,7 @@ function el(tag, attrs, ...children) {
 }
 
 function when(ms) {
-  return ms ? new Date(ms).toLocaleString() : "";
+  return ms ? new Date(ms).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" }) : "";
 }
 
 function stateBadge(state) {
@@ -145,15 +145,14 @@ async function loadEvents(more) {
   for (const event of page.events) {
     body.append(
       el("tr", { class: "event", "data-key": event.key, onclick: () => showEvent(event.route, event.key) },
-        el("td", {}, when(event.updated)),
+        el("td", { class: "when" }, when(event.updated)),
         el("td", {}, event.route),
         el("td", { class: "mono" }, event.key),
         el("td", {}, stateBadge(event.state)),
         el("td", {}, String(event.attempts)),
-        el("td", {}, event.last_error ? event.last_error.class + (event.last_error.status ? " " + event.last_error.status : "") : ""),
-        el("td", {}, event.response_status ? String(event.response_status) : "")));
+        el("td", {}, event.last_error ? event.last_error.class + (event.last_error.status ? " " + event.last_error.status : "") : "")));
   }
-  if (!body.children.length) body.append(el("tr", {}, el("td", { colspan: "7", class: "empty" }, "No events.")));
+  if (!body.children.length) body.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No events.")));
   cursor = page.next_cursor;
   document.getElementById("more").hidden = !cursor;
 }
@@ -237,7 +236,7 @@ async function showEvent(route, key) {
       request ? act("Replay", "", "Send the stored request of " + key + " again as a new event, under a new key?", "POST", "/replay") : null,
       act("Forget", "danger", "Forget " + key + "? The sender's next delivery of it is processed again.", "DELETE", "")),
   ].flat(Infinity).filter((part) => part !== null && part !== undefined));
-  section.scrollIntoView({ behavior: "smooth", block: "start" });
+  section.scrollIntoView({ block: "start" });
 }
 
 async function act_(label, question, method, route, key, suffix) {
