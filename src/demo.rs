@@ -59,6 +59,8 @@ const BURST: usize = 20;
 /// gateway answer that is not what exactly-once promises.
 pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("hookgate-demo-{}", std::process::id()));
+    // A leftover of an earlier run under the same pid would replay its events.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let consumer_listener = bind(3000).await?;
     let consumer_addr = consumer_listener.local_addr()?;
