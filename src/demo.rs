@@ -100,13 +100,20 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> anyhow::
         }
         let _ = finished.send(result);
     });
+    // Stop on Ctrl-C; and when the script failed (exit 1), or with
+    // `--exit` when it is done.
     let (result_tx, result_rx) = tokio::sync::oneshot::channel();
     let stop = async move {
-        let result = if exit {
-            script_done.await.unwrap_or(Ok(()))
-        } else {
-            shutdown.await;
-            Ok(())
+        let script = async {
+            match script_done.await {
+                Ok(Err(error)) => Err(error),
+                _ if exit => Ok(()),
+                _ => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            result = script => result,
+            () = shutdown => Ok(()),
         };
         let _ = result_tx.send(result);
     };
