@@ -30,7 +30,24 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::headers::IDEMPOTENT_REPLAYED;
+use crate::store::StoreError;
 use crate::App;
+
+/// Why the demo could not show what it set out to.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the demo's config: {0}")]
+    Config(String),
+    #[error("the embedded store: {0}")]
+    Store(#[from] StoreError),
+    #[error("sending to the gateway: {0}")]
+    Send(String),
+    /// The gateway did not answer as exactly-once promises (a bug).
+    #[error("{0}")]
+    Broken(String),
+}
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -57,7 +74,7 @@ const BURST: usize = 20;
 /// Run the demo until `shutdown` (or, with `--exit`, until the script has
 /// run). Errors are the demo's own failures: a port, the store, or a
 /// gateway answer that is not what exactly-once promises.
-pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(), DemoError> {
     let dir = std::env::temp_dir().join(format!("hookgate-demo-{}", std::process::id()));
     // A leftover of an earlier run under the same pid would replay its events.
     let _ = std::fs::remove_dir_all(&dir);
@@ -73,7 +90,8 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> anyhow::
         consumer: consumer_addr,
     };
     let config_path = write_config(&dir, &addrs, &token)?;
-    let config = Config::load(&config_path).map_err(|error| anyhow::anyhow!("{error}"))?;
+    let config =
+        Config::load(&config_path).map_err(|error| DemoError::Config(error.to_string()))?;
     let app = App::new(&config).await?;
 
     let consumer = Arc::new(Consumer::default());
@@ -90,9 +108,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     tokio::spawn(async move {
         let result = play(&sender, &consumer, &shown).await;
-        if let Err(error) = &result {
-            eprintln!("hookgate demo: {error}");
-        } else if !exit {
+        if result.is_ok() && !exit {
             println!(
                 "Serving until Ctrl-C. The store and config stay in {} until then.",
                 shown.dir.display()
@@ -181,7 +197,7 @@ tolerance = "1h"
 }
 
 /// The sender's side of the script, printed as it goes.
-async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> anyhow::Result<()> {
+async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> Result<(), DemoError> {
     let a = &shown.addrs;
     println!("hookgate demo: exactly-once in front of a webhook consumer\n");
     println!(
@@ -254,7 +270,9 @@ async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> anyhow::Re
     let calls: u32 = seen.values().sum();
     println!("   {sent} deliveries sent, {calls} reached the consumer: each event exactly once.\n");
     if seen.get(first.id) != Some(&1) || seen.get(burst.id) != Some(&1) {
-        anyhow::bail!("the consumer saw {seen:?}, not each event once");
+        return Err(DemoError::Broken(format!(
+            "the consumer saw {seen:?}, not each event once"
+        )));
     }
 
     let next = Event::new("evt_demo_3", "customer.created");
@@ -292,11 +310,14 @@ async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> anyhow::Re
     Ok(())
 }
 
-fn expect(holds: bool, what: &str, answer: &Answer) -> anyhow::Result<()> {
+fn expect(holds: bool, what: &str, answer: &Answer) -> Result<(), DemoError> {
     if holds {
         Ok(())
     } else {
-        anyhow::bail!("{what}: {} {}", answer.status, answer.body)
+        Err(DemoError::Broken(format!(
+            "{what}: {} {}",
+            answer.status, answer.body
+        )))
     }
 }
 
@@ -393,12 +414,18 @@ impl Sender {
         }
     }
 
-    async fn deliver(&self, delivery: &Delivery) -> anyhow::Result<Answer> {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Answer, DemoError> {
+        let failed = |error: &dyn std::fmt::Display| DemoError::Send(error.to_string());
         let request = Request::post(&self.url)
             .header(header::CONTENT_TYPE, "application/json")
             .header("stripe-signature", &delivery.signature)
-            .body(Full::new(Bytes::from(delivery.body.clone())))?;
-        let response = self.client.request(request).await?;
+            .body(Full::new(Bytes::from(delivery.body.clone())))
+            .map_err(|error| failed(&error))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|error| failed(&error))?;
         let status = response.status();
         let text = |name| {
             response
@@ -409,7 +436,12 @@ impl Sender {
         };
         let replayed = text(IDEMPOTENT_REPLAYED).as_deref() == Some("true");
         let retry_after = text(header::RETRY_AFTER);
-        let body = response.into_body().collect().await?.to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| failed(&error))?
+            .to_bytes();
         Ok(Answer {
             status,
             replayed,

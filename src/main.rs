@@ -85,7 +85,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => match demo(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                eprintln!("hookgate demo: {error:#}");
+                eprintln!("hookgate demo: {error}");
                 ExitCode::FAILURE
             }
         },
@@ -188,7 +188,7 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn demo(args: hookgate::demo::DemoArgs) -> anyhow::Result<()> {
+async fn demo(args: hookgate::demo::DemoArgs) -> Result<(), hookgate::demo::DemoError> {
     hookgate::demo::run(args, shutdown_signal()).await
 }
 
