@@ -146,6 +146,10 @@ fn init_logging(format: Option<LogFormat>, default_level: &str) {
 
 #[tokio::main]
 async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+    // First: SIGHUP's default action ends the process, and a reload sent
+    // while the gateway starts (systemd's ExecReload, a config watcher)
+    // must not.
+    let mut hangups = signal(SignalKind::hangup()).context("installing a SIGHUP handler")?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -172,10 +176,6 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     );
     let reloader = app.reloader();
     tokio::spawn(async move {
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::error!("cannot install a SIGHUP handler; reload is off");
-            return;
-        };
         while hangups.recv().await.is_some() {
             tracing::info!(config = %path.display(), "SIGHUP received: reloading");
             let reloader = Arc::clone(&reloader);

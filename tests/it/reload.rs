@@ -144,7 +144,7 @@ async fn a_broken_config_leaves_the_old_one_serving() {
     std::fs::write(&path, broken).unwrap();
     hup(&gateway);
     let mut counted = false;
-    for _ in 0..100 {
+    for _ in 0..400 {
         // At least once: the file watcher may notice the change as well.
         if reloads(admin_port, "failure").await >= 1.0 {
             counted = true;
@@ -152,7 +152,11 @@ async fn a_broken_config_leaves_the_old_one_serving() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(counted, "the failed reload is counted");
+    assert!(
+        counted,
+        "the failed reload is counted (hookgate: {:?})",
+        gateway.child.try_wait()
+    );
     let answer = Sender::new()
         .deliver(&gateway.url("/hook"), &event("evt_still"))
         .await;
