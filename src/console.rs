@@ -82,29 +82,27 @@ impl Console {
         let Some(token) = token else {
             return secured(page(
                 StatusCode::NOT_FOUND,
-                "text/plain",
+                TEXT,
                 "the console is off (no admin.token)\n",
             ));
         };
         let path = request.uri().path().to_owned();
         let method = request.method().clone();
         let response = match (method, path.as_str()) {
-            (Method::GET, "/ui/console.js") => page(StatusCode::OK, "text/javascript", SCRIPT),
-            (Method::GET, "/ui/console.css") => page(StatusCode::OK, "text/css", STYLE),
+            (Method::GET, "/ui/console.js") => {
+                page(StatusCode::OK, "text/javascript; charset=utf-8", SCRIPT)
+            }
+            (Method::GET, "/ui/console.css") => {
+                page(StatusCode::OK, "text/css; charset=utf-8", STYLE)
+            }
             (Method::GET, "/ui" | "/ui/") => match self.session(request.headers()) {
-                Some(csrf) => page(StatusCode::OK, "text/html", &PAGE.replace("{CSRF}", &csrf)),
+                Some(csrf) => page(StatusCode::OK, HTML, &PAGE.replace("{CSRF}", &csrf)),
                 None => login_page(StatusCode::OK, None),
             },
             (Method::POST, "/ui/login") => self.login(request, token, peer).await,
             (Method::POST, "/ui/logout") => self.logout(request).await,
-            (Method::GET | Method::POST, _) => {
-                page(StatusCode::NOT_FOUND, "text/plain", "not found\n")
-            }
-            _ => page(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "text/plain",
-                "method not allowed\n",
-            ),
+            (Method::GET | Method::POST, _) => page(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+            _ => page(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n"),
         };
         secured(response)
     }
@@ -152,17 +150,9 @@ impl Console {
         token: &Secret,
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
-        let Ok(body) = Limited::new(request.into_body(), MAX_FORM_BYTES)
-            .collect()
-            .await
-        else {
+        let Some(presented) = form_field(request, "token").await else {
             return login_page(StatusCode::PAYLOAD_TOO_LARGE, Some("That is not a token."));
         };
-        let body = body.to_bytes();
-        let presented = form_urlencoded::parse(&body)
-            .find(|(name, _)| name == "token")
-            .map(|(_, value)| value.into_owned())
-            .unwrap_or_default();
         if !bool::from(presented.as_bytes().ct_eq(token.expose())) {
             tracing::warn!(target: "hookgate::admin", %peer, "console login with a wrong token");
             // Guessing is slow: each wrong try costs its connection a pause.
@@ -208,17 +198,9 @@ impl Console {
     async fn logout(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let id = cookie(request.headers());
         let csrf = self.session(request.headers());
-        let Ok(body) = Limited::new(request.into_body(), MAX_FORM_BYTES)
-            .collect()
-            .await
-        else {
-            return page(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", "too large\n");
+        let Some(presented) = form_field(request, "csrf").await else {
+            return page(StatusCode::PAYLOAD_TOO_LARGE, TEXT, "too large\n");
         };
-        let body = body.to_bytes();
-        let presented = form_urlencoded::parse(&body)
-            .find(|(name, _)| name == "csrf")
-            .map(|(_, value)| value.into_owned())
-            .unwrap_or_default();
         match (id, csrf) {
             (Some(id), Some(csrf)) if bool::from(presented.as_bytes().ct_eq(csrf.as_bytes())) => {
                 self.sessions.lock().expect("not poisoned").remove(&id);
@@ -231,13 +213,23 @@ impl Console {
                 );
                 response
             }
-            _ => page(
-                StatusCode::FORBIDDEN,
-                "text/plain",
-                "missing or wrong CSRF token\n",
-            ),
+            _ => page(StatusCode::FORBIDDEN, TEXT, "missing or wrong CSRF token\n"),
         }
     }
+}
+
+/// Field `name` of a urlencoded form body (empty when absent); `None` for a
+/// body over [`MAX_FORM_BYTES`] or one that broke off.
+async fn form_field(request: Request<Incoming>, name: &str) -> Option<String> {
+    let body = Limited::new(request.into_body(), MAX_FORM_BYTES)
+        .collect()
+        .await
+        .ok()?
+        .to_bytes();
+    let value = form_urlencoded::parse(&body)
+        .find(|(field, _)| field == name)
+        .map(|(_, value)| value.into_owned());
+    Some(value.unwrap_or_default())
 }
 
 /// The session id in the request's `Cookie` header.
@@ -253,15 +245,12 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
+const HTML: &str = "text/html; charset=utf-8";
+const TEXT: &str = "text/plain; charset=utf-8";
+
 fn page(status: StatusCode, kind: &'static str, body: &str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
     *response.status_mut() = status;
-    let kind = match kind {
-        "text/html" => "text/html; charset=utf-8",
-        "text/javascript" => "text/javascript; charset=utf-8",
-        "text/css" => "text/css; charset=utf-8",
-        _ => "text/plain; charset=utf-8",
-    };
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
@@ -269,7 +258,7 @@ fn page(status: StatusCode, kind: &'static str, body: &str) -> Response<Full<Byt
 }
 
 fn redirect(to: &'static str) -> Response<Full<Bytes>> {
-    let mut response = page(StatusCode::SEE_OTHER, "text/plain", "");
+    let mut response = page(StatusCode::SEE_OTHER, TEXT, "");
     response
         .headers_mut()
         .insert(header::LOCATION, HeaderValue::from_static(to));
@@ -295,7 +284,7 @@ fn login_page(status: StatusCode, problem: Option<&'static str>) -> Response<Ful
 </form></section></main></body></html>
 "#
     );
-    page(status, "text/html", &html)
+    page(status, HTML, &html)
 }
 
 /// The headers every console response carries.

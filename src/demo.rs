@@ -97,7 +97,6 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(
     let consumer = Arc::new(Consumer::default());
     tokio::spawn(Arc::clone(&consumer).serve(consumer_listener));
 
-    let (finished, script_done) = tokio::sync::oneshot::channel();
     let sender = Sender::new(addrs.gateway);
     let exit = args.exit;
     let shown = Shown {
@@ -106,7 +105,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(
         config: config_path,
         dir: dir.clone(),
     };
-    tokio::spawn(async move {
+    let script = tokio::spawn(async move {
         let result = play(&sender, &consumer, &shown).await;
         if result.is_ok() && !exit {
             println!(
@@ -114,14 +113,14 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(
                 shown.dir.display()
             );
         }
-        let _ = finished.send(result);
+        result
     });
     // Stop on Ctrl-C; and when the script failed (exit 1), or with
     // `--exit` when it is done.
     let (result_tx, result_rx) = tokio::sync::oneshot::channel();
     let stop = async move {
         let script = async {
-            match script_done.await {
+            match script.await {
                 Ok(Err(error)) => Err(error),
                 _ if exit => Ok(()),
                 _ => std::future::pending().await,

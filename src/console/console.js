@@ -219,7 +219,7 @@ async function showEvent(route, key) {
   const response = record.response;
   const request = record.request;
   const act = (label, cls, question, method, suffix) =>
-    el("button", { class: cls, "data-action": label.toLowerCase(), onclick: () => act_(label, question, method, route, key, suffix) }, label);
+    el("button", { class: cls, "data-action": label.toLowerCase(), onclick: () => perform(label, question, method, route, key, suffix) }, label);
   section.replaceChildren(...[
     el("h2", {}, "Event"),
     details,
@@ -239,7 +239,7 @@ async function showEvent(route, key) {
   section.scrollIntoView({ block: "start" });
 }
 
-async function act_(label, question, method, route, key, suffix) {
+async function perform(label, question, method, route, key, suffix) {
   if (!confirm(question)) return;
   try {
     const done = await api(method, keyPath(route, key) + suffix);

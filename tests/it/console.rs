@@ -29,20 +29,6 @@ async fn gateway() -> (TestGateway, Upstream, Arc<AtomicBool>) {
     (gateway, upstream, healthy)
 }
 
-async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let mut builder = Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    Sender::new()
-        .send(
-            builder
-                .body(Full::new(Bytes::from(body.to_owned())))
-                .unwrap(),
-        )
-        .await
-}
-
 /// `method path` on the admin listener as a console session: its `cookie`,
 /// and `csrf` as `X-CSRF-Token` when given.
 async fn as_session(

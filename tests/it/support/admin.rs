@@ -27,11 +27,20 @@ pub async fn get(url: &str, token: Option<&str>) -> Answer {
 }
 
 pub async fn request(method: Method, url: &str, token: Option<&str>) -> Answer {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|bearer| ("authorization", bearer.as_str()))
+        .collect();
+    send(method, url, &headers, "").await
+}
+
+/// `method url` with `headers` and `body`, as any client sends it.
+pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut builder = Request::builder().method(method).uri(url);
-    if let Some(token) = token {
-        builder = builder.header("authorization", format!("Bearer {token}"));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
     }
-    Sender::new()
-        .send(builder.body(Full::new(Bytes::new())).unwrap())
-        .await
+    let body = Full::new(Bytes::from(body.to_owned()));
+    Sender::new().send(builder.body(body).unwrap()).await
 }
