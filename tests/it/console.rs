@@ -224,6 +224,47 @@ async fn an_event_record_shows_bounded_previews_and_masks_signatures() {
     gateway.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_record_shows_its_recorded_response_and_routes_count_their_outcomes() {
+    let (gateway, _upstream, healthy) = gateway().await;
+    healthy.store(true, Ordering::SeqCst);
+    let (sender, url, body) = (Sender::new(), gateway.url("/hook"), event("evt_ok"));
+    assert_eq!(sender.deliver(&url, &body).await.status, StatusCode::OK);
+    assert!(sender.deliver(&url, &body).await.replayed());
+
+    let admin = |path: &str| {
+        let url = gateway.admin_url(path);
+        async move { request(Method::GET, &url, Some(ADMIN_TOKEN)).await.json() }
+    };
+    let record = admin("/admin/routes/hook/keys/evt_ok").await;
+    let response = &record["response"];
+    assert_eq!(response["status"], 200);
+    assert_eq!(
+        response["body_preview"],
+        r#"{"processed":"evt_ok","call":1}"#
+    );
+    assert_eq!(response["body_bytes"], 31);
+    let headers = response["headers"].as_array().unwrap();
+    assert!(headers
+        .iter()
+        .any(|pair| pair[0] == "x-upstream" && pair[1] == "legacy"));
+    assert!(
+        !response.to_string().contains("session=secret"),
+        "{response}"
+    );
+
+    let routes = admin("/admin/routes").await;
+    let outcomes = &routes["routes"][0]["outcomes"];
+    assert_eq!(
+        (
+            outcomes["forwarded"].as_u64(),
+            outcomes["replayed"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    gateway.shutdown().await;
+}
+
 // --- a real browser -----------------------------------------------------------
 
 /// chromedriver driving a headless Chromium, through WebDriver's HTTP API.
