@@ -244,13 +244,6 @@ impl Admin {
             .gateway
             .route(route_name)
             .ok_or(AdminError::UnknownRoute)?;
-        let sends = matches!(
-            target,
-            Target::Redrive | Target::Key(_, Some("redeliver" | "replay"))
-        );
-        if sends && self.gateway.pauses().is_paused(&route.name) {
-            return Err(AdminError::RoutePaused);
-        }
         let (raw_key, action) = match target {
             Target::Key(raw_key, action) => (raw_key, action),
             Target::Pause(pause) => {
@@ -274,7 +267,7 @@ impl Admin {
                         })?,
                 };
                 tracing::info!(target: "hookgate::admin", %peer, via, route = %route.name, rate, "admin action: redrive dead letters");
-                let done = self.gateway.redrive(&route, rate).await?;
+                let done = self.gateway.redrive(Arc::clone(&route), rate).await?;
                 return Ok(json_response(
                     StatusCode::OK,
                     &json!({
@@ -351,13 +344,17 @@ impl Admin {
                 }
             }
             (Method::POST, Some("redeliver")) => {
-                let sent = self.gateway.redeliver(&route, &key, force).await?;
+                let sent = (self.gateway)
+                    .redeliver(Arc::clone(&route), key.clone(), force)
+                    .await?;
                 tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, attempt = sent.attempt,
                     result = sent.settled.as_str(), "redelivered");
                 Ok(sent_json(&route.name, &sent, None))
             }
             (Method::POST, Some("replay")) => {
-                let sent = self.gateway.replay(&route, &key).await?;
+                let sent = (self.gateway)
+                    .replay(Arc::clone(&route), key.clone())
+                    .await?;
                 tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, replay = sent.key,
                     result = sent.settled.as_str(), "replayed");
                 Ok(sent_json(&route.name, &sent, Some(&key)))

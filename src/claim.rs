@@ -2,13 +2,19 @@
 //! renewal while the upstream works, to `complete` or `fail`.
 //!
 //! A [`Claim`] owns its store key, its fencing token (the [`Lease`]), the
-//! `processing_ttl` it renews by, and the `leases_lost` counter of its route.
-//! While it lives it is registered in [`Claims`], the set of claims this
-//! process holds, so shutdown can wait for them and release the ones still
-//! unfinished when the grace period ends — the sender's retry is then
-//! forwarded at once instead of after `processing_ttl`. Completing or
-//! failing consumes the claim; dropping it unfinished leaves the lease to
-//! run out.
+//! `processing_ttl` it renews by, the time its lease runs out, and the
+//! `leases_lost` counter of its route. While it lives it is registered in
+//! [`Claims`], the set of claims this process holds, so shutdown can wait
+//! for them and release the ones still unfinished when the grace period
+//! ends — the sender's retry is then forwarded at once instead of after
+//! `processing_ttl`. Completing or failing consumes the claim; dropping it
+//! unfinished leaves the lease to run out. A claim holds the store by
+//! `Arc`, so one whose recording waits for a store to come back can finish
+//! in a task of its own while its sender already has the answer.
+//!
+//! Recording is retried, with backoff, for as long as the lease protects
+//! the event: a store outage shorter than the rest of the lease never lets
+//! a duplicate through (README, "Guarantees").
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,19 +24,25 @@ use std::time::Duration;
 
 use prometheus::IntCounter;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::replay::RecordedResponse;
-use crate::store::{Failure, Lease, Store, StoreKey};
+use crate::store::{Failure, Lease, RecordState, Store, StoreError, StoreKey};
 
-/// Attempts at recording a final response before giving up on it.
-const COMPLETE_ATTEMPTS: u32 = 3;
+/// The first wait between attempts at recording; each later one doubles,
+/// up to [`RECORD_BACKOFF_MAX`].
+const RECORD_BACKOFF: Duration = Duration::from_millis(50);
+const RECORD_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// One delivery's hold on its key.
-pub struct Claim<'s> {
-    store: &'s Store,
+pub struct Claim {
+    store: Arc<Store>,
     key: StoreKey,
     lease: Lease,
     processing_ttl: Duration,
+    /// When the lease runs out unless renewed: from the claim, then from
+    /// each renewal the store confirmed.
+    lease_until: Instant,
     /// `hookgate_leases_lost_total{route}`.
     leases_lost: IntCounter,
     /// Set when a renewal found another holder's token.
@@ -38,11 +50,19 @@ pub struct Claim<'s> {
     _held: Held,
 }
 
-impl<'s> Claim<'s> {
+/// What one try at recording left.
+pub enum Recording<T> {
+    /// Recorded, or the lease was lost (logged and counted): nothing more.
+    Done(T),
+    /// The store did not answer: the claim, to try again.
+    Again(Claim),
+}
+
+impl Claim {
     /// Take over the `lease` the store granted on `key`, registered in
     /// `claims` until it ends.
     pub fn new(
-        store: &'s Store,
+        store: &Arc<Store>,
         claims: &Arc<Claims>,
         key: StoreKey,
         lease: Lease,
@@ -51,14 +71,19 @@ impl<'s> Claim<'s> {
     ) -> Self {
         let held = claims.hold(&key, &lease);
         Self {
-            store,
+            store: Arc::clone(store),
             key,
             lease,
             processing_ttl,
+            lease_until: Instant::now() + processing_ttl,
             leases_lost,
             lost: false,
             _held: held,
         }
+    }
+
+    pub fn key(&self) -> &StoreKey {
+        &self.key
     }
 
     /// Run `work` while renewing the lease every third of `processing_ttl`,
@@ -71,7 +96,7 @@ impl<'s> Claim<'s> {
         tokio::pin!(work);
         tokio::select! {
             output = &mut work => return output,
-            () = self.renew_until_lost() => {}
+            () = Self::renew_until_lost(&self.store, &self.key, &self.lease, self.processing_ttl, &mut self.lease_until) => {}
         }
         tracing::warn!(key = %self.key, "lease lost while the upstream call was running");
         self.leases_lost.inc();
@@ -81,60 +106,83 @@ impl<'s> Claim<'s> {
 
     /// Renew every third of `processing_ttl`; returns once another holder's
     /// token is found.
-    async fn renew_until_lost(&self) {
-        let mut tick = tokio::time::interval(self.processing_ttl / 3);
+    async fn renew_until_lost(
+        store: &Store,
+        key: &StoreKey,
+        lease: &Lease,
+        processing_ttl: Duration,
+        lease_until: &mut Instant,
+    ) {
+        let mut tick = tokio::time::interval(processing_ttl / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the first tick is immediate; the claim is fresh
         loop {
             tick.tick().await;
-            match self
-                .store
-                .renew(&self.key, &self.lease, self.processing_ttl)
-                .await
-            {
-                Ok(true) => {}
+            let asked = Instant::now();
+            match store.renew(key, lease, processing_ttl).await {
+                Ok(true) => *lease_until = asked + processing_ttl,
                 Ok(false) => return,
-                Err(error) => tracing::warn!(%error, "lease renewal failed; retrying"),
+                Err(error) => tracing::warn!(%key, %error, "lease renewal failed; retrying"),
             }
         }
     }
 
-    /// Record the final response for `retention`. A few quick retries:
-    /// losing the recording means the next retry is forwarded again once the
-    /// lease runs out.
-    pub async fn complete(self, recorded: &RecordedResponse, retention: Duration) {
-        let store = self.store;
-        for attempt in 1..=COMPLETE_ATTEMPTS {
-            match store
-                .complete(&self.key, &self.lease, recorded, retention)
-                .await
-            {
-                Ok(true) => return,
-                Ok(false) if attempt > 1 && self.recorded_already(recorded).await => {
-                    // An earlier attempt timed out here but was applied.
-                    return;
+    /// Record the final response for `retention`, retried with backoff
+    /// while the lease still protects the event; whether it was recorded.
+    pub async fn complete(mut self, recorded: &RecordedResponse, retention: Duration) -> bool {
+        let mut wait = RECORD_BACKOFF;
+        loop {
+            match self.try_complete(recorded, retention).await {
+                Recording::Done(done) => return done,
+                Recording::Again(claim) => self = claim,
+            }
+            if !self.may_retry(wait) {
+                tracing::error!(key = %self.key, "could not record the response before the lease ran out; the next delivery will be forwarded again");
+                return false;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECORD_BACKOFF_MAX);
+        }
+    }
+
+    /// One try at recording the final response: `Done(true)` recorded,
+    /// `Done(false)` the lease was lost.
+    pub async fn try_complete(
+        self,
+        recorded: &RecordedResponse,
+        retention: Duration,
+    ) -> Recording<bool> {
+        match self
+            .store
+            .complete(&self.key, &self.lease, recorded, retention)
+            .await
+        {
+            Ok(true) => Recording::Done(true),
+            // An earlier try timed out here but was applied.
+            Ok(false) if self.recorded_already(recorded).await => Recording::Done(true),
+            Ok(false) => {
+                tracing::warn!(
+                    key = %self.key,
+                    lost_while_running = self.lost,
+                    "lease was lost before the response could be recorded"
+                );
+                if !self.lost {
+                    // Taken over between the last renewal and now.
+                    self.leases_lost.inc();
                 }
-                Ok(false) => {
-                    tracing::warn!(
-                        key = %self.key,
-                        lost_while_running = self.lost,
-                        "lease was lost before the response could be recorded"
-                    );
-                    if !self.lost {
-                        // Taken over between the last renewal and now.
-                        self.leases_lost.inc();
-                    }
-                    return;
-                }
-                Err(error) if attempt < COMPLETE_ATTEMPTS => {
-                    tracing::warn!(%error, attempt, "recording the response failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(error) => {
-                    tracing::error!(key = %self.key, %error, "could not record the response; a retry after processing_ttl will be forwarded again");
-                }
+                Recording::Done(false)
+            }
+            Err(error) => {
+                tracing::warn!(key = %self.key, %error, "recording the response failed; retrying");
+                Recording::Again(self)
             }
         }
+    }
+
+    /// Whether another try fits before the lease runs out, after `wait`
+    /// and one store round trip.
+    fn may_retry(&self, wait: Duration) -> bool {
+        Instant::now() + wait + self.store.timeout() < self.lease_until
     }
 
     /// Whether the record already holds `recorded` (a completion whose
@@ -151,32 +199,51 @@ impl<'s> Claim<'s> {
         self.lease.attempt
     }
 
-    /// Record a failed attempt: the record turns failed (or dead) and keeps
-    /// the request. A few quick retries, like [`Claim::complete`]; if all
-    /// fail, the lease runs out and the next delivery is forwarded as if the
-    /// record had been released, without the failure recorded.
-    pub async fn fail(self, failure: &Failure<'_>) {
-        for attempt in 1..=COMPLETE_ATTEMPTS {
-            match self.store.fail(&self.key, &self.lease, failure).await {
-                Ok(true) => break,
-                Ok(false) => {
-                    tracing::warn!(key = %self.key, "lease was lost before the failure could be recorded");
-                    return;
+    /// Record a failed attempt (see [`Store::fail`]), retried with backoff
+    /// like [`Claim::complete`]; the state it left, or `None` when the lease
+    /// was lost or the store never answered in time (the lease then runs
+    /// out, and the next delivery is forwarded as if the record had been
+    /// released, without the failure recorded).
+    pub async fn fail(mut self, failure: &Failure<'_>) -> Option<RecordState> {
+        let mut wait = RECORD_BACKOFF;
+        loop {
+            match self.try_fail(failure).await {
+                Recording::Done(state) => return state,
+                Recording::Again(claim) => self = claim,
+            }
+            if !self.may_retry(wait) {
+                tracing::warn!(key = %self.key, "could not record the failure; the claim expires with its lease");
+                return None;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECORD_BACKOFF_MAX);
+        }
+    }
+
+    /// One try at recording a failed attempt.
+    pub async fn try_fail(self, failure: &Failure<'_>) -> Recording<Option<RecordState>> {
+        match self.store.fail(&self.key, &self.lease, failure).await {
+            Ok(None) => {
+                tracing::warn!(key = %self.key, "lease was lost before the failure could be recorded");
+                Recording::Done(None)
+            }
+            Ok(Some(state)) => {
+                if state == RecordState::Failed && failure.holds(false) {
+                    tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
+                        "outcome unknown: the claim is held until its lease runs out");
                 }
-                Err(error) if attempt < COMPLETE_ATTEMPTS => {
-                    tracing::warn!(%error, attempt, "recording the failure failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(error) => {
-                    tracing::warn!(key = %self.key, %error, "could not record the failure; the claim expires with its lease");
-                    return;
-                }
+                Recording::Done(Some(state))
+            }
+            Err(error) => {
+                tracing::warn!(key = %self.key, %error, "recording the failure failed; retrying");
+                Recording::Again(self)
             }
         }
-        if failure.hold {
-            tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
-                "outcome unknown: the claim is held until its lease runs out");
-        }
+    }
+
+    /// Give the claim up (see [`Store::release`]).
+    pub async fn release(self) -> Result<bool, StoreError> {
+        self.store.release(&self.key, &self.lease).await
     }
 }
 

@@ -185,6 +185,14 @@ pub enum AdminError {
     StoreUnavailable(String),
     #[error("the route is paused; resume it before sending its events again")]
     RoutePaused,
+    /// The route's circuit breaker is open or its upstream rate spent: an
+    /// operator's call is governed like any other (`code` is the same as a
+    /// sender would get).
+    #[error("traffic control holds the route's upstream calls now ({code}); try again later")]
+    UpstreamHeld {
+        code: &'static str,
+        retry_after: Duration,
+    },
     #[error("the config was not reloaded; the running one keeps serving:\n{0}")]
     ConfigInvalid(String),
 }
@@ -208,7 +216,9 @@ impl AdminError {
             | AdminError::RoutePaused => StatusCode::CONFLICT,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            AdminError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::StoreUnavailable(_) | AdminError::UpstreamHeld { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -230,6 +240,7 @@ impl AdminError {
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::StoreUnavailable(_) => "store_unavailable",
             AdminError::RoutePaused => "route_paused",
+            AdminError::UpstreamHeld { code, .. } => code,
             AdminError::ConfigInvalid(_) => "config_invalid",
         }
     }
@@ -245,6 +256,12 @@ impl AdminError {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(STORE_RETRY_AFTER.as_secs()),
+                );
+            }
+            AdminError::UpstreamHeld { retry_after, .. } => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after.as_secs().max(1)),
                 );
             }
             _ => {}
@@ -386,6 +403,14 @@ mod tests {
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
             (AdminError::RoutePaused, 409, "route_paused"),
+            (
+                AdminError::UpstreamHeld {
+                    code: "upstream_circuit_open",
+                    retry_after: Duration::from_secs(5),
+                },
+                503,
+                "upstream_circuit_open",
+            ),
             (AdminError::ConfigInvalid("x".into()), 422, "config_invalid"),
             (
                 AdminError::StoreUnavailable("timed out".into()),

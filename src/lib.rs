@@ -61,6 +61,7 @@ pub mod claim;
 pub mod client;
 pub mod config;
 pub mod console;
+pub mod delivery;
 pub mod demo;
 pub mod error;
 pub mod headers;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::HeaderValue;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
@@ -26,20 +26,19 @@ use sha2::{Digest, Sha256};
 use crate::cidr::Cidr;
 use crate::claim::{Claim, Claims};
 use crate::config::{
-    AsyncDelivery, Config, DeliveryMode, Live, OnMismatch, OnStoreError, OnUnknown, RequestLimits,
-    RouteConfig,
+    AsyncDelivery, Config, DeliveryMode, Live, OnMismatch, OnStoreError, RequestLimits, RouteConfig,
 };
+use crate::delivery::{policy, Attempt, Kind};
 use crate::error::{json_response, GatewayError};
 use crate::headers::{
     new_request_id, HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED, X_FORWARDED_FOR, X_REQUEST_ID,
 };
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
-use crate::replay::RecordedResponse;
 use crate::route::{Route, RouteTable, Upstreams};
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Failure, FailureClass, Lease, Record,
-    RecordState, Store, StoreError, StoreKey, Stored, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, Record, RecordState, Store, StoreError,
+    StoreKey, Stored, StoredRequest,
 };
 use crate::telemetry::{DeliverySpan, SpanFacts, Telemetry};
 use crate::traffic::{Admission, Controls, Held, Pause, Pauses};
@@ -47,7 +46,7 @@ use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
 use crate::verify::{Handshake, RequestLine};
-use crate::worker::{self, Workers};
+use crate::worker::{Permit, Workers};
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +106,9 @@ pub struct Gateway {
     /// The upstream clients, kept across reloads for their pooled
     /// connections.
     upstreams: Upstreams,
-    store: Store,
+    /// Shared with every [`Claim`], which may outlive its request (a
+    /// recording that waits for the store to come back).
+    store: Arc<Store>,
     /// The claims this process holds, for shutdown.
     claims: Arc<Claims>,
     metrics: Metrics,
@@ -153,10 +154,19 @@ struct RequestLog<'a> {
     trace: DeliverySpan,
 }
 
+/// What the hybrid's call holds: the claim the acceptance took, and leave
+/// from traffic control and the route's `max_in_flight`.
+struct Hybrid {
+    key: StoreKey,
+    lease: Lease,
+    admission: Admission,
+    permit: Permit,
+}
+
 /// What the claim stage decided.
-enum Claimed<'s> {
+enum Claimed {
     /// This delivery owns the key: forward it.
-    New(Claim<'s>),
+    New(Claim),
     /// A duplicate of a completed event, answered from its record.
     Duplicate(Response<Full<Bytes>>),
     /// A delivery of a dead letter: answered, not forwarded.
@@ -182,7 +192,7 @@ impl Gateway {
                     Telemetry::off()
                 }),
             },
-            store,
+            store: Arc::new(store),
             claims: Arc::default(),
             metrics,
             draining: AtomicBool::new(false),
@@ -262,7 +272,7 @@ impl Gateway {
 
     /// Leave for one upstream call of `route` (SPEC §9): refused while the
     /// route is paused, its breaker open or its rate spent.
-    fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
+    pub(crate) fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
         if self.pauses.is_paused(&route.name) {
             return Err(GatewayError::RoutePaused);
         }
@@ -580,13 +590,13 @@ impl Gateway {
             None => None,
         };
 
-        // 6. Forward, renewing the claim while the upstream works.
+        // 6. Forward, renewing the claim while the upstream works; 7. settle
+        //    the claim by what the upstream is known to have done.
         let mut upstream_request = build_request(&delivery);
         log.trace.inject(upstream_request.headers_mut());
-        let call = self.call(route, upstream_request);
-        let Some(mut claim) = claim else {
-            let (result, elapsed) = call.await;
-            admission.settle(succeeded(&result));
+        let Some(claim) = claim else {
+            let (result, elapsed) = self.call(route, upstream_request).await;
+            admission.settle(policy::class_of(&result).is_none());
             log.upstream = Some(elapsed);
             let forwarded = match key {
                 Some(_) => Outcome::Forwarded,
@@ -594,92 +604,19 @@ impl Gateway {
             };
             return settle_sender(result, forwarded);
         };
-        let (result, elapsed) = claim.renewing(call).await;
-        admission.settle(succeeded(&result));
-        log.upstream = Some(elapsed);
-
-        // 7. Settle the claim by what the upstream is known to have done.
-        self.settle(route, claim, &result, || stored_request(&delivery), None)
+        let attempt = Attempt {
+            route: Arc::clone(route),
+            claim,
+            admission,
+            kind: Kind::Sync,
+            first_seen_ms: Clock::system().now_ms(),
+            was_dead: false,
+        };
+        let attempted = self
+            .attempt(attempt, upstream_request, || stored_request(&delivery))
             .await;
-        settle_sender(result, Outcome::Forwarded)
-    }
-
-    /// Stage 7, for a delivery, an async worker's attempt and an operator's
-    /// redelivery alike: final → record; refused or not delivered → failed,
-    /// keeping the request (dead after `max_attempts`); unknown → failed
-    /// too, the claim held until its lease runs out (or released, per
-    /// `on_unknown`). On an async route (`first_seen_ms` given: when the
-    /// event was accepted) a failure queues the next attempt after the
-    /// backoff instead — after `processing_ttl` at least when the outcome is
-    /// unknown — until `max_attempts` or `max_age` parks the event.
-    pub(crate) async fn settle(
-        &self,
-        route: &Route,
-        claim: Claim<'_>,
-        result: &Result<UpstreamResponse, UpstreamError>,
-        request: impl FnOnce() -> StoredRequest,
-        first_seen_ms: Option<u64>,
-    ) -> Settled {
-        let (class, status) = match result {
-            Ok(answer) if is_final(answer.status) => {
-                let recorded = RecordedResponse::record(
-                    answer.status,
-                    &answer.headers,
-                    &answer.body,
-                    answer.body_read,
-                    route.max_cached_body_bytes,
-                );
-                claim.complete(&recorded, route.retention).await;
-                return Settled::Completed(answer.status);
-            }
-            Ok(answer) => (FailureClass::Refused, Some(answer.status.as_u16())),
-            Err(error) => {
-                tracing::warn!(route = %route.name, %error, "upstream call failed");
-                let class = if error.outcome_unknown() {
-                    FailureClass::Unknown
-                } else {
-                    FailureClass::NotDelivered
-                };
-                (class, None)
-            }
-        };
-        let attempt = claim.attempt();
-        let mut dead = route.max_attempts > 0 && attempt >= route.max_attempts;
-        let hold = class == FailureClass::Unknown && route.on_unknown == OnUnknown::Hold;
-        let retry_in = match (&route.delivery, first_seen_ms) {
-            (DeliveryMode::Async(settings), Some(first_seen_ms)) => {
-                dead |= worker::past_max_age(settings, first_seen_ms);
-                let wait = worker::backoff(settings, attempt);
-                let wait = match class {
-                    FailureClass::Unknown => wait.max(route.processing_ttl),
-                    _ => wait,
-                };
-                (!dead).then_some(wait)
-            }
-            _ => None,
-        };
-        let request = request();
-        let failure = Failure {
-            class,
-            status,
-            request: &request,
-            route: &route.name,
-            dead,
-            hold,
-            retention: route.dead_letter_retention,
-            retry_in,
-        };
-        claim.fail(&failure).await;
-        if let Some(wait) = retry_in {
-            Settled::Retrying(wait)
-        } else if dead {
-            route.dead_letters.inc();
-            tracing::warn!(route = %route.name, attempts = attempt, class = class.as_str(),
-                "event parked as a dead letter after max_attempts");
-            Settled::Dead
-        } else {
-            Settled::Failed
-        }
+        log.upstream = Some(attempted.elapsed);
+        settle_sender(attempted.result, Outcome::Forwarded)
     }
 
     /// Stage 5 of an async route: store the event with its request in one
@@ -699,10 +636,17 @@ impl Gateway {
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
         let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
         // The hybrid forwards at once only when the route may call now
-        // (not paused, breaker closed, a token to spend); otherwise the
-        // event just queues for the workers.
-        let admission = (settings.respond_within).and_then(|_| self.admit(route).ok());
-        let mode = match admission {
+        // (one of its max_in_flight calls free, not paused, breaker closed,
+        // a token to spend); otherwise the event just queues for the
+        // workers.
+        let hybrid = settings.respond_within.and_then(|_| {
+            let permit = self
+                .workers
+                .gate(&route.name, settings.max_in_flight)
+                .try_enter()?;
+            Some((self.admit(route).ok()?, permit))
+        });
+        let mode = match hybrid {
             Some(_) => ClaimMode::AcceptClaimed,
             None => ClaimMode::Accept,
         };
@@ -729,10 +673,17 @@ impl Gateway {
                 Ok((accepted(settings, key, false), Outcome::Accepted))
             }
             Ok(ClaimOutcome::New(lease)) => {
-                let within = settings.respond_within.unwrap_or_default();
-                let admission = admission.unwrap_or_default();
-                let claimed = (store_key, lease, admission);
-                self.respond_within(route, settings, claimed, key, request, within, log)
+                let Some((admission, permit)) = hybrid else {
+                    // Only an AcceptClaimed is answered New.
+                    return Err(GatewayError::Internal);
+                };
+                let claimed = Hybrid {
+                    key: store_key,
+                    lease,
+                    admission,
+                    permit,
+                };
+                self.respond_within(route, settings, claimed, key, request, log)
                     .await
             }
             Ok(ClaimOutcome::Completed(record)) => {
@@ -766,15 +717,13 @@ impl Gateway {
     /// and its outcome is settled like a worker's attempt (a failure queues
     /// the next one; a crash leaves the event to the workers once the lease
     /// lapses). Exactly one call is made unless it fails.
-    #[allow(clippy::too_many_arguments)]
     async fn respond_within(
         self: &Arc<Self>,
         route: &Arc<Route>,
         settings: &AsyncDelivery,
-        (store_key, lease, admission): (StoreKey, Lease, Admission),
+        claimed: Hybrid,
         key: &str,
         request: StoredRequest,
-        within: Duration,
         log: &mut RequestLog<'_>,
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
         let (answered, answer) = tokio::sync::oneshot::channel();
@@ -783,24 +732,37 @@ impl Gateway {
         let task_key = key.to_owned();
         let accepted_ms = Clock::system().now_ms();
         let trace = log.trace.headers();
+        let Hybrid {
+            key: store_key,
+            lease,
+            admission,
+            permit,
+        } = claimed;
         tokio::spawn(async move {
+            // One of the route's max_in_flight calls, until the attempt ends.
+            let _permit = permit;
             let route = task_route;
-            let mut claim = gateway.claim_for(&route, store_key, lease);
+            let claim = gateway.claim_for(&route, store_key, lease);
             let request_id = new_request_id();
             let mut upstream_request =
                 resend(&route, request.clone(), Some(&task_key), &request_id);
             for (name, value) in trace {
                 upstream_request.headers_mut().insert(name, value);
             }
-            let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
-            admission.settle(succeeded(&result));
-            gateway
-                .settle(&route, claim, &result, || request, Some(accepted_ms))
-                .await;
-            let _ = answered.send((result, elapsed));
+            let attempt = Attempt {
+                route: Arc::clone(&route),
+                claim,
+                admission,
+                kind: Kind::Hybrid,
+                first_seen_ms: accepted_ms,
+                was_dead: false,
+            };
+            let attempted = gateway.attempt(attempt, upstream_request, || request).await;
+            let _ = answered.send((attempted.result, attempted.elapsed));
         });
+        let within = settings.respond_within.unwrap_or_default();
         match tokio::time::timeout(within, answer).await {
-            Ok(Ok((Ok(answer), elapsed))) if is_final(answer.status) => {
+            Ok(Ok((Ok(answer), elapsed))) if policy::is_final(answer.status) => {
                 log.upstream = Some(elapsed);
                 settle_sender(Ok(answer), Outcome::Forwarded)
             }
@@ -829,7 +791,7 @@ impl Gateway {
         route: &Route,
         key: &str,
         body_sha256: &str,
-    ) -> Result<Claimed<'_>, GatewayError> {
+    ) -> Result<Claimed, GatewayError> {
         let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
         let outcome = self
             .store
@@ -870,7 +832,7 @@ impl Gateway {
     }
 
     /// The claim `lease` grants on `key`, registered for shutdown.
-    pub(crate) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim<'_> {
+    pub(crate) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim {
         Claim::new(
             &self.store,
             &self.claims,
@@ -879,32 +841,6 @@ impl Gateway {
             route.processing_ttl,
             route.leases_lost.clone(),
         )
-    }
-
-    /// Stage 6: one upstream call, timed and counted by how it ended —
-    /// the answer's status class, or a timeout, an unreachable upstream, a
-    /// connection broken mid-call.
-    pub(crate) async fn call(
-        &self,
-        route: &Route,
-        request: Request<Full<Bytes>>,
-    ) -> (Result<UpstreamResponse, UpstreamError>, Duration) {
-        let called = Instant::now();
-        let result = route.upstream.send(request, route.upstream_timeout).await;
-        let elapsed = called.elapsed();
-        let class = match &result {
-            Ok(answer) => match answer.status.as_u16() {
-                200..=299 => "2xx",
-                300..=399 => "3xx",
-                400..=499 => "4xx",
-                _ => "5xx",
-            },
-            Err(UpstreamError::Timeout) => "timeout",
-            Err(UpstreamError::NotDelivered(_)) => "unreachable",
-            Err(UpstreamError::Broken(_)) => "broken",
-        };
-        self.metrics.upstream_attempt(&route.name, class, elapsed);
-        (result, elapsed)
     }
 }
 
@@ -995,44 +931,6 @@ impl Drop for InFlight {
     }
 }
 
-/// SPEC §4 step 7: 2xx and 4xx (but 408 and 429) are the upstream's final
-/// word. Everything else — 5xx, 408, 429, and 3xx, which a webhook sender
-/// treats as a failed delivery — lets the sender's retry through.
-fn is_final(status: StatusCode) -> bool {
-    status.is_success()
-        || (status.is_client_error()
-            && status != StatusCode::REQUEST_TIMEOUT
-            && status != StatusCode::TOO_MANY_REQUESTS)
-}
-
-/// Whether an upstream call ended in a final answer: what the circuit
-/// breaker counts as success.
-pub(crate) fn succeeded(result: &Result<UpstreamResponse, UpstreamError>) -> bool {
-    result.as_ref().is_ok_and(|answer| is_final(answer.status))
-}
-
-/// How stage 7 left a claimed event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// The upstream's final answer, recorded.
-    Completed(StatusCode),
-    Failed,
-    Dead,
-    /// An async event's next attempt is queued, this far ahead.
-    Retrying(Duration),
-}
-
-impl Settled {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Settled::Completed(_) => "completed",
-            Settled::Failed => "failed",
-            Settled::Dead => "dead",
-            Settled::Retrying(_) => "retrying",
-        }
-    }
-}
-
 /// A later delivery must carry the body the key was claimed with (or
 /// `on_mismatch = "replay"`).
 fn check_body(route: &RouteConfig, record: &Record, body_sha256: &str) -> Result<(), GatewayError> {
@@ -1115,7 +1013,7 @@ fn settle_sender(
             GatewayError::UpstreamUnreachable
         }
     })?;
-    let outcome = if !is_final(answer.status) {
+    let outcome = if !policy::is_final(answer.status) {
         Outcome::UpstreamError
     } else if answer.body_read == BodyRead::BrokeOff {
         // Recorded (the upstream did the work), but this sender would get a
@@ -1161,15 +1059,5 @@ mod tests {
         );
         assert_eq!(client(peer, "garbage"), peer);
         assert_eq!(client_address(peer, &HeaderMap::new(), &trusted), peer);
-    }
-
-    #[test]
-    fn final_statuses_follow_the_spec() {
-        for code in [200, 201, 204, 400, 401, 404, 409, 410, 422] {
-            assert!(is_final(StatusCode::from_u16(code).unwrap()), "{code}");
-        }
-        for code in [301, 302, 408, 429, 500, 502, 503, 504] {
-            assert!(!is_final(StatusCode::from_u16(code).unwrap()), "{code}");
-        }
     }
 }

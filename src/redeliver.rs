@@ -1,37 +1,44 @@
-//! Sending a stored event again, on an operator's word (SPEC §6): a
-//! **redelivery** forwards the stored request under the **same** key (a
-//! retry: the upstream may recognise it), a **replay** under a **new** key
-//! derived from the original, `{key}.replay-{n}` (a new event, done again
-//! on purpose), and a **redrive** redelivers every dead letter of a route,
-//! paced.
+//! Sending a stored event again, on an operator's word (README, "Failed
+//! events and dead letters"): a **redelivery** forwards the stored request
+//! under the **same** key (a retry: the upstream may recognise it), a
+//! **replay** under a **new** key derived from the original,
+//! `{key}.replay-{n}` (a new event, done again on purpose), and a
+//! **redrive** redelivers every dead letter of a route, paced.
 //!
-//! Each is one attempt through the same steps as a sender's delivery: a
-//! claim with a fencing token, the upstream call renewing it, and the
-//! outcome settled by `Gateway::settle` — recorded when final, failed (or
-//! dead again) when not. A redelivery never runs beside a live claim, and a
-//! completed event is only sent again when forced.
+//! Each runs as a task of the gateway, not of the caller's connection: a
+//! caller that hangs up (a CLI timeout, a closed console tab) does not stop
+//! it, and SIGTERM treats its claim like any other holder's. Each is one
+//! [`Attempt`] — the claim with a fencing token, the call renewing it, the
+//! outcome settled by the same rules as every other entrance — and is
+//! governed like every call to the upstream: a paused route, an open
+//! breaker or a spent rate refuse a single action and hold a redrive until
+//! they clear, and an async route's `max_in_flight` bounds them too. A
+//! redelivery never runs beside a live claim; a completed event is only
+//! sent again when forced; a queued event is made due now, for its
+//! workers. An operator's failure never spends a sender's retries: a failed
+//! record stays failed, a dead letter is dead again.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
-use crate::claim::Claim;
-use crate::config::DeliveryMode;
-use crate::error::AdminError;
+use crate::delivery::{Attempt, Kind, Settled};
+use crate::error::{AdminError, GatewayError};
 use crate::headers::new_request_id;
 use crate::key;
-use crate::pipeline::{Gateway, Settled};
+use crate::pipeline::Gateway;
 use crate::route::Route;
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Clock, RecordState, StoreError, Stored, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, RecordState, StoreError, StoreKey, Stored,
+    StoredRequest,
 };
+use crate::traffic::{Admission, PAUSE_POLL};
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
+use crate::worker::Permit;
 
 /// Replays of one event, at most (`{key}.replay-1` … `-1000`).
 pub const MAX_REPLAYS: u32 = 1000;
-
-/// Dead letters one redrive sends at most; run it again for more.
-pub const MAX_REDRIVE: usize = 10_000;
 
 /// What one attempt did.
 #[derive(Debug)]
@@ -62,15 +69,47 @@ fn unavailable(error: StoreError) -> AdminError {
     AdminError::StoreUnavailable(error.to_string())
 }
 
+/// A task of the gateway's, awaited: its caller may go away, the task
+/// runs on.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, AdminError>> + Send + 'static,
+) -> Result<T, AdminError> {
+    tokio::spawn(work).await.unwrap_or_else(|_| {
+        Err(AdminError::StoreUnavailable(
+            "the action's task ended".into(),
+        ))
+    })
+}
+
+/// Leave for one operator call of `route`: pause, breaker and rate, and
+/// one of an async route's `max_in_flight` places (waited for).
+struct Leave {
+    admission: Admission,
+    _permit: Option<Permit>,
+}
+
 impl Gateway {
-    /// Forward the stored request of `key` again under the same key;
-    /// a completed event only with `force`.
+    /// Forward the stored request of `key` again under the same key; a
+    /// completed event only with `force`; a queued one is made due now.
     pub async fn redeliver(
+        self: &Arc<Self>,
+        route: Arc<Route>,
+        key: String,
+        force: bool,
+    ) -> Result<Sent, AdminError> {
+        let gateway = Arc::clone(self);
+        detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
+    }
+
+    async fn redeliver_now(
         &self,
-        route: &Route,
+        route: &Arc<Route>,
         key: &str,
         force: bool,
     ) -> Result<Sent, AdminError> {
+        if self.pauses().is_paused(&route.name) {
+            return Err(AdminError::RoutePaused);
+        }
         let store = self.store();
         let store_key = store.key(&route.scope, key);
         let record = store
@@ -82,39 +121,88 @@ impl Gateway {
             return Err(AdminError::Completed);
         }
         let request = record.request.ok_or(AdminError::RequestNotStored)?;
+        let claim = |mode| ClaimRequest {
+            mode,
+            ..ClaimRequest::delivery(
+                &store_key,
+                &record.body_sha256,
+                route.processing_ttl,
+                route.retention,
+            )
+        };
+        if record.state == RecordState::Queued {
+            // The workers deliver it, governed like every queued event.
+            return match store.claim(claim(ClaimMode::Redeliver { force })).await {
+                Ok(ClaimOutcome::Queued) => {
+                    self.workers().wake();
+                    Ok(Sent {
+                        key: key.to_owned(),
+                        attempt: record.attempts,
+                        settled: Settled::Queued,
+                        upstream_status: None,
+                        upstream_error: None,
+                    })
+                }
+                Ok(_) => Err(AdminError::InFlight),
+                Err(error) => Err(unavailable(error)),
+            };
+        }
+        let leave = self.leave(route).await?;
         let claimed = store
-            .claim(ClaimRequest {
-                mode: ClaimMode::Redeliver { force },
-                ..ClaimRequest::delivery(
-                    &store_key,
-                    &record.body_sha256,
-                    route.processing_ttl,
-                    route.retention,
-                )
-            })
+            .claim(claim(ClaimMode::Redeliver { force }))
             .await
             .map_err(unavailable)?;
         let lease = match claimed {
             ClaimOutcome::New(lease) => lease,
             ClaimOutcome::InFlight { .. } => return Err(AdminError::InFlight),
             ClaimOutcome::Completed(_) => return Err(AdminError::Completed),
-            ClaimOutcome::Dead(_) | ClaimOutcome::Queued => {
+            ClaimOutcome::Queued => {
+                self.workers().wake();
+                return Ok(Sent {
+                    key: key.to_owned(),
+                    attempt: record.attempts,
+                    settled: Settled::Queued,
+                    upstream_status: None,
+                    upstream_error: None,
+                });
+            }
+            ClaimOutcome::Dead(_) => {
                 return Err(AdminError::StoreUnavailable(
                     "the store answered a redelivery as a delivery".into(),
                 ))
             }
         };
-        let claim = self.claim_for(route, store_key, lease);
-        let accepted = record.first_seen_ms;
+        let was_dead = record.state == RecordState::Dead;
+        let held = (store_key, lease, leave);
         Ok(self
-            .attempt(route, claim, key, request, "redeliver", accepted)
+            .send(
+                route,
+                held,
+                key,
+                request,
+                Kind::Redeliver,
+                record.first_seen_ms,
+                was_dead,
+            )
             .await)
     }
 
     /// Forward the stored request of `key` as a new event, under the first
     /// free key `{key}.replay-{n}`; the replay keeps the request and names
     /// its original.
-    pub async fn replay(&self, route: &Route, key: &str) -> Result<Sent, AdminError> {
+    pub async fn replay(
+        self: &Arc<Self>,
+        route: Arc<Route>,
+        key: String,
+    ) -> Result<Sent, AdminError> {
+        let gateway = Arc::clone(self);
+        detached(async move { gateway.replay_now(&route, &key).await }).await
+    }
+
+    async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, AdminError> {
+        if self.pauses().is_paused(&route.name) {
+            return Err(AdminError::RoutePaused);
+        }
         let store = self.store();
         let record = store
             .get(&store.key(&route.scope, key))
@@ -122,6 +210,7 @@ impl Gateway {
             .map_err(unavailable)?
             .ok_or(AdminError::KeyNotFound)?;
         let request = record.request.ok_or(AdminError::RequestNotStored)?;
+        let mut leave = Some(self.leave(route).await?);
         for n in 1..=MAX_REPLAYS {
             let replay_key =
                 key::validate(replay_key(key, n)).map_err(|_| AdminError::KeyInvalid)?;
@@ -143,10 +232,11 @@ impl Gateway {
                 .await
                 .map_err(unavailable)?;
             if let ClaimOutcome::New(lease) = claimed {
-                let claim = self.claim_for(route, store_key, lease);
-                let accepted = Clock::system().now_ms();
+                let Some(leave) = leave.take() else { break };
+                let held = (store_key, lease, leave);
+                let now = Clock::system().now_ms();
                 return Ok(self
-                    .attempt(route, claim, &replay_key, request, "replay", accepted)
+                    .send(route, held, &replay_key, request, Kind::Replay, now, false)
                     .await);
             }
         }
@@ -173,15 +263,26 @@ impl Gateway {
         Ok(found)
     }
 
-    /// Redeliver every dead letter of `route`, at most `rate` a second,
-    /// newest first; progress goes to the log.
-    pub async fn redrive(&self, route: &Route, rate: u32) -> Result<Redrive, AdminError> {
+    /// Redeliver every dead letter of `route`, however many, at most
+    /// `rate` a second, newest first; progress goes to the log. A pause,
+    /// an open breaker or a spent rate made while it runs hold it until
+    /// they clear.
+    pub async fn redrive(
+        self: &Arc<Self>,
+        route: Arc<Route>,
+        rate: u32,
+    ) -> Result<Redrive, AdminError> {
+        let gateway = Arc::clone(self);
+        detached(async move { gateway.redrive_now(&route, rate).await }).await
+    }
+
+    async fn redrive_now(&self, route: &Arc<Route>, rate: u32) -> Result<Redrive, AdminError> {
         let store = self.store();
         // Collect first: each redelivery moves its record out of the
         // dead-letter listing being paged through.
         let mut keys = Vec::new();
         let mut cursor = None;
-        while keys.len() < MAX_REDRIVE {
+        loop {
             let page = store
                 .list(
                     &[&route.scope],
@@ -202,7 +303,6 @@ impl Gateway {
                 None => break,
             }
         }
-        keys.truncate(MAX_REDRIVE);
         let mut done = Redrive {
             dead_letters: keys.len(),
             ..Redrive::default()
@@ -213,15 +313,15 @@ impl Gateway {
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for (i, key) in keys.iter().enumerate() {
             pace.tick().await;
-            match self.redeliver(route, key, false).await {
+            self.wait_for_leave(route).await;
+            match self.redeliver_now(route, key, false).await {
                 Ok(sent) => match sent.settled {
                     Settled::Completed(_) => done.completed += 1,
-                    Settled::Failed => done.failed += 1,
                     Settled::Dead => done.dead += 1,
-                    Settled::Retrying(_) => done.failed += 1,
+                    _ => done.failed += 1,
                 },
                 Err(AdminError::StoreUnavailable(error)) => {
-                    tracing::warn!(target: "hookgate::admin", route = %route.name, %error, sent = i, "redrive stopped: the store is unavailable");
+                    tracing::warn!(target: "hookgate::admin", route = %route.name, %error, sent = i, of = keys.len(), "redrive stopped: the store is unavailable");
                     return Err(AdminError::StoreUnavailable(error));
                 }
                 Err(_) => done.skipped += 1,
@@ -237,35 +337,93 @@ impl Gateway {
         Ok(done)
     }
 
-    /// One attempt of `request` under `key`, on `claim`; counted in
-    /// `hookgate_redeliveries_total` as `kind`.
-    async fn attempt(
+    /// Leave for one operator call now, or the error that says why not.
+    async fn leave(&self, route: &Route) -> Result<Leave, AdminError> {
+        let admission = self.admit(route).map_err(|held| match held {
+            GatewayError::CircuitOpen { retry_after } => AdminError::UpstreamHeld {
+                code: "upstream_circuit_open",
+                retry_after,
+            },
+            GatewayError::RateLimited { retry_after } => AdminError::UpstreamHeld {
+                code: "rate_limited",
+                retry_after,
+            },
+            _ => AdminError::RoutePaused,
+        })?;
+        let permit = match &route.delivery {
+            crate::config::DeliveryMode::Async(settings) => {
+                let gate = self.workers().gate(&route.name, settings.max_in_flight);
+                loop {
+                    if let Some(permit) = gate.try_enter() {
+                        break Some(permit);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            crate::config::DeliveryMode::Sync => None,
+        };
+        Ok(Leave {
+            admission,
+            _permit: permit,
+        })
+    }
+
+    /// Wait until traffic control would let a call of `route` through.
+    async fn wait_for_leave(&self, route: &Route) {
+        let mut said = false;
+        loop {
+            let wait = match self.admit(route) {
+                Ok(admission) => {
+                    drop(admission); // given back: the redelivery takes its own
+                    return;
+                }
+                Err(GatewayError::CircuitOpen { retry_after })
+                | Err(GatewayError::RateLimited { retry_after }) => retry_after,
+                Err(_) => PAUSE_POLL,
+            };
+            if !said {
+                tracing::info!(target: "hookgate::admin", route = %route.name, "redrive waits: the route is paused, its breaker open or its rate spent");
+                said = true;
+            }
+            tokio::time::sleep(wait.min(PAUSE_POLL)).await;
+        }
+    }
+
+    /// One attempt of `request` under `key`, on the claim `held` names;
+    /// counted in `hookgate_redeliveries_total` as `kind`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
         &self,
-        route: &Route,
-        mut claim: Claim<'_>,
+        route: &Arc<Route>,
+        (store_key, lease, leave): (StoreKey, Lease, Leave),
         key: &str,
         request: StoredRequest,
-        kind: &str,
+        kind: Kind,
         first_seen_ms: u64,
+        was_dead: bool,
     ) -> Sent {
-        let attempt = claim.attempt();
-        let request_id = new_request_id();
-        let upstream_request = resend(route, request.clone(), Some(key), &request_id);
-        let (result, _) = claim.renewing(self.call(route, upstream_request)).await;
-        // On an async route a failure is queued for the workers to retry.
-        let accepted = matches!(route.delivery, DeliveryMode::Async(_)).then_some(first_seen_ms);
-        let settled = self
-            .settle(route, claim, &result, || request, accepted)
-            .await;
-        let (upstream_status, upstream_error) = describe(&result);
+        let claim = self.claim_for(route, store_key, lease);
+        let attempt_no = claim.attempt();
+        let upstream_request = resend(route, request.clone(), Some(key), &new_request_id());
+        let Leave { admission, _permit } = leave;
+        let attempt = Attempt {
+            route: Arc::clone(route),
+            claim,
+            admission,
+            kind,
+            first_seen_ms,
+            was_dead,
+        };
+        let attempted = self.attempt(attempt, upstream_request, || request).await;
+        let (upstream_status, upstream_error) = describe(&attempted.result);
         self.metrics()
             .redeliveries
-            .with_label_values(&[&route.name, kind, settled.as_str()])
+            .with_label_values(&[&route.name, kind.as_str(), attempted.settled.as_str()])
             .inc();
         Sent {
             key: key.to_owned(),
-            attempt,
-            settled,
+            attempt: attempt_no,
+            settled: attempted.settled,
             upstream_status,
             upstream_error,
         }

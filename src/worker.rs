@@ -1,12 +1,18 @@
-//! Asynchronous delivery (SPEC §7): the workers that every gateway instance
-//! runs for its `delivery = "async"` routes.
+//! Asynchronous delivery: the workers that every gateway instance runs.
+//!
+//! Workers lease from the queue of every configured scope, whatever its
+//! routes' modes are now: the queue owes each accepted event its delivery
+//! even after a reload turned its route sync (a scope no route names any
+//! more is not leased; its events wait, counted, until one does — see
+//! docs/operations.md). A sync route's scope is leased by its defaults
+//! (`max_in_flight = 16`, the default backoff).
 //!
 //! A worker pass leases the events that are due — accepted and waiting, due
 //! again after a failed attempt, or held by a worker whose lease lapsed (it
 //! crashed) — with a fencing token each, exactly as a delivery claims a key,
 //! and forwards each with the route's idempotency header, the event's own
 //! key on every attempt. The outcome is settled as any attempt's is
-//! (`Gateway::settle`): a final answer is recorded; otherwise the next
+//! (`Gateway::attempt`): a final answer is recorded; otherwise the next
 //! attempt is queued after an exponential backoff with full jitter, until
 //! `max_attempts` or `max_age` parks the event as a dead letter.
 //!
@@ -22,17 +28,19 @@
 //! to the queue.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderMap;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
-use crate::config::{AsyncDelivery, DeliveryMode};
+use crate::delivery::policy::{self, Rules};
+use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
-use crate::pipeline::{succeeded, Gateway, Settled};
+use crate::pipeline::Gateway;
 use crate::route::Route;
-use crate::store::{Clock, Due, Failure, FailureClass};
+use crate::store::{Clock, Due, Failure, FailureClass, Next, SyncNext};
 use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::resend;
@@ -45,7 +53,50 @@ const POLL: Duration = Duration::from_millis(250);
 #[derive(Default)]
 pub struct Workers {
     wake: Notify,
-    permits: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+}
+
+/// A route's bound on its concurrent upstream calls in this instance
+/// (`max_in_flight`), shared by its workers and its hybrid calls. A count
+/// against a limit rather than a semaphore, so a reload that changes the
+/// limit applies to the calls already running: lowering it admits no new
+/// call until enough of them end.
+#[derive(Debug, Default)]
+pub struct Gate {
+    limit: AtomicUsize,
+    running: AtomicUsize,
+}
+
+/// One call's place under a route's [`Gate`], given back on drop.
+pub struct Permit(Arc<Gate>);
+
+impl Gate {
+    /// A place for one more call, if the limit has room.
+    pub fn try_enter(self: &Arc<Self>) -> Option<Permit> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < limit).then_some(running + 1)
+            })
+            .ok()?;
+        Some(Permit(Arc::clone(self)))
+    }
+
+    /// How many more calls may start now.
+    pub fn room(&self) -> usize {
+        let limit = self.limit.load(Ordering::Relaxed);
+        limit.saturating_sub(self.running.load(Ordering::Acquire))
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Workers {
@@ -54,31 +105,27 @@ impl Workers {
         self.wake.notify_one();
     }
 
-    /// The semaphore bounding `route`'s calls (a new one when its
-    /// `max_in_flight` changed in a reload).
-    fn permits(&self, route: &str, max_in_flight: usize) -> Arc<Semaphore> {
-        let mut permits = self
-            .permits
+    /// The gate bounding `route`'s calls, its limit set to `max_in_flight`
+    /// (the config of now: a reload changes it in place).
+    pub fn gate(&self, route: &str, max_in_flight: usize) -> Arc<Gate> {
+        let mut gates = self
+            .gates
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let entry = permits
-            .entry(route.to_owned())
-            .or_insert_with(|| (max_in_flight, Arc::new(Semaphore::new(max_in_flight))));
-        if entry.0 != max_in_flight {
-            *entry = (max_in_flight, Arc::new(Semaphore::new(max_in_flight)));
-        }
-        Arc::clone(&entry.1)
+        let gate = gates.entry(route.to_owned()).or_default();
+        gate.limit.store(max_in_flight, Ordering::Relaxed);
+        Arc::clone(gate)
     }
 
     /// Deliveries running now in this instance, per route.
     pub fn delivering(&self) -> Vec<(String, usize)> {
-        let permits = self
-            .permits
+        let gates = self
+            .gates
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        permits
+        gates
             .iter()
-            .map(|(route, (max, semaphore))| (route.clone(), max - semaphore.available_permits()))
+            .map(|(route, gate)| (route.clone(), gate.running()))
             .collect()
     }
 }
@@ -101,14 +148,32 @@ pub async fn run(gateway: Arc<Gateway>, stop: impl std::future::Future<Output = 
     }
 }
 
-/// One pass over the async routes; `true` when some route leased as many
-/// events as it had room for (more may be waiting).
+/// The route whose workers lease each scope's queue: its async route
+/// (the first by name), else its first route. Every configured scope is
+/// leased, whatever its routes' modes now: an event accepted before a
+/// reload turned its route sync is still owed its delivery.
+fn leasing_routes(routes: &[Arc<Route>]) -> Vec<Arc<Route>> {
+    let mut by_scope: Vec<Arc<Route>> = Vec::new();
+    for route in routes {
+        match by_scope.iter_mut().find(|other| other.scope == route.scope) {
+            Some(other) => {
+                if !other.delivery.is_async() && route.delivery.is_async() {
+                    *other = Arc::clone(route);
+                }
+            }
+            None => by_scope.push(Arc::clone(route)),
+        }
+    }
+    by_scope
+}
+
+/// One pass over every scope's queue; `true` when some scope leased as
+/// many events as it had room for (more may be waiting).
 async fn pass(gateway: &Arc<Gateway>) -> bool {
     let mut busy = false;
-    for route in gateway.routes() {
-        let DeliveryMode::Async(settings) = &route.delivery else {
-            continue;
-        };
+    let routes = gateway.routes();
+    for route in leasing_routes(&routes) {
+        let queue = route.delivery.queue();
         // A paused route holds its queue (and every route holds until this
         // instance has read the pauses once: a restart never delivers
         // from a paused route).
@@ -116,10 +181,8 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
         if !pauses.known() || pauses.is_paused(&route.name) {
             continue;
         }
-        let permits = gateway
-            .workers()
-            .permits(&route.name, settings.max_in_flight);
-        let room = permits.available_permits();
+        let gate = gateway.workers().gate(&route.name, queue.max_in_flight);
+        let room = gate.room();
         if room == 0 {
             continue;
         }
@@ -143,17 +206,17 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
         busy |= leasing == room && due.len() == room;
         // Admissions left over (fewer events were due) are given back.
         for (event, admission) in due.into_iter().zip(admissions) {
-            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                break; // cannot happen: this loop alone takes permits
+            let Some(permit) = gate.try_enter() else {
+                break; // cannot happen: this loop alone enters while room lasts
             };
             // Routes sharing a scope: the event goes to the route that
-            // accepted it, while it is configured and async.
+            // accepted it, while it is configured.
             let owner = event
                 .record
                 .route
                 .as_deref()
                 .and_then(|name| gateway.route(name))
-                .filter(|owner| matches!(owner.delivery, DeliveryMode::Async(_)))
+                .filter(|owner| owner.scope == route.scope)
                 .unwrap_or_else(|| Arc::clone(&route));
             tokio::spawn(deliver(
                 Arc::clone(gateway),
@@ -171,56 +234,62 @@ async fn deliver(
     gateway: Arc<Gateway>,
     route: Arc<Route>,
     due: Due,
-    (_permit, admission): (OwnedSemaphorePermit, Admission),
+    (_permit, admission): (Permit, Admission),
 ) {
     let key = gateway.store().key(&route.scope, &due.id);
     let first_seen_ms = due.record.first_seen_ms;
-    let mut claim = gateway.claim_for(&route, key, due.lease);
+    let claim = gateway.claim_for(&route, key, due.lease);
     let Some(request) = due.record.request else {
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
         return;
     };
-    if let DeliveryMode::Async(settings) = &route.delivery {
-        if let Some(why) = spent(&route, settings, claim.attempt(), first_seen_ms) {
-            // Never called again: a poison event whose attempts keep dying
-            // with their gateway would otherwise be retried forever.
-            tracing::warn!(route = %route.name, key = %due.id, why, "event parked as a dead letter before another attempt");
+    let now_ms = Clock::system().now_ms();
+    if let Some(why) = policy::spent(&Rules::of(&route), claim.attempt(), first_seen_ms, now_ms) {
+        // Never called again: a poison event whose attempts keep dying
+        // with their gateway would otherwise be retried forever.
+        tracing::warn!(route = %route.name, key = %due.id, why, "event parked as a dead letter before another attempt");
+        let failure = Failure {
+            class: FailureClass::Unknown,
+            status: None,
+            request: &request,
+            route: &route.name,
+            retention: route.dead_letter_retention,
+            next: Next {
+                sync: SyncNext::Dead,
+                queued: None,
+            },
+        };
+        if claim.fail(&failure).await.is_some() {
             route.dead_letters.inc();
-            let failure = Failure {
-                class: FailureClass::Unknown,
-                status: None,
-                request: &request,
-                route: &route.name,
-                dead: true,
-                hold: false,
-                retention: route.dead_letter_retention,
-                retry_in: None,
-            };
-            claim.fail(&failure).await;
-            gateway
-                .metrics()
-                .delivery_attempts
-                .with_label_values(&[&route.name, Settled::Dead.as_str()])
-                .inc();
-            return;
         }
+        gateway
+            .metrics()
+            .delivery_attempts
+            .with_label_values(&[&route.name, Settled::Dead.as_str()])
+            .inc();
+        return;
     }
     let request_id = new_request_id();
     let trace = (gateway.telemetry()).delivery("webhook delivery attempt", &HeaderMap::new());
     let mut upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
     trace.inject(upstream_request.headers_mut());
-    let (result, elapsed) = claim.renewing(gateway.call(&route, upstream_request)).await;
-    admission.settle(succeeded(&result));
-    let settled = gateway
-        .settle(&route, claim, &result, || request, Some(first_seen_ms))
-        .await;
+    let attempt = Attempt {
+        route: Arc::clone(&route),
+        claim,
+        admission,
+        kind: Kind::Worker,
+        first_seen_ms,
+        was_dead: false,
+    };
+    let attempted = gateway.attempt(attempt, upstream_request, || request).await;
+    let settled = attempted.settled;
     trace.finish(SpanFacts {
         route: &route.name,
         outcome: settled.as_str(),
-        status: result.as_ref().ok().map(|answer| answer.status.as_u16()),
+        status: (attempted.result.as_ref().ok()).map(|answer| answer.status.as_u16()),
         key: Some(&due.id),
         store: None,
-        upstream: Some(elapsed),
+        upstream: Some(attempted.elapsed),
     });
     gateway
         .metrics()
@@ -232,79 +301,5 @@ async fn deliver(
     gateway.workers().wake();
     if let Settled::Retrying(after) = settled {
         tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
-    }
-}
-
-/// Why a leased event must not be attempted again, if it must not: its
-/// earlier attempts all ended without a settlement (their gateways died
-/// mid-call), so this lease is past `max_attempts`; or it has waited past
-/// `max_age` (workers were down, say).
-fn spent(
-    route: &Route,
-    settings: &AsyncDelivery,
-    attempt: u32,
-    first_seen_ms: u64,
-) -> Option<&'static str> {
-    if route.max_attempts > 0 && attempt > route.max_attempts {
-        Some("leased more often than max_attempts")
-    } else if past_max_age(settings, first_seen_ms) {
-        Some("older than max_age")
-    } else {
-        None
-    }
-}
-
-/// Whether an event accepted at `first_seen_ms` has waited `max_age`.
-pub fn past_max_age(settings: &AsyncDelivery, first_seen_ms: u64) -> bool {
-    let age = Clock::system().now_ms().saturating_sub(first_seen_ms);
-    Duration::from_millis(age) >= settings.max_age
-}
-
-/// The wait before attempt `attempt + 1`: exponential from
-/// `backoff_initial`, capped at `backoff_max`, with full jitter (a random
-/// wait below the ceiling, so a burst of failures does not retry in step).
-pub fn backoff(settings: &AsyncDelivery, attempt: u32) -> Duration {
-    let doublings = attempt.saturating_sub(1).min(30);
-    let ceiling = settings
-        .backoff_initial
-        .saturating_mul(1 << doublings)
-        .min(settings.backoff_max);
-    let millis = ceiling.as_millis().max(1) as u64;
-    Duration::from_millis(rand::random::<u64>() % millis + 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::StatusCode;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap_with_full_jitter() {
-        let settings = AsyncDelivery {
-            accept_status: StatusCode::ACCEPTED,
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(10),
-            max_age: Duration::from_secs(3600),
-            max_in_flight: 1,
-            respond_within: None,
-        };
-        for (attempt, ceiling) in [
-            (1, 1_000),
-            (2, 2_000),
-            (3, 4_000),
-            (4, 8_000),
-            (5, 10_000),
-            (40, 10_000),
-        ] {
-            let waits: Vec<u128> = (0..200)
-                .map(|_| backoff(&settings, attempt).as_millis())
-                .collect();
-            assert!(
-                waits.iter().all(|w| *w >= 1 && *w <= ceiling),
-                "{attempt}: {waits:?}"
-            );
-            let spread = waits.iter().max().unwrap() - waits.iter().min().unwrap();
-            assert!(spread > ceiling / 2, "jittered across the range: {attempt}");
-        }
     }
 }

@@ -33,7 +33,7 @@ use self::validate::Validator;
 pub use self::settings::{
     AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, OnMismatch,
     OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
-    StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa,
+    StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
 pub use self::summary::humanize;
 pub use self::value::{interpolate, parse_duration};

@@ -13,7 +13,7 @@ use super::locate::KeyPath;
 use super::raw::{RawRoute, RawVerify};
 use super::settings::{
     AsyncDelivery, BreakerSettings, DeliveryMode, OnMismatch, OnUnknown, RateSettings, RouteConfig,
-    UpstreamCa,
+    UpstreamCa, DEFAULT_QUEUE,
 };
 use super::summary::humanize;
 
@@ -359,12 +359,12 @@ impl Validator<'_> {
         let backoff_initial = self.duration(
             &backoff_at.key("initial"),
             backoff.and_then(|b| b.initial.as_ref()),
-            Duration::from_secs(1),
+            DEFAULT_QUEUE.backoff_initial,
         );
         let backoff_max = self.duration(
             &backoff_at.key("max"),
             backoff.and_then(|b| b.max.as_ref()),
-            Duration::from_secs(600),
+            DEFAULT_QUEUE.backoff_max,
         );
         if backoff_max < backoff_initial {
             self.fail(&backoff_at.key("max"), "must be at least initial");
@@ -372,9 +372,14 @@ impl Validator<'_> {
         let max_age = self.duration(
             &at.key("max_age"),
             raw.max_age.as_ref(),
-            Duration::from_secs(3 * 86_400),
+            DEFAULT_QUEUE.max_age,
         );
-        let max_in_flight = self.size(&at.key("max_in_flight"), raw.max_in_flight, 16, 10_000);
+        let max_in_flight = self.size(
+            &at.key("max_in_flight"),
+            raw.max_in_flight,
+            DEFAULT_QUEUE.max_in_flight as u64,
+            10_000,
+        );
         let respond_within = raw
             .respond_within
             .as_ref()

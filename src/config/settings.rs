@@ -196,6 +196,38 @@ pub struct AsyncDelivery {
     pub respond_within: Option<Duration>,
 }
 
+/// The queue's settings when the config names none: what an async route
+/// starts from, and what a sync route's accepted records are retried by (a
+/// route reloaded from async to sync, or sharing a scope with an async one).
+pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
+    accept_status: StatusCode::ACCEPTED,
+    backoff_initial: Duration::from_secs(1),
+    backoff_max: Duration::from_secs(600),
+    max_age: Duration::from_secs(3 * 86_400),
+    max_in_flight: 16,
+    respond_within: None,
+};
+
+impl Default for AsyncDelivery {
+    fn default() -> Self {
+        DEFAULT_QUEUE.clone()
+    }
+}
+
+impl DeliveryMode {
+    pub fn is_async(&self) -> bool {
+        matches!(self, DeliveryMode::Async(_))
+    }
+
+    /// The queue settings that retry this route's accepted records.
+    pub fn queue(&self) -> &AsyncDelivery {
+        match self {
+            DeliveryMode::Async(settings) => settings,
+            DeliveryMode::Sync => &DEFAULT_QUEUE,
+        }
+    }
+}
+
 /// A route's `circuit_breaker`: after `failures` failed calls within
 /// `window`, no call for `open_for`; then one probe decides.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,8 +8,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure,
-    LastError, Lease, ListQuery, Record, RecordState, StoreError, StoreKey,
+    decide, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock,
+    Decision, Deleted, Due, Failure, LastError, Lease, ListQuery, Record, RecordState, StoreError,
+    StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -121,10 +122,59 @@ impl Backend for MemoryStore {
         let now = self.clock.now_ms();
         self.sweep(now);
         let mut tables = self.lock();
-        let existing = live(&tables.records, key, now);
-        if let Some(answer) = existing.and_then(|record| settled(record.clone(), now, request.mode))
-        {
-            return Ok(answer);
+        let existing = live(&tables.records, key, now).cloned();
+        let decision = existing
+            .clone()
+            .map(|record| decide(record, now, request.mode));
+        let lease_until = now + millis(request.processing_ttl);
+        let expires_at_ms = now + millis(request.retention);
+        let keep = |record: &mut Record| {
+            if let Some(stored) = request.stored {
+                record.request = Some(stored.request.clone());
+                record.route = Some(stored.route.to_owned());
+                record.replay_of = stored.replay_of.map(str::to_owned);
+            }
+        };
+        match decision {
+            Some(Decision::Answer(answer)) => return Ok(answer),
+            Some(Decision::MakeDue) => {
+                if let Some(entry) = tables.records.get_mut(key) {
+                    entry.value.next_attempt_ms = Some(now);
+                }
+                return Ok(ClaimOutcome::Queued);
+            }
+            Some(Decision::Adopt(answer)) => {
+                if let Some(entry) = tables.records.get_mut(key) {
+                    let record = &mut entry.value;
+                    record.accepted = true;
+                    record.next_attempt_ms = record.lease_expires_at_ms;
+                    if record.state == RecordState::Failed {
+                        record.state = RecordState::Queued;
+                        record.token = None;
+                        record.lease_expires_at_ms = None;
+                        record.updated_ms = now;
+                    }
+                    keep(record);
+                    entry.expires_at_ms = entry.expires_at_ms.max(expires_at_ms);
+                }
+                return Ok(answer);
+            }
+            Some(Decision::Queue) => {
+                if let Some(entry) = tables.records.get_mut(key) {
+                    let record = &mut entry.value;
+                    record.state = RecordState::Queued;
+                    record.accepted = true;
+                    record.token = None;
+                    record.lease_expires_at_ms = None;
+                    record.next_attempt_ms = Some(now);
+                    record.body_sha256 = request.body_sha256.to_owned();
+                    record.updated_ms = now;
+                    keep(record);
+                    entry.expires_at_ms = expires_at_ms;
+                }
+                return Ok(ClaimOutcome::Queued);
+            }
+            Some(Decision::TakeOver) | None => {}
         }
         let first = guard_key
             .and_then(|guard| live(&tables.guards, guard, now))
@@ -144,12 +194,12 @@ impl Backend for MemoryStore {
                 updated_ms: now,
                 completed_at_ms: None,
                 response: None,
-                ..previous.clone()
+                ..previous
             },
             None => Record::claimed(token, request.body_sha256, 1, now),
         };
-        let lease_until = now + millis(request.processing_ttl);
         record.lease_expires_at_ms = Some(lease_until);
+        record.accepted |= request.mode.accepts();
         match request.mode {
             ClaimMode::Accept => {
                 record.state = RecordState::Queued;
@@ -158,16 +208,12 @@ impl Backend for MemoryStore {
                 record.attempts = 0;
                 record.next_attempt_ms = Some(now);
             }
-            ClaimMode::AcceptClaimed => record.next_attempt_ms = Some(lease_until),
+            // An accepted record stays owed to its queue.
+            _ if record.accepted => record.next_attempt_ms = Some(lease_until),
             _ => record.next_attempt_ms = None,
         }
-        if let Some(stored) = request.stored {
-            record.request = Some(stored.request.clone());
-            record.route = Some(stored.route.to_owned());
-            record.replay_of = stored.replay_of.map(str::to_owned);
-        }
+        keep(&mut record);
         let attempts = record.attempts;
-        let expires_at_ms = now + millis(request.retention);
         tables.records.insert(
             key.to_owned(),
             Expiring {
@@ -243,18 +289,19 @@ impl Backend for MemoryStore {
         key: &StoreKey,
         token: &str,
         failure: &Failure<'_>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<RecordState>, StoreError> {
         let key = key.as_str();
         Ok(self.with_record(key, |entry, now| match entry {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 let record = &mut entry.value;
-                record.state = failure.state();
+                let accepted = record.accepted;
+                record.state = failure.state(accepted);
                 record.updated_ms = now;
-                if !failure.holds() {
+                if !failure.holds(accepted) {
                     record.token = None;
                     record.lease_expires_at_ms = None;
                 }
-                record.next_attempt_ms = failure.retry_in.map(|retry| now + millis(retry));
+                record.next_attempt_ms = failure.due_in(accepted).map(|retry| now + millis(retry));
                 record.last_error = Some(LastError {
                     class: failure.class,
                     status: failure.status,
@@ -263,9 +310,9 @@ impl Backend for MemoryStore {
                 record.request = Some(failure.request.clone());
                 record.route = Some(failure.route.to_owned());
                 entry.expires_at_ms = now + millis(failure.retention);
-                true
+                Some(record.state)
             }
-            _ => false,
+            _ => None,
         }))
     }
 
@@ -275,12 +322,12 @@ impl Backend for MemoryStore {
             Some(entry) if entry.value.token.as_deref() == Some(token) => {
                 let record = &mut entry.value;
                 if record.state == RecordState::Processing {
-                    // An async event goes back to its queue, due now.
-                    record.state = match record.next_attempt_ms {
-                        Some(_) => RecordState::Queued,
-                        None => RecordState::Failed,
+                    // An accepted event goes back to its queue, due now.
+                    record.state = match record.accepted {
+                        true => RecordState::Queued,
+                        false => RecordState::Failed,
                     };
-                    record.next_attempt_ms = record.next_attempt_ms.map(|_| now);
+                    record.next_attempt_ms = record.accepted.then_some(now);
                     record.updated_ms = now;
                 }
                 entry.value.token = None;
@@ -303,11 +350,7 @@ impl Backend for MemoryStore {
         let Some(record) = live(&tables.records, key, now) else {
             return Ok(Deleted::NotFound);
         };
-        let in_flight = matches!(
-            settled(record.clone(), now, ClaimMode::Redeliver { force: true }),
-            Some(ClaimOutcome::InFlight { .. })
-        );
-        if in_flight && !force {
+        if keeps_without_force(record, now) && !force {
             return Ok(Deleted::InFlight);
         }
         tables.records.remove(key);

@@ -52,10 +52,10 @@ pub use self::clock::Clock;
 pub use self::embedded::EmbeddedStore;
 pub use self::memory::MemoryStore;
 pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
-pub(crate) use self::record::{new_token, settled};
+pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{
     ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass, LastError, Lease,
-    ListQuery, Record, RecordState, StoreKey, Stored, StoredRequest,
+    ListQuery, Next, Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};
@@ -106,16 +106,18 @@ pub trait Backend: Send + Sync + 'static {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Record a failed attempt of the holder of `token`: the record turns
-    /// `Failed` (or `Dead`), keeps the request and the error, and lives for
-    /// `failure.retention`. With `failure.hold` the token and lease stay, so
-    /// the key answers in flight until the lease runs out.
+    /// Record a failed attempt of the holder of `token`, by the record's
+    /// duty: an accepted record is queued again (due after
+    /// `failure.next.queued`) or dead, any other turns failed (the token
+    /// and lease kept when held) or dead. Either keeps the request and the
+    /// error, and lives for `failure.retention`. Returns the state left, or
+    /// `None` when the token no longer holds the record.
     fn fail(
         &self,
         key: &StoreKey,
         token: &str,
         failure: &Failure<'_>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<RecordState>, StoreError>> + Send;
 
     /// Lease up to `tokens.len()` async events of `source` that are due —
     /// queued with their next attempt at hand, or held by a worker whose
@@ -260,7 +262,7 @@ trait DynBackend: Send + Sync {
         key: &'a StoreKey,
         token: &'a str,
         failure: &'a Failure<'a>,
-    ) -> Op<'a, bool>;
+    ) -> Op<'a, Option<RecordState>>;
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
     fn lease_due<'a>(
         &'a self,
@@ -316,7 +318,7 @@ impl<B: Backend> DynBackend for B {
         key: &'a StoreKey,
         token: &'a str,
         failure: &'a Failure<'a>,
-    ) -> Op<'a, bool> {
+    ) -> Op<'a, Option<RecordState>> {
         Box::pin(Backend::fail(self, key, token, failure))
     }
     fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool> {
@@ -578,6 +580,11 @@ impl Store {
         }
     }
 
+    /// The bound on each operation (`store.timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub fn backend_name(&self) -> &'static str {
         self.name
     }
@@ -698,7 +705,7 @@ impl Store {
         key: &StoreKey,
         lease: &Lease,
         failure: &Failure<'_>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<RecordState>, StoreError> {
         let op = self.backend.fail(key, &lease.token, failure);
         self.deadline("fail", op).await
     }

@@ -175,6 +175,12 @@ pub struct Record {
     /// The request, once an attempt failed (or for a replay); absent from
     /// listings.
     pub request: Option<StoredRequest>,
+    /// Accepted for asynchronous delivery: the sender was answered 2xx, so
+    /// the queue owes it a delivery. Whatever ends a holder's attempt — a
+    /// failure, a release, a lapsed lease — the event goes back to its
+    /// queue, whichever entrance held it and whatever mode its route has
+    /// now. Set by an acceptance, kept to the record's end.
+    pub accepted: bool,
 }
 
 impl Record {
@@ -196,6 +202,7 @@ impl Record {
             route: None,
             replay_of: None,
             request: None,
+            accepted: false,
         }
     }
 
@@ -228,7 +235,9 @@ pub enum ClaimOutcome {
     Completed(Record),
     /// The event is parked as a dead letter.
     Dead(Record),
-    /// Accepted (`ClaimMode::Accept`): stored, queued for a worker.
+    /// Stored and queued for a worker: an acceptance (`ClaimMode::Accept`,
+    /// or one that met a failed record), or an operator's redelivery of a
+    /// queued event, now due at once.
     Queued,
 }
 
@@ -377,6 +386,26 @@ impl<'a> ClaimRequest<'a> {
     }
 }
 
+/// A sync record's future after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncNext {
+    /// The sender's retry claims it again; with `hold`, only once the lease
+    /// runs out (the outcome is unknown and the upstream may still work).
+    Failed { hold: bool },
+    /// Parked as a dead letter.
+    Dead,
+}
+
+/// Both futures of a failed attempt (see `delivery::policy`): the store
+/// applies the one that fits the record — `queued` to an accepted record,
+/// `sync` to the others — in the write that ends the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Next {
+    pub sync: SyncNext,
+    /// An accepted record: due again after this wait; `None`: dead.
+    pub queued: Option<Duration>,
+}
+
 /// How an attempt failed, as `fail` records it.
 #[derive(Debug, Clone, Copy)]
 pub struct Failure<'a> {
@@ -384,31 +413,30 @@ pub struct Failure<'a> {
     pub status: Option<u16>,
     pub request: &'a StoredRequest,
     pub route: &'a str,
-    /// Park the record as a dead letter (`max_attempts` reached).
-    pub dead: bool,
-    /// Keep the claim (token and lease) until the lease runs out: the
-    /// outcome is unknown and the upstream may still be working.
-    pub hold: bool,
     /// How long the failed or dead record lives (`dead_letter_retention`).
     pub retention: Duration,
-    /// Async events: queue the next attempt this far ahead instead of
-    /// failing (the claim is let go; `dead` and `hold` do not apply).
-    pub retry_in: Option<Duration>,
+    pub next: Next,
 }
 
 impl Failure<'_> {
-    /// The state the record is left in.
-    pub fn state(&self) -> RecordState {
-        match (self.retry_in, self.dead) {
-            (Some(_), _) => RecordState::Queued,
-            (None, true) => RecordState::Dead,
-            (None, false) => RecordState::Failed,
+    /// The state a record is left in, by whether it was `accepted`.
+    pub fn state(&self, accepted: bool) -> RecordState {
+        match (accepted, self.next.queued, self.next.sync) {
+            (true, Some(_), _) => RecordState::Queued,
+            (true, None, _) | (false, _, SyncNext::Dead) => RecordState::Dead,
+            (false, _, SyncNext::Failed { .. }) => RecordState::Failed,
         }
     }
 
-    /// Whether the token and lease stay (an unknown outcome, held).
-    pub fn holds(&self) -> bool {
-        self.hold && self.retry_in.is_none()
+    /// Whether the token and lease stay (a sync record's unknown outcome,
+    /// held).
+    pub fn holds(&self, accepted: bool) -> bool {
+        !accepted && self.next.sync == SyncNext::Failed { hold: true }
+    }
+
+    /// When an accepted record is due again.
+    pub fn due_in(&self, accepted: bool) -> Option<Duration> {
+        self.next.queued.filter(|_| accepted)
     }
 }
 
@@ -448,29 +476,87 @@ pub(crate) fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-/// The answer a live record gives a claim in `mode` — its recording when
-/// completed, dead when parked, in flight while a lease runs — or `None`
-/// when it may be claimed.
-pub(crate) fn settled(record: Record, now_ms: u64, mode: ClaimMode) -> Option<ClaimOutcome> {
+/// What a claim in `mode` does to a live record: the rules of the record's
+/// life (docs/operations.md), in one place. Memory, embedded and PostgreSQL
+/// apply the decision inside their atomic step; the Redis claim script
+/// mirrors it line by line.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// The record answers; nothing changes.
+    Answer(ClaimOutcome),
+    /// Take the record over under the new token: processing, attempts + 1.
+    /// An accepted record (or one an acceptance claims) stays owed to its
+    /// queue: due again when the new lease ends.
+    TakeOver,
+    /// An acceptance of a record nobody holds (failed, or its sync holder
+    /// died): stored, accepted, queued and due now; attempts kept.
+    Queue,
+    /// An acceptance meeting a sync record under a live lease: the record
+    /// turns accepted, due when the lease ends, so the holder's failure (or
+    /// death) queues it instead of leaving it failed. A held failure's
+    /// token is dropped and it waits in the queue. Answers with the outcome.
+    Adopt(ClaimOutcome),
+    /// An operator's redelivery of a queued event: due now; answers
+    /// [`ClaimOutcome::Queued`].
+    MakeDue,
+}
+
+pub(crate) fn decide(record: Record, now_ms: u64, mode: ClaimMode) -> Decision {
     let lease = record.lease_expires_at_ms.filter(|until| *until > now_ms);
-    match (record.state, mode) {
-        (RecordState::Completed, ClaimMode::Redeliver { force: true }) => None,
-        (RecordState::Completed, _) => Some(ClaimOutcome::Completed(record)),
-        (RecordState::Dead, ClaimMode::Deliver | ClaimMode::Accept | ClaimMode::AcceptClaimed) => {
-            Some(ClaimOutcome::Dead(record))
-        }
-        // An accepted event is never taken over by another acceptance.
-        (_, ClaimMode::Accept | ClaimMode::AcceptClaimed) => Some(ClaimOutcome::InFlight {
-            retry_after: retry_after(lease.unwrap_or(now_ms), now_ms),
-        }),
-        // A queued event belongs to the workers.
-        (RecordState::Queued, _) => Some(ClaimOutcome::InFlight {
-            retry_after: retry_after(record.next_attempt_ms.unwrap_or(now_ms), now_ms),
-        }),
-        _ => lease.map(|until| ClaimOutcome::InFlight {
+    let in_flight = |until: u64| {
+        Decision::Answer(ClaimOutcome::InFlight {
             retry_after: retry_after(until, now_ms),
-        }),
+        })
+    };
+    let operator = matches!(mode, ClaimMode::Redeliver { .. });
+    match record.state {
+        RecordState::Completed if mode == (ClaimMode::Redeliver { force: true }) => {
+            Decision::TakeOver
+        }
+        RecordState::Completed => Decision::Answer(ClaimOutcome::Completed(record)),
+        RecordState::Dead if operator => Decision::TakeOver,
+        RecordState::Dead => Decision::Answer(ClaimOutcome::Dead(record)),
+        // A queued event belongs to the workers; an operator makes it due.
+        RecordState::Queued if operator => Decision::MakeDue,
+        RecordState::Queued => in_flight(record.next_attempt_ms.unwrap_or(now_ms)),
+        RecordState::Processing | RecordState::Failed => match lease {
+            Some(_) if mode.accepts() && !record.accepted => Decision::Adopt(match record.state {
+                RecordState::Failed => ClaimOutcome::Queued,
+                _ => ClaimOutcome::InFlight {
+                    retry_after: retry_after(lease.unwrap_or(now_ms), now_ms),
+                },
+            }),
+            Some(until) => in_flight(until),
+            // A worker's lapsed lease: the event is due, a worker takes it.
+            None if mode.accepts()
+                && record.accepted
+                && record.state == RecordState::Processing =>
+            {
+                in_flight(now_ms)
+            }
+            None if mode == ClaimMode::Accept => Decision::Queue,
+            None => Decision::TakeOver,
+        },
     }
+}
+
+/// The answer a live record gives a claim in `mode`, or `None` when the
+/// claim would change it.
+pub(crate) fn settled(record: Record, now_ms: u64, mode: ClaimMode) -> Option<ClaimOutcome> {
+    match decide(record, now_ms, mode) {
+        Decision::Answer(answer) => Some(answer),
+        _ => None,
+    }
+}
+
+/// Whether a delete without `force` must leave `record` alone: a live
+/// lease (its holder may still be calling the upstream), or a queued event
+/// the queue still owes a delivery.
+pub(crate) fn keeps_without_force(record: &Record, now_ms: u64) -> bool {
+    record.state == RecordState::Queued
+        || record
+            .lease_expires_at_ms
+            .is_some_and(|until| until > now_ms)
 }
 
 /// Retry-After for a live claim: the rest of its lease, at least a second.

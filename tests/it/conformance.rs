@@ -12,16 +12,16 @@ use hookgate::metrics::StoreMetrics;
 use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
     Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted, EmbeddedStore, Failure,
-    FailureClass, Lease, MemoryStore, PostgresStore, RecordState, RedisStore, Store, StoreKey,
-    Stored, StoredRequest,
+    FailureClass, Lease, MemoryStore, Next, PostgresStore, RecordState, RedisStore, Store,
+    StoreKey, Stored, StoredRequest, SyncNext,
 };
 use http::{HeaderMap, Method, StatusCode};
 
 use crate::support::{shared_cluster, RedisServer, TestDatabase};
 
-const SHA_A: &str = "aaaa";
+pub(crate) const SHA_A: &str = "aaaa";
 const SHA_B: &str = "bbbb";
-const LONG: Duration = Duration::from_secs(60);
+pub(crate) const LONG: Duration = Duration::from_secs(60);
 
 /// How a test lets time pass for a backend: the store clock of the
 /// backends that keep their own (memory, embedded) moves at once; Redis
@@ -32,7 +32,7 @@ pub enum Time {
 }
 
 impl Time {
-    async fn pass(&self, duration: Duration) {
+    pub(crate) async fn pass(&self, duration: Duration) {
         match self {
             Time::Clock(clock) => clock.advance(duration),
             Time::Wall => tokio::time::sleep(duration).await,
@@ -42,7 +42,7 @@ impl Time {
 
 /// The key of event `id`. Every key shares the hash tag `{c}`, as the
 /// gateway arranges for a scope on a cluster, so guards work there too.
-fn k(id: &str) -> StoreKey {
+pub(crate) fn k(id: &str) -> StoreKey {
     StoreKey::event("hookgate:{c}", id)
 }
 
@@ -51,11 +51,15 @@ fn guard(body: &str) -> StoreKey {
     StoreKey::guard("hookgate:{c}", body)
 }
 
-fn request<'a>(key: &'a StoreKey, sha: &'a str, processing_ttl: Duration) -> ClaimRequest<'a> {
+pub(crate) fn request<'a>(
+    key: &'a StoreKey,
+    sha: &'a str,
+    processing_ttl: Duration,
+) -> ClaimRequest<'a> {
     ClaimRequest::delivery(key, sha, processing_ttl, Duration::from_secs(600))
 }
 
-fn response(body: &'static str) -> RecordedResponse {
+pub(crate) fn response(body: &'static str) -> RecordedResponse {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", "text/plain".parse().unwrap());
     RecordedResponse {
@@ -66,7 +70,7 @@ fn response(body: &'static str) -> RecordedResponse {
     }
 }
 
-async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
+pub(crate) async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
     let key = k(id);
     match store.claim(request(&key, SHA_A, lease)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
@@ -342,9 +346,9 @@ async fn a_recording_says_whether_it_kept_the_body(store: Store, _: Time) {
 }
 
 /// A backend under test, as the gateway wraps it, and how to let time pass.
-struct Opened {
-    store: Store,
-    time: Time,
+pub(crate) struct Opened {
+    pub(crate) store: Store,
+    pub(crate) time: Time,
     /// What must live as long as the test: a temp dir, a redis-server.
     _keep: Box<dyn std::any::Any + Send>,
 }
@@ -358,13 +362,13 @@ fn opened(backend: impl Backend, time: Time, keep: impl std::any::Any + Send) ->
     }
 }
 
-async fn memory() -> Option<Opened> {
+pub(crate) async fn memory() -> Option<Opened> {
     let clock = Clock::system();
     let backend = MemoryStore::new(clock.clone());
     Some(opened(backend, Time::Clock(clock), ()))
 }
 
-async fn embedded() -> Option<Opened> {
+pub(crate) async fn embedded() -> Option<Opened> {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::system();
     let path = dir.path().join("hookgate.db");
@@ -372,14 +376,14 @@ async fn embedded() -> Option<Opened> {
     Some(opened(backend, Time::Clock(clock), dir))
 }
 
-async fn redis() -> Option<Opened> {
+pub(crate) async fn redis() -> Option<Opened> {
     let redis = RedisServer::start().await?;
     let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }
 
-async fn postgres() -> Option<Opened> {
+pub(crate) async fn postgres() -> Option<Opened> {
     let database = TestDatabase::create().await;
     let settings = StoreSettings {
         timeout: Duration::from_secs(2),
@@ -392,7 +396,7 @@ async fn postgres() -> Option<Opened> {
     Some(opened(backend, Time::Wall, database))
 }
 
-async fn cluster() -> Option<Opened> {
+pub(crate) async fn cluster() -> Option<Opened> {
     let nodes = shared_cluster().await?.nodes();
     let settings = StoreSettings::new(StoreBackend::RedisCluster {
         nodes: nodes.clone(),
@@ -401,7 +405,7 @@ async fn cluster() -> Option<Opened> {
     Some(opened(backend, Time::Wall, ()))
 }
 
-fn stored_request() -> StoredRequest {
+pub(crate) fn stored_request() -> StoredRequest {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", "application/json".parse().unwrap());
     headers.insert("stripe-signature", "t=1,v1=abc".parse().unwrap());
@@ -416,20 +420,34 @@ fn stored_request() -> StoredRequest {
     }
 }
 
-fn failure<'a>(request: &'a StoredRequest, dead: bool, hold: bool) -> Failure<'a> {
+/// A refused attempt: a sync record turns failed (held with `hold`) or
+/// dead; an accepted one is dead (no retry planned).
+pub(crate) fn failure<'a>(request: &'a StoredRequest, dead: bool, hold: bool) -> Failure<'a> {
     Failure {
         class: FailureClass::Refused,
         status: Some(503),
         request,
         route: "stripe",
-        dead,
-        hold,
         retention: LONG,
-        retry_in: None,
+        next: Next {
+            sync: if dead {
+                SyncNext::Dead
+            } else {
+                SyncNext::Failed { hold }
+            },
+            queued: None,
+        },
     }
 }
 
-fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> {
+/// A refused attempt whose accepted record is due again after `after`.
+pub(crate) fn retry<'a>(request: &'a StoredRequest, after: Duration) -> Failure<'a> {
+    let mut failure = failure(request, false, false);
+    failure.next.queued = Some(after);
+    failure
+}
+
+pub(crate) fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> {
     ClaimRequest {
         mode: ClaimMode::Redeliver { force },
         ..request(key, SHA_A, LONG)
@@ -439,10 +457,13 @@ fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> {
 async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) {
     let kept = stored_request();
     let first = claim_new(&store, "f1", LONG).await;
-    assert!(store
-        .fail(&k("f1"), &first, &failure(&kept, false, false))
-        .await
-        .unwrap());
+    assert_eq!(
+        store
+            .fail(&k("f1"), &first, &failure(&kept, false, false))
+            .await
+            .unwrap(),
+        Some(RecordState::Failed)
+    );
     let record = store.get(&k("f1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.token, None);
@@ -456,10 +477,11 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     assert_eq!(record.request.as_ref(), Some(&kept), "byte for byte");
     assert_eq!(record.route.as_deref(), Some("stripe"));
     assert!(
-        !store
+        store
             .fail(&k("f1"), &first, &failure(&kept, true, false))
             .await
-            .unwrap(),
+            .unwrap()
+            .is_none(),
         "a spent token records nothing"
     );
 
@@ -469,10 +491,13 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     let record = store.get(&k("f1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Processing);
     assert_eq!(record.request.as_ref(), Some(&kept), "kept while retried");
-    assert!(store
-        .fail(&k("f1"), &second, &failure(&kept, true, false))
-        .await
-        .unwrap());
+    assert_eq!(
+        store
+            .fail(&k("f1"), &second, &failure(&kept, true, false))
+            .await
+            .unwrap(),
+        Some(RecordState::Dead)
+    );
     match store.claim(request(&k("f1"), SHA_A, LONG)).await.unwrap() {
         ClaimOutcome::Dead(record) => {
             assert_eq!(record.state, RecordState::Dead);
@@ -522,7 +547,10 @@ async fn a_held_failure_answers_in_flight_until_its_lease_ends(store: Store, tim
         status: None,
         ..failure(&kept, false, true)
     };
-    assert!(store.fail(&k("h1"), &lease, &unknown).await.unwrap());
+    assert_eq!(
+        store.fail(&k("h1"), &lease, &unknown).await.unwrap(),
+        Some(RecordState::Failed)
+    );
     let record = store.get(&k("h1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.last_error.unwrap().class, FailureClass::Unknown);
@@ -568,39 +596,38 @@ async fn a_claim_can_store_its_request(store: Store, _: Time) {
     assert_eq!(record.route.as_deref(), Some("stripe"));
 }
 
-/// Create `id` in `scope` and leave it in `state`.
+/// Create `id` in `scope` and leave it in `state` (queued: accepted).
 async fn leave(store: &Store, scope: &str, id: &str, state: RecordState) {
     let key = store.key(scope, id);
+    let kept = stored_request();
+    if state == RecordState::Queued {
+        assert!(matches!(
+            accept(store, scope, id, &kept).await,
+            ClaimOutcome::Queued
+        ));
+        return;
+    }
     let lease = match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
-    let kept = stored_request();
     match state {
-        RecordState::Processing => {}
-        RecordState::Queued => assert!(store
-            .fail(
-                &key,
-                &lease,
-                &Failure {
-                    retry_in: Some(LONG),
-                    ..failure(&kept, false, false)
-                }
-            )
-            .await
-            .unwrap()),
+        RecordState::Processing | RecordState::Queued => {}
         RecordState::Completed => assert!(store
             .complete(&key, &lease, &response("ok"), LONG)
             .await
             .unwrap()),
-        RecordState::Failed | RecordState::Dead => assert!(store
-            .fail(
-                &key,
-                &lease,
-                &failure(&kept, state == RecordState::Dead, false)
-            )
-            .await
-            .unwrap()),
+        RecordState::Failed | RecordState::Dead => assert_eq!(
+            store
+                .fail(
+                    &key,
+                    &lease,
+                    &failure(&kept, state == RecordState::Dead, false)
+                )
+                .await
+                .unwrap(),
+            Some(state)
+        ),
     }
 }
 
@@ -743,7 +770,11 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
         retention: Duration::from_millis(1500),
         ..failure(&kept, true, false)
     };
-    assert!(store.fail(&k("x-dead"), &dead, &parked).await.unwrap());
+    assert!(store
+        .fail(&k("x-dead"), &dead, &parked)
+        .await
+        .unwrap()
+        .is_some());
     time.pass(Duration::from_millis(600)).await;
     assert!(store.get(&k("x-done")).await.unwrap().is_none());
     let record = store.get(&k("x-dead")).await.unwrap().unwrap();
@@ -783,7 +814,12 @@ async fn a_trim_drops_the_listing_entries_of_expired_records(store: Store, time:
 }
 
 /// Accept `id` in `scope` as an async event (SPEC §7).
-async fn accept(store: &Store, scope: &str, id: &str, kept: &StoredRequest) -> ClaimOutcome {
+pub(crate) async fn accept(
+    store: &Store,
+    scope: &str,
+    id: &str,
+    kept: &StoredRequest,
+) -> ClaimOutcome {
     let key = store.key(scope, id);
     let claim = ClaimRequest {
         mode: ClaimMode::Accept,
@@ -844,11 +880,11 @@ async fn accepted_events_queue_with_their_request_until_a_worker_leases_them(
     );
 
     // A refused attempt queues the next one, later.
-    let retry = Failure {
-        retry_in: Some(Duration::from_millis(300)),
-        ..failure(&kept, false, false)
-    };
-    assert!(store.fail(&key, &due[0].lease, &retry).await.unwrap());
+    let retry = retry(&kept, Duration::from_millis(300));
+    assert_eq!(
+        store.fail(&key, &due[0].lease, &retry).await.unwrap(),
+        Some(RecordState::Queued)
+    );
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Queued);
     assert_eq!(record.last_error.unwrap().status, Some(503));
@@ -1009,6 +1045,8 @@ async fn route_controls_are_kept_until_cleared(store: Store, _: Time) {
 
 /// Each contract test once per backend; each backend is the `async fn` of
 /// that name above (`None` skips where it cannot run, outside CI).
+/// `conformance! { tests: [...], backends: [...] }`: each test, against
+/// each backend, in a module of the backend's name.
 macro_rules! conformance {
     (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
         $( conformance!(@backend $backend $tests); )*
@@ -1051,3 +1089,5 @@ conformance! {
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }
+
+pub(crate) use conformance;

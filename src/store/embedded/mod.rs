@@ -195,19 +195,20 @@ impl Backend for EmbeddedStore {
         key: &StoreKey,
         token: &str,
         failure: &Failure<'_>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<RecordState>, StoreError> {
         let op = Op::Fail {
             key: key.as_str().to_owned(),
             token: token.to_owned(),
-            state: failure.state(),
             class: failure.class,
             status: failure.status,
-            hold: failure.holds(),
             kept: (failure.request.clone(), failure.route.to_owned(), None),
             retention: failure.retention,
-            retry_in: failure.retry_in,
+            next: failure.next,
         };
-        self.applied(op).await
+        match self.call(op).await? {
+            Reply::Failed(state) => Ok(state),
+            _ => Err(unexpected()),
+        }
     }
 
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {

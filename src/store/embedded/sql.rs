@@ -9,8 +9,8 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::super::{
-    settled, ClaimMode, ClaimOutcome, Deleted, Due, FailureClass, LastError, Lease, Record,
-    RecordState, StoredRequest,
+    decide, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure, FailureClass,
+    LastError, Lease, Next, Record, RecordState, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -90,7 +90,7 @@ macro_rules! record_columns {
             $response,
             ", ",
             $request,
-            ", next_attempt_at"
+            ", next_attempt_at, due_source"
         )
     };
 }
@@ -141,11 +141,13 @@ const GUARD_FIRST_KEY: &str =
     "SELECT first_key FROM replay_guards WHERE body_key = ?1 AND expires_at > ?2";
 
 /// Insert, or take over a row that may be claimed in mode ?7 (0 a
-/// delivery, 1 a redelivery, 2 a forced one): expired (then it starts
-/// over), failed, or processing with a lapsed lease; dead too for a
-/// redelivery, completed for a forced one — never under a live lease.
-/// Anything else is left untouched (no row returned) and answers from the
-/// record. A stored request (?8..?13), when given, replaces the one kept.
+/// delivery, 1 a redelivery, 2 a forced one, 4 a claimed acceptance):
+/// expired (then it starts over), failed, or processing with a lapsed
+/// lease; dead too for a redelivery, completed for a forced one — never
+/// under a live lease. An accepted row (`due_source` set) stays owed to its
+/// queue: due again when the new lease ends. Anything else is left
+/// untouched (no row returned) and answers from the record. A stored
+/// request (?8..?13), when given, replaces the one kept.
 const CLAIM: &str = "\
 INSERT INTO webhook_events \
     (key, state, token, body_sha256, attempts, first_seen, updated_at, lease_until, expires_at, \
@@ -162,7 +164,11 @@ ON CONFLICT (key) DO UPDATE SET \
     first_seen = CASE WHEN webhook_events.expires_at <= ?4 THEN ?4 \
                       ELSE webhook_events.first_seen END, \
     updated_at = ?4, lease_until = excluded.lease_until, expires_at = excluded.expires_at, \
-    next_attempt_at = excluded.next_attempt_at, due_source = excluded.due_source, \
+    next_attempt_at = CASE WHEN webhook_events.expires_at <= ?4 THEN excluded.next_attempt_at \
+        WHEN coalesce(excluded.due_source, webhook_events.due_source) IS NOT NULL \
+        THEN excluded.lease_until END, \
+    due_source = CASE WHEN webhook_events.expires_at <= ?4 THEN excluded.due_source \
+        ELSE coalesce(excluded.due_source, webhook_events.due_source) END, \
     completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, \
     response_body_kept = NULL, \
     last_error = CASE WHEN webhook_events.expires_at <= ?4 THEN NULL \
@@ -180,7 +186,7 @@ ON CONFLICT (key) DO UPDATE SET \
     request_body = CASE WHEN webhook_events.expires_at <= ?4 OR ?10 IS NOT NULL \
                         THEN excluded.request_body ELSE webhook_events.request_body END \
 WHERE webhook_events.expires_at <= ?4 \
-   OR (?7 < 3 AND (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
+   OR (?7 <> 3 AND (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
        AND (webhook_events.state IN ('processing', 'failed', 'released') \
             OR (webhook_events.state = 'dead' AND ?7 >= 1) \
             OR (webhook_events.state = 'completed' AND ?7 = 2))) \
@@ -228,20 +234,56 @@ UPDATE webhook_events SET state = ?3, updated_at = ?4, \
     expires_at = ?13, next_attempt_at = ?14 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
+/// An acceptance of ?1, a row nobody holds: accepted into the queue of ?3,
+/// due now (?2), its attempts kept; ?4 body hash, ?5 expiry, ?6..?11 the
+/// request (route, replay of, method, query, headers, body).
+const QUEUE: &str = "\
+UPDATE webhook_events SET state = 'queued', token = NULL, lease_until = NULL, \
+    next_attempt_at = ?2, due_source = ?3, body_sha256 = ?4, updated_at = ?2, expires_at = ?5, \
+    route = coalesce(?6, route), replay_of = coalesce(?7, replay_of), \
+    request_method = coalesce(?8, request_method), \
+    request_query = CASE WHEN ?8 IS NULL THEN request_query ELSE ?9 END, \
+    request_headers = coalesce(?10, request_headers), request_body = coalesce(?11, request_body) \
+WHERE key = ?1";
+
+/// An acceptance meeting a sync holder of ?1: accepted into the queue of
+/// ?3, due when the lease ends; a held failure waits queued (at ?2).
+const ADOPT: &str = "\
+UPDATE webhook_events SET due_source = ?3, next_attempt_at = lease_until, \
+    state = CASE WHEN state = 'failed' THEN 'queued' ELSE state END, \
+    token = CASE WHEN state = 'failed' THEN NULL ELSE token END, \
+    lease_until = CASE WHEN state = 'failed' THEN NULL ELSE lease_until END, \
+    updated_at = CASE WHEN state = 'failed' THEN ?2 ELSE updated_at END, \
+    expires_at = max(expires_at, ?4), \
+    route = coalesce(?5, route), request_method = coalesce(?6, request_method), \
+    request_query = CASE WHEN ?6 IS NULL THEN request_query ELSE ?7 END, \
+    request_headers = coalesce(?8, request_headers), request_body = coalesce(?9, request_body) \
+WHERE key = ?1";
+
+/// An operator's redelivery of queued ?1: due now (?2).
+const MAKE_DUE: &str = "UPDATE webhook_events SET next_attempt_at = ?2 WHERE key = ?1";
+
+/// Whether ?1 (live at ?2) is accepted: owed a delivery by its queue.
+const ACCEPTED: &str = "SELECT due_source IS NOT NULL OR next_attempt_at IS NOT NULL \
+    FROM webhook_events WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
+
 /// A released async event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\
 UPDATE webhook_events SET \
-    state = CASE WHEN state = 'processing' AND next_attempt_at IS NOT NULL THEN 'queued' \
+    state = CASE WHEN state = 'processing' \
+                      AND (next_attempt_at IS NOT NULL OR due_source IS NOT NULL) THEN 'queued' \
                  WHEN state = 'processing' THEN 'failed' ELSE state END, \
     updated_at = CASE WHEN state = 'processing' THEN ?3 ELSE updated_at END, \
-    next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN ?3 END, \
+    next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL OR due_source IS NOT NULL \
+                           THEN ?3 END, \
     token = NULL, lease_until = NULL \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
-/// Delete unless forced (?3) or a live claim holds the row.
+/// Delete unless forced (?3), or a live claim holds the row, or its queue
+/// still owes it a delivery.
 const DELETE: &str = "\
 DELETE FROM webhook_events WHERE key = ?1 AND expires_at > ?2 \
-  AND (?3 OR lease_until IS NULL OR lease_until <= ?2)";
+  AND (?3 OR ((lease_until IS NULL OR lease_until <= ?2) AND state <> 'queued'))";
 
 /// A request stored with a claim or a failure: (request, route, replay of).
 pub(super) type Kept = (StoredRequest, String, Option<String>);
@@ -274,13 +316,11 @@ pub(super) enum Op {
     Fail {
         key: String,
         token: String,
-        state: RecordState,
         class: FailureClass,
         status: Option<u16>,
-        hold: bool,
         kept: Kept,
         retention: Duration,
-        retry_in: Option<Duration>,
+        next: Next,
     },
     LeaseDue {
         source: String,
@@ -326,6 +366,7 @@ pub(super) enum Op {
 pub(super) enum Reply {
     Claim(ClaimOutcome),
     Applied(bool),
+    Failed(Option<RecordState>),
     Record(Option<Record>),
     Listed(Vec<(String, Record)>),
     Leased(Vec<Due>),
@@ -435,34 +476,48 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Fail {
             key,
             token,
-            state,
             class,
             status,
-            hold,
             kept: (request, route, _),
             retention,
-            retry_in,
-        } => run(
-            tx,
-            FAIL,
-            params![
-                key,
-                token,
-                state.as_str(),
-                now_i,
-                hold,
-                class.as_str(),
+            next,
+        } => {
+            let accepted: Option<bool> =
+                query_one(tx, ACCEPTED, params![key, token, now_i], |row| row.get(0))?;
+            let Some(accepted) = accepted else {
+                return Ok(Reply::Failed(None));
+            };
+            let failure = Failure {
+                class,
                 status,
-                route,
-                request.method.as_str(),
-                request.query,
-                request.encode_headers(),
-                request.body.as_ref(),
-                ms(retention),
-                retry_in.map(ms)
-            ],
-        )
-        .map(applied),
+                request: &request,
+                route: &route,
+                retention,
+                next,
+            };
+            let state = failure.state(accepted);
+            run(
+                tx,
+                FAIL,
+                params![
+                    key,
+                    token,
+                    state.as_str(),
+                    now_i,
+                    failure.holds(accepted),
+                    class.as_str(),
+                    status,
+                    route,
+                    request.method.as_str(),
+                    request.query,
+                    request.encode_headers(),
+                    request.body.as_ref(),
+                    ms(retention),
+                    failure.due_in(accepted).map(ms)
+                ],
+            )?;
+            Ok(Reply::Failed(Some(state)))
+        }
         Op::LeaseDue {
             source,
             tokens,
@@ -632,14 +687,60 @@ impl Claiming<'_> {
     fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<ClaimOutcome> {
         let now_i = now as i64;
         let key = self.key;
-        if let Some(guard_key) = self.guard_key {
-            // The key's own record answers first; only a claimable key
-            // looks at the body's first key.
-            if let Some(answer) =
-                live_record(tx, key, now)?.and_then(|r| settled(r, now, self.mode))
-            {
-                return Ok(answer);
+        let (request, route, replay_of) = match self.stored {
+            Some((request, route, replay_of)) => (Some(request), Some(route), replay_of.as_ref()),
+            None => (None, None, None),
+        };
+        let method = request.map(|r| r.method.as_str());
+        let query = request.and_then(|r| r.query.as_deref());
+        let headers = request.map(StoredRequest::encode_headers);
+        let body = request.map(|r| r.body.as_ref());
+        // The database thread runs one operation at a time: what the record
+        // says here still holds when the write below runs.
+        if let Some(record) = live_record(tx, key, now)? {
+            match decide(record, now, self.mode) {
+                Decision::Answer(answer) => return Ok(answer),
+                Decision::MakeDue => {
+                    run(tx, MAKE_DUE, params![key, now_i])?;
+                    return Ok(ClaimOutcome::Queued);
+                }
+                Decision::Adopt(answer) => {
+                    let adopt = params![
+                        key,
+                        now_i,
+                        self.source,
+                        self.expires_at,
+                        route,
+                        method,
+                        query,
+                        headers,
+                        body
+                    ];
+                    run(tx, ADOPT, adopt)?;
+                    return Ok(answer);
+                }
+                Decision::Queue => {
+                    let queue = params![
+                        key,
+                        now_i,
+                        self.source,
+                        self.body_sha256,
+                        self.expires_at,
+                        route,
+                        replay_of,
+                        method,
+                        query,
+                        headers,
+                        body
+                    ];
+                    run(tx, QUEUE, queue)?;
+                    return Ok(ClaimOutcome::Queued);
+                }
+                Decision::TakeOver => {}
             }
+        }
+        if let Some(guard_key) = self.guard_key {
+            // Only a claimable key looks at the body's first key.
             let first: Option<String> =
                 query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
                     row.get(0)
@@ -652,11 +753,6 @@ impl Claiming<'_> {
                 }
             }
         }
-        let mode = self.mode.code();
-        let (request, route, replay_of) = match self.stored {
-            Some((request, route, replay_of)) => (Some(request), Some(route), replay_of.as_ref()),
-            None => (None, None, None),
-        };
         let claimed = params![
             key,
             self.token,
@@ -664,13 +760,13 @@ impl Claiming<'_> {
             now_i,
             self.lease_until,
             self.expires_at,
-            mode,
+            self.mode.code(),
             route,
             replay_of,
-            request.map(|r| r.method.as_str()),
-            request.and_then(|r| r.query.as_deref()),
-            request.map(StoredRequest::encode_headers),
-            request.map(|r| r.body.as_ref()),
+            method,
+            query,
+            headers,
+            body,
             self.source,
         ];
         let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
@@ -761,6 +857,7 @@ fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
         lease_expires_at_ms: get_ms(6)?,
         completed_at_ms: get_ms(7)?,
         next_attempt_ms: get_ms(21)?,
+        accepted: row.get::<_, Option<String>>(at + 22)?.is_some() || get_ms(21)?.is_some(),
         response,
         last_error,
         route: row.get(at + 11)?,

@@ -38,9 +38,9 @@ use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure,
-    FailureClass, Invalidations, LastError, Lease, ListQuery, Record, RecordState, StoreError,
-    StoreKey, StoreSettings, StoredRequest,
+    decide, follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Decision, Deleted,
+    Due, Failure, FailureClass, Invalidations, LastError, Lease, ListQuery, Record, RecordState,
+    StoreError, StoreKey, StoreSettings, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -228,13 +228,11 @@ async fn claim(
     if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
         return Ok(new(row));
     }
-    match live_record(client, source, id).await? {
-        Some((record, now)) => {
-            if let Some(answer) = settled(record, now, request.mode) {
-                return Ok(answer);
-            }
-        }
-        None => {
+    // Read, decide, write: each write re-checks, under the row's lock, what
+    // the read saw. A write that finds the row changed (a concurrent claim
+    // or the holder's end) decides again on the row as it is now.
+    for _ in 0..3 {
+        let Some((record, now)) = live_record(client, source, id).await? else {
             // The row has expired: it goes, and the key is new again.
             let expired = client
                 .prepare_cached(sql::DELETE_EXPIRED)
@@ -247,19 +245,35 @@ async fn claim(
             if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
                 return Ok(new(row));
             }
+            continue;
+        };
+        let (statement, answer) = match decide(record, now, request.mode) {
+            Decision::Answer(answer) => return Ok(answer),
+            Decision::TakeOver => (sql::TAKE_OVER, None),
+            Decision::Queue => (sql::QUEUE, Some(ClaimOutcome::Queued)),
+            Decision::MakeDue => (sql::MAKE_DUE, Some(ClaimOutcome::Queued)),
+            Decision::Adopt(answer) => (sql::ADOPT, Some(answer)),
+        };
+        let write = client.prepare_cached(statement).await.map_err(db)?;
+        match answer {
+            None => {
+                if let Some(row) = client.query_opt(&write, &params).await.map_err(db)? {
+                    return Ok(new(row));
+                }
+            }
+            Some(answer) => {
+                let changed = match statement {
+                    sql::MAKE_DUE => client.execute(&write, &[&source, &id]).await,
+                    _ => client.execute(&write, &params).await,
+                };
+                if changed.map_err(db)? == 1 {
+                    return Ok(answer);
+                }
+            }
         }
     }
-    let take_over = client.prepare_cached(sql::TAKE_OVER).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&take_over, &params).await.map_err(db)? {
-        return Ok(new(row));
-    }
-    // Another delivery took it in between: its record answers.
-    let busy = ClaimOutcome::InFlight {
+    Ok(ClaimOutcome::InFlight {
         retry_after: Duration::from_secs(1),
-    };
-    Ok(match live_record(client, source, id).await? {
-        Some((record, now)) => settled(record, now, request.mode).unwrap_or(busy),
-        None => busy,
     })
 }
 
@@ -418,18 +432,18 @@ impl Backend for PostgresStore {
         key: &StoreKey,
         token: &str,
         failure: &Failure<'_>,
-    ) -> Result<bool, StoreError> {
-        let state = failure.state();
+    ) -> Result<Option<RecordState>, StoreError> {
+        let state = failure.state(false);
         let status = failure.status.map(|s| s as i16);
         let request = failure.request;
         let headers = request.encode_headers();
-        let retry = failure.retry_in.map(millis);
+        let retry = failure.next.queued.map(millis);
         let params: [&(dyn ToSql + Sync); 14] = [
             &key.source(),
             &key.id(),
             &token,
             &state.as_str(),
-            &failure.holds(),
+            &failure.holds(false),
             &failure.class.as_str(),
             &status,
             &failure.route,
@@ -440,7 +454,15 @@ impl Backend for PostgresStore {
             &millis(failure.retention),
             &retry,
         ];
-        self.applied(sql::FAIL, &params).await
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::FAIL).await.map_err(db)?;
+        let Some(row) = client.query_opt(&statement, &params).await.map_err(db)? else {
+            return Ok(None);
+        };
+        let state: String = row.get(0);
+        RecordState::parse(&state)
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {state:?}")))
     }
 
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
@@ -507,7 +529,7 @@ impl Backend for PostgresStore {
         ];
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
-            .map(|row| Ok((row.get::<_, String>(23), record(row)?.0)))
+            .map(|row| Ok((row.get::<_, String>(24), record(row)?.0)))
             .collect()
     }
 
@@ -707,6 +729,7 @@ fn record(row: &Row) -> Result<(Record, u64), StoreError> {
         lease_expires_at_ms: ms(5),
         completed_at_ms: ms(6),
         next_attempt_ms: ms(22),
+        accepted: row.get::<_, bool>(23),
         response,
         last_error,
         route: row.get(16),

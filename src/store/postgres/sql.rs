@@ -21,6 +21,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         4,
         include_str!("../../../migrations/postgres/0004_route_controls.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/postgres/0005_accepted.sql"),
+    ),
 ];
 
 /// Serializes migrations between gateways starting at once.
@@ -64,7 +68,8 @@ macro_rules! record_columns {
             ", route, replay_of, ",
             $request,
             ", ",
-            ms!("next_attempt_at")
+            ms!("next_attempt_at"),
+            ", accepted"
         )
     };
 }
@@ -134,14 +139,14 @@ pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 pub(super) const CLAIM_NEW: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
     first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
-    request_query, request_headers, request_body, next_attempt_at) \
+    request_query, request_headers, request_body, next_attempt_at, accepted) \
 VALUES ($1, $2, CASE WHEN $13::int = 3 THEN 'queued' ELSE 'processing' END, \
     CASE WHEN $13::int = 3 THEN NULL ELSE $3::text END, $4, \
     CASE WHEN $13::int = 3 THEN 0 ELSE 1 END, now(), date_trunc('milliseconds', now()), \
     CASE WHEN $13::int = 3 THEN NULL ELSE now() + $5::bigint * interval '1 millisecond' END, \
     now() + $6::bigint * interval '1 millisecond', $7, $8, $9, $10, $11, $12, \
     CASE $13::int WHEN 3 THEN now() \
-                  WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END) \
+                  WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END, $13::int >= 3) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING attempts";
 
@@ -150,17 +155,22 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM webhook_events \
     WHERE source = $1 AND idempotency_key = $2 AND expires_at <= now()";
 
 /// Take over a live row that may be claimed in mode $13 (0 a delivery, 1 a
-/// redelivery, 2 a forced one) — failed, or processing with a lapsed lease;
-/// dead too for a redelivery, completed for a forced one; never under a
-/// live lease — in one statement; of concurrent takeovers the row lock lets
-/// one through, the others find it no longer claimable. A request in
-/// $7..$12 (as for `CLAIM_NEW`) replaces the one kept.
+/// redelivery, 2 a forced one, 4 a claimed acceptance) — failed, or
+/// processing with a lapsed lease; dead too for a redelivery, completed for
+/// a forced one; never under a live lease — in one statement; of concurrent
+/// takeovers the row lock lets one through, the others find it no longer
+/// claimable. An accepted row stays owed to its queue: due again when the
+/// new lease ends. A request in $7..$12 (as for `CLAIM_NEW`) replaces the
+/// one kept.
 pub(super) const TAKE_OVER: &str = "\
 UPDATE webhook_events SET \
     status = 'processing', token = $3, body_sha256 = $4, attempts = attempts + 1, \
     updated_at = date_trunc('milliseconds', now()), \
     lease_expires_at = now() + $5::bigint * interval '1 millisecond', \
-    expires_at = now() + $6::bigint * interval '1 millisecond', next_attempt_at = NULL, \
+    expires_at = now() + $6::bigint * interval '1 millisecond', \
+    accepted = accepted OR $13::int = 4, \
+    next_attempt_at = CASE WHEN accepted OR $13::int = 4 \
+        THEN now() + $5::bigint * interval '1 millisecond' END, \
     completed_at = NULL, response_status = NULL, response_headers = NULL, \
     response_body = NULL, response_body_kept = NULL, \
     route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
@@ -168,11 +178,55 @@ UPDATE webhook_events SET \
     request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
     request_headers = coalesce($11, request_headers), \
     request_body = coalesce($12, request_body) \
-WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND $13::int < 3 \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND $13::int <> 3 \
   AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
   AND (status IN ('processing', 'failed', 'released') \
-       OR (status = 'dead' AND $13::int >= 1) OR (status = 'completed' AND $13::int = 2)) \
+       OR (status = 'dead' AND $13::int IN (1, 2)) OR (status = 'completed' AND $13::int = 2)) \
 RETURNING attempts";
+
+/// An acceptance of a row nobody holds (failed, or its sync holder died):
+/// accepted, queued and due now, its attempts kept. Parameters as for
+/// `TAKE_OVER` (each named once, as PostgreSQL types every parameter).
+pub(super) const QUEUE: &str = "\
+UPDATE webhook_events SET \
+    status = 'queued', token = NULL, lease_expires_at = NULL, body_sha256 = $4, \
+    accepted = true, next_attempt_at = now(), updated_at = date_trunc('milliseconds', now()), \
+    expires_at = now() + $6::bigint * interval '1 millisecond', \
+    route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
+    request_method = coalesce($9, request_method), \
+    request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
+    request_headers = coalesce($11, request_headers), \
+    request_body = coalesce($12, request_body) \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
+  AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
+  AND status IN ('processing', 'failed', 'released') \
+  AND NOT (accepted AND status = 'processing') AND $3::text IS NOT NULL AND $13::int >= 0 \
+  AND $5::bigint >= 0";
+
+/// An acceptance meeting a sync holder under a live lease: the row turns
+/// accepted, due when the lease ends; a held failure drops its token and
+/// waits queued. Parameters as for `TAKE_OVER` (each named once).
+pub(super) const ADOPT: &str = "\
+UPDATE webhook_events SET \
+    accepted = true, next_attempt_at = lease_expires_at, \
+    status = CASE WHEN status = 'failed' THEN 'queued' ELSE status END, \
+    token = CASE WHEN status = 'failed' THEN NULL ELSE token END, \
+    lease_expires_at = CASE WHEN status = 'failed' THEN NULL ELSE lease_expires_at END, \
+    updated_at = CASE WHEN status = 'failed' \
+        THEN date_trunc('milliseconds', now()) ELSE updated_at END, \
+    expires_at = greatest(expires_at, now() + $6::bigint * interval '1 millisecond'), \
+    route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
+    request_method = coalesce($9, request_method), \
+    request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
+    request_headers = coalesce($11, request_headers), \
+    request_body = coalesce($12, request_body) \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND NOT accepted \
+  AND lease_expires_at > now() AND status IN ('processing', 'failed') \
+  AND $3::text IS NOT NULL AND $4::text IS NOT NULL AND $5::bigint >= 0 AND $13::int >= 0";
+
+/// An operator's redelivery of a queued event: due now.
+pub(super) const MAKE_DUE: &str = "UPDATE webhook_events SET next_attempt_at = now() \
+    WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND status = 'queued'";
 
 /// Up to $2 due async events of source $1, locked; those other workers
 /// hold locked are skipped.
@@ -215,33 +269,41 @@ UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at =
     response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
-/// $4 the new state, $5 hold (keep token and lease), $14 the next attempt
-/// of a requeued async event, in ms.
+/// By the row's duty: an accepted row is queued again ($14 ms ahead) or,
+/// without $14, dead; any other takes $4 (failed or dead), keeping token
+/// and lease when $5 holds them. Returns the state left.
 pub(super) const FAIL: &str = "\
-UPDATE webhook_events SET status = $4, updated_at = date_trunc('milliseconds', now()), \
-    token = CASE WHEN $5::boolean THEN token END, \
-    lease_expires_at = CASE WHEN $5::boolean THEN lease_expires_at END, \
+UPDATE webhook_events SET \
+    status = CASE WHEN NOT accepted THEN $4 WHEN $14::bigint IS NULL THEN 'dead' \
+        ELSE 'queued' END, \
+    updated_at = date_trunc('milliseconds', now()), \
+    token = CASE WHEN $5::boolean AND NOT accepted THEN token END, \
+    lease_expires_at = CASE WHEN $5::boolean AND NOT accepted THEN lease_expires_at END, \
     last_error = $6, last_status = $7, last_attempt_at = now(), route = $8, \
     request_method = $9, request_query = $10, request_headers = $11, request_body = $12, \
     expires_at = now() + $13::bigint * interval '1 millisecond', \
-    next_attempt_at = now() + $14::bigint * interval '1 millisecond' \
-WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
+    next_attempt_at = CASE WHEN accepted \
+        THEN now() + $14::bigint * interval '1 millisecond' END \
+WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
+RETURNING status";
 
-/// A released async event goes back to its queue, due now.
+/// A released accepted event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\
 UPDATE webhook_events SET \
-    status = CASE WHEN status = 'processing' AND next_attempt_at IS NOT NULL THEN 'queued' \
+    status = CASE WHEN status = 'processing' AND (accepted OR next_attempt_at IS NOT NULL) \
+                  THEN 'queued' \
                   WHEN status = 'processing' THEN 'failed' ELSE status END, \
-    next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN now() END, \
+    next_attempt_at = CASE WHEN accepted OR next_attempt_at IS NOT NULL THEN now() END, \
     updated_at = CASE WHEN status = 'processing' \
         THEN date_trunc('milliseconds', now()) ELSE updated_at END, \
     token = NULL, lease_expires_at = NULL \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
-/// Delete unless forced ($3) or a live claim holds the row.
+/// Delete unless forced ($3), or a live claim holds the row, or its queue
+/// still owes it a delivery.
 pub(super) const DELETE: &str = "\
 DELETE FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
-  AND ($3 OR lease_expires_at IS NULL OR lease_expires_at <= now())";
+  AND ($3 OR ((lease_expires_at IS NULL OR lease_expires_at <= now()) AND status <> 'queued'))";
 
 pub(super) const EXISTS: &str = "SELECT 1 FROM webhook_events \
     WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()";

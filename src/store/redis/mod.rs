@@ -67,57 +67,109 @@ end
 /// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
 /// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced, 3
 /// accept, 4 accept claimed), then a request to keep (route, replay_of,
-/// method, query, headers, body; method '' keeps the one held). Returns
-/// {1, attempts} when claimed (or accepted), {0, now, HGETALL...} of the
-/// record that answers otherwise. An accepted async event is also put in
-/// the due index, `{source}!due`, scored by when a worker takes it up.
+/// method, query, headers, body; method '' keeps the one held).
+///
+/// The rules are `record.rs`'s `decide`, line by line. Returns {1,
+/// attempts} when claimed (or accepted as new), {2} when the record was
+/// queued (an acceptance of a record nobody holds, an operator making a
+/// queued event due now), {3, ms} when an acceptance adopted a sync
+/// holder's record (in flight for ms more), and {0, now, HGETALL...} of the
+/// record that answers otherwise. An accepted record (`accepted`, or
+/// `next_attempt` from before that field) stays owed to its queue: every
+/// claim of it keeps it in the due index, `{source}!due`, scored by when a
+/// worker takes it up.
 const CLAIM: &str = "
 local mode = ARGV[7]
 local accepting = mode == '3' or mode == '4'
-local function answers(key, m)
+local operator = mode == '1' or mode == '2'
+local due = ARGV[5] .. '!due'
+local function answers(key)
   local s = redis.call('HMGET', key, 'state', 'lease_until')
   if not s[1] then return false end
-  if m == '3' or m == '4' then return true end
-  if s[1] == 'completed' then return m ~= '2' end
-  if s[1] == 'dead' and m == '0' then return true end
-  if s[1] == 'queued' then return true end
+  if s[1] == 'completed' or s[1] == 'dead' or s[1] == 'queued' then return true end
   return s[2] and tonumber(s[2]) > now
 end
-if answers(KEYS[1], mode) then return {0, now, redis.call('HGETALL', KEYS[1])} end
+local function keep_request()
+  if ARGV[10] ~= '' then
+    redis.call('HSET', KEYS[1], 'route', ARGV[8], 'req_method', ARGV[10], 'req_query', ARGV[11],
+      'req_headers', ARGV[12], 'req_body', ARGV[13])
+    if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'replay_of', ARGV[9]) end
+  end
+end
+local r = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease_until', 'accepted', 'next_attempt')
+local state = r[1]
+local accepted = r[4] == '1' or r[5] ~= false
+if state then
+  local lease = r[3] and tonumber(r[3]) > now and tonumber(r[3])
+  local answer = false
+  if state == 'completed' then answer = mode ~= '2'
+  elseif state == 'dead' then answer = not operator
+  elseif state == 'queued' then
+    if operator then
+      redis.call('HSET', KEYS[1], 'next_attempt', now)
+      redis.call('ZADD', due, now, ARGV[6])
+      return {2}
+    end
+    answer = true
+  elseif lease then
+    if accepting and not accepted then
+      redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease)
+      redis.call('ZADD', due, lease, ARGV[6])
+      keep_request()
+      if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+      end
+      if state == 'failed' then
+        redis.call('HSET', KEYS[1], 'state', 'queued', 'updated', now)
+        redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+        index(ARGV[5], ARGV[6], state, 'queued')
+        return {2}
+      end
+      return {3, lease - now}
+    end
+    answer = true
+  elseif accepting and accepted and state == 'processing' then answer = true
+  elseif mode == '3' then
+    redis.call('HSET', KEYS[1], 'state', 'queued', 'accepted', '1', 'body_sha256', ARGV[2],
+      'updated', now, 'next_attempt', now)
+    redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+    redis.call('ZADD', due, now, ARGV[6])
+    keep_request()
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    index(ARGV[5], ARGV[6], state, 'queued')
+    return {2}
+  end
+  if answer then return {0, now, redis.call('HGETALL', KEYS[1])} end
+end
 if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
-  if first and first ~= KEYS[1] and answers(first, accepting and mode or '0') then
+  if first and first ~= KEYS[1] and answers(first) then
     return {0, now, redis.call('HGETALL', first)}
   end
 end
-local r = redis.call('HMGET', KEYS[1], 'state', 'attempts')
 local attempts = (tonumber(r[2]) or 0) + 1
-if not r[1] then redis.call('HSET', KEYS[1], 'first_seen', now) end
-if r[1] == 'completed' then
+if not state then redis.call('HSET', KEYS[1], 'first_seen', now) end
+if state == 'completed' then
   redis.call('HDEL', KEYS[1], 'completed_at', 'status', 'headers', 'body', 'body_kept')
 end
 local lease_until = now + tonumber(ARGV[3])
 if mode == '3' then
   attempts = 0
   redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
-    'updated', now, 'next_attempt', now)
-  redis.call('ZADD', ARGV[5] .. '!due', now, ARGV[6])
+    'updated', now, 'next_attempt', now, 'accepted', '1')
+  redis.call('ZADD', due, now, ARGV[6])
 else
   redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
     'attempts', attempts, 'lease_until', lease_until, 'updated', now)
-  if mode == '4' then
-    redis.call('HSET', KEYS[1], 'next_attempt', lease_until)
-    redis.call('ZADD', ARGV[5] .. '!due', lease_until, ARGV[6])
+  if mode == '4' or accepted then
+    redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease_until)
+    redis.call('ZADD', due, lease_until, ARGV[6])
   end
 end
-if ARGV[10] ~= '' then
-  redis.call('HSET', KEYS[1], 'route', ARGV[8], 'req_method', ARGV[10], 'req_query', ARGV[11],
-    'req_headers', ARGV[12], 'req_body', ARGV[13])
-  if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'replay_of', ARGV[9]) end
-end
+keep_request()
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
-index(ARGV[5], ARGV[6], r[1], mode == '3' and 'queued' or 'processing')
+index(ARGV[5], ARGV[6], state, mode == '3' and 'queued' or 'processing')
 return {1, attempts}
 ";
 
@@ -179,35 +231,44 @@ index(ARGV[7], ARGV[8], from, 'completed')
 return 1
 ";
 
-/// KEYS[1] key; ARGV token, state (failed|dead|queued), hold (1 keeps token
-/// and lease), error class, upstream status ('' none), route, method, query,
-/// headers, body, retention ms, source, id, retry ms ('' none: a requeued
-/// async event is due again then).
+/// KEYS[1] key; ARGV token, a sync record\'s state (failed|dead), hold (1
+/// keeps token and lease), error class, upstream status ('' none), route,
+/// method, query, headers, body, retention ms, source, id, an accepted
+/// record's retry ms ('' dead). Applies the future that fits the record's
+/// duty; returns the state left, 0 when the token no longer holds it.
 const FAIL: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-local from = redis.call('HGET', KEYS[1], 'state')
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'updated', now, 'last_error', ARGV[4],
+local s = redis.call('HMGET', KEYS[1], 'state', 'accepted', 'next_attempt')
+local from = s[1]
+local accepted = s[2] == '1' or s[3] ~= false
+local to, hold = ARGV[2], ARGV[3] == '1'
+if accepted then
+  hold = false
+  if ARGV[14] ~= '' then to = 'queued' else to = 'dead' end
+end
+redis.call('HSET', KEYS[1], 'state', to, 'updated', now, 'last_error', ARGV[4],
   'last_attempt_at', now, 'route', ARGV[6], 'req_method', ARGV[7], 'req_query', ARGV[8],
   'req_headers', ARGV[9], 'req_body', ARGV[10])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'last_status', ARGV[5])
 else redis.call('HDEL', KEYS[1], 'last_status') end
-if ARGV[3] ~= '1' then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
-if ARGV[14] ~= '' then
+if not hold then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
+if to == 'queued' then
   redis.call('HSET', KEYS[1], 'next_attempt', now + tonumber(ARGV[14]))
   redis.call('ZADD', ARGV[12] .. '!due', now + tonumber(ARGV[14]), ARGV[13])
 elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[12] .. '!due', ARGV[13])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[11])
-index(ARGV[12], ARGV[13], from, ARGV[2])
-return 1
+index(ARGV[12], ARGV[13], from, to)
+return to
 ";
 
-/// KEYS[1] key; ARGV token, source, id. A released async event goes back
-/// to its queue, due now.
+/// KEYS[1] key; ARGV token, source, id. A released accepted event goes
+/// back to its queue, due now.
 const RELEASE: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local async = redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1
+  or redis.call('HGET', KEYS[1], 'accepted') == '1'
 if redis.call('HGET', KEYS[1], 'state') == 'processing' then
   local to = async and 'queued' or 'failed'
   redis.call('HSET', KEYS[1], 'state', to, 'updated', now)
@@ -222,11 +283,12 @@ return 1
 ";
 
 /// KEYS[1] key; ARGV force ('1' or '0'), source, id. Returns 1 deleted,
-/// 2 in flight, 0 not found.
+/// 2 in flight (a live lease, or queued: its queue owes it a delivery), 0
+/// not found.
 const DELETE: &str = "
 local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
 if not s[1] then return 0 end
-if ARGV[1] ~= '1' and s[2] and tonumber(s[2]) > now then return 2 end
+if ARGV[1] ~= '1' and (s[1] == 'queued' or (s[2] and tonumber(s[2]) > now)) then return 2 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
 redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])
@@ -367,12 +429,19 @@ impl<C: Connector> RedisStore<C> {
 
     /// Run a compare-and-set script: 1 when the token matched.
     async fn applied(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<bool, StoreError> {
+        let applied: i64 = self.invoke(invocation).await?;
+        Ok(applied == 1)
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
         let mut connection = self.connector.connection().await?;
-        let applied: i64 = invocation
+        invocation
             .invoke_async(&mut connection)
             .await
-            .map_err(backend)?;
-        Ok(applied == 1)
+            .map_err(backend)
     }
 }
 
@@ -417,7 +486,7 @@ impl<C: Connector> Backend for RedisStore<C> {
             let mut connection = self.connector.acked().await?;
             let reply: redis::RedisResult<Vec<Value>> =
                 invocation.invoke_async(&mut *connection).await;
-            if let Ok([Value::Int(1), ..]) = reply.as_deref() {
+            if let Ok([Value::Int(1..=3), ..]) = reply.as_deref() {
                 self.replicate(&mut connection, request.key.as_str())
                     .await?;
             }
@@ -426,6 +495,10 @@ impl<C: Connector> Backend for RedisStore<C> {
         .map_err(backend)?;
         match reply.as_slice() {
             [Value::Int(1), _] if request.mode == ClaimMode::Accept => Ok(ClaimOutcome::Queued),
+            [Value::Int(2)] => Ok(ClaimOutcome::Queued),
+            [Value::Int(3), Value::Int(ms)] => Ok(ClaimOutcome::InFlight {
+                retry_after: Duration::from_millis(*ms as u64).max(Duration::from_secs(1)),
+            }),
             [Value::Int(1), Value::Int(attempts)] => Ok(ClaimOutcome::New(Lease {
                 token,
                 attempt: *attempts as u32,
@@ -501,12 +574,12 @@ impl<C: Connector> Backend for RedisStore<C> {
         key: &StoreKey,
         token: &str,
         failure: &Failure<'_>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<RecordState>, StoreError> {
         let mut invocation = self.fail.key(key.as_str());
         invocation
             .arg(token)
-            .arg(failure.state().as_str())
-            .arg(if failure.holds() { "1" } else { "0" })
+            .arg(failure.state(false).as_str())
+            .arg(if failure.holds(false) { "1" } else { "0" })
             .arg(failure.class.as_str())
             .arg(failure.status.map(|s| s.to_string()).unwrap_or_default())
             .arg(failure.route)
@@ -519,11 +592,23 @@ impl<C: Connector> Backend for RedisStore<C> {
             .arg(key.id())
             .arg(
                 failure
-                    .retry_in
+                    .next
+                    .queued
                     .map(|retry| (retry.as_millis() as u64).to_string())
                     .unwrap_or_default(),
             );
-        self.applied(&invocation).await
+        let reply: Value = self.invoke(&invocation).await?;
+        match reply {
+            Value::Int(0) => Ok(None),
+            Value::BulkString(state) => std::str::from_utf8(&state)
+                .ok()
+                .and_then(RecordState::parse)
+                .map(Some)
+                .ok_or_else(|| StoreError::Corrupt("a failure's state".into())),
+            other => Err(StoreError::Corrupt(format!(
+                "unexpected failure reply {other:?}"
+            ))),
+        }
     }
 
     async fn release(&self, key: &StoreKey, token: &str) -> Result<bool, StoreError> {
@@ -839,7 +924,12 @@ fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"updated" => updated = number(),
             b"lease_until" => record.lease_expires_at_ms = number(),
             b"completed_at" => record.completed_at_ms = number(),
-            b"next_attempt" => record.next_attempt_ms = number(),
+            b"next_attempt" => {
+                record.next_attempt_ms = number();
+                // Queued before records said so: an accepted record.
+                record.accepted = true;
+            }
+            b"accepted" => record.accepted = true,
             b"status" => status = number(),
             b"headers" => headers = value,
             b"body" => body = Some(value),

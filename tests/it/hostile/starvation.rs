@@ -315,7 +315,7 @@ impl hookgate::store::Backend for LateAnswers {
         key: &hookgate::store::StoreKey,
         token: &str,
         failure: &hookgate::store::Failure<'_>,
-    ) -> Result<bool, hookgate::store::StoreError> {
+    ) -> Result<Option<hookgate::store::RecordState>, hookgate::store::StoreError> {
         self.0.fail(key, token, failure).await
     }
 

@@ -1,0 +1,280 @@
+//! One attempt at one claimed event, whatever its entrance: the upstream
+//! call while the claim renews, the outcome classified, what comes next
+//! decided by [`policy`](super::policy), and the claim ended by it.
+//!
+//! Every entrance — a sender's delivery, the hybrid `respond_within`, an
+//! async worker, an operator's redelivery or replay — builds an
+//! [`Attempt`] and runs it with [`Gateway::attempt`]; nothing else calls
+//! the upstream for a claimed event, and nothing else renews a claim. The
+//! entrances differ only in what they build: the claim, the admission
+//! traffic control gave, when the event was first seen, and their
+//! [`Kind`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use rand::Rng;
+
+use super::policy::{self, Entrance, Rules};
+use crate::claim::{Claim, Recording};
+use crate::pipeline::Gateway;
+use crate::replay::RecordedResponse;
+use crate::route::Route;
+use crate::store::{Clock, Failure, RecordState, StoredRequest};
+use crate::traffic::Admission;
+use crate::upstream::{UpstreamError, UpstreamResponse};
+
+/// Which entrance made an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The sender's own request, waiting for the answer.
+    Sync,
+    /// `respond_within`: the sender waits a while, then the call runs on.
+    Hybrid,
+    /// An async worker's lease.
+    Worker,
+    /// An operator's redelivery (same key).
+    Redeliver,
+    /// An operator's replay (new key).
+    Replay,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sync => "sync",
+            Kind::Hybrid => "hybrid",
+            Kind::Worker => "worker",
+            Kind::Redeliver => "redeliver",
+            Kind::Replay => "replay",
+        }
+    }
+
+    /// Whether a sender waits on this attempt: then a recording the store
+    /// does not take at once finishes in a task of its own, and the sender
+    /// gets the upstream's answer now.
+    fn sender_waits(self) -> bool {
+        matches!(self, Kind::Sync | Kind::Hybrid)
+    }
+}
+
+/// What an entrance hands over for one attempt.
+pub struct Attempt {
+    pub route: Arc<Route>,
+    pub claim: Claim,
+    /// Leave for this call from traffic control (pause, breaker, rate),
+    /// told how the call went.
+    pub admission: Admission,
+    pub kind: Kind,
+    /// Unix ms the event was first seen: the queue's `max_age` counts from
+    /// it.
+    pub first_seen_ms: u64,
+    /// The record was a dead letter (an operator's redelivery of one): a
+    /// failure leaves it dead again, never spends a sender's attempts.
+    pub was_dead: bool,
+}
+
+/// What one attempt did.
+pub struct Attempted {
+    pub result: Result<UpstreamResponse, UpstreamError>,
+    pub elapsed: Duration,
+    pub settled: Settled,
+}
+
+/// How an attempt left its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The upstream's final answer, recorded.
+    Completed(StatusCode),
+    Failed,
+    Dead,
+    /// An accepted event's next attempt is queued, this far ahead.
+    Retrying(Duration),
+    /// An operator's redelivery of a queued event: due now, for its
+    /// workers.
+    Queued,
+    /// The store did not answer while the sender waited: recording goes
+    /// on in a task of its own.
+    Recording,
+    /// Not recorded: the lease was lost, or the store never answered before
+    /// it ran out (the next delivery is forwarded again).
+    Unrecorded,
+}
+
+impl Settled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Completed(_) => "completed",
+            Settled::Failed => "failed",
+            Settled::Dead => "dead",
+            Settled::Retrying(_) => "retrying",
+            Settled::Queued => "queued",
+            Settled::Recording => "recording",
+            Settled::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+impl Gateway {
+    /// Run `attempt`: call the upstream with `request` while renewing the
+    /// claim, then settle the claim by what the upstream is known to have
+    /// done — final → recorded; otherwise failed, queued again or dead, by
+    /// the record's duty (see [`policy`]). `stored` is the request a
+    /// failed record keeps, built only on failure.
+    pub(crate) async fn attempt(
+        &self,
+        attempt: Attempt,
+        request: Request<Full<Bytes>>,
+        stored: impl FnOnce() -> StoredRequest,
+    ) -> Attempted {
+        let Attempt {
+            route,
+            mut claim,
+            admission,
+            kind,
+            first_seen_ms,
+            was_dead,
+        } = attempt;
+        let (result, elapsed) = claim.renewing(self.call(&route, request)).await;
+        let class = policy::class_of(&result);
+        admission.settle(class.is_none());
+        let settled = match (&result, class) {
+            (Ok(answer), None) => {
+                let recorded = RecordedResponse::record(
+                    answer.status,
+                    &answer.headers,
+                    &answer.body,
+                    answer.body_read,
+                    route.max_cached_body_bytes,
+                );
+                complete(claim, recorded, route.retention, kind).await
+            }
+            (_, class) => {
+                let class = class.unwrap_or(crate::store::FailureClass::Unknown);
+                let status = result.as_ref().ok().map(|answer| answer.status.as_u16());
+                if let Err(error) = &result {
+                    tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
+                }
+                let attempt_no = claim.attempt();
+                let entrance = match kind {
+                    Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
+                    _ => Entrance::Delivery,
+                };
+                let now_ms = Clock::system().now_ms();
+                let random = rand::thread_rng().gen::<u64>();
+                let next = policy::next(
+                    &Rules::of(&route),
+                    entrance,
+                    attempt_no,
+                    class,
+                    first_seen_ms,
+                    now_ms,
+                    random,
+                );
+                let request = stored();
+                let failure = Failure {
+                    class,
+                    status,
+                    request: &request,
+                    route: &route.name,
+                    retention: route.dead_letter_retention,
+                    next,
+                };
+                let key = claim.key().id().to_owned();
+                let state = match claim.try_fail(&failure).await {
+                    Recording::Done(state) => state,
+                    Recording::Again(claim) if kind.sender_waits() => {
+                        let (route, retention) = (Arc::clone(&route), failure.retention);
+                        tokio::spawn(async move {
+                            let failure = Failure {
+                                class,
+                                status,
+                                request: &request,
+                                route: &route.name,
+                                retention,
+                                next,
+                            };
+                            claim.fail(&failure).await
+                        });
+                        return Attempted {
+                            result,
+                            elapsed,
+                            settled: Settled::Recording,
+                        };
+                    }
+                    Recording::Again(claim) => claim.fail(&failure).await,
+                };
+                let settled = match state {
+                    Some(RecordState::Queued) => Settled::Retrying(next.queued.unwrap_or_default()),
+                    Some(RecordState::Dead) => Settled::Dead,
+                    Some(_) => Settled::Failed,
+                    None => Settled::Unrecorded,
+                };
+                if settled == Settled::Dead {
+                    route.dead_letters.inc();
+                    tracing::warn!(route = %route.name, key, attempts = attempt_no,
+                        class = class.as_str(), "event parked as a dead letter");
+                }
+                settled
+            }
+        };
+        Attempted {
+            result,
+            elapsed,
+            settled,
+        }
+    }
+
+    /// One upstream call, timed and counted by how it ended — the answer's
+    /// status class, or a timeout, an unreachable upstream, a connection
+    /// broken mid-call.
+    pub(crate) async fn call(
+        &self,
+        route: &Route,
+        request: Request<Full<Bytes>>,
+    ) -> (Result<UpstreamResponse, UpstreamError>, Duration) {
+        let called = Instant::now();
+        let result = route.upstream.send(request, route.upstream_timeout).await;
+        let elapsed = called.elapsed();
+        let class = match &result {
+            Ok(answer) => match answer.status.as_u16() {
+                200..=299 => "2xx",
+                300..=399 => "3xx",
+                400..=499 => "4xx",
+                _ => "5xx",
+            },
+            Err(UpstreamError::Timeout) => "timeout",
+            Err(UpstreamError::NotDelivered(_)) => "unreachable",
+            Err(UpstreamError::Broken(_)) => "broken",
+        };
+        self.metrics().upstream_attempt(&route.name, class, elapsed);
+        (result, elapsed)
+    }
+}
+
+/// Record the final answer: once here; when the store does not take it and
+/// a sender waits, the rest of the tries run in a task of their own (for as
+/// long as the lease protects the event), so the sender has its answer now.
+async fn complete(
+    claim: Claim,
+    recorded: RecordedResponse,
+    retention: Duration,
+    kind: Kind,
+) -> Settled {
+    let status = recorded.status;
+    match claim.try_complete(&recorded, retention).await {
+        Recording::Done(true) => Settled::Completed(status),
+        Recording::Done(false) => Settled::Unrecorded,
+        Recording::Again(claim) if kind.sender_waits() => {
+            tokio::spawn(async move { claim.complete(&recorded, retention).await });
+            Settled::Recording
+        }
+        Recording::Again(claim) => match claim.complete(&recorded, retention).await {
+            true => Settled::Completed(status),
+            false => Settled::Unrecorded,
+        },
+    }
+}
