@@ -25,11 +25,19 @@
 //!   Adding a backend is one file implementing the trait, one arm in
 //!   [`store::Store::open`] and one line in the conformance suite.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
-//!   complete or fail; the set of claims this process holds.
+//!   complete or fail (retried while the lease protects the event); the
+//!   set of claims this process holds.
+//! - [`delivery`] — one attempt, whatever its entrance: [`delivery::Attempt`]
+//!   is what the sync path, the hybrid, the workers and an operator each
+//!   build, and `Gateway::attempt` the one place that calls the
+//!   upstream for a claimed event and settles it; [`delivery::policy`] is
+//!   the pure rule of what follows a failed attempt. The record's life
+//!   (docs/operations.md) is the store's `decide` in `store/record.rs`.
 //! - [`worker`] — asynchronous delivery: the workers that lease due events
-//!   and deliver them with backoff.
+//!   of every scope and deliver them with backoff.
 //! - [`redeliver`] — an operator's redelivery (same key), replay (new key)
-//!   and redrive of dead letters, through the same claim and settle steps.
+//!   and redrive of dead letters, as tasks of the gateway, each one
+//!   attempt.
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code,

@@ -4,7 +4,7 @@
 //!
 //! Every entrance — a sender's delivery, the hybrid `respond_within`, an
 //! async worker, an operator's redelivery or replay — builds an
-//! [`Attempt`] and runs it with [`Gateway::attempt`]; nothing else calls
+//! [`Attempt`] and runs it with `Gateway::attempt`; nothing else calls
 //! the upstream for a claimed event, and nothing else renews a claim. The
 //! entrances differ only in what they build: the claim, the admission
 //! traffic control gave, when the event was first seen, and their

@@ -8,6 +8,7 @@ mod console;
 mod dead_letters;
 mod delivery;
 mod demo;
+mod entrances;
 mod fault_run;
 mod faults;
 mod fleet;

@@ -410,7 +410,13 @@ fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) 
 /// caller gave up while it ran or committed — is released again, so no key is
 /// left `processing` under a token nobody holds.
 fn run_batch(connection: &mut Connection, batch: Vec<Job>, now: u64) {
-    let transaction = match connection.transaction() {
+    // Immediate: the write lock is taken (waiting `busy_timeout`) before
+    // the first statement. A claim reads its record before it writes, and
+    // a deferred transaction's read could not be upgraded to a write while
+    // another connection writes: the batch would fail at once instead of
+    // waiting.
+    let behavior = rusqlite::TransactionBehavior::Immediate;
+    let transaction = match connection.transaction_with_behavior(behavior) {
         Ok(transaction) => transaction,
         Err(error) => {
             for (_, reply) in batch {

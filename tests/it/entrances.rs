@@ -1,0 +1,353 @@
+//! One delivery, many entrances: the seams between a sender's delivery, the
+//! async workers, the hybrid and an operator's actions, against a running
+//! gateway and an upstream that counts what it was sent. Each test is a
+//! defect that was reproduced against the binary before the record's life
+//! became one set of rules (docs/operations.md, "The record's life").
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// Async route lines with quick retries.
+const ASYNC: &str = r#"delivery = "async"
+processing_ttl = "2s"
+retry_backoff = { initial = "50ms", max = "200ms" }"#;
+
+async fn admin(gateway: &TestGateway, method: Method, path: &str) -> Answer {
+    request(method, &gateway.admin_url(path), Some(ADMIN_TOKEN)).await
+}
+
+/// A reload of `text` on the running gateway, as SIGHUP does.
+fn reload(gateway: &TestGateway, text: &str) {
+    let needs_restart = gateway.reloader.apply(&parse_config(text));
+    assert_eq!(needs_restart, Vec::<String>::new(), "all of it is live");
+}
+
+/// Whether the record of `id` reaches `state` within a few seconds.
+async fn reaches(gateway: &TestGateway, id: &str, state: &str) -> bool {
+    eventually(Duration::from_secs(8), || async {
+        gateway
+            .record("hook", id)
+            .await
+            .is_some_and(|record| record.state.as_str() == state)
+    })
+    .await
+}
+
+/// A failed sync event whose route is reloaded to async: the sender's retry
+/// is accepted (not "replayed") and the workers deliver it.
+async fn a_failed_event_reloaded_to_async_is_delivered(backend: Backend) {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let sync = config_text(&upstream.url("/hook"), &backend, "", "");
+    let gateway = TestGateway::start(&sync).await;
+    let (sender, url, body) = (Sender::new(), gateway.url("/hook"), event("evt_mode"));
+    let refused = sender.deliver(&url, &body).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reaches(&gateway, "evt_mode", "failed").await);
+
+    let to_async = sync.replace(
+        "upstream_timeout = \"5s\"",
+        &format!("upstream_timeout = \"5s\"\n{ASYNC}"),
+    );
+    reload(&gateway, &to_async);
+    healthy.store(true, Ordering::SeqCst);
+    let retry = sender.deliver(&url, &body).await;
+    assert_eq!(retry.status, StatusCode::ACCEPTED);
+    assert!(
+        !retry.replayed(),
+        "a failed event is accepted anew, not replayed"
+    );
+    assert!(reaches(&gateway, "evt_mode", "completed").await);
+    assert_eq!(
+        upstream.count("evt_mode"),
+        2,
+        "the refused call and the delivery"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_event_reloaded_to_async_is_delivered_memory() {
+    a_failed_event_reloaded_to_async_is_delivered(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn a_failed_event_reloaded_to_async_is_delivered_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    a_failed_event_reloaded_to_async_is_delivered(Backend::Redis(redis.url())).await;
+}
+
+/// Accepted events still queued when their route is reloaded to sync are
+/// delivered all the same: the queue owes them.
+#[tokio::test]
+async fn an_async_route_reloaded_to_sync_still_delivers_its_queue() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let route = format!("{ASYNC}\nmax_attempts = 0");
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, &route, "");
+    let gateway = TestGateway::start(&text).await;
+    let ids: Vec<String> = (0..3).map(|i| format!("evt_queued_{i}")).collect();
+    accept_all(&gateway.url("/hook"), &ids).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            ids.iter().all(|id| upstream.count(id) >= 1)
+        })
+        .await,
+        "each refused at least once"
+    );
+    reload(&gateway, &text.replace(&route, ""));
+    healthy.store(true, Ordering::SeqCst);
+    for id in &ids {
+        assert!(reaches(&gateway, id, "completed").await, "{id} stranded");
+    }
+    gateway.shutdown().await;
+}
+
+/// The hybrid's calls take the route's `max_in_flight` places like the
+/// workers': a burst of 8 with `max_in_flight = 2` never has more than two
+/// calls at the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hybrid_keeps_to_max_in_flight() {
+    let delay = Duration::from_millis(600);
+    let upstream = Upstream::with(move |seen| Plan {
+        delay,
+        ..ok_plan(seen)
+    })
+    .await;
+    let route = format!("{ASYNC}\nrespond_within = \"2s\"\nmax_in_flight = 2");
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, &route, "");
+    let gateway = TestGateway::start(&text).await;
+    let ids: Vec<String> = (0..8).map(|i| format!("evt_burst_{i}")).collect();
+    let sends: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (url, body) = (gateway.url("/hook"), event(id));
+            tokio::spawn(async move { Sender::new().deliver(&url, &body).await })
+        })
+        .collect();
+    for send in sends {
+        let answer = send.await.unwrap();
+        assert!(answer.status.is_success(), "{:?}", answer.json());
+    }
+    assert!(upstream.all_reached(&ids, Duration::from_secs(15)).await);
+    let arrivals: Vec<_> = upstream.seen().iter().map(|seen| seen.at).collect();
+    // A call lasts `delay`: those that arrived within less than that of
+    // each other ran at once.
+    let at_once = arrivals
+        .iter()
+        .map(|first| {
+            (arrivals.iter())
+                .filter(|at| **at >= *first && at.duration_since(*first) < delay / 2)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        at_once <= 2,
+        "{at_once} calls at once under max_in_flight = 2"
+    );
+    for id in &ids {
+        assert_eq!(upstream.count(id), 1, "{id} once");
+    }
+    gateway.shutdown().await;
+}
+
+/// An operator's redelivery runs to its end in the gateway when its caller
+/// hangs up mid-call (a CLI timeout, a closed console tab).
+#[tokio::test]
+async fn a_redelivery_outlives_its_caller() {
+    let slow = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&slow);
+    let upstream = Upstream::with(move |seen| match switch.load(Ordering::SeqCst) {
+        true => Plan {
+            delay: Duration::from_millis(800),
+            ..ok_plan(seen)
+        },
+        false => Plan {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            ..ok_plan(seen)
+        },
+    })
+    .await;
+    let text = with_admin(
+        &config_text(&upstream.url("/hook"), &Backend::Memory, "", ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let refused = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_hangup"))
+        .await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    slow.store(true, Ordering::SeqCst);
+    let call = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/keys/evt_hangup/redeliver",
+    );
+    let hung_up = tokio::time::timeout(Duration::from_millis(200), call).await;
+    assert!(
+        hung_up.is_err(),
+        "the caller left before the upstream answered"
+    );
+    assert!(reaches(&gateway, "evt_hangup", "completed").await);
+    assert_eq!(upstream.count("evt_hangup"), 2);
+    gateway.shutdown().await;
+}
+
+/// An operator's failed redelivery of a failed sync event leaves it failed:
+/// it does not spend the sender's last attempt into a dead letter, and the
+/// sender's next retry is forwarded.
+#[tokio::test]
+async fn an_operators_failure_never_spends_a_senders_retries() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let text = with_admin(
+        &config_text(
+            &upstream.url("/hook"),
+            &Backend::Memory,
+            "max_attempts = 2",
+            "",
+        ),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let (sender, url, body) = (Sender::new(), gateway.url("/hook"), event("evt_spent"));
+    assert_eq!(
+        sender.deliver(&url, &body).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let redelivered = admin(
+        &gateway,
+        Method::POST,
+        "/admin/routes/hook/keys/evt_spent/redeliver",
+    )
+    .await;
+    assert_eq!(
+        redelivered.status,
+        StatusCode::OK,
+        "{:?}",
+        redelivered.json()
+    );
+    assert_eq!(redelivered.json()["state"], "failed");
+    healthy.store(true, Ordering::SeqCst);
+    let retry = sender.deliver(&url, &body).await;
+    assert_eq!(retry.status, StatusCode::OK, "{:?}", retry.json());
+    assert_eq!(upstream.count("evt_spent"), 3);
+    gateway.shutdown().await;
+}
+
+/// A pause made while a redrive runs holds it: nothing reaches the upstream
+/// until the route is resumed, then the rest is delivered.
+#[tokio::test]
+async fn a_running_redrive_keeps_to_a_later_pause() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let text = with_admin(
+        &config_text(
+            &upstream.url("/hook"),
+            &Backend::Memory,
+            "max_attempts = 1",
+            "",
+        ),
+        true,
+    );
+    let gateway = Arc::new(TestGateway::start(&text).await);
+    let ids: Vec<String> = (0..4).map(|i| format!("evt_redrive_{i}")).collect();
+    for id in &ids {
+        Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert!(reaches(&gateway, id, "dead").await);
+    }
+    healthy.store(true, Ordering::SeqCst);
+    let redrive = {
+        let gateway = Arc::clone(&gateway);
+        tokio::spawn(async move {
+            admin(
+                &gateway,
+                Method::POST,
+                "/admin/routes/hook/dead-letters/redeliver?rate=2",
+            )
+            .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || ready(
+            upstream.total() > ids.len()
+        ))
+        .await
+    );
+    let paused = gateway.control("hook", "pause", "by=test").await;
+    assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.json());
+    let at_pause = upstream.total();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        upstream.total() <= at_pause + 1,
+        "the redrive went on through the pause: {at_pause} -> {}",
+        upstream.total()
+    );
+    assert!(!redrive.is_finished(), "it waits, not stops");
+    gateway.control("hook", "resume", "").await;
+    let done = redrive.await.unwrap();
+    assert_eq!(done.json()["completed"], ids.len(), "{:?}", done.json());
+    for id in &ids {
+        assert_eq!(upstream.count(id), 2, "{id}: refused once, redriven once");
+    }
+}
+
+/// A Redis restart while the upstream works: the sender gets the upstream's
+/// answer at once, the recording finishes once Redis is back (within the
+/// lease), and the retry is replayed — the upstream sees the event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_restart_mid_recording_forwards_nothing_twice() {
+    let Some(mut redis) = RedisServer::start_with(
+        &[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            "/tmp",
+        ],
+        None,
+    )
+    .await
+    else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(700),
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(
+        &upstream.url("/hook"),
+        &Backend::Redis(redis.url()),
+        "processing_ttl = \"10s\"",
+        "",
+    );
+    let gateway = TestGateway::start(&text).await;
+    let (url, body) = (gateway.url("/hook"), event("evt_outage"));
+    let first = {
+        let (url, body) = (url.clone(), body.clone());
+        tokio::spawn(async move { Sender::new().deliver(&url, &body).await })
+    };
+    assert!(eventually(Duration::from_secs(5), || ready(upstream.total() == 1)).await);
+    redis.kill();
+    let answered = first.await.unwrap();
+    assert_eq!(
+        answered.status,
+        StatusCode::OK,
+        "answered while the store is down"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart().await;
+    assert!(reaches(&gateway, "evt_outage", "completed").await);
+    let retry = Sender::new().deliver(&url, &body).await;
+    assert!(retry.replayed(), "{:?}", retry.json());
+    assert_eq!(upstream.count("evt_outage"), 1);
+    gateway.shutdown().await;
+}
