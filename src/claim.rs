@@ -129,16 +129,28 @@ impl Claim {
 
     /// Record the final response for `retention`, retried with backoff
     /// while the lease still protects the event; whether it was recorded.
-    pub async fn complete(mut self, recorded: &RecordedResponse, retention: Duration) -> bool {
+    pub async fn complete(self, recorded: &RecordedResponse, retention: Duration) -> bool {
+        let once = |claim: Claim| claim.try_complete(recorded, retention);
+        self.until_recorded(once, false).await
+    }
+
+    /// Run `once` until the store takes the recording, waiting a backoff
+    /// between tries, while another try fits before the lease runs out;
+    /// `gave_up` when none does.
+    async fn until_recorded<T, F, Fut>(mut self, mut once: F, gave_up: T) -> T
+    where
+        F: FnMut(Claim) -> Fut,
+        Fut: Future<Output = Recording<T>>,
+    {
         let mut wait = RECORD_BACKOFF;
         loop {
-            match self.try_complete(recorded, retention).await {
+            match once(self).await {
                 Recording::Done(done) => return done,
                 Recording::Again(claim) => self = claim,
             }
             if !self.may_retry(wait) {
-                tracing::error!(key = %self.key, "could not record the response before the lease ran out; the next delivery will be forwarded again");
-                return false;
+                tracing::error!(key = %self.key, "could not record the outcome before the lease ran out; the next delivery will be forwarded again");
+                return gave_up;
             }
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(RECORD_BACKOFF_MAX);
@@ -204,20 +216,9 @@ impl Claim {
     /// was lost or the store never answered in time (the lease then runs
     /// out, and the next delivery is forwarded as if the record had been
     /// released, without the failure recorded).
-    pub async fn fail(mut self, failure: &Failure<'_>) -> Option<RecordState> {
-        let mut wait = RECORD_BACKOFF;
-        loop {
-            match self.try_fail(failure).await {
-                Recording::Done(state) => return state,
-                Recording::Again(claim) => self = claim,
-            }
-            if !self.may_retry(wait) {
-                tracing::warn!(key = %self.key, "could not record the failure; the claim expires with its lease");
-                return None;
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(RECORD_BACKOFF_MAX);
-        }
+    pub async fn fail(self, failure: &Failure<'_>) -> Option<RecordState> {
+        let once = |claim: Claim| claim.try_fail(failure);
+        self.until_recorded(once, None).await
     }
 
     /// One try at recording a failed attempt.

@@ -65,6 +65,19 @@ pub struct Redrive {
     pub skipped: usize,
 }
 
+impl Sent {
+    /// A queued event made due now: its workers deliver it.
+    fn queued(key: &str, attempt: u32) -> Self {
+        Sent {
+            key: key.to_owned(),
+            attempt,
+            settled: Settled::Queued,
+            upstream_status: None,
+            upstream_error: None,
+        }
+    }
+}
+
 fn unavailable(error: StoreError) -> AdminError {
     AdminError::StoreUnavailable(error.to_string())
 }
@@ -135,13 +148,7 @@ impl Gateway {
             return match store.claim(claim(ClaimMode::Redeliver { force })).await {
                 Ok(ClaimOutcome::Queued) => {
                     self.workers().wake();
-                    Ok(Sent {
-                        key: key.to_owned(),
-                        attempt: record.attempts,
-                        settled: Settled::Queued,
-                        upstream_status: None,
-                        upstream_error: None,
-                    })
+                    Ok(Sent::queued(key, record.attempts))
                 }
                 Ok(_) => Err(AdminError::InFlight),
                 Err(error) => Err(unavailable(error)),
@@ -158,13 +165,7 @@ impl Gateway {
             ClaimOutcome::Completed(_) => return Err(AdminError::Completed),
             ClaimOutcome::Queued => {
                 self.workers().wake();
-                return Ok(Sent {
-                    key: key.to_owned(),
-                    attempt: record.attempts,
-                    settled: Settled::Queued,
-                    upstream_status: None,
-                    upstream_error: None,
-                });
+                return Ok(Sent::queued(key, record.attempts));
             }
             ClaimOutcome::Dead(_) => {
                 return Err(AdminError::StoreUnavailable(

@@ -27,13 +27,16 @@ fn reload(gateway: &TestGateway, text: &str) {
     assert_eq!(needs_restart, Vec::<String>::new(), "all of it is live");
 }
 
-/// Whether the record of `id` reaches `state` within a few seconds.
+/// Whether the record of `id` reaches `state` within a few seconds (a
+/// store that does not answer yet — it is restarting — is asked again).
 async fn reaches(gateway: &TestGateway, id: &str, state: &str) -> bool {
+    let store = gateway.gateway.store();
+    let key = store.key("hook", id);
     eventually(Duration::from_secs(8), || async {
-        gateway
-            .record("hook", id)
+        store
+            .get(&key)
             .await
-            .is_some_and(|record| record.state.as_str() == state)
+            .is_ok_and(|record| record.is_some_and(|record| record.state.as_str() == state))
     })
     .await
 }
