@@ -16,12 +16,12 @@
 //! | `Deliver` | `pipeline::Gateway::claim` → `store::Backend::claim` in `ClaimMode::Deliver` (insert, or take over a failed or lapsed record; a dead one answers `dead_letter_status`) |
 //! | `Renew` | `claim::Claim::renewing` → `Backend::renew` (compare-and-set on the token, no expiry check) |
 //! | `Upstream` | `upstream::Upstream::send` (the call and its outcome class) |
-//! | `Settle` | `pipeline::Gateway::settle` → `Claim::complete` / `Claim::fail` (failed or dead by `max_attempts`; `hold` keeps token and lease on an unknown outcome) |
+//! | `Settle` | `delivery::attempt` (`Gateway::attempt`, what follows by `delivery::policy::next`) → `Claim::complete` / `Claim::fail` (failed or dead by `max_attempts`; `hold` keeps token and lease on an unknown outcome) |
 //! | `Crash` | the process dies: its claims are left to their leases |
 //! | `Tick` | time passing (the store `Clock`, or Redis `TIME`) |
 //! | `Forget` | admin `DELETE` → `Store::delete(key, force = false)` |
 //! | `ForceRelease` | admin `POST …/release` → `Store::force_release` |
-//! | `Redeliver` | admin `POST …/redeliver` → `Gateway::redeliver` → `Backend::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same call and settle |
+//! | `Redeliver` | admin `POST …/redeliver` → `Gateway::redeliver` → `Backend::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
 //! | `RedeliverForced` | `…/redeliver?force=true`: a completed record too |
 //! | `Replay` | admin `POST …/replay` → `Gateway::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |
 //!
@@ -39,6 +39,12 @@
 //!   replayed, and a documented window can be hit.
 //!
 //! `HOOKGATE_MODEL_TICKS` raises the time bound (default 5) for a longer run.
+//!
+//! [`entrances`] checks the record's life across every entrance — sync and
+//! async senders, the hybrid, workers, operators, reloads between modes —
+//! with its own action → code table.
+
+mod entrances;
 
 use stateright::{Checker, Model, Property};
 
@@ -683,8 +689,8 @@ fn the_checker_finds_a_forwarded_dead_letter() {
 /// | action | code |
 /// | --- | --- |
 /// | `Accept` | `pipeline::Gateway::accept` → `Backend::claim` in `ClaimMode::Accept` |
-/// | `Lease` | `worker::pass` → `Backend::lease_due`; `worker::deliver` parks a spent event (`worker::spent`) |
-/// | `Upstream`, `Settle` | `worker::deliver` → `Gateway::call`, `Gateway::settle` (a failure queues the next attempt) |
+/// | `Lease` | `worker::pass` → `Backend::lease_due`; `worker::deliver` parks a spent event (`delivery::policy::spent`) |
+/// | `Upstream`, `Settle` | `worker::deliver` → `Gateway::attempt` (a failure queues the next attempt) |
 /// | `Lapse` | a worker's lease runs out (it crashed, or stalled past `processing_ttl`) |
 #[derive(Clone)]
 struct AsyncProtocol {
@@ -952,7 +958,7 @@ fn the_async_protocol_delivers_every_accepted_event_or_parks_it() {
 
 /// The liveness rule is load-bearing: workers that attempted an event again
 /// however often its attempts died with them would lease a poison event
-/// forever (the fix: `worker::spent`).
+/// forever (the fix: `delivery::policy::spent`).
 #[test]
 fn the_checker_finds_a_poison_event_leased_forever() {
     let checker = AsyncProtocol {
