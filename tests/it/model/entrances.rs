@@ -49,20 +49,20 @@ pub struct Rules {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Takeover {
     /// As built: due again at the new lease's end.
-    KeepsDue,
+    Kept,
     /// Redis before: the old, lapsed due time stays, so a worker leases
     /// the record beside its new holder.
-    LeavesStaleDue,
+    LeftStale,
     /// The SQL stores and memory before: the due time is dropped, so a
     /// release of the new holder leaves the record failed.
-    DropsDue,
+    Dropped,
 }
 
 impl Rules {
     fn as_built() -> Self {
         Self {
             fixed_accept_failed: true,
-            takeover: Takeover::KeepsDue,
+            takeover: Takeover::Kept,
             fixed_duty: true,
             fixed_scan_every_scope: true,
         }
@@ -224,9 +224,9 @@ impl Rules {
         state.next_token += 1;
         let accepted = rec.accepted || mode == Mode::AcceptClaimed;
         let (next_attempt, stale) = match (self.takeover, mode) {
-            (Takeover::KeepsDue, _) | (_, Mode::AcceptClaimed) => (accepted, false),
-            (Takeover::LeavesStaleDue, _) => (rec.next_attempt, rec.next_attempt),
-            (Takeover::DropsDue, _) => (false, false),
+            (Takeover::Kept, _) | (_, Mode::AcceptClaimed) => (accepted, false),
+            (Takeover::LeftStale, _) => (rec.next_attempt, rec.next_attempt),
+            (Takeover::Dropped, _) => (false, false),
         };
         state.rec = Rec {
             life: Life::Held {
@@ -554,7 +554,7 @@ fn the_checker_finds_each_seam_defect_without_its_fix() {
         (
             "a takeover that leaves the old due time (Redis)",
             Rules {
-                takeover: Takeover::LeavesStaleDue,
+                takeover: Takeover::LeftStale,
                 ..Rules::as_built()
             },
             "one holder: no entrance takes a record held under a live lease",
@@ -562,7 +562,7 @@ fn the_checker_finds_each_seam_defect_without_its_fix() {
         (
             "a takeover that drops the due time, released (the SQL stores)",
             Rules {
-                takeover: Takeover::DropsDue,
+                takeover: Takeover::Dropped,
                 fixed_duty: false,
                 ..Rules::as_built()
             },
