@@ -46,7 +46,7 @@ use crate::upstream::{
     build_request, resend, stored_request, BodyRead, Delivery, UpstreamError, UpstreamResponse,
 };
 use crate::verify::{Handshake, RequestLine};
-use crate::worker::{Permit, Workers};
+use crate::worker::{Permit, Place, Workers};
 
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
@@ -608,6 +608,9 @@ impl Gateway {
             route: Arc::clone(route),
             claim,
             admission,
+            // A sync route's senders are bounded by the server's connection
+            // limits, not by max_in_flight.
+            place: Place::Free,
             kind: Kind::Sync,
             first_seen_ms: Clock::system().now_ms(),
             was_dead: false,
@@ -739,8 +742,6 @@ impl Gateway {
             permit,
         } = claimed;
         tokio::spawn(async move {
-            // One of the route's max_in_flight calls, until the attempt ends.
-            let _permit = permit;
             let route = task_route;
             let claim = gateway.claim_for(&route, store_key, lease);
             let request_id = new_request_id();
@@ -753,6 +754,8 @@ impl Gateway {
                 route: Arc::clone(&route),
                 claim,
                 admission,
+                // One of the route's max_in_flight calls, until it ends.
+                place: Place::Taken(permit),
                 kind: Kind::Hybrid,
                 first_seen_ms: accepted_ms,
                 was_dead: false,

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
+use crate::config::DeliveryMode;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::error::{AdminError, GatewayError};
 use crate::headers::new_request_id;
@@ -35,7 +36,7 @@ use crate::store::{
 };
 use crate::traffic::{Admission, PAUSE_POLL};
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
-use crate::worker::Permit;
+use crate::worker::Place;
 
 /// Replays of one event, at most (`{key}.replay-1` … `-1000`).
 pub const MAX_REPLAYS: u32 = 1000;
@@ -95,10 +96,11 @@ async fn detached<T: Send + 'static>(
 }
 
 /// Leave for one operator call of `route`: pause, breaker and rate, and
-/// one of an async route's `max_in_flight` places (waited for).
+/// one of an async route's `max_in_flight` places (waited for, the claim
+/// renewed meanwhile).
 struct Leave {
     admission: Admission,
-    _permit: Option<Permit>,
+    place: Place,
 }
 
 impl Gateway {
@@ -154,7 +156,7 @@ impl Gateway {
                 Err(error) => Err(unavailable(error)),
             };
         }
-        let leave = self.leave(route).await?;
+        let leave = self.leave(route)?;
         let claimed = store
             .claim(claim(ClaimMode::Redeliver { force }))
             .await
@@ -211,7 +213,7 @@ impl Gateway {
             .map_err(unavailable)?
             .ok_or(AdminError::KeyNotFound)?;
         let request = record.request.ok_or(AdminError::RequestNotStored)?;
-        let mut leave = Some(self.leave(route).await?);
+        let mut leave = Some(self.leave(route)?);
         for n in 1..=MAX_REPLAYS {
             let replay_key =
                 key::validate(replay_key(key, n)).map_err(|_| AdminError::KeyInvalid)?;
@@ -339,7 +341,7 @@ impl Gateway {
     }
 
     /// Leave for one operator call now, or the error that says why not.
-    async fn leave(&self, route: &Route) -> Result<Leave, AdminError> {
+    fn leave(&self, route: &Route) -> Result<Leave, AdminError> {
         let admission = self.admit(route).map_err(|held| match held {
             GatewayError::CircuitOpen { retry_after } => AdminError::UpstreamHeld {
                 code: "upstream_circuit_open",
@@ -351,22 +353,13 @@ impl Gateway {
             },
             _ => AdminError::RoutePaused,
         })?;
-        let permit = match &route.delivery {
-            crate::config::DeliveryMode::Async(settings) => {
-                let gate = self.workers().gate(&route.name, settings.max_in_flight);
-                loop {
-                    if let Some(permit) = gate.try_enter() {
-                        break Some(permit);
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+        let place = match &route.delivery {
+            DeliveryMode::Async(settings) => {
+                Place::Wait(self.workers().gate(&route.name, settings.max_in_flight))
             }
-            crate::config::DeliveryMode::Sync => None,
+            DeliveryMode::Sync => Place::Free,
         };
-        Ok(Leave {
-            admission,
-            _permit: permit,
-        })
+        Ok(Leave { admission, place })
     }
 
     /// Wait until traffic control would let a call of `route` through.
@@ -406,11 +399,12 @@ impl Gateway {
         let claim = self.claim_for(route, store_key, lease);
         let attempt_no = claim.attempt();
         let upstream_request = resend(route, request.clone(), Some(key), &new_request_id());
-        let Leave { admission, _permit } = leave;
+        let Leave { admission, place } = leave;
         let attempt = Attempt {
             route: Arc::clone(route),
             claim,
             admission,
+            place,
             kind,
             first_seen_ms,
             was_dead,

@@ -65,10 +65,33 @@ pub struct Workers {
 pub struct Gate {
     limit: AtomicUsize,
     running: AtomicUsize,
+    /// A place came free.
+    freed: Notify,
 }
 
 /// One call's place under a route's [`Gate`], given back on drop.
 pub struct Permit(Arc<Gate>);
+
+/// The place an attempt calls in, under its route's `max_in_flight`.
+pub enum Place {
+    /// Not bounded (a sync route's own senders).
+    Free,
+    Taken(Permit),
+    /// Wait for one (the claim is renewed meanwhile): a worker whose
+    /// event's owner had no place left when it was leased, or an operator.
+    Wait(Arc<Gate>),
+}
+
+impl Place {
+    /// The place, once there is one.
+    pub async fn take(self) -> Option<Permit> {
+        match self {
+            Place::Free => None,
+            Place::Taken(permit) => Some(permit),
+            Place::Wait(gate) => Some(gate.enter().await),
+        }
+    }
+}
 
 impl Gate {
     /// A place for one more call, if the limit has room.
@@ -80,6 +103,17 @@ impl Gate {
             })
             .ok()?;
         Some(Permit(Arc::clone(self)))
+    }
+
+    /// A place, waiting for one to come free.
+    pub async fn enter(self: &Arc<Self>) -> Permit {
+        loop {
+            let freed = self.freed.notified();
+            if let Some(permit) = self.try_enter() {
+                return permit;
+            }
+            freed.await;
+        }
     }
 
     /// How many more calls may start now.
@@ -96,6 +130,7 @@ impl Gate {
 impl Drop for Permit {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_one();
     }
 }
 
@@ -148,83 +183,111 @@ pub async fn run(gateway: Arc<Gateway>, stop: impl std::future::Future<Output = 
     }
 }
 
-/// The route whose workers lease each scope's queue: its async route
-/// (the first by name), else its first route. Every configured scope is
-/// leased, whatever its routes' modes now: an event accepted before a
-/// reload turned its route sync is still owed its delivery.
-fn leasing_routes(routes: &[Arc<Route>]) -> Vec<Arc<Route>> {
-    let mut by_scope: Vec<Arc<Route>> = Vec::new();
+/// Every configured scope's routes, async ones first: the first is the
+/// fallback owner of an event whose own route is no longer configured.
+/// Every scope is leased, whatever its routes' modes now: an event
+/// accepted before a reload turned its route sync is still owed its
+/// delivery.
+fn scopes(routes: &[Arc<Route>]) -> Vec<Vec<Arc<Route>>> {
+    let mut scopes: Vec<Vec<Arc<Route>>> = Vec::new();
     for route in routes {
-        match by_scope.iter_mut().find(|other| other.scope == route.scope) {
-            Some(other) => {
-                if !other.delivery.is_async() && route.delivery.is_async() {
-                    *other = Arc::clone(route);
-                }
-            }
-            None => by_scope.push(Arc::clone(route)),
+        match scopes
+            .iter_mut()
+            .find(|scope| scope[0].scope == route.scope)
+        {
+            Some(scope) => scope.push(Arc::clone(route)),
+            None => scopes.push(vec![Arc::clone(route)]),
         }
     }
-    by_scope
+    for scope in &mut scopes {
+        scope.sort_by_key(|route| !route.delivery.is_async());
+    }
+    scopes
+}
+
+/// Leave for calls of one route of a scope: admissions from its breaker
+/// and rate, and its gate.
+struct Leave {
+    route: Arc<Route>,
+    gate: Arc<Gate>,
+    admissions: Vec<Admission>,
 }
 
 /// One pass over every scope's queue; `true` when some scope leased as
 /// many events as it had room for (more may be waiting).
+///
+/// Routes that share a scope share one queue, and each event is called by
+/// the route that accepted it, under that route's own controls: a pause of
+/// any of them holds the scope's queue, the fewest calls any of them may
+/// start now (places under `max_in_flight`, breaker, rate) is how many
+/// events are leased, and each event spends its owner's admission and
+/// takes its owner's place — waiting for one, its lease renewed, when a
+/// hybrid call took the last meanwhile.
 async fn pass(gateway: &Arc<Gateway>) -> bool {
     let mut busy = false;
-    let routes = gateway.routes();
-    for route in leasing_routes(&routes) {
-        let queue = route.delivery.queue();
-        // A paused route holds its queue (and every route holds until this
-        // instance has read the pauses once: a restart never delivers
-        // from a paused route).
-        let pauses = gateway.pauses();
-        if !pauses.known() || pauses.is_paused(&route.name) {
+    let pauses = gateway.pauses();
+    for routes in scopes(&gateway.routes()) {
+        // Every route holds until this instance has read the pauses once:
+        // a restart never delivers from a paused route.
+        if !pauses.known() || routes.iter().any(|route| pauses.is_paused(&route.name)) {
             continue;
         }
-        let gate = gateway.workers().gate(&route.name, queue.max_in_flight);
-        let room = gate.room();
+        let mut leaves: Vec<Leave> = routes
+            .iter()
+            .map(|route| {
+                let max_in_flight = route.delivery.queue().max_in_flight;
+                let gate = gateway.workers().gate(&route.name, max_in_flight);
+                // The breaker and the rate limit decide how many may start.
+                let admissions = route.controls.admit_many(gate.room());
+                Leave {
+                    route: Arc::clone(route),
+                    gate,
+                    admissions,
+                }
+            })
+            .collect();
+        let room = (leaves.iter().map(|leave| leave.admissions.len()))
+            .min()
+            .unwrap_or(0);
         if room == 0 {
             continue;
         }
-        // The breaker and the rate limit decide how many calls may start.
-        let admissions = route.controls.admit_many(room);
-        if admissions.is_empty() {
-            continue;
-        }
-        let leasing = admissions.len();
+        let fallback = &routes[0];
         let due = match gateway
             .store()
-            .lease_due(&route.scope, leasing, route.processing_ttl)
+            .lease_due(&fallback.scope, room, fallback.processing_ttl)
             .await
         {
             Ok(due) => due,
             Err(error) => {
-                tracing::warn!(route = %route.name, %error, "could not lease due events");
+                tracing::warn!(scope = %fallback.scope, %error, "could not lease due events");
                 continue;
             }
         };
-        busy |= leasing == room && due.len() == room;
-        // Admissions left over (fewer events were due) are given back.
-        for (event, admission) in due.into_iter().zip(admissions) {
-            let Some(permit) = gate.try_enter() else {
-                break; // cannot happen: this loop alone enters while room lasts
-            };
-            // Routes sharing a scope: the event goes to the route that
-            // accepted it, while it is configured.
+        busy |= due.len() == room;
+        for event in due {
+            // The event goes to the route that accepted it, while it is
+            // configured on this scope.
             let owner = event
                 .record
                 .route
                 .as_deref()
-                .and_then(|name| gateway.route(name))
-                .filter(|owner| owner.scope == route.scope)
-                .unwrap_or_else(|| Arc::clone(&route));
+                .and_then(|name| leaves.iter().position(|leave| leave.route.name == name));
+            let leave = &mut leaves[owner.unwrap_or(0)];
+            // At most `room` events, and every route has that many.
+            let admission = leave.admissions.pop().unwrap_or_default();
+            let place = match leave.gate.try_enter() {
+                Some(permit) => Place::Taken(permit),
+                None => Place::Wait(Arc::clone(&leave.gate)),
+            };
             tokio::spawn(deliver(
                 Arc::clone(gateway),
-                owner,
+                Arc::clone(&leave.route),
                 event,
-                (permit, admission),
+                (place, admission),
             ));
         }
+        // Admissions not spent (fewer events were due) are given back.
     }
     busy
 }
@@ -234,7 +297,7 @@ async fn deliver(
     gateway: Arc<Gateway>,
     route: Arc<Route>,
     due: Due,
-    (_permit, admission): (Permit, Admission),
+    (place, admission): (Place, Admission),
 ) {
     let key = gateway.store().key(&route.scope, &due.id);
     let first_seen_ms = due.record.first_seen_ms;
@@ -277,6 +340,7 @@ async fn deliver(
         route: Arc::clone(&route),
         claim,
         admission,
+        place,
         kind: Kind::Worker,
         first_seen_ms,
         was_dead: false,

@@ -26,6 +26,7 @@ use crate::route::Route;
 use crate::store::{Clock, Failure, RecordState, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
+use crate::worker::Place;
 
 /// Which entrance made an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,8 @@ pub struct Attempt {
     /// Leave for this call from traffic control (pause, breaker, rate),
     /// told how the call went.
     pub admission: Admission,
+    /// Its place under the route's `max_in_flight`, held to the call's end.
+    pub place: Place,
     pub kind: Kind,
     /// Unix ms the event was first seen: the queue's `max_age` counts from
     /// it.
@@ -134,11 +137,20 @@ impl Gateway {
             route,
             mut claim,
             admission,
+            place,
             kind,
             first_seen_ms,
             was_dead,
         } = attempt;
-        let (result, elapsed) = claim.renewing(self.call(&route, request)).await;
+        let call = async {
+            // Waiting for a place is part of holding the claim: its lease
+            // is renewed, so no other entrance takes the event meanwhile.
+            let place = place.take().await;
+            (self.call(&route, request).await, place)
+        };
+        // The place is held until the attempt is settled: the next call
+        // starts only once the breaker has counted this one.
+        let ((result, elapsed), _place) = claim.renewing(call).await;
         let class = policy::class_of(&result);
         admission.settle(class.is_none());
         let settled = match (&result, class) {

@@ -165,6 +165,9 @@ impl RouteControls {
     /// fewer when the bucket is low, one while the breaker probes, none
     /// while it is open. The first admission carries the probe.
     pub fn admit_many(&self, wanted: usize) -> Vec<Admission> {
+        if wanted == 0 {
+            return Vec::new();
+        }
         let mut tickets = Vec::new();
         if let Some(breaker) = &self.breaker {
             let Ok(first) = breaker.admit() else {

@@ -354,3 +354,62 @@ async fn a_store_restart_mid_recording_forwards_nothing_twice() {
     assert_eq!(upstream.count("evt_outage"), 1);
     gateway.shutdown().await;
 }
+
+/// Two async routes sharing a scope share one queue, and each event is
+/// called by the route that accepted it under that route's own controls:
+/// a pause of one holds the queue (before, the other route's workers
+/// delivered the paused route's events to its upstream).
+#[tokio::test]
+async fn a_paused_route_sharing_a_scope_is_not_delivered_by_its_sibling() {
+    let paused_upstream = Upstream::start().await;
+    let sibling_upstream = Upstream::start().await;
+    let route = format!("{ASYNC}\nscope = \"shared\"");
+    let text = with_admin(
+        &config_text(&paused_upstream.url("/hook"), &Backend::Memory, &route, ""),
+        true,
+    );
+    let routes_at = text.find("[[routes]]").unwrap();
+    let sibling = text[routes_at..]
+        .replace("name = \"hook\"", "name = \"sibling\"")
+        .replace("path = \"/hook\"", "path = \"/sibling\"")
+        .replace(
+            &paused_upstream.url("/hook"),
+            &sibling_upstream.url("/sibling"),
+        );
+    let text = format!("{text}\n{sibling}");
+    let gateway = TestGateway::start(&text).await;
+    let paused = gateway.control("hook", "pause", "by=test").await;
+    assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.json());
+
+    let ids: Vec<String> = (0..3).map(|i| format!("evt_shared_{i}")).collect();
+    accept_all(&gateway.url("/hook"), &ids).await;
+    accept_all(&gateway.url("/sibling"), &["evt_sibling".to_owned()]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        paused_upstream.total(),
+        0,
+        "a paused route's events were delivered"
+    );
+    assert_eq!(
+        sibling_upstream.count("evt_shared_0"),
+        0,
+        "to the wrong upstream"
+    );
+
+    gateway.control("hook", "resume", "").await;
+    assert!(
+        paused_upstream
+            .all_reached(&ids, Duration::from_secs(8))
+            .await
+    );
+    assert!(
+        sibling_upstream
+            .all_reached(&["evt_sibling".to_owned()], Duration::from_secs(8))
+            .await
+    );
+    for id in &ids {
+        assert_eq!(paused_upstream.count(id), 1, "{id} once, to its own route");
+        assert_eq!(sibling_upstream.count(id), 0);
+    }
+    gateway.shutdown().await;
+}
