@@ -9,7 +9,7 @@
 //! - `/ui` — the operator console ([`crate::console`]).
 //! - Behind `Authorization: Bearer <admin.token>`, or a console session
 //!   (with its CSRF token on changes); 404 when no token is configured.
-//!   SPEC §6:
+//!   README, "Failed events and dead letters":
 //!   - `GET /admin/events?route=&state=&limit=&cursor=` pages through
 //!     records, newest first;
 //!   - `/admin/routes/{route}/keys/{key}`: `GET` shows the record (its
@@ -21,7 +21,7 @@
 //!     every dead letter of the route;
 //!   - `GET /admin/routes` lists the routes with their traffic controls;
 //!     `POST /admin/routes/{route}/pause?by=&reason=` and `…/resume` pause
-//!     and resume a route for the whole fleet (SPEC §9). Redeliveries,
+//!     and resume a route for the whole fleet (README, "Traffic control"). Redeliveries,
 //!     replays and redrives of a paused route are refused (409
 //!     `route_paused`): a paused upstream is not called.
 //!
@@ -49,8 +49,8 @@ use sha2::{Digest, Sha256};
 
 use crate::config::DeliveryMode;
 use crate::console::{Caller, Console};
+use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
-use crate::pipeline::Gateway;
 use crate::redeliver::Sent;
 use crate::reload::Reloader;
 use crate::route::Route;
@@ -69,7 +69,7 @@ const LIMITS: Limits = Limits {
 };
 
 pub struct Admin {
-    gateway: Arc<Gateway>,
+    gateway: Arc<Engine>,
     reloader: Arc<Reloader>,
     token: Option<Secret>,
     /// Store settings that would lose claims, found at start-up.
@@ -80,7 +80,7 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(
-        gateway: Arc<Gateway>,
+        gateway: Arc<Engine>,
         reloader: Arc<Reloader>,
         token: Option<Secret>,
         risks: Vec<String>,

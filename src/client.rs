@@ -1,5 +1,5 @@
 //! The admin API's command-line clients: `hookgate events …` (stored
-//! events, SPEC §6), `hookgate routes …` (pause and resume, SPEC §9) and
+//! events, README, "Failed events and dead letters"), `hookgate routes …` (pause and resume, README, "Traffic control") and
 //! `hookgate reload` (which, unlike SIGHUP, tells whether it took).
 //!
 //! They talk to a running gateway's admin listener (`--admin URL`, default
@@ -142,7 +142,7 @@ enum EventsCommand {
     },
 }
 
-/// Exit code for a bad command line (SPEC §1).
+/// Exit code for a bad command line (README, "Configuration").
 const EXIT_USAGE: u8 = 2;
 
 /// Run one `hookgate events` command.

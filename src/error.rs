@@ -3,7 +3,7 @@
 //! to status, stable code and JSON body in exactly one place, and pinned by
 //! the table tests below.
 //!
-//! `code()` is the SPEC §4 string (also the log field); the body is
+//! `code()` is the stable string the README lists under "What a sender sees" (also the log field); the body is
 //! `{"error":{"code":"…","message":"…"}}` and never echoes secrets,
 //! signatures, keys or the request body.
 
@@ -91,7 +91,7 @@ impl GatewayError {
         }
     }
 
-    /// The stable machine-readable code of SPEC §4.
+    /// The stable machine-readable code (README, "What a sender sees").
     pub fn code(&self) -> &'static str {
         match self {
             GatewayError::RouteNotFound => "route_not_found",
@@ -292,7 +292,7 @@ fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Ful
 mod tests {
     use super::*;
 
-    /// Pins the SPEC §4 mapping: changing a status or code is a contract change.
+    /// Pins the mapping the README documents: changing a status or code is a contract change.
     #[test]
     fn maps_every_error_to_its_status_and_code() {
         let in_flight = GatewayError::InFlight {

@@ -1,4 +1,4 @@
-//! Idempotency key extraction (SPEC §2 "Key sources").
+//! Idempotency key extraction (docs/configuration.md "Key sources").
 //!
 //! A route lists sources in order; the first one present wins. A source is a
 //! header, a JSON pointer, a form field, the body's hash, or several of
@@ -8,7 +8,7 @@
 //!
 //! A key is 1–255 bytes of visible ASCII as the sender sent it; anything
 //! else that is not empty — spaces, non-ASCII, over 255 bytes — is kept as
-//! `sha256:<hex>` of its bytes (hookgate extension: SPEC §2 would refuse it),
+//! `sha256:<hex>` of its bytes (a hookgate extension: a stricter reading would refuse it),
 //! so a sender with such ids is still deduplicated, and the key says it was
 //! hashed.
 
@@ -95,7 +95,7 @@ impl std::fmt::Display for KeySource {
     }
 }
 
-/// A verified delivery with no key (SPEC §4, keyless requests).
+/// A verified delivery with no key (README, "What a sender sees", keyless requests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissingKey {
     /// 400 `key_missing`.
@@ -213,7 +213,7 @@ fn normalize(raw: Vec<u8>) -> Result<String, KeyError> {
     }
 }
 
-/// Whether `key` is 1–255 bytes of visible ASCII (SPEC §2).
+/// Whether `key` is 1–255 bytes of visible ASCII (docs/configuration.md).
 fn plain(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.iter().all(|b| (0x21..=0x7e).contains(b))
 }
@@ -222,7 +222,7 @@ fn hashed(raw: &[u8]) -> String {
     format!("{HASHED_PREFIX}{}", hex::encode(Sha256::digest(raw)))
 }
 
-/// `key` when it is 1–255 bytes of visible ASCII (SPEC §2).
+/// `key` when it is 1–255 bytes of visible ASCII (docs/configuration.md).
 pub fn validate(key: String) -> Result<String, KeyError> {
     if plain(key.as_bytes()) {
         Ok(key)

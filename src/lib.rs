@@ -3,41 +3,48 @@
 //!
 //! # Layout
 //!
-//! The modules follow the life of a delivery (SPEC §4), and
-//! [`pipeline::Gateway::handle`] walks through them in order:
+//! A delivery reaches the upstream through four entrances — the sender's
+//! own request, the async workers, the hybrid `respond_within`, an
+//! operator's action — and every one of them builds the same
+//! [`delivery::Attempt`] and hands it to the one [`delivery::Engine`].
+//! [`ingress::Gateway::handle`] walks through a sender's request in order:
 //!
 //! - [`config`] — the TOML file, validated into typed settings: [`config::Fixed`]
 //!   (read once) and [`config::Live`] (what a reload swaps in).
-//! - [`server`] — accept, TLS, connection limits, HTTP/1.1 + h2.
-//! - [`pipeline`] — one delivery's life, one step per SPEC §4 stage; also
-//!   the gateway's drain at shutdown, which releases the claims still held.
-//! - [`route`] — exact-path and method matching; the pooled upstream
-//!   clients, kept across reloads.
+//! - [`server`] — accept, TLS, connection limits, HTTP/1.1 + h2; it hands
+//!   each request to a [`server::Handler`] and knows nothing of deliveries.
+//! - [`ingress`] — the sender's entrance: one delivery's life, one step per
+//!   stage (route, admit the address, read, verify, key, traffic control,
+//!   claim or accept, forward, settle), and what hookgate answers itself.
+//! - [`route`] — exact-path and method matching; [`route::LiveRoutes`],
+//!   what a reload swaps (the routes with their pooled upstream clients and
+//!   controls, kept across reloads).
 //! - [`verify`] — signature schemes, on the raw body, before anything else.
 //!   One file per sender, each with its [`verify::Profile`] (default key,
 //!   retry horizon, retention, replay guard); adding a sender is that file
 //!   plus one line in [`verify::PROFILES`].
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
-//! - [`store`] — the [`store::Backend`] contract (atomic claims with fenced
-//!   leases; failed and dead records that keep their request; listings) and
-//!   its backends, `memory`, `embedded`, `redis`, `redis-cluster` and
-//!   `postgres`; [`store::Store`] adds the key layout and deadlines.
-//!   Adding a backend is one file implementing the trait, one arm in
-//!   [`store::Store::open`] and one line in the conformance suite.
+//! - [`delivery`] — one delivery, whatever its entrance: the
+//!   [`delivery::Engine`] (store, claims, live routes, traffic control,
+//!   places under `max_in_flight`, telemetry, metrics, the drain) that
+//!   every entrance holds; [`delivery::attempt`], the one place that calls
+//!   the upstream for a claimed event and settles it; [`delivery::policy`],
+//!   the pure rule of what follows a failed attempt.
+//! - [`worker`] — the async entrance: workers that lease due events of
+//!   every scope and run each as an attempt.
+//! - [`redeliver`] — the operator's entrance: redelivery (same key), replay
+//!   (new key) and redrive of dead letters, as tasks of the gateway.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
 //!   complete or fail (retried while the lease protects the event); the
 //!   set of claims this process holds.
-//! - [`delivery`] — one attempt, whatever its entrance: [`delivery::Attempt`]
-//!   is what the sync path, the hybrid, the workers and an operator each
-//!   build, and `Gateway::attempt` the one place that calls the
-//!   upstream for a claimed event and settles it; [`delivery::policy`] is
-//!   the pure rule of what follows a failed attempt. The record's life
-//!   (docs/operations.md) is the store's `decide` in `store/record.rs`.
-//! - [`worker`] — asynchronous delivery: the workers that lease due events
-//!   of every scope and deliver them with backoff.
-//! - [`redeliver`] — an operator's redelivery (same key), replay (new key)
-//!   and redrive of dead letters, as tasks of the gateway, each one
-//!   attempt.
+//! - [`store`] — the [`store::Backend`] contract (atomic claims with fenced
+//!   leases; failed and dead records that keep their request; the queue;
+//!   listings) and its backends, `memory`, `embedded`, `redis`,
+//!   `redis-cluster` and `postgres`; [`store::Store`] adds the key layout
+//!   and deadlines. The record's life (docs/operations.md) is one
+//!   function, `decide` in `store/record.rs`, that every backend applies.
+//!   Adding a backend is one file implementing the trait, one arm in
+//!   [`store::Store::open`] and one line in the conformance suite.
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code,
@@ -45,7 +52,7 @@
 //! - [`secret`] — key material that never reaches a log.
 //! - [`tls`] — rustls configs: the listener's certificate, https upstreams.
 //! - [`traffic`] — pause and resume (kept in the store, fleet-wide), the
-//!   circuit breaker and the upstream rate limit (SPEC §9).
+//!   circuit breaker and the upstream rate limit.
 //! - [`reload`] — swap the live config atomically: on SIGHUP, `POST
 //!   /admin/reload`, or when a file it was built from changes.
 //! - [`telemetry`] — optional OpenTelemetry spans and `traceparent`.
@@ -53,9 +60,9 @@
 //! - [`cidr`] — address ranges, for `trusted_proxies` and `allow_from`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
-//!   own listener; [`console`] is the operator console on it (`/ui`);
-//!   [`client`] is `hookgate events|routes|reload`, its command-line
-//!   client.
+//!   own listener, over the engine; [`console`] is the operator console on
+//!   it (`/ui`); [`client`] is `hookgate events|routes|reload`, its
+//!   command-line client.
 //!
 //! [`App`] wires them together for the binary; tests use the same pieces.
 //! [`demo`] is `hookgate demo`: a gateway, a consumer and a sender in one
@@ -73,9 +80,9 @@ pub mod delivery;
 pub mod demo;
 pub mod error;
 pub mod headers;
+pub mod ingress;
 pub mod key;
 pub mod metrics;
-pub mod pipeline;
 pub mod redeliver;
 pub mod reload;
 pub mod replay;
@@ -99,18 +106,20 @@ use tokio::net::TcpListener;
 
 use crate::admin::Admin;
 use crate::config::{Config, ServerSettings};
+use crate::delivery::Engine;
+use crate::ingress::Gateway;
 use crate::metrics::Metrics;
-use crate::pipeline::Gateway;
 use crate::reload::Reloader;
 use crate::store::Store;
 
 /// How often the store's listing indexes are trimmed of expired entries.
 const UPKEEP_EVERY: Duration = Duration::from_secs(60);
 
-/// A gateway assembled from its config: metrics registry, store, request
-/// pipeline and admin endpoints, ready to serve.
+/// A gateway assembled from its config: metrics registry, store, engine,
+/// its entrances and the admin endpoints, ready to serve.
 pub struct App {
-    pub gateway: Arc<Gateway>,
+    /// What every entrance holds: the ingress, the workers, the admin API.
+    pub engine: Arc<Engine>,
     admin: Arc<Admin>,
     server: ServerSettings,
     tls: Option<server::Tls>,
@@ -140,27 +149,27 @@ impl App {
         }
         metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
         metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
-        let gateway = Arc::new(Gateway::new(config, store, metrics));
-        // Paused routes are known before the first request (SPEC §9).
-        gateway.refresh_pauses().await;
+        let engine = Arc::new(Engine::new(config, store, metrics));
+        // Paused routes are known before the first request.
+        engine.refresh_pauses().await;
         let tls = config.live.tls.as_ref().map(|tls| server::Tls {
             config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
-            handshake_failures: gateway.metrics().tls_handshake_failures.clone(),
+            handshake_failures: engine.metrics().tls_handshake_failures.clone(),
         });
         let reloader = Arc::new(Reloader::new(
-            Arc::clone(&gateway),
+            Arc::clone(&engine),
             tls.as_ref().map(|tls| Arc::clone(&tls.config)),
             config,
         ));
         let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
         let admin = Arc::new(Admin::new(
-            Arc::clone(&gateway),
+            Arc::clone(&engine),
             Arc::clone(&reloader),
             token,
             risks,
         ));
         Ok(App {
-            gateway,
+            engine,
             admin,
             server: fixed.server.clone(),
             tls,
@@ -189,17 +198,17 @@ impl App {
             }))
         });
         let (stop_workers, workers_stopped) = tokio::sync::oneshot::channel::<()>();
-        let workers = tokio::spawn(worker::run(Arc::clone(&self.gateway), async {
+        let workers = tokio::spawn(worker::run(Arc::clone(&self.engine), async {
             let _ = workers_stopped.await;
         }));
-        let gateway = Arc::clone(&self.gateway);
+        let engine = Arc::clone(&self.engine);
         let upkeep = tokio::spawn(async move {
             let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
             let mut trim = tokio::time::interval(UPKEEP_EVERY);
             loop {
                 tokio::select! {
-                    _ = pauses.tick() => gateway.refresh_pauses().await,
-                    _ = trim.tick() => gateway.trim_indexes().await,
+                    _ = pauses.tick() => engine.refresh_pauses().await,
+                    _ = trim.tick() => engine.trim_indexes().await,
                 }
             }
         });
@@ -214,11 +223,11 @@ impl App {
             // Stop leasing new events; running deliveries drain as claims.
             let _ = stop_workers.send(());
         };
-        let gateway_for_shutdown = Arc::clone(&self.gateway);
-        server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
+        let gateway = Arc::new(Gateway::new(Arc::clone(&self.engine)));
+        server::serve(listener, gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
         upkeep.abort();
-        gateway_for_shutdown.telemetry().shutdown().await;
+        self.engine.telemetry().shutdown().await;
         if let Some(watcher) = watcher {
             watcher.abort();
         }

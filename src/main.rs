@@ -75,7 +75,7 @@ enum LogFormat {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Exit code for a bad config or bad usage (SPEC §1).
+/// Exit code for a bad config or bad usage (README, "Configuration").
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {

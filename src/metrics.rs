@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §5), on an explicit [`Registry`] created at
+//! Prometheus metrics (README, "Observability"), on an explicit [`Registry`] created at
 //! start-up and passed in — never the global default — so every test and
 //! every gateway in a process has its own.
 //!
@@ -81,18 +81,18 @@ pub struct Metrics {
     pub tls_cert_expiry: prometheus::Gauge,
     /// When the running config was last loaded (start-up or a reload).
     pub config_reloaded_at: prometheus::Gauge,
-    /// Events parked as dead letters (SPEC §6, §7).
+    /// Events parked as dead letters (README, "Failed events and dead letters" and "Asynchronous delivery").
     pub dead_letters_total: IntCounterVec,
     /// hookgate extension: dead letters held now, per route (counted in the
     /// store every few seconds).
     pub dead_letters: IntGaugeVec,
     /// hookgate extension: operator redeliveries and replays by result.
     pub redeliveries: IntCounterVec,
-    /// Async delivery (SPEC §7).
+    /// Async delivery (README, "Asynchronous delivery").
     pub delivery_attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
-    /// Traffic control (SPEC §9): paused routes (1), breakers holding
+    /// Traffic control (README, "Traffic control"): paused routes (1), breakers holding
     /// calls (1), breaker trips, and every pause or resume (the audit).
     pub route_paused: IntGaugeVec,
     pub breaker_open: IntGaugeVec,

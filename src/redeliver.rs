@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 
 use crate::config::DeliveryMode;
+use crate::delivery::places::Place;
+use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::error::{AdminError, GatewayError};
 use crate::headers::new_request_id;
 use crate::key;
-use crate::pipeline::Gateway;
 use crate::route::Route;
 use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, RecordState, StoreError, StoreKey, Stored,
@@ -36,7 +37,6 @@ use crate::store::{
 };
 use crate::traffic::{Admission, PAUSE_POLL};
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
-use crate::worker::Place;
 
 /// Replays of one event, at most (`{key}.replay-1` … `-1000`).
 pub const MAX_REPLAYS: u32 = 1000;
@@ -103,7 +103,7 @@ struct Leave {
     place: Place,
 }
 
-impl Gateway {
+impl Engine {
     /// Forward the stored request of `key` again under the same key; a
     /// completed event only with `force`; a queued one is made due now.
     pub async fn redeliver(
@@ -149,7 +149,7 @@ impl Gateway {
             // The workers deliver it, governed like every queued event.
             return match store.claim(claim(ClaimMode::Redeliver { force })).await {
                 Ok(ClaimOutcome::Queued) => {
-                    self.workers().wake();
+                    self.places().wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
                 Ok(_) => Err(AdminError::InFlight),
@@ -166,7 +166,7 @@ impl Gateway {
             ClaimOutcome::InFlight { .. } => return Err(AdminError::InFlight),
             ClaimOutcome::Completed(_) => return Err(AdminError::Completed),
             ClaimOutcome::Queued => {
-                self.workers().wake();
+                self.places().wake();
                 return Ok(Sent::queued(key, record.attempts));
             }
             ClaimOutcome::Dead(_) => {
@@ -355,7 +355,7 @@ impl Gateway {
         })?;
         let place = match &route.delivery {
             DeliveryMode::Async(settings) => {
-                Place::Wait(self.workers().gate(&route.name, settings.max_in_flight))
+                Place::Wait(self.places().gate(&route.name, settings.max_in_flight))
             }
             DeliveryMode::Sync => Place::Free,
         };

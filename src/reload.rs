@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, Fixed};
-use crate::pipeline::Gateway;
+use crate::delivery::Engine;
 use crate::store::Clock;
 
 /// How often `server.watch` looks at the config's files.
@@ -33,7 +33,7 @@ pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 
 /// Applies new configs to a running gateway.
 pub struct Reloader {
-    gateway: Arc<Gateway>,
+    gateway: Arc<Engine>,
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     /// The config file a reload reads.
     path: PathBuf,
@@ -54,7 +54,7 @@ struct Running {
 
 impl Reloader {
     pub fn new(
-        gateway: Arc<Gateway>,
+        gateway: Arc<Engine>,
         tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
         config: &Config,
     ) -> Self {

@@ -1,14 +1,16 @@
-//! Route matching (SPEC §4 step 1: exact path, query ignored, then method),
+//! Route matching (README, "What a sender sees": exact path, query ignored, then method),
 //! and each route's runtime companion: its pooled upstream client.
 
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use http::Method;
 use prometheus::IntCounter;
 
-use crate::config::{RouteConfig, UpstreamCa};
+use crate::cidr::Cidr;
+use crate::config::{Live, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::traffic::{Controls, RouteControls};
@@ -26,7 +28,7 @@ pub struct Route {
     /// `hookgate_dead_letters_total{route}`, present (at 0) from the start
     /// so a rate over it is defined.
     pub dead_letters: IntCounter,
-    /// Its circuit breaker and upstream rate limit (SPEC §9), kept across
+    /// Its circuit breaker and upstream rate limit (README, "Traffic control"), kept across
     /// reloads.
     pub controls: RouteControls,
 }
@@ -135,5 +137,71 @@ impl RouteTable {
                 allowed: route.methods.clone(),
             })
         }
+    }
+}
+
+/// The live part of the config, ready to serve.
+pub struct Runtime {
+    pub routes: RouteTable,
+    pub on_store_error: OnStoreError,
+    pub limits: RequestLimits,
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl Runtime {
+    fn new(live: &Live, upstreams: &Upstreams, controls: &Controls, metrics: &Metrics) -> Self {
+        Self {
+            routes: RouteTable::new(&live.routes, upstreams, controls, metrics),
+            on_store_error: live.on_store_error,
+            limits: live.limits,
+            trusted_proxies: live.trusted_proxies.clone(),
+        }
+    }
+}
+
+/// What a reload swaps: the routes with their secrets, upstreams and
+/// controls, and the request limits. Each request loads it once and keeps
+/// that snapshot to the end, so in-flight requests finish on the config
+/// they started with; the workers and operators read the routes here too.
+pub struct LiveRoutes {
+    runtime: ArcSwap<Runtime>,
+    /// The upstream clients, kept across reloads for their pooled
+    /// connections.
+    upstreams: Upstreams,
+    /// Each route's breaker and bucket, kept across reloads.
+    controls: Controls,
+}
+
+impl LiveRoutes {
+    pub fn new(live: &Live, metrics: &Metrics) -> Self {
+        let upstreams = Upstreams::default();
+        let controls = Controls::default();
+        let runtime = Runtime::new(live, &upstreams, &controls, metrics);
+        Self {
+            runtime: ArcSwap::from_pointee(runtime),
+            upstreams,
+            controls,
+        }
+    }
+
+    /// Swap in `live`; requests already running keep the old snapshot.
+    pub fn swap(&self, live: &Live, metrics: &Metrics) {
+        let runtime = Runtime::new(live, &self.upstreams, &self.controls, metrics);
+        self.runtime.store(Arc::new(runtime));
+    }
+
+    /// The snapshot of now.
+    pub fn load(&self) -> Arc<Runtime> {
+        self.runtime.load_full()
+    }
+
+    /// Every current route, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Route>> {
+        self.runtime.load().routes.all()
+    }
+
+    /// The current route named `name`.
+    pub fn named(&self, name: &str) -> Option<Arc<Route>> {
+        self.runtime.load().routes.named(name).cloned()
     }
 }

@@ -51,7 +51,6 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
-use crate::pipeline::{ConnectionInfo, Gateway};
 
 /// Largest request head (request line + headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -84,11 +83,41 @@ pub struct Tls {
     pub handshake_failures: IntCounter,
 }
 
+/// Facts about the connection a request came in on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionInfo {
+    pub peer: SocketAddr,
+    /// `http` or `https`.
+    pub proto: &'static str,
+}
+
+/// What the server hands each request to, and drains at shutdown: the
+/// ingress (`ingress::Gateway`). The server knows connections, not
+/// deliveries.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(
+        &self,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
+
+    /// Readiness turns false: shutdown has begun.
+    fn begin_draining(&self);
+
+    /// Let running deliveries finish within `grace` once `connections` (the
+    /// listener's open connections) have closed; then release what is left.
+    fn drain(
+        &self,
+        grace: Duration,
+        connections: impl Future<Output = ()> + Send,
+    ) -> impl Future<Output = ()> + Send;
+}
+
 /// Serve webhook deliveries on `listener` until `shutdown` resolves, then
 /// drain.
-pub async fn serve(
+pub async fn serve<G: Handler>(
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    gateway: Arc<G>,
     settings: &ServerSettings,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,

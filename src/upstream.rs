@@ -45,7 +45,7 @@ pub struct UpstreamResponse {
 }
 
 /// A call that produced no status: what the upstream is known to have done
-/// (SPEC §4 step 7).
+/// (README, "What a sender sees").
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Nothing left hookgate: connect refused, DNS, TLS. The upstream did

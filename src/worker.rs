@@ -18,7 +18,7 @@
 //!
 //! `max_in_flight` bounds the route's concurrent upstream calls in this
 //! instance (a fleet of N calls at most N × `max_in_flight`). Traffic
-//! control (SPEC §9) decides how many may start in a pass: none while the
+//! control (README, "Traffic control") decides how many may start in a pass: none while the
 //! route is paused or its circuit breaker open, one while the breaker
 //! probes, no more than the rate limit's tokens. Workers wake
 //! when an event is accepted here or a delivery ends, and poll every
@@ -27,18 +27,16 @@
 //! other, so the drain waits for them and releases the unfinished ones back
 //! to the queue.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use tokio::sync::Notify;
 
+use crate::delivery::places::{Gate, Place};
 use crate::delivery::policy::{self, Rules};
+use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
-use crate::pipeline::Gateway;
 use crate::route::Route;
 use crate::store::{Clock, Due, Failure, FailureClass, Next, SyncNext};
 use crate::telemetry::SpanFacts;
@@ -48,125 +46,8 @@ use crate::upstream::resend;
 /// How often workers look for due events they were not woken for.
 const POLL: Duration = Duration::from_millis(250);
 
-/// The workers' shared state in a gateway: their wake-up call and each
-/// route's bound on concurrent upstream calls.
-#[derive(Default)]
-pub struct Workers {
-    wake: Notify,
-    gates: Mutex<HashMap<String, Arc<Gate>>>,
-}
-
-/// A route's bound on its concurrent upstream calls in this instance
-/// (`max_in_flight`), shared by its workers and its hybrid calls. A count
-/// against a limit rather than a semaphore, so a reload that changes the
-/// limit applies to the calls already running: lowering it admits no new
-/// call until enough of them end.
-#[derive(Debug, Default)]
-pub struct Gate {
-    limit: AtomicUsize,
-    running: AtomicUsize,
-    /// A place came free.
-    freed: Notify,
-}
-
-/// One call's place under a route's [`Gate`], given back on drop.
-pub struct Permit(Arc<Gate>);
-
-/// The place an attempt calls in, under its route's `max_in_flight`.
-pub enum Place {
-    /// Not bounded (a sync route's own senders).
-    Free,
-    Taken(Permit),
-    /// Wait for one (the claim is renewed meanwhile): a worker whose
-    /// event's owner had no place left when it was leased, or an operator.
-    Wait(Arc<Gate>),
-}
-
-impl Place {
-    /// The place, once there is one.
-    pub async fn take(self) -> Option<Permit> {
-        match self {
-            Place::Free => None,
-            Place::Taken(permit) => Some(permit),
-            Place::Wait(gate) => Some(gate.enter().await),
-        }
-    }
-}
-
-impl Gate {
-    /// A place for one more call, if the limit has room.
-    pub fn try_enter(self: &Arc<Self>) -> Option<Permit> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
-                (running < limit).then_some(running + 1)
-            })
-            .ok()?;
-        Some(Permit(Arc::clone(self)))
-    }
-
-    /// A place, waiting for one to come free.
-    pub async fn enter(self: &Arc<Self>) -> Permit {
-        loop {
-            let freed = self.freed.notified();
-            if let Some(permit) = self.try_enter() {
-                return permit;
-            }
-            freed.await;
-        }
-    }
-
-    /// How many more calls may start now.
-    pub fn room(&self) -> usize {
-        let limit = self.limit.load(Ordering::Relaxed);
-        limit.saturating_sub(self.running.load(Ordering::Acquire))
-    }
-
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::AcqRel);
-        self.0.freed.notify_one();
-    }
-}
-
-impl Workers {
-    /// An event was accepted: look for due events now.
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
-    /// The gate bounding `route`'s calls, its limit set to `max_in_flight`
-    /// (the config of now: a reload changes it in place).
-    pub fn gate(&self, route: &str, max_in_flight: usize) -> Arc<Gate> {
-        let mut gates = self
-            .gates
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let gate = gates.entry(route.to_owned()).or_default();
-        gate.limit.store(max_in_flight, Ordering::Relaxed);
-        Arc::clone(gate)
-    }
-
-    /// Deliveries running now in this instance, per route.
-    pub fn delivering(&self) -> Vec<(String, usize)> {
-        let gates = self
-            .gates
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        gates
-            .iter()
-            .map(|(route, gate)| (route.clone(), gate.running()))
-            .collect()
-    }
-}
-
 /// Run the workers until `stop` resolves.
-pub async fn run(gateway: Arc<Gateway>, stop: impl std::future::Future<Output = ()>) {
+pub async fn run(gateway: Arc<Engine>, stop: impl std::future::Future<Output = ()>) {
     tokio::pin!(stop);
     loop {
         let busy = pass(&gateway).await;
@@ -177,7 +58,7 @@ pub async fn run(gateway: Arc<Gateway>, stop: impl std::future::Future<Output = 
         }
         tokio::select! {
             () = &mut stop => return,
-            () = gateway.workers().wake.notified() => {}
+            () = gateway.places().woken() => {}
             () = tokio::time::sleep(POLL) => {}
         }
     }
@@ -223,7 +104,7 @@ struct Leave {
 /// events are leased, and each event spends its owner's admission and
 /// takes its owner's place — waiting for one, its lease renewed, when a
 /// hybrid call took the last meanwhile.
-async fn pass(gateway: &Arc<Gateway>) -> bool {
+async fn pass(gateway: &Arc<Engine>) -> bool {
     let mut busy = false;
     let pauses = gateway.pauses();
     for routes in scopes(&gateway.routes()) {
@@ -236,7 +117,7 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
             .iter()
             .map(|route| {
                 let max_in_flight = route.delivery.queue().max_in_flight;
-                let gate = gateway.workers().gate(&route.name, max_in_flight);
+                let gate = gateway.places().gate(&route.name, max_in_flight);
                 // The breaker and the rate limit decide how many may start.
                 let admissions = route.controls.admit_many(gate.room());
                 Leave {
@@ -294,7 +175,7 @@ async fn pass(gateway: &Arc<Gateway>) -> bool {
 
 /// One attempt at one leased event.
 async fn deliver(
-    gateway: Arc<Gateway>,
+    gateway: Arc<Engine>,
     route: Arc<Route>,
     due: Due,
     (place, admission): (Place, Admission),
@@ -362,7 +243,7 @@ async fn deliver(
         .inc();
     // A permit comes free with this task's end: look for more at once
     // rather than at the next poll.
-    gateway.workers().wake();
+    gateway.places().wake();
     if let Settled::Retrying(after) = settled {
         tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
     }

@@ -18,7 +18,7 @@ use super::settings::{
 use super::summary::humanize;
 
 /// Failed and dead events are kept this long unless the route says otherwise
-/// (SPEC §6), or as long as `retention` when that is longer.
+/// (README, "Failed events and dead letters"), or as long as `retention` when that is longer.
 const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 use super::validate::Validator;
 use crate::key::{KeySource, OnMissingKey};

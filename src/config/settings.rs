@@ -84,7 +84,7 @@ impl Fixed {
 pub struct Live {
     pub routes: Vec<Arc<RouteConfig>>,
     pub limits: RequestLimits,
-    /// What to do when the store cannot answer (SPEC §2 `store.on_error`).
+    /// What to do when the store cannot answer (docs/configuration.md `store.on_error`).
     pub on_store_error: OnStoreError,
     /// Peers whose `X-Forwarded-For` chain is kept (load balancers); from
     /// anyone else it is replaced by the peer's address.
@@ -144,7 +144,7 @@ pub struct AdminSettings {
     pub token: Option<Secret>,
 }
 
-/// What to do when the store cannot answer (SPEC §2 `on_error`).
+/// What to do when the store cannot answer (docs/configuration.md `on_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnStoreError {
     /// 503 + Retry-After; nothing is forwarded. The sender retries later.
@@ -153,14 +153,14 @@ pub enum OnStoreError {
     Forward,
 }
 
-/// Same key, different body (SPEC §4).
+/// Same key, different body (README, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMismatch {
     Reject,
     Replay,
 }
 
-/// An upstream call whose outcome is unknown (SPEC §4 step 7).
+/// An upstream call whose outcome is unknown (README, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnUnknown {
     /// Keep the claim, unrenewed, until its lease runs out: a prompt retry
@@ -170,7 +170,7 @@ pub enum OnUnknown {
     Release,
 }
 
-/// How a route delivers (SPEC §7).
+/// How a route delivers (README, "Asynchronous delivery").
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeliveryMode {
     /// Forward while the sender waits, and answer with the upstream's word.
@@ -281,11 +281,11 @@ pub struct RouteConfig {
     /// How long failed and dead records (with their requests) are kept.
     pub dead_letter_retention: Duration,
     pub delivery: DeliveryMode,
-    /// Senders admitted by address (SPEC §9); `None`: every address.
+    /// Senders admitted by address (README, "Traffic control"); `None`: every address.
     pub allow_from: Option<Vec<Cidr>>,
-    /// Stop calling a failing upstream for a while (SPEC §9).
+    /// Stop calling a failing upstream for a while (README, "Traffic control").
     pub circuit_breaker: Option<BreakerSettings>,
-    /// A token bucket towards the upstream (SPEC §9), per gateway instance.
+    /// A token bucket towards the upstream (README, "Traffic control"), per gateway instance.
     pub upstream_rate: Option<RateSettings>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,

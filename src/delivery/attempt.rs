@@ -18,15 +18,15 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use rand::Rng;
 
+use super::places::Place;
 use super::policy::{self, Entrance, Rules};
+use super::Engine;
 use crate::claim::{Claim, Recording};
-use crate::pipeline::Gateway;
 use crate::replay::RecordedResponse;
 use crate::route::Route;
 use crate::store::{Clock, Failure, RecordState, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
-use crate::worker::Place;
 
 /// Which entrance made an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl Settled {
     }
 }
 
-impl Gateway {
+impl Engine {
     /// Run `attempt`: call the upstream with `request` while renewing the
     /// claim, then settle the claim by what the upstream is known to have
     /// done — final → recorded; otherwise failed, queued again or dead, by

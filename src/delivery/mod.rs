@@ -1,8 +1,12 @@
-//! One delivery, whatever its entrance: [`attempt`] runs one call of a
-//! claimed event and settles it; [`policy`] decides what follows a failed
-//! one.
+//! One delivery, whatever its entrance: the [`Engine`] every entrance
+//! holds, [`attempt`] — one call of a claimed event, settled — and
+//! [`policy`], what follows a failed one; [`places`] bounds the calls of a
+//! route under `max_in_flight`.
 
 pub mod attempt;
+pub mod engine;
+pub mod places;
 pub mod policy;
 
 pub use self::attempt::{Attempt, Attempted, Kind, Settled};
+pub use self::engine::Engine;

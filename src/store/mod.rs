@@ -3,7 +3,7 @@
 //!
 //! A record moves `Processing` → `Completed`, or `Processing` → `Failed` →
 //! `Processing` again when the upstream failed and the sender retries, and
-//! → `Dead` after `max_attempts` (SPEC §6). The contract is the [`Backend`]
+//! → `Dead` after `max_attempts` (README, "Failed events and dead letters"). The contract is the [`Backend`]
 //! trait; every backend holds its invariants, and `tests/it/conformance.rs`
 //! runs the same suite against each:
 //!
@@ -160,7 +160,7 @@ pub trait Backend: Send + Sync + 'static {
     fn ping(&self, space: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Set (`Some`) or clear (`None`) the control `value` of `route` in
-    /// `space` (the key prefix): a route's pause, kept fleet-wide (SPEC §9).
+    /// `space` (the key prefix): a route's pause, kept fleet-wide (README, "Traffic control").
     /// The value is opaque text to the backend.
     fn set_control(
         &self,

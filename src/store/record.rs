@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::replay::RecordedResponse;
 
-/// Where a record is in its life (SPEC §6): `Processing` → `Completed`,
+/// Where a record is in its life (README, "Failed events and dead letters"): `Processing` → `Completed`,
 /// or `Failed` (the sender's retry claims it again) → … → `Dead` after
 /// `max_attempts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -17,7 +17,7 @@ use crate::replay::RecordedResponse;
 pub enum RecordState {
     /// A delivery holds the claim and is calling the upstream.
     Processing,
-    /// Accepted for asynchronous delivery (SPEC §7), waiting for a worker:
+    /// Accepted for asynchronous delivery (README, "Asynchronous delivery"), waiting for a worker:
     /// new, or due again after a failed attempt.
     Queued,
     /// The last attempt did not finish; the next delivery claims again.
@@ -64,7 +64,7 @@ impl RecordState {
     }
 }
 
-/// Why an attempt did not finish (SPEC §4 step 7).
+/// Why an attempt did not finish (README, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureClass {
@@ -309,7 +309,7 @@ pub enum ClaimMode {
     /// An operator's redelivery: a dead or failed record is claimed, and a
     /// completed one too when `force` is set. A live claim is never taken.
     Redeliver { force: bool },
-    /// An async route's acceptance (SPEC §7): a new key is stored with its
+    /// An async route's acceptance (README, "Asynchronous delivery"): a new key is stored with its
     /// request as `Queued`, due now, in one write; any live record answers.
     Accept,
     /// The hybrid `respond_within`: accepted as with `Accept`, and claimed

@@ -1,4 +1,4 @@
-//! A route's upstream rate limit (SPEC §9): a token bucket that fills at
+//! A route's upstream rate limit (README, "Traffic control"): a token bucket that fills at
 //! `upstream_rate` up to `upstream_burst` tokens, one token per upstream
 //! call. In any second the upstream sees at most the rate plus the burst.
 //!

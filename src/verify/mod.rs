@@ -1,5 +1,5 @@
 //! Signature verification: the first thing that looks at a delivery, before
-//! its key is read or the store is touched (SPEC §3).
+//! its key is read or the store is touched (README, "Supported senders").
 //!
 //! Every scheme verifies the raw body bytes exactly as received, compares in
 //! constant time (`Mac::verify_slice`), and accepts a list of secrets so a
@@ -302,7 +302,7 @@ impl Verifier {
 
     /// Whether the key may be read from header `name` of a verified
     /// delivery: an id header the scheme signs only when it is the one this
-    /// delivery's signature covered (SPEC §4: the key is bound to what was
+    /// delivery's signature covered (README, "What a sender sees": the key is bound to what was
     /// verified); any other header as configured.
     pub fn key_header_allowed(
         &self,

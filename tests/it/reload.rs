@@ -273,7 +273,7 @@ async fn restart_only_changes_are_reported() {
         ]
     );
     assert!(
-        app.gateway
+        app.engine
             .route("hook")
             .is_some_and(|route| route.path == "/moved"),
         "routes were swapped"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::config::Config;
-use hookgate::pipeline::Gateway;
+use hookgate::delivery::Engine;
 use hookgate::reload::Reloader;
 use hookgate::store::Record;
 use hookgate::App;
@@ -98,7 +98,7 @@ pub fn parse_config(text: &str) -> Config {
 pub struct TestGateway {
     pub addr: SocketAddr,
     pub admin_addr: Option<SocketAddr>,
-    pub gateway: Arc<Gateway>,
+    pub gateway: Arc<Engine>,
     /// Applies a reloaded config, as SIGHUP does.
     pub reloader: Arc<Reloader>,
     stop: Option<oneshot::Sender<()>>,
@@ -114,7 +114,7 @@ impl TestGateway {
     pub async fn start_on(text: &str, listen: &str) -> TestGateway {
         let config = parse_config(text);
         let app = App::new(&config).await.expect("store");
-        let gateway = Arc::clone(&app.gateway);
+        let gateway = Arc::clone(&app.engine);
         let reloader = app.reloader();
         let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -1,0 +1,308 @@
+//! The engine: what every attempt needs, whichever entrance made it — the
+//! live routes, the store and the claims held, traffic control, the places
+//! under `max_in_flight`, telemetry, metrics, the drain — with verbs for
+//! the entrances, the admin API and the fleet upkeep. The ingress, the
+//! workers and the operator's actions each hold an `Arc<Engine>`; the
+//! engine imports none of them.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::places::Places;
+use crate::claim::{Claim, Claims};
+use crate::config::{Config, DeliveryMode, Live};
+use crate::error::GatewayError;
+use crate::metrics::Metrics;
+use crate::route::{LiveRoutes, Route, Runtime};
+use crate::store::{Clock, Lease, RecordState, Store, StoreError, StoreKey};
+use crate::telemetry::Telemetry;
+use crate::traffic::{Admission, Held, Pause, Pauses};
+
+/// What every attempt needs, whichever entrance made it; shared by the
+/// ingress, the workers, the operator's actions and the admin API.
+pub struct Engine {
+    /// What a reload swaps.
+    routes: LiveRoutes,
+    /// Shared with every [`Claim`], which may outlive its request (a
+    /// recording that waits for the store to come back).
+    store: Arc<Store>,
+    /// The claims this process holds, for shutdown.
+    claims: Arc<Claims>,
+    metrics: Metrics,
+    /// Set once shutdown begins, so readiness turns false while draining.
+    draining: AtomicBool,
+    /// Each route's places under `max_in_flight`, and the workers' wake-up
+    /// call.
+    places: Places,
+    /// The routes an operator paused, as last read from the store.
+    pauses: Pauses,
+    /// OpenTelemetry tracing, when `[telemetry]` is configured.
+    telemetry: Telemetry,
+}
+
+impl Engine {
+    pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
+        Self {
+            routes: LiveRoutes::new(&config.live, &metrics),
+            pauses: Pauses::default(),
+            telemetry: match &config.fixed.telemetry {
+                None => Telemetry::off(),
+                Some(settings) => Telemetry::start(settings).unwrap_or_else(|error| {
+                    tracing::error!(%error, "tracing is off");
+                    Telemetry::off()
+                }),
+            },
+            store: Arc::new(store),
+            claims: Arc::default(),
+            metrics,
+            draining: AtomicBool::new(false),
+            places: Places::default(),
+        }
+    }
+
+    /// Swap in the routes, secrets and request limits of `live`; requests
+    /// already running keep the old ones.
+    pub fn reload(&self, live: &Live) {
+        self.routes.swap(live, &self.metrics);
+        self.set_pause_gauges();
+    }
+
+    /// The live config's snapshot of now (what a request keeps).
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.routes.load()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn places(&self) -> &Places {
+        &self.places
+    }
+
+    pub fn pauses(&self) -> &Pauses {
+        &self.pauses
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Read the paused routes from the store (every [`PAUSE_POLL`], and at
+    /// start-up before serving): a pause or resume made through another
+    /// instance applies here. A resumed async route's backlog is delivered
+    /// at once. A store that does not answer leaves the last known state.
+    ///
+    /// [`PAUSE_POLL`]: crate::traffic::PAUSE_POLL
+    pub async fn refresh_pauses(&self) {
+        match self.pauses.refresh(&self.store).await {
+            Ok(resumed) => {
+                if !resumed.is_empty() {
+                    tracing::info!(routes = ?resumed, "routes resumed by another instance");
+                    self.places.wake();
+                }
+            }
+            Err(error) => tracing::debug!(%error, "could not read the paused routes"),
+        }
+        self.set_pause_gauges();
+    }
+
+    /// Pause (`Some`) or resume `route` for the whole fleet: written to the
+    /// store and applied here at once, gauge included; a resumed route's
+    /// backlog is delivered now rather than at the next poll.
+    pub async fn set_pause(&self, route: &str, pause: Option<&Pause>) -> Result<(), StoreError> {
+        self.pauses.set(&self.store, route, pause).await?;
+        self.set_pause_gauges();
+        if pause.is_none() {
+            self.places.wake();
+        }
+        Ok(())
+    }
+
+    /// `hookgate_route_paused{route}` for every current route.
+    fn set_pause_gauges(&self) {
+        for route in self.routes() {
+            let paused = self.pauses.is_paused(&route.name);
+            self.metrics
+                .route_paused
+                .with_label_values(&[&route.name])
+                .set(i64::from(paused));
+        }
+    }
+
+    /// Leave for one upstream call of `route` (README, "Traffic control"): refused while the
+    /// route is paused, its breaker open or its rate spent.
+    pub(crate) fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
+        if self.pauses.is_paused(&route.name) {
+            return Err(GatewayError::RoutePaused);
+        }
+        route.controls.admit().map_err(|held| match held {
+            Held::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
+            Held::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
+        })
+    }
+
+    /// Set the gauges the store knows, when `/metrics` is scraped:
+    /// `hookgate_dead_letters{route}`, and for async routes
+    /// `hookgate_queue_depth{route,state="queued"}` (fleet-wide: every
+    /// instance reports the same) and `hookgate_oldest_queued_seconds`;
+    /// `state="delivering"` is this instance's running deliveries. Counted
+    /// per route scope (routes sharing a scope show the same counts). A
+    /// store that does not answer leaves the last values.
+    pub async fn refresh_gauges(&self) {
+        let metrics = &self.metrics;
+        metrics
+            .store_up
+            .set(i64::from(self.store.ping().await.is_ok()));
+        let cache_live = self
+            .store
+            .replay_cache()
+            .is_some_and(|cache| cache.is_live());
+        metrics.store.cache_live.set(i64::from(cache_live));
+        for route in self.routes() {
+            let name = route.name.as_str();
+            if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {
+                metrics
+                    .dead_letters
+                    .with_label_values(&[name])
+                    .set(count as i64);
+            }
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            if let Ok(count) = self.store.count(&route.scope, RecordState::Queued).await {
+                metrics
+                    .queue_depth
+                    .with_label_values(&[name, "queued"])
+                    .set(count as i64);
+            }
+            if let Ok(oldest) = self.store.oldest(&route.scope, RecordState::Queued).await {
+                let age = oldest.map_or(0, |at| Clock::system().now_ms().saturating_sub(at));
+                metrics
+                    .oldest_queued
+                    .with_label_values(&[name])
+                    .set(age as f64 / 1000.0);
+            }
+        }
+        for (route, running) in self.places.delivering() {
+            metrics
+                .queue_depth
+                .with_label_values(&[&route, "delivering"])
+                .set(running as i64);
+        }
+    }
+
+    /// Each async route's queue, for `/readyz`: events queued (in the
+    /// store, fleet-wide) and being delivered by this instance.
+    pub async fn delivery_status(&self) -> serde_json::Map<String, serde_json::Value> {
+        let delivering: std::collections::HashMap<String, usize> =
+            self.places.delivering().into_iter().collect();
+        let mut status = serde_json::Map::new();
+        for route in self.routes() {
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            let queued = self.store.count(&route.scope, RecordState::Queued).await;
+            status.insert(
+                route.name.clone(),
+                serde_json::json!({
+                    "queued": queued.ok(),
+                    "delivering": delivering.get(&route.name).copied().unwrap_or(0),
+                }),
+            );
+        }
+        status
+    }
+
+    /// Drop listing-index entries whose records have expired, per route
+    /// scope and state, by the longest lifetime a record of that state has
+    /// among the scope's routes (`retention` for processing and completed,
+    /// `dead_letter_retention` for failed and dead). Run every minute; a
+    /// store that keeps no such index has nothing to do.
+    pub async fn trim_indexes(&self) {
+        let routes = self.routes();
+        let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        for scope in scopes {
+            let of_scope = || routes.iter().filter(|route| route.scope == scope);
+            let retention = of_scope().map(|route| route.retention).max();
+            let parked = of_scope().map(|route| route.dead_letter_retention).max();
+            for state in RecordState::ALL {
+                let horizon = match state {
+                    RecordState::Processing | RecordState::Completed => retention,
+                    RecordState::Queued | RecordState::Failed | RecordState::Dead => parked,
+                };
+                let Some(horizon) = horizon else { continue };
+                if let Err(error) = self.store.trim(scope, state, horizon).await {
+                    tracing::debug!(scope, %error, "could not trim a listing index");
+                }
+            }
+        }
+    }
+
+    /// Every current route, sorted by name.
+    pub fn routes(&self) -> Vec<Arc<Route>> {
+        self.routes.all()
+    }
+
+    /// The current route named `name`.
+    pub fn route(&self, name: &str) -> Option<Arc<Route>> {
+        self.routes.named(name)
+    }
+
+    /// Readiness turns false (shutdown has begun); requests are still
+    /// served.
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Shutdown: readiness turns false, running deliveries get `grace` to
+    /// finish (`connections` resolves once every connection has closed);
+    /// then the claims still held are released, so the senders' retries are
+    /// forwarded at once instead of after `processing_ttl`.
+    pub async fn drain(&self, grace: Duration, connections: impl Future<Output = ()>) {
+        self.draining.store(true, Ordering::Relaxed);
+        tracing::info!(
+            in_flight = self.claims.count(),
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: draining in-flight requests"
+        );
+        let finished = tokio::time::timeout(grace, async {
+            connections.await;
+            self.claims.wait_idle().await;
+        })
+        .await;
+        if finished.is_err() {
+            let released = self.claims.release_all(&self.store).await;
+            tracing::warn!(
+                released,
+                "grace period over: released unfinished claims so the senders' retries are processed"
+            );
+        } else {
+            tracing::info!("drained");
+        }
+    }
+
+    /// The claim `lease` grants on `key`, registered for shutdown.
+    pub(crate) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim {
+        Claim::new(
+            &self.store,
+            &self.claims,
+            key,
+            lease,
+            route.processing_ttl,
+            route.leases_lost.clone(),
+        )
+    }
+}

@@ -1,0 +1,122 @@
+//! What hookgate answers a sender itself: a recorded response replayed, an
+//! acceptance, a dead letter's answer, a handshake, and what the delivery
+//! that made the call gets back.
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::Response;
+use http_body_util::Full;
+
+use crate::config::{AsyncDelivery, OnMismatch, RouteConfig};
+use crate::delivery::policy;
+use crate::error::{json_response, GatewayError};
+use crate::headers::{HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED};
+use crate::ingress::Outcome;
+use crate::store::Record;
+use crate::upstream::{BodyRead, UpstreamError, UpstreamResponse};
+use crate::verify::Handshake;
+
+/// A later delivery must carry the body the key was claimed with (or
+/// `on_mismatch = "replay"`).
+pub(super) fn check_body(
+    route: &RouteConfig,
+    record: &Record,
+    body_sha256: &str,
+) -> Result<(), GatewayError> {
+    if record.body_sha256 != body_sha256 && route.on_mismatch == OnMismatch::Reject {
+        return Err(GatewayError::PayloadMismatch);
+    }
+    Ok(())
+}
+
+/// Answer a duplicate of a completed event.
+pub(super) fn replay(
+    route: &RouteConfig,
+    record: &Record,
+    body_sha256: &str,
+) -> Result<Response<Full<Bytes>>, GatewayError> {
+    check_body(route, record, body_sha256)?;
+    let recorded = record.response.as_ref().ok_or(GatewayError::Internal)?;
+    Ok(recorded.replay())
+}
+
+/// The answer of an async route: `accept_status` and a small JSON body;
+/// `Idempotent-Replayed: true` for a duplicate.
+/// The gateway's own answer to a sender's handshake.
+pub(super) fn handshake_response(handshake: Handshake) -> Response<Full<Bytes>> {
+    match handshake.body {
+        Some(body) => json_response(handshake.status, &body),
+        None => {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = handshake.status;
+            response
+        }
+    }
+}
+
+pub(super) fn accepted(
+    settings: &AsyncDelivery,
+    key: &str,
+    replayed: bool,
+) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({ "accepted": true, "key": key });
+    let mut response = json_response(settings.accept_status, &body);
+    if replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// Answer a delivery of a dead letter: `dead_letter_status` (202 by
+/// default, which stops the sender's retries) and a JSON body saying the
+/// event is parked; nothing is forwarded.
+pub(super) fn dead_letter(
+    route: &RouteConfig,
+    record: &Record,
+    body_sha256: &str,
+) -> Result<Response<Full<Bytes>>, GatewayError> {
+    check_body(route, record, body_sha256)?;
+    let body = serde_json::json!({
+        "event": {
+            "state": "dead",
+            "attempts": record.attempts,
+            "message": "the upstream failed this event max_attempts times; it is parked as a \
+                        dead letter for an operator to redeliver, and not forwarded again",
+        }
+    });
+    let mut response = json_response(route.dead_letter_status, &body);
+    response
+        .headers_mut()
+        .insert(HOOKGATE_EVENT_STATE, HeaderValue::from_static("dead"));
+    Ok(response)
+}
+
+/// What the delivery that caused the upstream call gets back: the upstream's
+/// own answer (its outcome `forwarded` when final), or the error that says
+/// what happened to the call.
+pub(super) fn settle_sender(
+    result: Result<UpstreamResponse, UpstreamError>,
+    forwarded: Outcome,
+) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+    let answer = result.map_err(|error| match error {
+        UpstreamError::Timeout => GatewayError::UpstreamTimeout,
+        UpstreamError::NotDelivered(_) | UpstreamError::Broken(_) => {
+            GatewayError::UpstreamUnreachable
+        }
+    })?;
+    let outcome = if !policy::is_final(answer.status) {
+        Outcome::UpstreamError
+    } else if answer.body_read == BodyRead::BrokeOff {
+        // Recorded (the upstream did the work), but this sender would get a
+        // truncated body: say so instead.
+        return Err(GatewayError::UpstreamBodyIncomplete);
+    } else {
+        forwarded
+    };
+    let mut response = Response::new(Full::new(answer.body));
+    *response.status_mut() = answer.status;
+    *response.headers_mut() = answer.headers;
+    Ok((response, outcome))
+}

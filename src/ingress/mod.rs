@@ -1,0 +1,582 @@
+//! The life of one webhook delivery, on one screen (README, "What a
+//! sender sees"): [`Gateway::handle`] runs the stages in order — route
+//! (and admit the sender's address), read body, verify, extract key,
+//! traffic control, claim, forward (renewing the claim), record or release
+//! — and every stage either moves on or ends the request with a
+//! [`GatewayError`]. The claim's life, from the store's answer to its end,
+//! is one [`Claim`](crate::claim::Claim); the call and its settling are the
+//! engine's one [`Attempt`]. The order is the security model: nothing
+//! touches the store before the signature checks out, and nothing reaches
+//! the upstream before the claim.
+//!
+//! [`request`] reads what the sender sent (body, client address, request
+//! id); [`answer`] builds what hookgate answers itself.
+
+mod answer;
+mod request;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
+
+use self::answer::{accepted, check_body, dead_letter, handshake_response, replay, settle_sender};
+use self::request::{client_address, read_body, request_id};
+use crate::claim::Claim;
+use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
+use crate::delivery::places::{Permit, Place};
+use crate::delivery::{policy, Attempt, Engine, Kind};
+use crate::error::GatewayError;
+use crate::headers::{new_request_id, X_REQUEST_ID};
+use crate::key::{self, KeyError, OnMissingKey};
+use crate::metrics::{Metrics, UNMATCHED};
+use crate::route::{Route, Runtime};
+use crate::server::{ConnectionInfo, Handler};
+use crate::store::{
+    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, StoreKey, Stored, StoredRequest,
+};
+use crate::telemetry::{DeliverySpan, SpanFacts};
+use crate::traffic::Admission;
+use crate::upstream::{build_request, resend, stored_request, Delivery};
+use crate::verify::RequestLine;
+
+/// How a request ended, for logs (and the `outcome` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Forwarded,
+    /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
+    ForwardedUnkeyed,
+    /// A sender's handshake, answered by the gateway (a hookgate extension; README, "Supported senders").
+    Handshake,
+    Replayed,
+    /// A delivery of an event parked as a dead letter, answered
+    /// `dead_letter_status` and not forwarded.
+    DeadLetter,
+    /// An async route stored the event; its workers deliver it.
+    Accepted,
+    /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
+    UpstreamError,
+    Rejected(&'static str),
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
+            Outcome::Handshake => "handshake",
+            Outcome::Replayed => "replayed",
+            Outcome::DeadLetter => "dead_letter",
+            Outcome::Accepted => "accepted",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Rejected(code) => code,
+        }
+    }
+
+    fn of_error(error: &GatewayError) -> Self {
+        match error {
+            GatewayError::UpstreamUnreachable => Outcome::UpstreamError,
+            other => Outcome::Rejected(other.code()),
+        }
+    }
+}
+
+/// The sender's entrance: every request of the public listener, through
+/// the lifecycle's stages, onto the engine.
+pub struct Gateway {
+    engine: Arc<Engine>,
+}
+
+/// What one request's log line (and its trace span) reports, filled in as
+/// the stages run.
+struct RequestLog<'a> {
+    route: &'a str,
+    key: Option<String>,
+    upstream: Option<Duration>,
+    /// How long the claim (or acceptance) took in the store.
+    store: Option<Duration>,
+    trace: DeliverySpan,
+}
+
+/// What the hybrid's call holds: the claim the acceptance took, and leave
+/// from traffic control and the route's `max_in_flight`.
+struct Hybrid {
+    key: StoreKey,
+    lease: Lease,
+    admission: Admission,
+    permit: Permit,
+}
+
+/// What the claim stage decided.
+enum Claimed {
+    /// This delivery owns the key: forward it.
+    New(Claim),
+    /// A duplicate of a completed event, answered from its record.
+    Duplicate(Response<Full<Bytes>>),
+    /// A delivery of a dead letter: answered, not forwarded.
+    Dead(Response<Full<Bytes>>),
+    /// The store is down and `on_error = "forward"`: forward unrecorded.
+    Unprotected,
+}
+
+impl Gateway {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
+    }
+
+    /// Handle one request; count it, log it, tag it with its request id.
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+    ) -> Response<Full<Bytes>> {
+        let started = Instant::now();
+        let request_id = request_id(request.headers());
+        let mut log = RequestLog {
+            route: UNMATCHED,
+            key: None,
+            upstream: None,
+            store: None,
+            trace: self
+                .engine
+                .telemetry()
+                .delivery("webhook delivery", request.headers()),
+        };
+        let runtime = self.engine.runtime();
+        let (mut response, outcome) = match self
+            .process(&runtime, request, connection, &request_id, &mut log)
+            .await
+        {
+            Ok(done) => done,
+            Err(error) => (error.to_response(), Outcome::of_error(&error)),
+        };
+        let elapsed = started.elapsed();
+        self.engine
+            .metrics()
+            .request_done(log.route, outcome.as_str(), elapsed);
+        tracing::info!(
+            request_id = request_id.to_str().unwrap_or_default(),
+            route = log.route,
+            outcome = outcome.as_str(),
+            status = response.status().as_u16(),
+            key = log.key.as_deref(),
+            store_ms = log.store.map(|d| d.as_secs_f64() * 1e3),
+            upstream_ms = log.upstream.map(|d| d.as_secs_f64() * 1e3),
+            elapsed_ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
+        let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
+        trace.finish(SpanFacts {
+            route: log.route,
+            outcome: outcome.as_str(),
+            status: Some(response.status().as_u16()),
+            key: log.key.as_deref(),
+            store: log.store,
+            upstream: log.upstream,
+        });
+        response.headers_mut().insert(X_REQUEST_ID, request_id);
+        response
+    }
+
+    async fn process<'a>(
+        &self,
+        runtime: &'a Runtime,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+        request_id: &HeaderValue,
+        log: &mut RequestLog<'a>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        // 1. Route by exact path, then method.
+        let route = runtime
+            .routes
+            .resolve(request.uri().path(), request.method())?;
+        log.route = &route.name;
+        let _in_flight = InFlight::enter(self.engine.metrics(), &route.name);
+
+        // 1b. Admit the sender by address, before reading anything (README, "Traffic control").
+        if let Some(allowed) = &route.allow_from {
+            let client = client_address(
+                connection.peer.ip(),
+                request.headers(),
+                &runtime.trusted_proxies,
+            );
+            if !allowed.iter().any(|range| range.contains(client)) {
+                return Err(GatewayError::SourceNotAllowed);
+            }
+        }
+
+        // 2. Read the body, bounded in size and time.
+        let (parts, body) = request.into_parts();
+        let body = read_body(body, &parts.headers, runtime.limits).await?;
+
+        // 3. Verify the signature on the raw bytes, before anything else.
+        //    A verified handshake (Discord's PING, Zoom's URL validation) is
+        //    answered here: nothing to claim, nothing to forward.
+        let line = RequestLine {
+            method: &parts.method,
+            query: parts.uri.query(),
+        };
+        route
+            .verifier
+            .verify(line, &parts.headers, &body, SystemTime::now())?;
+        if let Some(handshake) = route.verifier.handshake(&body) {
+            return Ok((handshake_response(handshake), Outcome::Handshake));
+        }
+
+        // 4. Extract the idempotency key from what the signature covered. A
+        //    keyless delivery is refused, or forwarded unclaimed where the
+        //    sender never retries those (`on_missing_key`).
+        let body_sha256 = hex::encode(Sha256::digest(&body));
+        let allowed = |name: &_| {
+            route
+                .verifier
+                .key_header_allowed(route.scheme, &parts.headers, name)
+        };
+        let key = match key::extract(&route.key, &parts.headers, &body, &body_sha256, allowed) {
+            Ok(key) => Some(key),
+            Err(KeyError::Missing) if route.on_missing_key == OnMissingKey::Forward => None,
+            Err(error) => return Err(error.into()),
+        };
+        log.key = key.clone();
+
+        // What is forwarded, built once: stored by an async route, sent by
+        // a sync one.
+        let delivery = Delivery {
+            route,
+            parts: &parts,
+            body,
+            key: key.as_deref(),
+            request_id,
+            peer: connection.peer.ip(),
+            peer_trusted: (runtime.trusted_proxies.iter())
+                .any(|range| range.contains(connection.peer.ip())),
+            proto: connection.proto,
+        };
+
+        // 5. An async route answers once the event and its request are
+        //    stored (README, "Asynchronous delivery"); its workers deliver it.
+        if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
+            let request = stored_request(&delivery);
+            let accepting = Instant::now();
+            let accepted = self
+                .accept(route, settings, key, &body_sha256, request, log)
+                .await;
+            log.store.get_or_insert(accepting.elapsed());
+            return accepted;
+        }
+
+        // 4b. Traffic control (README, "Traffic control"): a paused route, an open circuit
+        //    breaker or a spent rate limit refuse before anything is
+        //    claimed; the senders' retries carry the event.
+        let admission = self.engine.admit(route)?;
+
+        // 5. Claim it: a duplicate ends here, answered from the record (and
+        //    the admission, unused, is given back).
+        let claiming = Instant::now();
+        let claimed = match &key {
+            Some(key) => Some(self.claim(runtime, route, key, &body_sha256).await),
+            None => None,
+        };
+        log.store = claimed.as_ref().map(|_| claiming.elapsed());
+        let claim = match claimed {
+            Some(claimed) => match claimed? {
+                Claimed::New(claim) => Some(claim),
+                Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
+                Claimed::Dead(answer) => return Ok((answer, Outcome::DeadLetter)),
+                Claimed::Unprotected => None,
+            },
+            None => None,
+        };
+
+        // 6. Forward, renewing the claim while the upstream works; 7. settle
+        //    the claim by what the upstream is known to have done.
+        let mut upstream_request = build_request(&delivery);
+        log.trace.inject(upstream_request.headers_mut());
+        let Some(claim) = claim else {
+            let (result, elapsed) = self.engine.call(route, upstream_request).await;
+            admission.settle(policy::class_of(&result).is_none());
+            log.upstream = Some(elapsed);
+            let forwarded = match key {
+                Some(_) => Outcome::Forwarded,
+                None => Outcome::ForwardedUnkeyed,
+            };
+            return settle_sender(result, forwarded);
+        };
+        let attempt = Attempt {
+            route: Arc::clone(route),
+            claim,
+            admission,
+            // A sync route's senders are bounded by the server's connection
+            // limits, not by max_in_flight.
+            place: Place::Free,
+            kind: Kind::Sync,
+            first_seen_ms: Clock::system().now_ms(),
+            was_dead: false,
+        };
+        let attempted = self
+            .engine
+            .attempt(attempt, upstream_request, || stored_request(&delivery))
+            .await;
+        log.upstream = Some(attempted.elapsed);
+        settle_sender(attempted.result, Outcome::Forwarded)
+    }
+
+    /// Stage 5 of an async route: store the event with its request in one
+    /// write, then answer `accept_status` (never before: a 2xx promises the
+    /// event cannot be lost). A duplicate of a queued, delivering or
+    /// completed event gets the same answer, replayed; of a dead one, the
+    /// dead-letter answer. With `respond_within`, the event is also claimed
+    /// and forwarded at once: see [`Gateway::respond_within`].
+    async fn accept(
+        &self,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        key: &str,
+        body_sha256: &str,
+        request: StoredRequest,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
+        // The hybrid forwards at once only when the route may call now
+        // (one of its max_in_flight calls free, not paused, breaker closed,
+        // a token to spend); otherwise the event just queues for the
+        // workers.
+        let hybrid = settings.respond_within.and_then(|_| {
+            let permit = self
+                .engine
+                .places()
+                .gate(&route.name, settings.max_in_flight)
+                .try_enter()?;
+            Some((self.engine.admit(route).ok()?, permit))
+        });
+        let mode = match hybrid {
+            Some(_) => ClaimMode::AcceptClaimed,
+            None => ClaimMode::Accept,
+        };
+        let outcome = self
+            .engine
+            .store()
+            .claim(ClaimRequest {
+                key: &store_key,
+                body_sha256,
+                processing_ttl: route.processing_ttl,
+                // An accepted event outlives its attempts (max_age).
+                retention: route.dead_letter_retention,
+                guard_key: guard_key.as_ref(),
+                mode,
+                stored: Some(Stored {
+                    request: &request,
+                    route: &route.name,
+                    replay_of: None,
+                }),
+            })
+            .await;
+        match outcome {
+            Ok(ClaimOutcome::Queued) => {
+                self.engine.places().wake();
+                Ok((accepted(settings, key, false), Outcome::Accepted))
+            }
+            Ok(ClaimOutcome::New(lease)) => {
+                let Some((admission, permit)) = hybrid else {
+                    // Only an AcceptClaimed is answered New.
+                    return Err(GatewayError::Internal);
+                };
+                let claimed = Hybrid {
+                    key: store_key,
+                    lease,
+                    admission,
+                    permit,
+                };
+                self.respond_within(route, settings, claimed, key, request, log)
+                    .await
+            }
+            Ok(ClaimOutcome::Completed(record)) => {
+                check_body(route, &record, body_sha256)?;
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::InFlight { .. }) => {
+                // Queued or being delivered: the same event only if it is
+                // the same body (one read, for duplicates alone).
+                if let Ok(Some(record)) = self.engine.store().get(&store_key).await {
+                    check_body(route, &record, body_sha256)?;
+                }
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::Dead(record)) => Ok((
+                dead_letter(route, &record, body_sha256)?,
+                Outcome::DeadLetter,
+            )),
+            Err(error) => {
+                // Never accepted without the store: an async route does not
+                // forward unprotected, whatever `on_error` says.
+                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+
+    /// The hybrid: forward the accepted, claimed event now, in a task of its
+    /// own. A final answer within `within` is returned as a sync route
+    /// would; otherwise the sender gets `accept_status`, the call runs on,
+    /// and its outcome is settled like a worker's attempt (a failure queues
+    /// the next one; a crash leaves the event to the workers once the lease
+    /// lapses). Exactly one call is made unless it fails.
+    async fn respond_within(
+        &self,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        claimed: Hybrid,
+        key: &str,
+        request: StoredRequest,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let engine = Arc::clone(&self.engine);
+        let task_route = Arc::clone(route);
+        let task_key = key.to_owned();
+        let accepted_ms = Clock::system().now_ms();
+        let trace = log.trace.headers();
+        let Hybrid {
+            key: store_key,
+            lease,
+            admission,
+            permit,
+        } = claimed;
+        tokio::spawn(async move {
+            let route = task_route;
+            let claim = engine.claim_for(&route, store_key, lease);
+            let request_id = new_request_id();
+            let mut upstream_request =
+                resend(&route, request.clone(), Some(&task_key), &request_id);
+            for (name, value) in trace {
+                upstream_request.headers_mut().insert(name, value);
+            }
+            let attempt = Attempt {
+                route: Arc::clone(&route),
+                claim,
+                admission,
+                // One of the route's max_in_flight calls, until it ends.
+                place: Place::Taken(permit),
+                kind: Kind::Hybrid,
+                first_seen_ms: accepted_ms,
+                was_dead: false,
+            };
+            let attempted = engine.attempt(attempt, upstream_request, || request).await;
+            let _ = answered.send((attempted.result, attempted.elapsed));
+        });
+        let within = settings.respond_within.unwrap_or_default();
+        match tokio::time::timeout(within, answer).await {
+            Ok(Ok((Ok(answer), elapsed))) if policy::is_final(answer.status) => {
+                log.upstream = Some(elapsed);
+                settle_sender(Ok(answer), Outcome::Forwarded)
+            }
+            _ => Ok((accepted(settings, key, false), Outcome::Accepted)),
+        }
+    }
+
+    /// The store key of `key` on `route`, and the replay guard of the body
+    /// when the route keeps one.
+    fn store_keys(
+        &self,
+        route: &Route,
+        key: &str,
+        body_sha256: &str,
+    ) -> (StoreKey, Option<StoreKey>) {
+        let guard_key = route
+            .replay_guard
+            .then(|| self.engine.store().guard_key(&route.scope, body_sha256));
+        (self.engine.store().key(&route.scope, key), guard_key)
+    }
+
+    /// Stage 5: claim `key` on `route`.
+    async fn claim(
+        &self,
+        runtime: &Runtime,
+        route: &Route,
+        key: &str,
+        body_sha256: &str,
+    ) -> Result<Claimed, GatewayError> {
+        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
+        let outcome = self
+            .engine
+            .store()
+            .claim(ClaimRequest {
+                key: &store_key,
+                body_sha256,
+                processing_ttl: route.processing_ttl,
+                retention: route.retention,
+                guard_key: guard_key.as_ref(),
+                mode: ClaimMode::Deliver,
+                stored: None,
+            })
+            .await;
+        match outcome {
+            Ok(ClaimOutcome::New(lease)) => {
+                Ok(Claimed::New(self.engine.claim_for(route, store_key, lease)))
+            }
+            Ok(ClaimOutcome::Completed(record)) => {
+                replay(route, &record, body_sha256).map(Claimed::Duplicate)
+            }
+            Ok(ClaimOutcome::Dead(record)) => {
+                dead_letter(route, &record, body_sha256).map(Claimed::Dead)
+            }
+            Ok(ClaimOutcome::InFlight { retry_after }) => {
+                Err(GatewayError::InFlight { retry_after })
+            }
+            // Only an acceptance answers this, and a delivery is no acceptance.
+            Ok(ClaimOutcome::Queued) => Err(GatewayError::Internal),
+            Err(error) if runtime.on_store_error == OnStoreError::Forward => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
+                Ok(Claimed::Unprotected)
+            }
+            Err(error) => {
+                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+}
+
+impl Handler for Gateway {
+    async fn handle(
+        &self,
+        request: Request<Incoming>,
+        connection: ConnectionInfo,
+    ) -> Response<Full<Bytes>> {
+        Gateway::handle(self, request, connection).await
+    }
+
+    fn begin_draining(&self) {
+        self.engine.begin_draining();
+    }
+
+    async fn drain(
+        &self,
+        grace: Duration,
+        connections: impl std::future::Future<Output = ()> + Send,
+    ) {
+        self.engine.drain(grace, connections).await;
+    }
+}
+
+/// `hookgate_in_flight_requests{route}` for as long as it lives.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn enter(metrics: &Metrics, route: &str) -> Self {
+        let gauge = metrics.in_flight.with_label_values(&[route]);
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
