@@ -94,7 +94,7 @@ enum EventsCommand {
         /// Only this route's events.
         #[arg(long)]
         route: Option<String>,
-        /// processing, failed, dead or completed.
+        /// processing, queued, failed, dead or completed.
         #[arg(long)]
         state: Option<String>,
         /// Events per page.

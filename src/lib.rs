@@ -32,8 +32,10 @@
 //!   the pure rule of what follows a failed attempt.
 //! - [`worker`] — the async entrance: workers that lease due events of
 //!   every scope and run each as an attempt.
-//! - [`redeliver`] — the operator's entrance: redelivery (same key), replay
-//!   (new key) and redrive of dead letters, as tasks of the gateway.
+//! - [`ops`] — the operator's one door: every operator action is one
+//!   method returning one [`ops::OpsError`]; [`ops::redeliver`] is its
+//!   entrance to the upstream — redelivery (same key), replay (new key)
+//!   and redrive of dead letters, as tasks of the gateway.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
 //!   complete or fail (retried while the lease protects the event); the
 //!   set of claims this process holds.
@@ -83,7 +85,7 @@ pub mod headers;
 pub mod ingress;
 pub mod key;
 pub mod metrics;
-pub mod redeliver;
+pub mod ops;
 pub mod reload;
 pub mod replay;
 pub mod route;

@@ -54,6 +54,16 @@ impl RecordState {
         matches!(self, RecordState::Failed | RecordState::Dead)
     }
 
+    /// Every state's name, for messages and help: `processing, queued,
+    /// failed, dead or completed`.
+    pub fn names() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|state| state.as_str()).collect();
+        match names.split_last() {
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+
     /// Also reads `released`, what a failed record was called before dead
     /// letters existed.
     pub fn parse(text: &str) -> Option<Self> {

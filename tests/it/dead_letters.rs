@@ -432,3 +432,22 @@ async fn the_events_cli_finds_inspects_and_sends_again() {
     assert_eq!(code, Some(2), "usage");
     gateway.shutdown().await;
 }
+
+/// A bad `state` is refused with every state it could have been, `queued`
+/// included (it works; the message used to leave it out).
+#[tokio::test]
+async fn a_bad_state_filter_names_every_state() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "").await;
+    let refused = admin(&gateway, Method::GET, "/admin/events?state=stuck").await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for state in ["processing", "queued", "failed", "dead", "completed"] {
+        assert!(message.contains(state), "{state} missing from {message:?}");
+    }
+    let queued = admin(&gateway, Method::GET, "/admin/events?state=queued").await;
+    assert_eq!(queued.status, StatusCode::OK, "{:?}", queued.json());
+}

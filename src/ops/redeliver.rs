@@ -23,11 +23,12 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
+use super::OpsError;
 use crate::config::DeliveryMode;
 use crate::delivery::places::Place;
 use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
-use crate::error::{AdminError, GatewayError};
+use crate::error::GatewayError;
 use crate::headers::new_request_id;
 use crate::key;
 use crate::route::Route;
@@ -79,20 +80,18 @@ impl Sent {
     }
 }
 
-fn unavailable(error: StoreError) -> AdminError {
-    AdminError::StoreUnavailable(error.to_string())
+fn unavailable(error: StoreError) -> OpsError {
+    OpsError::StoreUnavailable(error.to_string())
 }
 
 /// A task of the gateway's, awaited: its caller may go away, the task
 /// runs on.
 async fn detached<T: Send + 'static>(
-    work: impl std::future::Future<Output = Result<T, AdminError>> + Send + 'static,
-) -> Result<T, AdminError> {
-    tokio::spawn(work).await.unwrap_or_else(|_| {
-        Err(AdminError::StoreUnavailable(
-            "the action's task ended".into(),
-        ))
-    })
+    work: impl std::future::Future<Output = Result<T, OpsError>> + Send + 'static,
+) -> Result<T, OpsError> {
+    tokio::spawn(work)
+        .await
+        .unwrap_or_else(|_| Err(OpsError::StoreUnavailable("the action's task ended".into())))
 }
 
 /// Leave for one operator call of `route`: pause, breaker and rate, and
@@ -111,7 +110,7 @@ impl Engine {
         route: Arc<Route>,
         key: String,
         force: bool,
-    ) -> Result<Sent, AdminError> {
+    ) -> Result<Sent, OpsError> {
         let gateway = Arc::clone(self);
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
@@ -121,9 +120,9 @@ impl Engine {
         route: &Arc<Route>,
         key: &str,
         force: bool,
-    ) -> Result<Sent, AdminError> {
+    ) -> Result<Sent, OpsError> {
         if self.pauses().is_paused(&route.name) {
-            return Err(AdminError::RoutePaused);
+            return Err(OpsError::RoutePaused);
         }
         let store = self.store();
         let store_key = store.key(&route.scope, key);
@@ -131,11 +130,11 @@ impl Engine {
             .get(&store_key)
             .await
             .map_err(unavailable)?
-            .ok_or(AdminError::KeyNotFound)?;
+            .ok_or(OpsError::KeyNotFound)?;
         if record.state == RecordState::Completed && !force {
-            return Err(AdminError::Completed);
+            return Err(OpsError::Completed);
         }
-        let request = record.request.ok_or(AdminError::RequestNotStored)?;
+        let request = record.request.ok_or(OpsError::RequestNotStored)?;
         let claim = |mode| ClaimRequest {
             mode,
             ..ClaimRequest::delivery(
@@ -152,7 +151,7 @@ impl Engine {
                     self.places().wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
-                Ok(_) => Err(AdminError::InFlight),
+                Ok(_) => Err(OpsError::InFlight),
                 Err(error) => Err(unavailable(error)),
             };
         }
@@ -163,14 +162,14 @@ impl Engine {
             .map_err(unavailable)?;
         let lease = match claimed {
             ClaimOutcome::New(lease) => lease,
-            ClaimOutcome::InFlight { .. } => return Err(AdminError::InFlight),
-            ClaimOutcome::Completed(_) => return Err(AdminError::Completed),
+            ClaimOutcome::InFlight { .. } => return Err(OpsError::InFlight),
+            ClaimOutcome::Completed(_) => return Err(OpsError::Completed),
             ClaimOutcome::Queued => {
                 self.places().wake();
                 return Ok(Sent::queued(key, record.attempts));
             }
             ClaimOutcome::Dead(_) => {
-                return Err(AdminError::StoreUnavailable(
+                return Err(OpsError::StoreUnavailable(
                     "the store answered a redelivery as a delivery".into(),
                 ))
             }
@@ -197,26 +196,25 @@ impl Engine {
         self: &Arc<Self>,
         route: Arc<Route>,
         key: String,
-    ) -> Result<Sent, AdminError> {
+    ) -> Result<Sent, OpsError> {
         let gateway = Arc::clone(self);
         detached(async move { gateway.replay_now(&route, &key).await }).await
     }
 
-    async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, AdminError> {
+    async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, OpsError> {
         if self.pauses().is_paused(&route.name) {
-            return Err(AdminError::RoutePaused);
+            return Err(OpsError::RoutePaused);
         }
         let store = self.store();
         let record = store
             .get(&store.key(&route.scope, key))
             .await
             .map_err(unavailable)?
-            .ok_or(AdminError::KeyNotFound)?;
-        let request = record.request.ok_or(AdminError::RequestNotStored)?;
+            .ok_or(OpsError::KeyNotFound)?;
+        let request = record.request.ok_or(OpsError::RequestNotStored)?;
         let mut leave = Some(self.leave(route)?);
         for n in 1..=MAX_REPLAYS {
-            let replay_key =
-                key::validate(replay_key(key, n)).map_err(|_| AdminError::KeyInvalid)?;
+            let replay_key = key::validate(replay_key(key, n)).map_err(|_| OpsError::KeyInvalid)?;
             let store_key = store.key(&route.scope, &replay_key);
             let claimed = store
                 .claim(ClaimRequest {
@@ -243,13 +241,11 @@ impl Engine {
                     .await);
             }
         }
-        Err(AdminError::BadQuery(format!(
-            "{key} was replayed {MAX_REPLAYS} times already"
-        )))
+        Err(OpsError::TooManyReplays)
     }
 
     /// The replays of `key` that the store still holds, in order.
-    pub async fn replays_of(&self, route: &Route, key: &str) -> Result<Vec<String>, AdminError> {
+    pub async fn replays_of(&self, route: &Route, key: &str) -> Result<Vec<String>, OpsError> {
         let store = self.store();
         let mut found = Vec::new();
         for n in 1..=MAX_REPLAYS {
@@ -274,12 +270,12 @@ impl Engine {
         self: &Arc<Self>,
         route: Arc<Route>,
         rate: u32,
-    ) -> Result<Redrive, AdminError> {
+    ) -> Result<Redrive, OpsError> {
         let gateway = Arc::clone(self);
         detached(async move { gateway.redrive_now(&route, rate).await }).await
     }
 
-    async fn redrive_now(&self, route: &Arc<Route>, rate: u32) -> Result<Redrive, AdminError> {
+    async fn redrive_now(&self, route: &Arc<Route>, rate: u32) -> Result<Redrive, OpsError> {
         let store = self.store();
         // Collect first: each redelivery moves its record out of the
         // dead-letter listing being paged through.
@@ -323,9 +319,9 @@ impl Engine {
                     Settled::Dead => done.dead += 1,
                     _ => done.failed += 1,
                 },
-                Err(AdminError::StoreUnavailable(error)) => {
+                Err(OpsError::StoreUnavailable(error)) => {
                     tracing::warn!(target: "hookgate::admin", route = %route.name, %error, sent = i, of = keys.len(), "redrive stopped: the store is unavailable");
-                    return Err(AdminError::StoreUnavailable(error));
+                    return Err(OpsError::StoreUnavailable(error));
                 }
                 Err(_) => done.skipped += 1,
             }
@@ -341,17 +337,17 @@ impl Engine {
     }
 
     /// Leave for one operator call now, or the error that says why not.
-    fn leave(&self, route: &Route) -> Result<Leave, AdminError> {
+    fn leave(&self, route: &Route) -> Result<Leave, OpsError> {
         let admission = self.admit(route).map_err(|held| match held {
-            GatewayError::CircuitOpen { retry_after } => AdminError::UpstreamHeld {
+            GatewayError::CircuitOpen { retry_after } => OpsError::UpstreamHeld {
                 code: "upstream_circuit_open",
                 retry_after,
             },
-            GatewayError::RateLimited { retry_after } => AdminError::UpstreamHeld {
+            GatewayError::RateLimited { retry_after } => OpsError::UpstreamHeld {
                 code: "rate_limited",
                 retry_after,
             },
-            _ => AdminError::RoutePaused,
+            _ => OpsError::RoutePaused,
         })?;
         let place = match &route.delivery {
             DeliveryMode::Async(settings) => {

@@ -45,20 +45,20 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use sha2::{Digest, Sha256};
+mod views;
 
-use crate::config::DeliveryMode;
+use self::views::{
+    add_preview, headers_json, pause_json, record_json, request_json, sent_json, text,
+};
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
-use crate::redeliver::Sent;
+use crate::ops::{EventsQuery, OpsError, RouteView};
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{
-    Clock, Cursor, Deleted, ForceRelease, Record, RecordState, StoreError, StoredRequest,
-};
+use crate::store::{Clock, Cursor, RecordState};
 use crate::traffic::Pause;
 
 /// Admin connections are few (a scraper, a probe, an operator).
@@ -139,28 +139,24 @@ impl Admin {
     }
 
     async fn readyz(&self) -> Response<Full<Bytes>> {
-        let store = self.gateway.store().ping().await;
-        (self.gateway.metrics().store_up).set(i64::from(store.is_ok()));
-        let draining = self.gateway.is_draining();
-        let ready = store.is_ok() && !draining;
+        let readiness = self.gateway.readiness().await;
         let mut body = json!({
-            "status": if ready { "ready" } else { "not_ready" },
+            "status": if readiness.ready() { "ready" } else { "not_ready" },
             "config": "loaded",
-            "store": match &store {
+            "store": match &readiness.store {
                 Ok(()) => "ok".to_owned(),
                 Err(error) => error.to_string(),
             },
-            "draining": draining,
+            "draining": readiness.draining,
             "warnings": self.risks,
         });
-        let delivery = self.gateway.delivery_status().await;
-        if !delivery.is_empty() {
+        if !readiness.delivery.is_empty() {
             body["async"] = json!({
-                "workers": if draining { "stopping" } else { "running" },
-                "routes": delivery,
+                "workers": if readiness.draining { "stopping" } else { "running" },
+                "routes": readiness.delivery,
             });
         }
-        let status = if ready {
+        let status = if readiness.ready() {
             StatusCode::OK
         } else {
             StatusCode::SERVICE_UNAVAILABLE
@@ -282,21 +278,15 @@ impl Admin {
             }
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
-        let store = self.gateway.store();
-        let store_key = store.key(&route.scope, &key);
         let force = query_flag(request, "force");
         tracing::info!(target: "hookgate::admin", %peer, via, %method, route = %route.name, key, action, force, "admin action");
 
-        let unavailable = |error: StoreError| AdminError::StoreUnavailable(error.to_string());
         match (method, action) {
             (Method::GET, None) => {
-                let record = store
-                    .get(&store_key)
-                    .await
-                    .map_err(unavailable)?
-                    .ok_or(AdminError::KeyNotFound)?;
-                let mut shown = record_json(&route.name, &key, &record);
-                shown["replays"] = json!(self.gateway.replays_of(&route, &key).await?);
+                let event = self.gateway.event(&route, &key).await?;
+                let record = &event.record;
+                let mut shown = record_json(&route.name, &key, record);
+                shown["replays"] = json!(event.replays);
                 shown["response"] =
                     record
                         .response
@@ -322,26 +312,20 @@ impl Admin {
             (Method::DELETE, None) => {
                 if force {
                     tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, key,
-                        "forced delete: a delivery still in flight no longer holds its key");
+                        "forced delete: a delivery still in flight, or a queued event, no longer holds its key");
                 }
-                match store.delete(&store_key, force).await.map_err(unavailable)? {
-                    Deleted::Deleted => Ok(json_response(
-                        StatusCode::OK,
-                        &json!({"deleted": true, "route": route.name, "key": key}),
-                    )),
-                    Deleted::InFlight => Err(AdminError::InFlight),
-                    Deleted::NotFound => Err(AdminError::KeyNotFound),
-                }
+                self.gateway.forget(&route, &key, force).await?;
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"deleted": true, "route": route.name, "key": key}),
+                ))
             }
             (Method::POST, Some("release")) => {
-                match store.force_release(&store_key).await.map_err(unavailable)? {
-                    ForceRelease::Released => Ok(json_response(
-                        StatusCode::OK,
-                        &json!({"released": true, "route": route.name, "key": key}),
-                    )),
-                    ForceRelease::NotInFlight => Err(AdminError::NotInFlight),
-                    ForceRelease::NotFound => Err(AdminError::KeyNotFound),
-                }
+                self.gateway.release(&route, &key).await?;
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"released": true, "route": route.name, "key": key}),
+                ))
             }
             (Method::POST, Some("redeliver")) => {
                 let sent = (self.gateway)
@@ -393,26 +377,13 @@ impl Admin {
                 "by is at most 200 bytes, reason at most 1000".into(),
             ));
         }
-        let pauses = self.gateway.pauses();
-        let current = pauses.of(&route.name);
         let action = if pause { "pause" } else { "resume" };
-        let changed = pause != current.is_some();
-        if changed {
-            let new = pause.then(|| Pause {
-                since_ms: Clock::system().now_ms(),
-                by: by.clone(),
-                reason: reason.clone(),
-            });
-            self.gateway
-                .set_pause(&route.name, new.as_ref())
-                .await
-                .map_err(|error| AdminError::StoreUnavailable(error.to_string()))?;
-            self.gateway
-                .metrics()
-                .route_control_changes
-                .with_label_values(&[&route.name, action])
-                .inc();
-        }
+        let new = pause.then(|| Pause {
+            since_ms: Clock::system().now_ms(),
+            by: by.clone(),
+            reason: reason.clone(),
+        });
+        let changed = self.gateway.pause_or_resume(route, new).await?;
         tracing::warn!(target: "hookgate::admin", %peer, via, route = %route.name, action, by, reason, changed,
             "admin action: route {}", if pause { "paused" } else { "resumed" });
         Ok(json_response(
@@ -420,50 +391,43 @@ impl Admin {
             &json!({
                 "route": route.name,
                 "changed": changed,
-                "paused": pauses.of(&route.name).map(|pause| pause_json(&pause)),
+                "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
             }),
         ))
     }
 
     /// `GET /admin/routes`: every route with its traffic controls.
     async fn routes(&self) -> Vec<serde_json::Value> {
-        let mut shown = Vec::new();
-        for route in self.gateway.routes() {
-            let store = self.gateway.store();
-            let (delivery, queued) = match &route.delivery {
-                DeliveryMode::Sync => ("sync", None),
-                DeliveryMode::Async(_) => (
-                    "async",
-                    store.count(&route.scope, RecordState::Queued).await.ok(),
-                ),
-            };
-            let dead = store.count(&route.scope, RecordState::Dead).await.ok();
-            let breaker = route.controls.breaker.as_ref().map(|breaker| {
-                let settings = breaker.settings();
-                json!({
-                    "state": breaker.state(),
-                    "failures": settings.failures,
-                    "window_ms": settings.window.as_millis() as u64,
-                    "open_for_ms": settings.open_for.as_millis() as u64,
-                })
-            });
-            let rate = route.controls.rate.as_ref().map(|rate| {
-                let settings = rate.settings();
-                json!({ "per_second": settings.per_second, "burst": settings.burst })
-            });
-            shown.push(json!({
-                "name": route.name,
-                "path": route.path,
-                "delivery": delivery,
-                "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
-                "circuit_breaker": breaker,
-                "upstream_rate": rate,
-                "queued": queued,
-                "dead_letters": dead,
-                "outcomes": self.gateway.metrics().outcomes(&route.name),
-            }));
-        }
-        shown
+        let views = self.gateway.route_views().await;
+        views.iter().map(|view| self.route_json(view)).collect()
+    }
+
+    fn route_json(&self, view: &RouteView) -> serde_json::Value {
+        let route = &view.route;
+        let breaker = route.controls.breaker.as_ref().map(|breaker| {
+            let settings = breaker.settings();
+            json!({
+                "state": breaker.state(),
+                "failures": settings.failures,
+                "window_ms": settings.window.as_millis() as u64,
+                "open_for_ms": settings.open_for.as_millis() as u64,
+            })
+        });
+        let rate = route.controls.rate.as_ref().map(|rate| {
+            let settings = rate.settings();
+            json!({ "per_second": settings.per_second, "burst": settings.burst })
+        });
+        json!({
+            "name": route.name,
+            "path": route.path,
+            "delivery": if route.delivery.is_async() { "async" } else { "sync" },
+            "paused": view.paused.as_ref().map(pause_json),
+            "circuit_breaker": breaker,
+            "upstream_rate": rate,
+            "queued": view.queued,
+            "dead_letters": view.dead_letters,
+            "outcomes": self.gateway.metrics().outcomes(&route.name),
+        })
     }
 
     /// `GET /admin/events`: one page of records, newest first.
@@ -474,7 +438,7 @@ impl Admin {
         let state = match query_param(request, "state") {
             None => None,
             Some(state) => Some(RecordState::parse(&state).ok_or_else(|| {
-                AdminError::BadQuery("state must be processing, failed, dead or completed".into())
+                AdminError::BadQuery(format!("state must be {}", RecordState::names()))
             })?),
         };
         let limit = match query_param(request, "limit") {
@@ -492,42 +456,19 @@ impl Admin {
                     AdminError::BadQuery("cursor is not one this API gave".into())
                 })?),
             };
-        let routes: Vec<Arc<Route>> = match query_param(request, "route") {
-            Some(name) => vec![self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?],
-            None => self.gateway.routes(),
+        let route = match query_param(request, "route") {
+            Some(name) => Some(self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?),
+            None => None,
         };
-        // Each scope once, listed under the first route that uses it unless
-        // a record names its own.
-        let mut scopes: Vec<(&str, &str)> = Vec::new();
-        for route in &routes {
-            if !scopes.iter().any(|(scope, _)| *scope == route.scope) {
-                scopes.push((&route.scope, &route.name));
-            }
-        }
-        let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
-        let page = self
-            .gateway
-            .store()
-            .list(&names, state, limit, cursor.as_ref())
-            .await
-            .map_err(|error| AdminError::StoreUnavailable(error.to_string()))?;
-        let only = (routes.len() == 1).then(|| routes[0].name.as_str());
-        let events: Vec<serde_json::Value> = page
-            .records
-            .iter()
-            .filter(|listed| {
-                // A route of a shared scope shows its own failures only.
-                only.is_none_or(|only| listed.record.route.as_deref().is_none_or(|r| r == only))
-            })
-            .map(|listed| {
-                let route = listed.record.route.as_deref().unwrap_or_else(|| {
-                    scopes
-                        .iter()
-                        .find(|(scope, _)| *scope == listed.scope)
-                        .map_or("", |(_, name)| name)
-                });
-                record_json(route, &listed.id, &listed.record)
-            })
+        let query = EventsQuery {
+            route,
+            state,
+            limit,
+            cursor,
+        };
+        let page = self.gateway.events(query).await?;
+        let events: Vec<serde_json::Value> = (page.events.iter())
+            .map(|(route, listed)| record_json(route, &listed.id, &listed.record))
             .collect();
         Ok(json_response(
             StatusCode::OK,
@@ -552,108 +493,6 @@ const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
 /// Redeliveries a second of a redrive unless `rate` says.
 const DEFAULT_REDRIVE_RATE: u32 = 20;
-
-/// The admin view of a pause.
-fn pause_json(pause: &Pause) -> serde_json::Value {
-    json!({ "since": pause.since_ms, "by": pause.by, "reason": pause.reason })
-}
-
-/// The admin view of a record. Times are Unix milliseconds.
-fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
-    json!({
-        "route": route,
-        "key": key,
-        "state": record.state.as_str(),
-        "attempts": record.attempts,
-        "body_sha256": record.body_sha256,
-        "first_seen": record.first_seen_ms,
-        "updated": record.updated_ms,
-        "completed_at": record.completed_at_ms,
-        "lease_expires_at": record.lease_expires_at_ms,
-        "last_error": record.last_error.map(|error| json!({
-            "class": error.class.as_str(),
-            "status": error.status,
-            "at": error.at_ms,
-        })),
-        "replay_of": record.replay_of,
-        "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
-        "response_body": record.response.as_ref().map(|r| r.body_kept.as_str()),
-    })
-}
-
-/// Header values shown as `[redacted]`: credentials and signatures (a
-/// signature with its body is a delivery anyone could send again).
-fn sensitive(name: &str) -> bool {
-    matches!(
-        name,
-        "authorization" | "cookie" | "set-cookie" | "proxy-authorization"
-    ) || name.contains("signature")
-        || name.contains("secret")
-        || name.contains("api-key")
-        || name.contains("hmac")
-        || name.contains("token")
-}
-
-/// The stored request: method, query, headers (signatures redacted), body
-/// size and hash, and the body itself (base64) when asked for.
-fn request_json(request: &StoredRequest, with_body: bool) -> serde_json::Value {
-    use base64::Engine;
-    let mut shown = json!({
-        "method": request.method.as_str(),
-        "query": request.query,
-        "headers": headers_json(&request.headers),
-        "body_sha256": hex::encode(Sha256::digest(&request.body)),
-    });
-    add_preview(&mut shown, &request.body);
-    if with_body {
-        shown["body_base64"] =
-            json!(base64::engine::general_purpose::STANDARD.encode(&request.body));
-    }
-    shown
-}
-
-/// Headers as `[name, value]` pairs, credentials and signatures redacted.
-fn headers_json(headers: &http::HeaderMap) -> Vec<serde_json::Value> {
-    headers
-        .iter()
-        .map(|(name, value)| {
-            let value = if sensitive(name.as_str()) {
-                "[redacted]".into()
-            } else {
-                String::from_utf8_lossy(value.as_bytes()).into_owned()
-            };
-            json!([name.as_str(), value])
-        })
-        .collect()
-}
-
-/// The start of a body kept for the console: never more than this.
-const PREVIEW_BYTES: usize = 2048;
-
-/// `body_bytes`, and the body's first [`PREVIEW_BYTES`] as text
-/// (`body_preview`, invalid UTF-8 replaced; `body_preview_bytes` of it).
-fn add_preview(shown: &mut serde_json::Value, body: &[u8]) {
-    let preview = &body[..body.len().min(PREVIEW_BYTES)];
-    shown["body_bytes"] = json!(body.len());
-    shown["body_preview_bytes"] = json!(preview.len());
-    shown["body_preview"] = json!(String::from_utf8_lossy(preview));
-}
-
-/// What a redelivery or replay did.
-fn sent_json(route: &str, sent: &Sent, replay_of: Option<&str>) -> Response<Full<Bytes>> {
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "route": route,
-            "key": sent.key,
-            "replay_of": replay_of,
-            "attempt": sent.attempt,
-            "state": sent.settled.as_str(),
-            "upstream_status": sent.upstream_status.map(|s| s.as_u16()),
-            "upstream_error": sent.upstream_error,
-        }),
-    )
-}
 
 /// The value of query parameter `name`, percent-decoded (as sent when it
 /// does not decode, so that it fails validation instead of vanishing).
@@ -698,10 +537,24 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
+impl From<OpsError> for AdminError {
+    fn from(error: OpsError) -> Self {
+        match error {
+            OpsError::KeyNotFound => AdminError::KeyNotFound,
+            OpsError::NotInFlight => AdminError::NotInFlight,
+            OpsError::InFlight => AdminError::InFlight,
+            OpsError::Completed => AdminError::Completed,
+            OpsError::RequestNotStored => AdminError::RequestNotStored,
+            OpsError::KeyInvalid => AdminError::KeyInvalid,
+            OpsError::TooManyReplays => AdminError::BadQuery(error.to_string()),
+            OpsError::RoutePaused => AdminError::RoutePaused,
+            OpsError::UpstreamHeld { code, retry_after } => {
+                AdminError::UpstreamHeld { code, retry_after }
+            }
+            OpsError::StoreUnavailable(message) => AdminError::StoreUnavailable(message),
+            OpsError::Ended => AdminError::StoreUnavailable(error.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

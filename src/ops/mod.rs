@@ -1,0 +1,232 @@
+//! The operator's one door: every action an operator takes — look at an
+//! event, list events, forget, release, redeliver, replay, redrive, pause,
+//! resume, the routes' view, readiness — is one method of the [`Engine`]
+//! here, returning one [`OpsError`]. The admin API (`admin`) and through it
+//! the console and the CLI only parse what was asked and render what these
+//! answer; the rules live here.
+//!
+//! Actions that send run as tasks of the gateway ([`redeliver`]): a caller
+//! that hangs up does not stop them.
+
+pub mod redeliver;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::delivery::Engine;
+use crate::route::Route;
+use crate::store::{Cursor, Deleted, ForceRelease, Listed, Record, RecordState, StoreError};
+use crate::traffic::Pause;
+
+/// Why an operator's action was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    #[error("no record for this key")]
+    KeyNotFound,
+    #[error("the key holds no claim to release")]
+    NotInFlight,
+    #[error("a delivery of this key is still running, or it is queued for its workers; add ?force=true to forget it anyway")]
+    InFlight,
+    #[error("the event completed; add ?force=true to deliver it again anyway")]
+    Completed,
+    #[error(
+        "this record keeps no request to send again (only failed, dead, queued and replayed events do)"
+    )]
+    RequestNotStored,
+    #[error("the derived key would not be a valid key (1-255 visible ASCII bytes)")]
+    KeyInvalid,
+    #[error("the event was replayed {} times already", redeliver::MAX_REPLAYS)]
+    TooManyReplays,
+    #[error("the route is paused; resume it before sending its events again")]
+    RoutePaused,
+    /// The route's circuit breaker is open or its upstream rate spent.
+    #[error("traffic control holds the route's upstream calls now ({code}); try again later")]
+    UpstreamHeld {
+        code: &'static str,
+        retry_after: Duration,
+    },
+    #[error("the store is unavailable: {0}")]
+    StoreUnavailable(String),
+    #[error("the action's task ended before it answered")]
+    Ended,
+}
+
+impl From<StoreError> for OpsError {
+    fn from(error: StoreError) -> Self {
+        OpsError::StoreUnavailable(error.to_string())
+    }
+}
+
+/// One event as an operator sees it: its record and its replays' keys.
+pub struct Event {
+    pub record: Record,
+    pub replays: Vec<String>,
+}
+
+/// Which events to list.
+pub struct EventsQuery {
+    /// One route's events; every route's when `None`.
+    pub route: Option<Arc<Route>>,
+    pub state: Option<RecordState>,
+    pub limit: usize,
+    pub cursor: Option<Cursor>,
+}
+
+/// One page of events, each under the route it belongs to.
+pub struct EventsPage {
+    pub events: Vec<(String, Listed)>,
+    pub next: Option<Cursor>,
+}
+
+/// A route as an operator sees it (`GET /admin/routes`).
+pub struct RouteView {
+    pub route: Arc<Route>,
+    pub paused: Option<Pause>,
+    /// Queued events of its scope (async routes; `None` when the store did
+    /// not answer).
+    pub queued: Option<u64>,
+    pub dead_letters: Option<u64>,
+}
+
+/// How this instance is, for `/readyz`.
+pub struct Readiness {
+    pub store: Result<(), StoreError>,
+    pub draining: bool,
+    /// Each async route's `queued` and `delivering` counts.
+    pub delivery: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Readiness {
+    /// Ready: the store answers and shutdown has not begun.
+    pub fn ready(&self) -> bool {
+        self.store.is_ok() && !self.draining
+    }
+}
+
+impl Engine {
+    /// The record of `key` on `route`, with its replays.
+    pub async fn event(&self, route: &Route, key: &str) -> Result<Event, OpsError> {
+        let store = self.store();
+        let record = store
+            .get(&store.key(&route.scope, key))
+            .await?
+            .ok_or(OpsError::KeyNotFound)?;
+        let replays = self.replays_of(route, key).await?;
+        Ok(Event { record, replays })
+    }
+
+    /// One page of events, newest first by last change. Each scope is
+    /// listed once, under the first route that uses it unless a record
+    /// names its own; a route of a shared scope shows its own events only.
+    pub async fn events(&self, query: EventsQuery) -> Result<EventsPage, OpsError> {
+        let routes: Vec<Arc<Route>> = match query.route {
+            Some(route) => vec![route],
+            None => self.routes(),
+        };
+        let mut scopes: Vec<(&str, &str)> = Vec::new();
+        for route in &routes {
+            if !scopes.iter().any(|(scope, _)| *scope == route.scope) {
+                scopes.push((&route.scope, &route.name));
+            }
+        }
+        let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
+        let page = (self.store())
+            .list(&names, query.state, query.limit, query.cursor.as_ref())
+            .await?;
+        let only = (routes.len() == 1).then(|| routes[0].name.as_str());
+        let events = page
+            .records
+            .into_iter()
+            .filter(|listed| {
+                only.is_none_or(|only| listed.record.route.as_deref().is_none_or(|r| r == only))
+            })
+            .map(|listed| {
+                let route = match listed.record.route.as_deref() {
+                    Some(route) => route.to_owned(),
+                    None => (scopes.iter())
+                        .find(|(scope, _)| *scope == listed.scope)
+                        .map_or("", |(_, name)| name)
+                        .to_owned(),
+                };
+                (route, listed)
+            })
+            .collect();
+        Ok(EventsPage {
+            events,
+            next: page.next,
+        })
+    }
+
+    /// Forget `key`, so its next delivery is processed again — unless a
+    /// delivery still holds it, or it is queued for its workers, and
+    /// `force` is not set.
+    pub async fn forget(&self, route: &Route, key: &str, force: bool) -> Result<(), OpsError> {
+        let store = self.store();
+        match store.delete(&store.key(&route.scope, key), force).await? {
+            Deleted::Deleted => Ok(()),
+            Deleted::InFlight => Err(OpsError::InFlight),
+            Deleted::NotFound => Err(OpsError::KeyNotFound),
+        }
+    }
+
+    /// Release a stuck claim of `key`, whoever holds it (an accepted event
+    /// goes back to its queue, due now).
+    pub async fn release(&self, route: &Route, key: &str) -> Result<(), OpsError> {
+        let store = self.store();
+        match store.force_release(&store.key(&route.scope, key)).await? {
+            ForceRelease::Released => Ok(()),
+            ForceRelease::NotInFlight => Err(OpsError::NotInFlight),
+            ForceRelease::NotFound => Err(OpsError::KeyNotFound),
+        }
+    }
+
+    /// Pause `route` (`Some`) or resume it for the whole fleet; whether
+    /// that changed anything (pausing a paused route does not). Counted in
+    /// `hookgate_route_control_changes_total`.
+    pub async fn pause_or_resume(
+        &self,
+        route: &Route,
+        pause: Option<Pause>,
+    ) -> Result<bool, OpsError> {
+        let changed = pause.is_some() != self.pauses().of(&route.name).is_some();
+        if changed {
+            self.set_pause(&route.name, pause.as_ref()).await?;
+            let action = if pause.is_some() { "pause" } else { "resume" };
+            (self.metrics().route_control_changes)
+                .with_label_values(&[&route.name, action])
+                .inc();
+        }
+        Ok(changed)
+    }
+
+    /// Every route with its pause and its scope's queued and dead counts.
+    pub async fn route_views(&self) -> Vec<RouteView> {
+        let mut views = Vec::new();
+        for route in self.routes() {
+            let store = self.store();
+            let queued = match route.delivery.is_async() {
+                true => store.count(&route.scope, RecordState::Queued).await.ok(),
+                false => None,
+            };
+            let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
+            views.push(RouteView {
+                paused: self.pauses().of(&route.name),
+                route,
+                queued,
+                dead_letters,
+            });
+        }
+        views
+    }
+
+    /// Whether this instance is ready, and why not.
+    pub async fn readiness(&self) -> Readiness {
+        let store = self.store().ping().await;
+        (self.metrics().store_up).set(i64::from(store.is_ok()));
+        Readiness {
+            store,
+            draining: self.is_draining(),
+            delivery: self.delivery_status().await,
+        }
+    }
+}
