@@ -24,7 +24,7 @@ use super::Engine;
 use crate::claim::{Claim, Recording};
 use crate::replay::RecordedResponse;
 use crate::route::Route;
-use crate::store::{Clock, Failure, RecordState, StoredRequest};
+use crate::store::{Clock, Failure, FailureClass, RecordState, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -78,6 +78,14 @@ pub struct Attempt {
     /// The record was a dead letter (an operator's redelivery of one): a
     /// failure leaves it dead again, never spends a sender's attempts.
     pub was_dead: bool,
+}
+
+/// What settling a failed attempt needs to know of it.
+struct Failed {
+    class: FailureClass,
+    kind: Kind,
+    first_seen_ms: u64,
+    was_dead: bool,
 }
 
 /// What one attempt did.
@@ -165,72 +173,17 @@ impl Engine {
                 complete(claim, recorded, route.retention, kind).await
             }
             (_, class) => {
-                let class = class.unwrap_or(crate::store::FailureClass::Unknown);
-                let status = result.as_ref().ok().map(|answer| answer.status.as_u16());
-                if let Err(error) = &result {
-                    tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
-                }
-                let attempt_no = claim.attempt();
-                let entrance = match kind {
-                    Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
-                    _ => Entrance::Delivery,
-                };
-                let now_ms = Clock::system().now_ms();
-                let random = rand::thread_rng().gen::<u64>();
-                let next = policy::next(
-                    &Rules::of(&route),
-                    entrance,
-                    attempt_no,
+                let class = class.unwrap_or(FailureClass::Unknown);
+                let failed = Failed {
                     class,
+                    kind,
                     first_seen_ms,
-                    now_ms,
-                    random,
-                );
-                let request = stored();
-                let failure = Failure {
-                    class,
-                    status,
-                    request: &request,
-                    route: &route.name,
-                    retention: route.dead_letter_retention,
-                    next,
+                    was_dead,
                 };
-                let key = claim.key().id().to_owned();
-                let state = match claim.try_fail(&failure).await {
-                    Recording::Done(state) => state,
-                    Recording::Again(claim) if kind.sender_waits() => {
-                        let (route, retention) = (Arc::clone(&route), failure.retention);
-                        tokio::spawn(async move {
-                            let failure = Failure {
-                                class,
-                                status,
-                                request: &request,
-                                route: &route.name,
-                                retention,
-                                next,
-                            };
-                            claim.fail(&failure).await
-                        });
-                        return Attempted {
-                            result,
-                            elapsed,
-                            settled: Settled::Recording,
-                        };
-                    }
-                    Recording::Again(claim) => claim.fail(&failure).await,
-                };
-                let settled = match state {
-                    Some(RecordState::Queued) => Settled::Retrying(next.queued.unwrap_or_default()),
-                    Some(RecordState::Dead) => Settled::Dead,
-                    Some(_) => Settled::Failed,
-                    None => Settled::Unrecorded,
-                };
-                if settled == Settled::Dead {
-                    route.dead_letters.inc();
-                    tracing::warn!(route = %route.name, key, attempts = attempt_no,
-                        class = class.as_str(), "event parked as a dead letter");
-                }
-                settled
+                // Boxed: the failure path is the cold one, and its state
+                // (the stored request, the recording's retries) would
+                // otherwise grow every request's future.
+                Box::pin(self.settle_failure(&route, claim, &result, failed, stored)).await
             }
         };
         Attempted {
@@ -238,6 +191,86 @@ impl Engine {
             elapsed,
             settled,
         }
+    }
+
+    /// Settle a failed attempt: what comes next by the policy, both futures
+    /// handed to the store, which applies the record's.
+    async fn settle_failure(
+        &self,
+        route: &Arc<Route>,
+        claim: Claim,
+        result: &Result<UpstreamResponse, UpstreamError>,
+        failed: Failed,
+        stored: impl FnOnce() -> StoredRequest,
+    ) -> Settled {
+        let Failed {
+            class,
+            kind,
+            first_seen_ms,
+            was_dead,
+        } = failed;
+        let status = result.as_ref().ok().map(|answer| answer.status.as_u16());
+        if let Err(error) = result {
+            tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
+        }
+        let attempt_no = claim.attempt();
+        let entrance = match kind {
+            Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
+            _ => Entrance::Delivery,
+        };
+        let now_ms = Clock::system().now_ms();
+        let random = rand::thread_rng().gen::<u64>();
+        let rules = Rules::of(route);
+        let next = policy::next(
+            &rules,
+            entrance,
+            attempt_no,
+            class,
+            first_seen_ms,
+            now_ms,
+            random,
+        );
+        let request = stored();
+        let failure = Failure {
+            class,
+            status,
+            request: &request,
+            route: &route.name,
+            retention: route.dead_letter_retention,
+            next,
+        };
+        let key = claim.key().id().to_owned();
+        let state = match claim.try_fail(&failure).await {
+            Recording::Done(state) => state,
+            Recording::Again(claim) if kind.sender_waits() => {
+                let (route, retention) = (Arc::clone(route), failure.retention);
+                tokio::spawn(async move {
+                    let failure = Failure {
+                        class,
+                        status,
+                        request: &request,
+                        route: &route.name,
+                        retention,
+                        next,
+                    };
+                    claim.fail(&failure).await
+                });
+                return Settled::Recording;
+            }
+            Recording::Again(claim) => claim.fail(&failure).await,
+        };
+        let settled = match state {
+            Some(RecordState::Queued) => Settled::Retrying(next.queued.unwrap_or_default()),
+            Some(RecordState::Dead) => Settled::Dead,
+            Some(_) => Settled::Failed,
+            None => Settled::Unrecorded,
+        };
+        if settled == Settled::Dead {
+            route.dead_letters.inc();
+            tracing::warn!(route = %route.name, key, attempts = attempt_no,
+                class = class.as_str(), "event parked as a dead letter");
+        }
+        settled
     }
 
     /// One upstream call, timed and counted by how it ended — the answer's
@@ -284,7 +317,9 @@ async fn complete(
             tokio::spawn(async move { claim.complete(&recorded, retention).await });
             Settled::Recording
         }
-        Recording::Again(claim) => match claim.complete(&recorded, retention).await {
+        // Boxed, like the failure path: the store did not answer, the cold
+        // path.
+        Recording::Again(claim) => match Box::pin(claim.complete(&recorded, retention)).await {
             true => Settled::Completed(status),
             false => Settled::Unrecorded,
         },
