@@ -17,7 +17,8 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -62,7 +63,7 @@ async fn main() {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
+    hookgate::clock::wall()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()
@@ -116,7 +117,7 @@ async fn rate(url: &str, rate: u64, seconds: u64, connections: usize, mode: &str
             let mut failures = 0usize;
             for i in (worker..total).step_by(connections) {
                 let scheduled = start + interval * i as u32;
-                tokio::time::sleep_until(scheduled.into()).await;
+                tokio::time::sleep_until(scheduled).await;
                 let id = match mode.as_str() {
                     "replay" => "bench-replay".to_owned(),
                     _ => format!("{run}-{i}"),

@@ -21,7 +21,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use hookgate::config::{Backend, StoreSettings, Synchronous};

@@ -319,3 +319,51 @@ impl Drop for Held {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::StoreMetrics;
+    use crate::store::{ClaimOutcome, ClaimRequest, Clock, MemoryStore};
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    fn store() -> Arc<Store> {
+        let backend = MemoryStore::new(Clock::system());
+        let metrics = StoreMetrics::unregistered();
+        Arc::new(Store::new(backend, "t:", Duration::from_secs(1), metrics))
+    }
+
+    async fn claim(store: &Store, key: &StoreKey) -> ClaimOutcome {
+        let request = ClaimRequest::delivery(key, "aa", TTL, Duration::from_secs(600));
+        store.claim(request).await.unwrap()
+    }
+
+    /// Time is the subject: paused, it runs five leases long in no time,
+    /// and the memory store's clock runs with it.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_five_leases_long_keeps_its_claim_by_renewing() {
+        let store = store();
+        let key = store.key("s", "slow");
+        let ClaimOutcome::New(lease) = claim(&store, &key).await else {
+            panic!("a new key is claimed");
+        };
+        let counter = IntCounter::new("lost", "lost").unwrap();
+        let mut held = Claim::new(&store, &Arc::default(), key.clone(), lease, TTL, counter);
+        let rival = held
+            .renewing(async {
+                tokio::time::sleep(TTL * 5).await;
+                claim(&store, &key).await
+            })
+            .await;
+        assert!(
+            matches!(rival, ClaimOutcome::InFlight { .. }),
+            "a duplicate ran beside the renewing call: {rival:?}"
+        );
+        assert!(!held.lost);
+
+        // Unrenewed, the same wait lets the next claim take the key.
+        tokio::time::sleep(TTL * 2).await;
+        assert!(matches!(claim(&store, &key).await, ClaimOutcome::New(_)));
+    }
+}

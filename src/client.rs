@@ -10,7 +10,7 @@
 //! refused (the API's error is printed), 2 usage.
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
@@ -449,7 +449,7 @@ fn pretty(value: &Value) -> String {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
+    crate::clock::wall()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -336,7 +336,7 @@ impl Event {
 
     /// Signed now, as Stripe signs: `t=<unix>,v1=hex(HMAC-SHA256("t.body"))`.
     fn signed(&self) -> Delivery {
-        let timestamp = SystemTime::now()
+        let timestamp = crate::clock::wall()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();

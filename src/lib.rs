@@ -76,6 +76,7 @@ pub mod admin;
 pub mod cidr;
 pub mod claim;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod console;
 pub mod delivery;

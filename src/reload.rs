@@ -26,7 +26,6 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, Fixed};
 use crate::delivery::Engine;
-use crate::store::Clock;
 
 /// How often `server.watch` looks at the config's files.
 pub const WATCH_EVERY: Duration = Duration::from_secs(2);
@@ -58,7 +57,7 @@ impl Reloader {
         tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
         config: &Config,
     ) -> Self {
-        gateway.metrics().reloaded_at(Clock::system().now_ms());
+        gateway.metrics().reloaded_at(gateway.clock().now_ms());
         Self {
             gateway,
             tls,
@@ -90,7 +89,9 @@ impl Reloader {
                 }
                 counter.with_label_values(&["success"]).inc();
                 self.gateway.metrics().config_last_reload_ok.set(1);
-                self.gateway.metrics().reloaded_at(Clock::system().now_ms());
+                self.gateway
+                    .metrics()
+                    .reloaded_at(self.gateway.clock().now_ms());
                 Ok(reloaded)
             }
             Err(error) => {

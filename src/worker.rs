@@ -12,7 +12,7 @@
 //! crashed) — with a fencing token each, exactly as a delivery claims a key,
 //! and forwards each with the route's idempotency header, the event's own
 //! key on every attempt. The outcome is settled as any attempt's is
-//! (`Gateway::attempt`): a final answer is recorded; otherwise the next
+//! (`Engine::attempt`): a final answer is recorded; otherwise the next
 //! attempt is queued after an exponential backoff with full jitter, until
 //! `max_attempts` or `max_age` parks the event as a dead letter.
 //!
@@ -38,7 +38,7 @@ use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
 use crate::route::Route;
-use crate::store::{Clock, Due, Failure, FailureClass, Next, SyncNext};
+use crate::store::{Due, Failure, FailureClass, Next, SyncNext};
 use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::resend;
@@ -187,7 +187,7 @@ async fn deliver(
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
         return;
     };
-    let now_ms = Clock::system().now_ms();
+    let now_ms = gateway.clock().now_ms();
     if let Some(why) = policy::spent(&Rules::of(&route), claim.attempt(), first_seen_ms, now_ms) {
         // Never called again: a poison event whose attempts keep dying
         // with their gateway would otherwise be retried forever.

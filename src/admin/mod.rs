@@ -58,7 +58,7 @@ use crate::reload::Reloader;
 use crate::route::Route;
 use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
-use crate::store::{Clock, Cursor, RecordState};
+use crate::store::{Cursor, RecordState};
 use crate::traffic::Pause;
 
 /// Admin connections are few (a scraper, a probe, an operator).
@@ -379,7 +379,7 @@ impl Admin {
         }
         let action = if pause { "pause" } else { "resume" };
         let new = pause.then(|| Pause {
-            since_ms: Clock::system().now_ms(),
+            since_ms: self.gateway.clock().now_ms(),
             by: by.clone(),
             reason: reason.clone(),
         });

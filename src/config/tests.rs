@@ -76,7 +76,7 @@ fn applies_defaults() {
             crate::verify::RequestLine::POST,
             &headers,
             b"{}",
-            std::time::SystemTime::now(),
+            crate::clock::wall(),
         )
     };
     let tag = {
@@ -151,7 +151,7 @@ fn a_route_must_say_how_it_verifies() {
     let config = parse(&unsigned).unwrap();
     let route = &config.live.routes[0];
     assert_eq!(route.scheme.name, "none");
-    let now = std::time::SystemTime::now();
+    let now = crate::clock::wall();
     assert_eq!(
         route.verifier.verify(
             crate::verify::RequestLine::POST,

@@ -4,14 +4,15 @@
 //!
 //! Every entrance — a sender's delivery, the hybrid `respond_within`, an
 //! async worker, an operator's redelivery or replay — builds an
-//! [`Attempt`] and runs it with `Gateway::attempt`; nothing else calls
+//! [`Attempt`] and runs it with [`Engine::attempt`]; nothing else calls
 //! the upstream for a claimed event, and nothing else renews a claim. The
 //! entrances differ only in what they build: the claim, the admission
 //! traffic control gave, when the event was first seen, and their
 //! [`Kind`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -24,7 +25,7 @@ use super::Engine;
 use crate::claim::{Claim, Recording};
 use crate::replay::RecordedResponse;
 use crate::route::Route;
-use crate::store::{Clock, Failure, FailureClass, RecordState, StoredRequest};
+use crate::store::{Failure, FailureClass, RecordState, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -218,7 +219,7 @@ impl Engine {
             Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
             _ => Entrance::Delivery,
         };
-        let now_ms = Clock::system().now_ms();
+        let now_ms = self.clock().now_ms();
         let random = rand::thread_rng().gen::<u64>();
         let rules = Rules::of(route);
         let next = policy::next(

@@ -40,6 +40,9 @@ pub struct Engine {
     pauses: Pauses,
     /// OpenTelemetry tracing, when `[telemetry]` is configured.
     telemetry: Telemetry,
+    /// The one clock every entrance, the policy and the operator's actions
+    /// read (see `clock.rs`).
+    clock: Clock,
 }
 
 impl Engine {
@@ -59,6 +62,7 @@ impl Engine {
             metrics,
             draining: AtomicBool::new(false),
             places: Places::default(),
+            clock: Clock::system(),
         }
     }
 
@@ -80,6 +84,10 @@ impl Engine {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub fn places(&self) -> &Places {
@@ -183,7 +191,7 @@ impl Engine {
                     .set(count as i64);
             }
             if let Ok(oldest) = self.store.oldest(&route.scope, RecordState::Queued).await {
-                let age = oldest.map_or(0, |at| Clock::system().now_ms().saturating_sub(at));
+                let age = oldest.map_or(0, |at| self.clock.now_ms().saturating_sub(at));
                 metrics
                     .oldest_queued
                     .with_label_values(&[name])

@@ -16,7 +16,8 @@ mod answer;
 mod request;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::header::HeaderValue;
@@ -37,9 +38,7 @@ use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
-use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, StoreKey, Stored, StoredRequest,
-};
+use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, StoreKey, Stored, StoredRequest};
 use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
 use crate::upstream::{build_request, resend, stored_request, Delivery};
@@ -221,9 +220,12 @@ impl Gateway {
             method: &parts.method,
             query: parts.uri.query(),
         };
-        route
-            .verifier
-            .verify(line, &parts.headers, &body, SystemTime::now())?;
+        route.verifier.verify(
+            line,
+            &parts.headers,
+            &body,
+            self.engine.clock().system_time(),
+        )?;
         if let Some(handshake) = route.verifier.handshake(&body) {
             return Ok((handshake_response(handshake), Outcome::Handshake));
         }
@@ -315,7 +317,7 @@ impl Gateway {
             // limits, not by max_in_flight.
             place: Place::Free,
             kind: Kind::Sync,
-            first_seen_ms: Clock::system().now_ms(),
+            first_seen_ms: self.engine.clock().now_ms(),
             was_dead: false,
         };
         let attempted = self
@@ -439,7 +441,7 @@ impl Gateway {
         let engine = Arc::clone(&self.engine);
         let task_route = Arc::clone(route);
         let task_key = key.to_owned();
-        let accepted_ms = Clock::system().now_ms();
+        let accepted_ms = self.engine.clock().now_ms();
         let trace = log.trace.headers();
         let Hybrid {
             key: store_key,

@@ -19,7 +19,8 @@
 //! record stays failed, a dead letter is dead again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use http::StatusCode;
 
@@ -33,7 +34,7 @@ use crate::headers::new_request_id;
 use crate::key;
 use crate::route::Route;
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Clock, Lease, RecordState, StoreError, StoreKey, Stored,
+    ClaimMode, ClaimOutcome, ClaimRequest, Lease, RecordState, StoreError, StoreKey, Stored,
     StoredRequest,
 };
 use crate::traffic::{Admission, PAUSE_POLL};
@@ -235,7 +236,7 @@ impl Engine {
             if let ClaimOutcome::New(lease) = claimed {
                 let Some(leave) = leave.take() else { break };
                 let held = (store_key, lease, leave);
-                let now = Clock::system().now_ms();
+                let now = self.clock().now_ms();
                 return Ok(self
                     .send(route, held, &replay_key, request, Kind::Replay, now, false)
                     .await);

@@ -29,7 +29,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 
@@ -237,7 +238,7 @@ impl ReplayCache {
 fn remaining(record: &Record, retention: Duration) -> Option<Duration> {
     let completed = record.completed_at_ms?;
     let ends = SystemTime::UNIX_EPOCH + Duration::from_millis(completed) + retention;
-    ends.duration_since(SystemTime::now()).ok()
+    ends.duration_since(crate::clock::wall()).ok()
 }
 
 fn record_bytes(record: &Record) -> usize {
@@ -261,7 +262,7 @@ mod tests {
     use crate::replay::{BodyKept, RecordedResponse};
 
     fn completed(body: &str) -> Record {
-        let now = SystemTime::now()
+        let now = crate::clock::wall()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;

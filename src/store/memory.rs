@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::{
     decide, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock,
-    Decision, Deleted, Due, Failure, LastError, Lease, ListQuery, Record, RecordState, StoreError,
-    StoreKey,
+    Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, ListQuery, Listing, Queue,
+    Record, RecordState, Records, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -105,11 +105,9 @@ impl MemoryStore {
 
 impl Backend for MemoryStore {
     const NAME: &'static str = "memory";
+}
 
-    fn invalidations(&self) -> super::Invalidations {
-        super::Invalidations::Local
-    }
-
+impl Records for MemoryStore {
     async fn claim(
         &self,
         request: ClaimRequest<'_>,
@@ -356,34 +354,9 @@ impl Backend for MemoryStore {
         tables.records.remove(key);
         Ok(Deleted::Deleted)
     }
+}
 
-    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn set_control(
-        &self,
-        space: &str,
-        route: &str,
-        value: Option<&str>,
-    ) -> Result<(), StoreError> {
-        let mut tables = self.lock();
-        let name = (space.to_owned(), route.to_owned());
-        match value {
-            Some(value) => tables.controls.insert(name, value.to_owned()),
-            None => tables.controls.remove(&name),
-        };
-        Ok(())
-    }
-
-    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
-        let tables = self.lock();
-        Ok((tables.controls.iter())
-            .filter(|((of, _), _)| of == space)
-            .map(|((_, route), value)| (route.clone(), value.clone()))
-            .collect())
-    }
-
+impl Queue for MemoryStore {
     async fn lease_due(
         &self,
         source: &str,
@@ -430,7 +403,9 @@ impl Backend for MemoryStore {
         }
         Ok(leased)
     }
+}
 
+impl Listing for MemoryStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let now = self.clock.now_ms();
         let tables = self.lock();
@@ -457,6 +432,41 @@ impl Backend for MemoryStore {
         let now = self.clock.now_ms();
         let tables = self.lock();
         Ok(self.in_source(&tables, source, state, now).count() as u64)
+    }
+}
+
+impl Fleet for MemoryStore {
+    fn invalidations(&self) -> super::Invalidations {
+        super::Invalidations::Local
+    }
+
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut tables = self.lock();
+        let name = (space.to_owned(), route.to_owned());
+        match value {
+            Some(value) => tables.controls.insert(name, value.to_owned()),
+            None => tables.controls.remove(&name),
+        };
+        Ok(())
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let tables = self.lock();
+        Ok((tables.controls.iter())
+            .filter(|((of, _), _)| of == space)
+            .map(|((_, route), value)| (route.clone(), value.clone()))
+            .collect())
+    }
+}
+
+impl Health for MemoryStore {
+    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

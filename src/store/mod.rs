@@ -3,9 +3,15 @@
 //!
 //! A record moves `Processing` → `Completed`, or `Processing` → `Failed` →
 //! `Processing` again when the upstream failed and the sender retries, and
-//! → `Dead` after `max_attempts` (README, "Failed events and dead letters"). The contract is the [`Backend`]
-//! trait; every backend holds its invariants, and `tests/it/conformance.rs`
-//! runs the same suite against each:
+//! → `Dead` after `max_attempts`; an accepted one is `Queued` between its
+//! attempts (README, "Failed events and dead letters" and "Asynchronous
+//! delivery"; the record's life across entrances is [`decide`] in
+//! `record.rs`). The contract is [`Backend`], made of capabilities a
+//! backend implements together — [`Records`] (claims), [`Queue`] (leases
+//! of due accepted events, on the same records), [`Listing`], [`Fleet`]
+//! (route controls, the replay cache's feed) and [`Health`]; every backend
+//! holds the invariants, and `tests/it/conformance.rs` and
+//! `tests/it/record_life.rs` run the same suites against each:
 //!
 //! - `claim` is atomic: of any number of concurrent claims of a key, exactly
 //!   one gets [`ClaimOutcome::New`] with a fresh random fencing token.
@@ -30,12 +36,15 @@
 //! (prefix, scope and hash tags), bounds every operation by the store
 //! `timeout` (a slow store is an unavailable store, [`StoreError::Timeout`])
 //! and times and counts it. Adding a backend is one file that implements
-//! [`Backend`], one arm in [`Store::open`], and one line in the conformance
-//! suite.
+//! the capabilities, one arm in [`Store::open`], and one line in each
+//! conformance suite. [`backend`] holds the traits, `dynamic` the pointer
+//! [`Store`] keeps a backend behind, [`listing`] the pages listings return.
 
+mod backend;
 mod cache;
-mod clock;
+mod dynamic;
 mod embedded;
+mod listing;
 mod memory;
 mod postgres;
 mod record;
@@ -43,13 +52,15 @@ mod redis;
 mod settings;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
+pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records};
 pub use self::cache::{follow, Invalidations, ReplayCache};
-pub use self::clock::Clock;
+use self::dynamic::DynBackend;
 pub use self::embedded::EmbeddedStore;
+pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
 pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
@@ -59,6 +70,7 @@ pub use self::record::{
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};
+pub use crate::clock::Clock;
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 
@@ -70,312 +82,6 @@ pub enum StoreError {
     Backend(String),
     #[error("store holds a record hookgate cannot read: {0}")]
     Corrupt(String),
-}
-
-/// The contract of a claim store backend (see the module doc for its
-/// invariants). Keys arrive fully laid out by [`Store::key`].
-pub trait Backend: Send + Sync + 'static {
-    /// The `backend` name in `[store]`.
-    const NAME: &'static str;
-    /// Whether keys that one operation touches together (a key and its
-    /// replay guard) must share a hash tag: Redis Cluster.
-    const HASH_TAGS: bool = false;
-
-    /// Claim `request.key` with fencing token `token` (chosen by [`Store`],
-    /// so that it can release a claim whose answer it never got).
-    fn claim(
-        &self,
-        request: ClaimRequest<'_>,
-        token: &str,
-    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
-
-    /// Extend the lease of the holder of `token` to `processing_ttl` from now.
-    fn renew(
-        &self,
-        key: &StoreKey,
-        token: &str,
-        processing_ttl: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Record the final response; the record then lives for `retention`.
-    fn complete(
-        &self,
-        key: &StoreKey,
-        token: &str,
-        response: &RecordedResponse,
-        retention: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Record a failed attempt of the holder of `token`, by the record's
-    /// duty: an accepted record is queued again (due after
-    /// `failure.next.queued`) or dead, any other turns failed (the token
-    /// and lease kept when held) or dead. Either keeps the request and the
-    /// error, and lives for `failure.retention`. Returns the state left, or
-    /// `None` when the token no longer holds the record.
-    fn fail(
-        &self,
-        key: &StoreKey,
-        token: &str,
-        failure: &Failure<'_>,
-    ) -> impl Future<Output = Result<Option<RecordState>, StoreError>> + Send;
-
-    /// Lease up to `tokens.len()` async events of `source` that are due —
-    /// queued with their next attempt at hand, or held by a worker whose
-    /// lease lapsed — one token each, for `processing_ttl`; the attempt
-    /// count goes up by one. Atomic per event: of concurrent workers, one
-    /// gets each event.
-    fn lease_due(
-        &self,
-        source: &str,
-        tokens: &[String],
-        processing_ttl: Duration,
-    ) -> impl Future<Output = Result<Vec<Due>, StoreError>> + Send;
-
-    /// Give the key up so the next delivery claims it (the record turns
-    /// `Failed`, or `Queued` and due now for an async event); the attempt
-    /// count stays.
-    fn release(
-        &self,
-        key: &StoreKey,
-        token: &str,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    fn get(
-        &self,
-        key: &StoreKey,
-    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
-
-    /// Forget the key, so its next delivery is processed again — unless a
-    /// delivery holds a live claim on it and `force` is not set. Atomic: a
-    /// claim taken between a check and the delete is never removed.
-    fn delete(
-        &self,
-        key: &StoreKey,
-        force: bool,
-    ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
-
-    /// Whether the store answers, and would let a delivery do its work:
-    /// the permissions deliveries use under `space` (the key prefix), not
-    /// just a connection.
-    fn ping(&self, space: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Set (`Some`) or clear (`None`) the control `value` of `route` in
-    /// `space` (the key prefix): a route's pause, kept fleet-wide (README, "Traffic control").
-    /// The value is opaque text to the backend.
-    fn set_control(
-        &self,
-        space: &str,
-        route: &str,
-        value: Option<&str>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Every route control set in `space`: `(route, value)` pairs.
-    fn controls(
-        &self,
-        space: &str,
-    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
-
-    /// One page of `query`: `(id, record)` pairs, newest first, records as
-    /// [`Record::summary`] shows them.
-    fn list(
-        &self,
-        query: &ListQuery<'_>,
-    ) -> impl Future<Output = Result<Vec<(String, Record)>, StoreError>> + Send;
-
-    /// How many live records of `source` are in `state`.
-    fn count(
-        &self,
-        source: &str,
-        state: RecordState,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-    /// When the longest-waiting live record of `source` in `state` last
-    /// changed (Unix ms), if any: for `hookgate_oldest_queued_seconds`.
-    fn oldest(
-        &self,
-        source: &str,
-        state: RecordState,
-    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
-
-    /// Drop listing entries of `source` in `state` last changed before
-    /// `before_ms` (Unix ms): their records have expired. For backends that
-    /// keep listing indexes beside their records (Redis); the others list
-    /// from the records themselves and have nothing to do.
-    fn trim(
-        &self,
-        source: &str,
-        state: RecordState,
-        before_ms: u64,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        let _ = (source, state, before_ms);
-        async { Ok(0) }
-    }
-
-    /// Settings of the backend that would silently lose claims (Redis
-    /// eviction, no persistence), as operator warnings; empty when fine or
-    /// unknown.
-    fn risks(&self, longest_retention: Duration) -> impl Future<Output = Vec<String>> + Send {
-        let _ = longest_retention;
-        async { Vec::new() }
-    }
-
-    /// How a change made by another instance reaches this one's replay
-    /// cache (see `cache.rs`); without a way, the cache stays off.
-    fn invalidations(&self) -> Invalidations {
-        Invalidations::Unsupported
-    }
-
-    /// Tell every instance that `key` changed, on `channel` (Redis: a
-    /// `PUBLISH`); nothing where this process is the only writer.
-    fn publish(
-        &self,
-        channel: &str,
-        key: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (channel, key);
-        async { Ok(()) }
-    }
-}
-
-type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// [`Backend`] behind a pointer, so [`Store`] holds any backend without a
-/// type parameter. One allocation per operation; next to a store round trip
-/// it does not show (BENCHMARKS.md).
-trait DynBackend: Send + Sync {
-    fn claim<'a>(&'a self, request: ClaimRequest<'a>, token: &'a str) -> Op<'a, ClaimOutcome>;
-    fn renew<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        processing_ttl: Duration,
-    ) -> Op<'a, bool>;
-    fn complete<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        response: &'a RecordedResponse,
-        retention: Duration,
-    ) -> Op<'a, bool>;
-    fn fail<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        failure: &'a Failure<'a>,
-    ) -> Op<'a, Option<RecordState>>;
-    fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool>;
-    fn lease_due<'a>(
-        &'a self,
-        source: &'a str,
-        tokens: &'a [String],
-        processing_ttl: Duration,
-    ) -> Op<'a, Vec<Due>>;
-    fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
-    fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
-    fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
-    fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
-    fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
-    fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
-    fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()>;
-    fn set_control<'a>(
-        &'a self,
-        space: &'a str,
-        route: &'a str,
-        value: Option<&'a str>,
-    ) -> Op<'a, ()>;
-    fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>>;
-    fn risks(
-        &self,
-        longest_retention: Duration,
-    ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>>;
-    fn invalidations(&self) -> Invalidations;
-    fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()>;
-}
-
-impl<B: Backend> DynBackend for B {
-    fn claim<'a>(&'a self, request: ClaimRequest<'a>, token: &'a str) -> Op<'a, ClaimOutcome> {
-        Box::pin(Backend::claim(self, request, token))
-    }
-    fn renew<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        processing_ttl: Duration,
-    ) -> Op<'a, bool> {
-        Box::pin(Backend::renew(self, key, token, processing_ttl))
-    }
-    fn complete<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        response: &'a RecordedResponse,
-        retention: Duration,
-    ) -> Op<'a, bool> {
-        Box::pin(Backend::complete(self, key, token, response, retention))
-    }
-    fn fail<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        token: &'a str,
-        failure: &'a Failure<'a>,
-    ) -> Op<'a, Option<RecordState>> {
-        Box::pin(Backend::fail(self, key, token, failure))
-    }
-    fn release<'a>(&'a self, key: &'a StoreKey, token: &'a str) -> Op<'a, bool> {
-        Box::pin(Backend::release(self, key, token))
-    }
-    fn lease_due<'a>(
-        &'a self,
-        source: &'a str,
-        tokens: &'a [String],
-        processing_ttl: Duration,
-    ) -> Op<'a, Vec<Due>> {
-        Box::pin(Backend::lease_due(self, source, tokens, processing_ttl))
-    }
-    fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>> {
-        Box::pin(Backend::list(self, query))
-    }
-    fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64> {
-        Box::pin(Backend::count(self, source, state))
-    }
-    fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64> {
-        Box::pin(Backend::trim(self, source, state, before_ms))
-    }
-    fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>> {
-        Box::pin(Backend::oldest(self, source, state))
-    }
-    fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
-        Box::pin(Backend::get(self, key))
-    }
-    fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted> {
-        Box::pin(Backend::delete(self, key, force))
-    }
-    fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()> {
-        Box::pin(Backend::ping(self, space))
-    }
-    fn set_control<'a>(
-        &'a self,
-        space: &'a str,
-        route: &'a str,
-        value: Option<&'a str>,
-    ) -> Op<'a, ()> {
-        Box::pin(Backend::set_control(self, space, route, value))
-    }
-    fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>> {
-        Box::pin(Backend::controls(self, space))
-    }
-    fn risks(
-        &self,
-        longest_retention: Duration,
-    ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>> {
-        Box::pin(Backend::risks(self, longest_retention))
-    }
-    fn invalidations(&self) -> Invalidations {
-        Backend::invalidations(self)
-    }
-    fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()> {
-        Box::pin(Backend::publish(self, channel, key))
-    }
 }
 
 /// The configured backend, with the key layout and the per-operation
@@ -390,79 +96,6 @@ pub struct Store {
     /// Completed records kept in process (`store.replay_cache`); none when
     /// switched off or the backend has no invalidation feed yet.
     cache: Option<Arc<ReplayCache>>,
-}
-
-/// A record as a listing returns it.
-#[derive(Debug, Clone)]
-pub struct Listed {
-    pub scope: String,
-    pub id: String,
-    pub record: Record,
-}
-
-impl Listed {
-    /// Where it sorts: listings are newest first by this.
-    fn position(&self) -> (u64, &str, &str) {
-        (self.record.updated_ms, &self.scope, &self.id)
-    }
-
-    fn cursor(&self) -> Cursor {
-        Cursor {
-            updated_ms: self.record.updated_ms,
-            scope: self.scope.clone(),
-            id: self.id.clone(),
-        }
-    }
-}
-
-/// One page of a listing, and where the next one starts.
-#[derive(Debug, Clone)]
-pub struct Page {
-    pub records: Vec<Listed>,
-    pub next: Option<Cursor>,
-}
-
-/// Where a listing goes on: after the record at `(updated_ms, scope, id)`.
-/// Opaque to clients (URL-safe base64).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    updated_ms: u64,
-    scope: String,
-    id: String,
-}
-
-impl Cursor {
-    pub fn encode(&self) -> String {
-        use base64::Engine;
-        let text = format!("{}\n{}\n{}", self.updated_ms, self.scope, self.id);
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
-    }
-
-    pub fn decode(text: &str) -> Option<Self> {
-        use base64::Engine;
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(text)
-            .ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let mut parts = text.splitn(3, '\n');
-        Some(Self {
-            updated_ms: parts.next()?.parse().ok()?,
-            scope: parts.next()?.to_owned(),
-            id: parts.next()?.to_owned(),
-        })
-    }
-
-    /// The bound a listing of `scope` continues from: records of a scope
-    /// that sorts before the cursor's may share its time, those of a later
-    /// scope may not.
-    fn bound_for(&self, scope: &str) -> (u64, Option<&str>) {
-        let id = match scope.cmp(self.scope.as_str()) {
-            std::cmp::Ordering::Less => None,
-            std::cmp::Ordering::Equal => Some(self.id.as_str()),
-            std::cmp::Ordering::Greater => Some(""),
-        };
-        (self.updated_ms, id)
-    }
 }
 
 /// What a forced release found.
@@ -719,7 +352,7 @@ impl Store {
         self.deadline("get", self.backend.get(key)).await
     }
 
-    /// Forget `key` unless it is in flight (or `force`); see [`Backend::delete`].
+    /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         let deleted = self
             .deadline("delete", self.backend.delete(key, force))
@@ -792,7 +425,7 @@ impl Store {
     }
 
     /// Lease up to `limit` due async events of `scope` for `processing_ttl`
-    /// (see [`Backend::lease_due`]). Leases applied after their answer was
+    /// (see [`Queue::lease_due`]). Leases applied after their answer was
     /// lost to the deadline hold their events under tokens nobody has; those
     /// events are due again when the leases run out, so they are delayed by
     /// `processing_ttl`, never lost.
@@ -810,7 +443,7 @@ impl Store {
 
     /// Drop listing entries of `scope`'s records in `state` that were last
     /// changed more than `horizon` ago (the longest a record in that state
-    /// lives): see [`Backend::trim`].
+    /// lives): see [`Listing::trim`].
     pub async fn trim(
         &self,
         scope: &str,

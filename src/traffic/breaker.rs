@@ -8,7 +8,8 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use prometheus::{IntCounter, IntGauge};
 
@@ -197,8 +198,8 @@ mod tests {
         Arc::new(Breaker::new("r", settings, open, opened))
     }
 
-    #[test]
-    fn opens_after_failures_in_the_window_then_probes_once() {
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_failures_in_the_window_then_probes_once() {
         let breaker = breaker(3, 60_000, 50);
         for _ in 0..2 {
             breaker.admit().unwrap().settle(false);
@@ -211,26 +212,31 @@ mod tests {
         assert_eq!(breaker.open.get(), 1);
         assert!(breaker.admit().is_err(), "no call while open");
 
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(49)).await;
+        assert!(breaker.admit().is_err(), "still open just before open_for");
+        tokio::time::advance(Duration::from_millis(1)).await;
         let probe = breaker.admit().expect("one probe after open_for");
         assert!(breaker.admit().is_err(), "only one probe at a time");
         probe.settle(false);
         assert_eq!(breaker.state(), "open", "a failed probe opens it again");
         assert_eq!(breaker.opened.get(), 2);
 
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(50)).await;
         breaker.admit().unwrap().settle(true);
         assert_eq!(breaker.state(), "closed");
         assert_eq!(breaker.open.get(), 0);
     }
 
-    #[test]
-    fn failures_outside_the_window_are_forgotten() {
+    #[tokio::test(start_paused = true)]
+    async fn failures_outside_the_window_are_forgotten() {
         let breaker = breaker(2, 30, 1_000);
         breaker.admit().unwrap().settle(false);
-        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(31)).await;
         breaker.admit().unwrap().settle(false);
         assert_eq!(breaker.state(), "closed");
+        tokio::time::advance(Duration::from_millis(29)).await;
+        breaker.admit().unwrap().settle(false);
+        assert_eq!(breaker.state(), "open", "two failures within the window");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! at most N times the rate (docs/configuration.md says how to size it).
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::config::RateSettings;
 
@@ -84,8 +85,8 @@ impl TokenBucket {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_full_bucket_allows_the_burst_then_the_rate() {
+    #[tokio::test(start_paused = true)]
+    async fn a_full_bucket_allows_the_burst_then_the_rate() {
         let bucket = TokenBucket::new(RateSettings {
             per_second: 100.0,
             burst: 5,
@@ -93,8 +94,12 @@ mod tests {
         assert_eq!(bucket.take_up_to(10), 5);
         let wait = bucket.try_take().unwrap_err();
         assert!(wait <= Duration::from_millis(10), "{wait:?}");
-        std::thread::sleep(Duration::from_millis(25));
-        assert!(bucket.try_take().is_ok(), "refilled at the rate");
+        tokio::time::advance(Duration::from_millis(25)).await;
+        assert_eq!(
+            bucket.take_up_to(10),
+            2,
+            "refilled at the rate: 2.5 tokens in 25 ms"
+        );
         bucket.refund(100);
         assert_eq!(bucket.take_up_to(100), 5, "never above the burst");
     }

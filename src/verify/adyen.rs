@@ -154,7 +154,7 @@ mod tests {
             crate::verify::RequestLine::POST,
             &HeaderMap::new(),
             body.as_bytes(),
-            SystemTime::now(),
+            crate::clock::wall(),
         )
     }
 

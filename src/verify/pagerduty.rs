@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn accepts_the_vector_alone_or_in_a_rotation_list() {
-        let now = SystemTime::now();
+        let now = crate::clock::wall();
         let v = verifier();
         assert_eq!(
             v.verify(&signed(&format!("v1={SIGNATURE}")), BODY, now),
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn refuses_forgeries() {
-        let now = SystemTime::now();
+        let now = crate::clock::wall();
         let v = verifier();
         let bad = Err(VerifyError::SignatureInvalid);
         let good = format!("v1={SIGNATURE}");

@@ -241,7 +241,7 @@ async fn a_slow_header_sender_is_disconnected() {
         .write_all(b"POST /hook HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "the connection was closed by the gateway");

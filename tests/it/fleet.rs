@@ -82,7 +82,7 @@ async fn deliver_all(urls: &[String], events: usize, prefix: &str) -> HashMap<St
         tasks.push(tokio::spawn(async move {
             // Pace the stream so the disruption lands in the middle of it.
             tokio::time::sleep(Duration::from_millis(i as u64 * 15)).await;
-            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
             let mut target = url;
             loop {
                 match sender.try_send(signed(&target, &event(&id))).await {
@@ -90,7 +90,7 @@ async fn deliver_all(urls: &[String], events: usize, prefix: &str) -> HashMap<St
                     Ok(_) => {}
                     Err(_) => target = other.clone(), // that gateway is gone
                 }
-                assert!(std::time::Instant::now() < deadline, "{id} never settled");
+                assert!(tokio::time::Instant::now() < deadline, "{id} never settled");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }));

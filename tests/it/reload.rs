@@ -342,7 +342,7 @@ async fn request_limits_are_live() {
     );
 
     // A sender that stops halfway through its body is cut off after 300 ms.
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
     let head = "POST /hook HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"id\":";
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -511,7 +511,7 @@ async fn a_secret_volume_update_is_reloaded_by_the_watcher() {
         &[],
     )
     .unwrap();
-    let now = std::time::SystemTime::now()
+    let now = hookgate::clock::wall()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
@@ -592,7 +592,7 @@ async fn drain_delay_keeps_accepting_while_readiness_is_down() {
     let mut gateway = GatewayProcess::start(&path, port).await;
     let readyz = format!("http://127.0.0.1:{admin_port}/readyz");
     assert_eq!(get(&readyz, None).await.status, StatusCode::OK);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     std::process::Command::new("kill")
         .args(["-TERM", &gateway.child.id().to_string()])
         .status()

@@ -3,7 +3,8 @@
 //! redelivery on one instance reaches every instance's cache — two gateways
 //! on one real Redis, a real Redis Cluster and a real PostgreSQL.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use http::{Method, StatusCode};
 

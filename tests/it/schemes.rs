@@ -3,7 +3,7 @@
 //! no trace in Redis, and GitHub's unsigned delivery id cannot be used to
 //! replay a captured body.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use base64::Engine;
 use bytes::Bytes;
@@ -45,7 +45,7 @@ fn mailgun_signed(body: &str, id: &str, ts: u64) -> String {
 }
 
 fn now() -> u64 {
-    SystemTime::now()
+    hookgate::clock::wall()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()

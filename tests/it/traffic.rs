@@ -5,7 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
@@ -529,7 +530,7 @@ async fn a_sync_routes_rate_limit_refuses_the_excess() {
         let url = url.clone();
         let at = started + Duration::from_millis(i * 1000 / 60);
         sends.push(tokio::spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
+            tokio::time::sleep_until(at).await;
             Sender::new()
                 .deliver(&url, &event(&format!("evt_rate_{i}")))
                 .await

@@ -40,8 +40,8 @@ use tokio::sync::oneshot;
 use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
 use super::Synchronous;
 use super::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Invalidations, ListQuery,
-    Record, RecordState, StoreError, StoreKey,
+    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
+    Invalidations, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -119,12 +119,9 @@ impl EmbeddedStore {
 
 impl Backend for EmbeddedStore {
     const NAME: &'static str = "embedded";
+}
 
-    /// The file is locked by one gateway: nobody else writes it.
-    fn invalidations(&self) -> Invalidations {
-        Invalidations::Local
-    }
-
+impl Records for EmbeddedStore {
     async fn claim(
         &self,
         request: ClaimRequest<'_>,
@@ -244,41 +241,9 @@ impl Backend for EmbeddedStore {
             _ => Err(unexpected()),
         }
     }
+}
 
-    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
-        match self.call(Op::Ping).await? {
-            Reply::Pong => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    async fn set_control(
-        &self,
-        space: &str,
-        route: &str,
-        value: Option<&str>,
-    ) -> Result<(), StoreError> {
-        let op = Op::SetControl {
-            space: space.to_owned(),
-            route: route.to_owned(),
-            value: value.map(str::to_owned),
-        };
-        match self.call(op).await? {
-            Reply::Pong => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
-        let op = Op::Controls {
-            space: space.to_owned(),
-        };
-        match self.call(op).await? {
-            Reply::Controls(controls) => Ok(controls),
-            _ => Err(unexpected()),
-        }
-    }
-
+impl Queue for EmbeddedStore {
     async fn lease_due(
         &self,
         source: &str,
@@ -295,7 +260,9 @@ impl Backend for EmbeddedStore {
             _ => Err(unexpected()),
         }
     }
+}
 
+impl Listing for EmbeddedStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let op = Op::List {
             source: query.source.to_owned(),
@@ -332,6 +299,49 @@ impl Backend for EmbeddedStore {
     }
 }
 
+impl Fleet for EmbeddedStore {
+    /// The file is locked by one gateway: nobody else writes it.
+    fn invalidations(&self) -> Invalidations {
+        Invalidations::Local
+    }
+
+    async fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetControl {
+            space: space.to_owned(),
+            route: route.to_owned(),
+            value: value.map(str::to_owned),
+        };
+        match self.call(op).await? {
+            Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let op = Op::Controls {
+            space: space.to_owned(),
+        };
+        match self.call(op).await? {
+            Reply::Controls(controls) => Ok(controls),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+impl Health for EmbeddedStore {
+    async fn ping(&self, _space: &str) -> Result<(), StoreError> {
+        match self.call(Op::Ping).await? {
+            Reply::Pong => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
 fn unexpected() -> StoreError {
     StoreError::Corrupt("the database thread answered another request".into())
 }
@@ -363,7 +373,7 @@ fn lock_file(path: &Path) -> Result<File, StoreError> {
 
 /// The database thread: group-commit batches of requests, sweep between them.
 fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) {
-    let mut last_sweep = std::time::Instant::now();
+    let mut last_sweep = tokio::time::Instant::now();
     let mut backlog = false;
     loop {
         let wait = if backlog {
@@ -389,7 +399,7 @@ fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) 
         // A full step means more is waiting: take the next one after the
         // next batch of requests instead of waiting a whole interval.
         if backlog || last_sweep.elapsed() >= SWEEP_EVERY {
-            last_sweep = std::time::Instant::now();
+            last_sweep = tokio::time::Instant::now();
             backlog = match sweep_step(&connection, clock.now_ms()) {
                 Ok(deleted) => deleted >= SWEEP_BATCH,
                 Err(error) => {

@@ -39,8 +39,8 @@ use tokio_postgres::Row;
 pub use self::sql::MIGRATIONS;
 use super::{
     decide, follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Decision, Deleted,
-    Due, Failure, FailureClass, Invalidations, LastError, Lease, ListQuery, Record, RecordState,
-    StoreError, StoreKey, StoreSettings, StoredRequest,
+    Due, Failure, FailureClass, Fleet, Health, Invalidations, LastError, Lease, ListQuery, Listing,
+    Queue, Record, RecordState, Records, StoreError, StoreKey, StoreSettings, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -327,26 +327,9 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), StoreErro
 
 impl Backend for PostgresStore {
     const NAME: &'static str = "postgres";
+}
 
-    /// `LISTEN` on a connection of its own; `NOTIFY` reaches every
-    /// gateway's listener.
-    fn invalidations(&self) -> Invalidations {
-        let listen = self.listen.clone();
-        Invalidations::Feed(Box::new(move |channel, cache| {
-            let channel = pg_channel(&channel);
-            follow(&cache, move || listen.clone().subscribe(channel.clone()));
-        }))
-    }
-
-    async fn publish(&self, channel: &str, key: &str) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute("SELECT pg_notify($1, $2)", &[&pg_channel(channel), &key])
-            .await
-            .map(drop)
-            .map_err(db)
-    }
-
+impl Records for PostgresStore {
     async fn claim(
         &self,
         request: ClaimRequest<'_>,
@@ -470,6 +453,36 @@ impl Backend for PostgresStore {
         self.applied(sql::RELEASE, &params).await
     }
 
+    async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let client = self.client().await?;
+        Ok(live_record(&client, key.source(), key.id())
+            .await?
+            .map(|(record, _)| record))
+    }
+
+    async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::DELETE).await.map_err(db)?;
+        let deleted = client
+            .execute(&statement, &[&key.source(), &key.id(), &force])
+            .await
+            .map_err(db)?;
+        if deleted == 1 {
+            return Ok(Deleted::Deleted);
+        }
+        let exists = client
+            .query_opt(sql::EXISTS, &[&key.source(), &key.id()])
+            .await
+            .map_err(db)?;
+        Ok(if exists.is_some() {
+            Deleted::InFlight
+        } else {
+            Deleted::NotFound
+        })
+    }
+}
+
+impl Queue for PostgresStore {
     async fn lease_due(
         &self,
         source: &str,
@@ -508,7 +521,9 @@ impl Backend for PostgresStore {
         transaction.commit().await.map_err(db)?;
         Ok(leased)
     }
+}
 
+impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let client = self.client().await?;
         let list = if query.state.parked() {
@@ -561,6 +576,27 @@ impl Backend for PostgresStore {
             .map_err(db)?;
         Ok(row.get::<_, i64>(0) as u64)
     }
+}
+
+impl Fleet for PostgresStore {
+    /// `LISTEN` on a connection of its own; `NOTIFY` reaches every
+    /// gateway's listener.
+    fn invalidations(&self) -> Invalidations {
+        let listen = self.listen.clone();
+        Invalidations::Feed(Box::new(move |channel, cache| {
+            let channel = pg_channel(&channel);
+            follow(&cache, move || listen.clone().subscribe(channel.clone()));
+        }))
+    }
+
+    async fn publish(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&pg_channel(channel), &key])
+            .await
+            .map(drop)
+            .map_err(db)
+    }
 
     async fn set_control(
         &self,
@@ -587,35 +623,9 @@ impl Backend for PostgresStore {
         let rows = client.query(&statement, &[&space]).await.map_err(db)?;
         Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
+}
 
-    async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        let client = self.client().await?;
-        Ok(live_record(&client, key.source(), key.id())
-            .await?
-            .map(|(record, _)| record))
-    }
-
-    async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(sql::DELETE).await.map_err(db)?;
-        let deleted = client
-            .execute(&statement, &[&key.source(), &key.id(), &force])
-            .await
-            .map_err(db)?;
-        if deleted == 1 {
-            return Ok(Deleted::Deleted);
-        }
-        let exists = client
-            .query_opt(sql::EXISTS, &[&key.source(), &key.id()])
-            .await
-            .map_err(db)?;
-        Ok(if exists.is_some() {
-            Deleted::InFlight
-        } else {
-            Deleted::NotFound
-        })
-    }
-
+impl Health for PostgresStore {
     async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         let client = self.client().await?;
         client.query_one(sql::NOW, &[]).await.map(drop).map_err(db)

@@ -42,7 +42,7 @@ async fn idle_sockets_are_closed_and_free_their_slots() {
     let mut sniffed = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
     sniffed.write_all(b"PO").await.unwrap();
 
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
     assert!(closed_within(&mut sniffed, Duration::from_secs(3)).await);
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -151,7 +151,7 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
     };
     is_locked.recv().unwrap();
 
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let claims: Vec<_> = (0..6_000)
         .map(|i| {
             let store = Arc::clone(&store);
@@ -280,7 +280,9 @@ struct LateAnswers(hookgate::store::MemoryStore);
 
 impl hookgate::store::Backend for LateAnswers {
     const NAME: &'static str = "late";
+}
 
+impl hookgate::store::Records for LateAnswers {
     async fn claim(
         &self,
         request: hookgate::store::ClaimRequest<'_>,
@@ -327,6 +329,23 @@ impl hookgate::store::Backend for LateAnswers {
         self.0.release(key, token).await
     }
 
+    async fn get(
+        &self,
+        key: &hookgate::store::StoreKey,
+    ) -> Result<Option<hookgate::store::Record>, hookgate::store::StoreError> {
+        self.0.get(key).await
+    }
+
+    async fn delete(
+        &self,
+        key: &hookgate::store::StoreKey,
+        force: bool,
+    ) -> Result<hookgate::store::Deleted, hookgate::store::StoreError> {
+        self.0.delete(key, force).await
+    }
+}
+
+impl hookgate::store::Queue for LateAnswers {
     async fn lease_due(
         &self,
         source: &str,
@@ -335,7 +354,9 @@ impl hookgate::store::Backend for LateAnswers {
     ) -> Result<Vec<hookgate::store::Due>, hookgate::store::StoreError> {
         self.0.lease_due(source, tokens, processing_ttl).await
     }
+}
 
+impl hookgate::store::Listing for LateAnswers {
     async fn list(
         &self,
         query: &hookgate::store::ListQuery<'_>,
@@ -358,7 +379,9 @@ impl hookgate::store::Backend for LateAnswers {
     ) -> Result<u64, hookgate::store::StoreError> {
         self.0.count(source, state).await
     }
+}
 
+impl hookgate::store::Fleet for LateAnswers {
     async fn set_control(
         &self,
         space: &str,
@@ -374,22 +397,9 @@ impl hookgate::store::Backend for LateAnswers {
     ) -> Result<Vec<(String, String)>, hookgate::store::StoreError> {
         self.0.controls(space).await
     }
+}
 
-    async fn get(
-        &self,
-        key: &hookgate::store::StoreKey,
-    ) -> Result<Option<hookgate::store::Record>, hookgate::store::StoreError> {
-        self.0.get(key).await
-    }
-
-    async fn delete(
-        &self,
-        key: &hookgate::store::StoreKey,
-        force: bool,
-    ) -> Result<hookgate::store::Deleted, hookgate::store::StoreError> {
-        self.0.delete(key, force).await
-    }
-
+impl hookgate::store::Health for LateAnswers {
     async fn ping(&self, space: &str) -> Result<(), hookgate::store::StoreError> {
         self.0.ping(space).await
     }

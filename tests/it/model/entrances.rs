@@ -6,12 +6,12 @@
 //!
 //! | action | code |
 //! | --- | --- |
-//! | `Deliver` | a sync route: `pipeline::Gateway::claim` → `Backend::claim` in `ClaimMode::Deliver` |
-//! | `Accept` / `AcceptClaimed` | an async route: `Gateway::accept` → `ClaimMode::Accept`, or the hybrid's `ClaimMode::AcceptClaimed` |
-//! | `Lease` | `worker::pass` → `Backend::lease_due` (every scope's queue, whatever the route's mode) |
-//! | `Redeliver` | `redeliver::Gateway::redeliver` → `ClaimMode::Redeliver` (a queued event is made due) |
-//! | `Call`, `Settle` | `delivery::Gateway::attempt`: the call, then `Claim::complete` / `Claim::fail` — the store applies the record's duty (`Failure::state`) |
-//! | `Release` | SIGTERM's `Claims::release_all` (and `POST …/release`, a lost claim answer) → `Backend::release` |
+//! | `Deliver` | a sync route: `ingress::Gateway::claim` → `Records::claim` in `ClaimMode::Deliver` |
+//! | `Accept` / `AcceptClaimed` | an async route: `ingress::Gateway::accept` → `ClaimMode::Accept`, or the hybrid's `ClaimMode::AcceptClaimed` |
+//! | `Lease` | `worker::pass` → `Queue::lease_due` (every scope's queue, whatever the route's mode) |
+//! | `Redeliver` | `ops::redeliver` (`Engine::redeliver`) → `ClaimMode::Redeliver` (a queued event is made due) |
+//! | `Call`, `Settle` | `delivery::attempt` (`Engine::attempt`): the call, then `Claim::complete` / `Claim::fail` — the store applies the record's duty (`Failure::state`) |
+//! | `Release` | SIGTERM's `Claims::release_all` (and `POST …/release`, a lost claim answer) → `Records::release` |
 //! | `Crash` | a holder dies (SIGKILL, or a caller hanging up on code that ran in its connection) |
 //! | `Lapse` | the holder's lease runs out in the store |
 //! | `Reload` | a reload turns the route sync ↔ async (or a second route of the other mode shares the scope) |
@@ -168,7 +168,7 @@ enum Mode {
 }
 
 impl Rules {
-    /// `Backend::claim` in `mode` by `who`; whether `who` now holds it.
+    /// `Records::claim` in `mode` by `who`; whether `who` now holds it.
     fn claim(&self, state: &mut State, who: Who, mode: Mode) -> bool {
         let accepting = matches!(mode, Mode::Accept | Mode::AcceptClaimed);
         let rec = state.rec;

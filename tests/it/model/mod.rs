@@ -13,17 +13,17 @@
 //!
 //! | action | code |
 //! | --- | --- |
-//! | `Deliver` | `pipeline::Gateway::claim` → `store::Backend::claim` in `ClaimMode::Deliver` (insert, or take over a failed or lapsed record; a dead one answers `dead_letter_status`) |
-//! | `Renew` | `claim::Claim::renewing` → `Backend::renew` (compare-and-set on the token, no expiry check) |
+//! | `Deliver` | `ingress::Gateway::claim` → `store::Records::claim` in `ClaimMode::Deliver` (insert, or take over a failed or lapsed record; a dead one answers `dead_letter_status`) |
+//! | `Renew` | `claim::Claim::renewing` → `Records::renew` (compare-and-set on the token, no expiry check) |
 //! | `Upstream` | `upstream::Upstream::send` (the call and its outcome class) |
-//! | `Settle` | `delivery::attempt` (`Gateway::attempt`, what follows by `delivery::policy::next`) → `Claim::complete` / `Claim::fail` (failed or dead by `max_attempts`; `hold` keeps token and lease on an unknown outcome) |
+//! | `Settle` | `delivery::attempt` (`Engine::attempt`, what follows by `delivery::policy::next`) → `Claim::complete` / `Claim::fail` (failed or dead by `max_attempts`; `hold` keeps token and lease on an unknown outcome) |
 //! | `Crash` | the process dies: its claims are left to their leases |
 //! | `Tick` | time passing (the store `Clock`, or Redis `TIME`) |
 //! | `Forget` | admin `DELETE` → `Store::delete(key, force = false)` |
 //! | `ForceRelease` | admin `POST …/release` → `Store::force_release` |
-//! | `Redeliver` | admin `POST …/redeliver` → `Gateway::redeliver` → `Backend::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
+//! | `Redeliver` | admin `POST …/redeliver` → `Engine::redeliver` → `Records::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
 //! | `RedeliverForced` | `…/redeliver?force=true`: a completed record too |
-//! | `Replay` | admin `POST …/replay` → `Gateway::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |
+//! | `Replay` | admin `POST …/replay` → `Engine::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |
 //!
 //! Properties:
 //! - the upstream performs the event's side effect under its key once, plus
@@ -512,7 +512,7 @@ impl State {
 }
 
 impl Protocol {
-    /// `Backend::claim` of the event's key by gateway `g`, a delivery or
+    /// `Records::claim` of the event's key by gateway `g`, a delivery or
     /// (`redeliver`) an operator's redelivery.
     fn claim(&self, state: &mut State, g: usize, redeliver: bool) -> Claimed {
         let live = state.lease_live();
@@ -688,9 +688,9 @@ fn the_checker_finds_a_forwarded_dead_letter() {
 ///
 /// | action | code |
 /// | --- | --- |
-/// | `Accept` | `pipeline::Gateway::accept` → `Backend::claim` in `ClaimMode::Accept` |
-/// | `Lease` | `worker::pass` → `Backend::lease_due`; `worker::deliver` parks a spent event (`delivery::policy::spent`) |
-/// | `Upstream`, `Settle` | `worker::deliver` → `Gateway::attempt` (a failure queues the next attempt) |
+/// | `Accept` | `ingress::Gateway::accept` → `Records::claim` in `ClaimMode::Accept` |
+/// | `Lease` | `worker::pass` → `Queue::lease_due`; `worker::deliver` parks a spent event (`delivery::policy::spent`) |
+/// | `Upstream`, `Settle` | `worker::deliver` → `Engine::attempt` (a failure queues the next attempt) |
 /// | `Lapse` | a worker's lease runs out (it crashed, or stalled past `processing_ttl`) |
 #[derive(Clone)]
 struct AsyncProtocol {

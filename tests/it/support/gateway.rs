@@ -160,8 +160,8 @@ impl TestGateway {
     /// Whether the replay cache serves (its invalidation feed subscribed)
     /// within 5 s.
     pub async fn replay_cache_live(&self) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
             let cache = self.gateway.store().replay_cache();
             if cache.is_some_and(|cache| cache.is_live()) {
                 return true;

@@ -14,7 +14,8 @@ mod sender;
 mod upstream;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub use self::admin::*;
 pub use self::gateway::*;

@@ -1,7 +1,8 @@
 //! The sender's side: signing, delivering, and retrying like a webhook
 //! sender does.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};

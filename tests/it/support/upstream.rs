@@ -27,7 +27,7 @@ pub struct Seen {
     /// Which call this was for its idempotency key (1 = first).
     pub nth: usize,
     /// When the request arrived.
-    pub at: std::time::Instant,
+    pub at: tokio::time::Instant,
     /// What the upstream answered (or will answer, once its delay is over).
     pub status: StatusCode,
 }
@@ -147,7 +147,7 @@ impl Upstream {
                                     headers: parts.headers,
                                     body,
                                     nth: 0,
-                                    at: std::time::Instant::now(),
+                                    at: tokio::time::Instant::now(),
                                     status: StatusCode::OK,
                                 };
                                 let key = seen.key();

@@ -1,5 +1,11 @@
-//! Store time for the backends that keep their own (memory, embedded): Unix
-//! milliseconds that never step.
+//! hookgate's one clock. Nothing else reads the system's clocks (clippy
+//! refuses `std::time::Instant` and `SystemTime::now` elsewhere): elapsed
+//! time is `tokio::time::Instant`, which tests pause and advance
+//! (`#[tokio::test(start_paused = true)]`), and wall time is [`Clock`] or,
+//! for a signature's timestamp, [`wall`].
+//!
+//! [`Clock`] is Unix milliseconds that never step: the engine's, and the
+//! store time of the backends that keep their own (memory, embedded).
 //!
 //! The clock reads the wall clock once, at start, and moves on from there
 //! with the monotonic clock, so a forward step of the system clock (NTP, an
@@ -13,7 +19,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 /// A shared handle: clones read (and advance) the same time.
 #[derive(Clone, Debug)]
@@ -28,13 +36,25 @@ struct Anchor {
     advanced_ms: AtomicU64,
 }
 
+/// The wall clock, now: for what is judged against a sender's own clock
+/// (a signature's timestamp), and to anchor a [`Clock`].
+#[allow(clippy::disallowed_methods)] // the one read of the system clock
+pub fn wall() -> SystemTime {
+    SystemTime::now()
+}
+
 impl Clock {
     /// Anchored to the wall clock now.
     pub fn system() -> Self {
-        let unix_ms = SystemTime::now()
+        let unix_ms = wall()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         Self::anchored(unix_ms, Instant::now())
+    }
+
+    /// This clock's time as a `SystemTime`.
+    pub fn system_time(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.now_ms())
     }
 
     fn anchored(unix_ms: u64, started: Instant) -> Self {

@@ -1,0 +1,199 @@
+//! The contract every store backend implements (see the store module's doc
+//! for its invariants), and the defaults of what a backend may not need.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{
+    ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, ListQuery, Record,
+    RecordState, StoreError, StoreKey,
+};
+use crate::replay::RecordedResponse;
+
+/// A store backend: every capability, implemented together (see the store
+/// module's doc for the invariants, and `tests/it/conformance.rs` for the
+/// suite each runs). Keys arrive fully laid out by
+/// [`Store::key`](super::Store::key).
+pub trait Backend: Queue + Listing + Fleet + Health {
+    /// The `backend` name in `[store]`.
+    const NAME: &'static str;
+
+    /// Whether keys that one operation touches together (a key and its
+    /// replay guard) must share a hash tag: Redis Cluster.
+    const HASH_TAGS: bool = false;
+}
+
+/// Records: one per scoped key, claimed atomically under a fencing token,
+/// renewed, completed, failed by the record's duty, released, read and
+/// forgotten.
+pub trait Records: Send + Sync + 'static {
+    /// Claim `request.key` with fencing token `token` (chosen by [`Store`](super::Store),
+    /// so that it can release a claim whose answer it never got).
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
+    /// Extend the lease of the holder of `token` to `processing_ttl` from now.
+    fn renew(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        processing_ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Record the final response; the record then lives for `retention`.
+    fn complete(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        response: &RecordedResponse,
+        retention: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Record a failed attempt of the holder of `token`, by the record's
+    /// duty: an accepted record is queued again (due after
+    /// `failure.next.queued`) or dead, any other turns failed (the token
+    /// and lease kept when held) or dead. Either keeps the request and the
+    /// error, and lives for `failure.retention`. Returns the state left, or
+    /// `None` when the token no longer holds the record.
+    fn fail(
+        &self,
+        key: &StoreKey,
+        token: &str,
+        failure: &Failure<'_>,
+    ) -> impl Future<Output = Result<Option<RecordState>, StoreError>> + Send;
+
+    /// Give the key up so the next delivery claims it (the record turns
+    /// `Failed`, or `Queued` and due now for an async event); the attempt
+    /// count stays.
+    fn release(
+        &self,
+        key: &StoreKey,
+        token: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    fn get(
+        &self,
+        key: &StoreKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Forget the key, so its next delivery is processed again — unless a
+    /// delivery holds a live claim on it and `force` is not set. Atomic: a
+    /// claim taken between a check and the delete is never removed.
+    fn delete(
+        &self,
+        key: &StoreKey,
+        force: bool,
+    ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+}
+
+/// The queue of accepted events. On the same backend as [`Records`]: one
+/// atomic step changes a record and its due entry together.
+pub trait Queue: Records {
+    /// Lease up to `tokens.len()` async events of `source` that are due —
+    /// queued with their next attempt at hand, or held by a worker whose
+    /// lease lapsed — one token each, for `processing_ttl`; the attempt
+    /// count goes up by one. Atomic per event: of concurrent workers, one
+    /// gets each event.
+    fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<Due>, StoreError>> + Send;
+}
+
+/// Listings for operators and gauges, served by indexes (never a scan of
+/// the keyspace).
+pub trait Listing: Send + Sync + 'static {
+    /// One page of `query`: `(id, record)` pairs, newest first, records as
+    /// [`Record::summary`] shows them.
+    fn list(
+        &self,
+        query: &ListQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<(String, Record)>, StoreError>> + Send;
+
+    /// How many live records of `source` are in `state`.
+    fn count(
+        &self,
+        source: &str,
+        state: RecordState,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// When the longest-waiting live record of `source` in `state` last
+    /// changed (Unix ms), if any: for `hookgate_oldest_queued_seconds`.
+    fn oldest(
+        &self,
+        source: &str,
+        state: RecordState,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
+    /// Drop listing entries of `source` in `state` last changed before
+    /// `before_ms` (Unix ms): their records have expired. For backends that
+    /// keep listing indexes beside their records (Redis); the others list
+    /// from the records themselves and have nothing to do.
+    fn trim(
+        &self,
+        source: &str,
+        state: RecordState,
+        before_ms: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = (source, state, before_ms);
+        async { Ok(0) }
+    }
+}
+
+/// What instances of a fleet share beyond records: route controls (pauses)
+/// and the replay cache's invalidation feed.
+pub trait Fleet: Send + Sync + 'static {
+    /// Set (`Some`) or clear (`None`) the control `value` of `route` in
+    /// `space` (the key prefix): a route's pause, kept fleet-wide (README, "Traffic control").
+    /// The value is opaque text to the backend.
+    fn set_control(
+        &self,
+        space: &str,
+        route: &str,
+        value: Option<&str>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every route control set in `space`: `(route, value)` pairs.
+    fn controls(
+        &self,
+        space: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+
+    /// How a change made by another instance reaches this one's replay
+    /// cache (see `cache.rs`); without a way, the cache stays off.
+    fn invalidations(&self) -> Invalidations {
+        Invalidations::Unsupported
+    }
+
+    /// Tell every instance that `key` changed, on `channel` (Redis: a
+    /// `PUBLISH`); nothing where this process is the only writer.
+    fn publish(
+        &self,
+        channel: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (channel, key);
+        async { Ok(()) }
+    }
+}
+
+/// Whether the backend serves, and settings that would lose claims.
+pub trait Health: Send + Sync + 'static {
+    /// Whether the store answers, and would let a delivery do its work:
+    /// the permissions deliveries use under `space` (the key prefix), not
+    /// just a connection.
+    fn ping(&self, space: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Settings of the backend that would silently lose claims (Redis
+    /// eviction, no persistence), as operator warnings; empty when fine or
+    /// unknown.
+    fn risks(&self, longest_retention: Duration) -> impl Future<Output = Vec<String>> + Send {
+        let _ = longest_retention;
+        async { Vec::new() }
+    }
+}

@@ -1,0 +1,316 @@
+//! The Redis store's Lua scripts, one per operation, each one atomic step
+//! on the record, its listing index and its queue's due index. The claim
+//! script is the record's life (`store/record.rs`, `decide`) in Lua.
+
+/// Shared by every script: the current Redis time in ms, and the listing
+/// indexes. Each state of a source has one sorted set, `{source}!{state}`,
+/// of event ids scored by their last change; a script that changes a
+/// record's state moves its id in the same step (two sorted-set writes).
+/// Entries whose record expired are dropped by listings as they meet them,
+/// and in bulk by [`Listing::trim`](super::super::Listing::trim) (the gateway's periodic sweep), so the
+/// write path never looks for them. (The `!` keeps index keys out of the
+/// event keys' `{source}:` namespace; on a cluster the source's hash tag
+/// puts them in the records' slot.)
+pub(super) const PRELUDE: &str = "local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function index(src, id, from, to)
+  if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
+  redis.call('ZADD', src .. '!' .. to, now, id)
+end
+";
+
+/// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
+/// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
+/// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced, 3
+/// accept, 4 accept claimed), then a request to keep (route, replay_of,
+/// method, query, headers, body; method '' keeps the one held).
+///
+/// The rules are `record.rs`'s `decide`, line by line. Returns {1,
+/// attempts} when claimed (or accepted as new), {2} when the record was
+/// queued (an acceptance of a record nobody holds, an operator making a
+/// queued event due now), {3, ms} when an acceptance adopted a sync
+/// holder's record (in flight for ms more), and {0, now, HGETALL...} of the
+/// record that answers otherwise. An accepted record (`accepted`, or
+/// `next_attempt` from before that field) stays owed to its queue: every
+/// claim of it keeps it in the due index, `{source}!due`, scored by when a
+/// worker takes it up.
+pub(super) const CLAIM: &str = "
+local mode = ARGV[7]
+local accepting = mode == '3' or mode == '4'
+local operator = mode == '1' or mode == '2'
+local due = ARGV[5] .. '!due'
+local function answers(key)
+  local s = redis.call('HMGET', key, 'state', 'lease_until')
+  if not s[1] then return false end
+  if s[1] == 'completed' or s[1] == 'dead' or s[1] == 'queued' then return true end
+  return s[2] and tonumber(s[2]) > now
+end
+local function keep_request()
+  if ARGV[10] ~= '' then
+    redis.call('HSET', KEYS[1], 'route', ARGV[8], 'req_method', ARGV[10], 'req_query', ARGV[11],
+      'req_headers', ARGV[12], 'req_body', ARGV[13])
+    if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'replay_of', ARGV[9]) end
+  end
+end
+local r = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease_until', 'accepted', 'next_attempt')
+local state = r[1]
+local accepted = r[4] == '1' or r[5] ~= false
+if state then
+  local lease = r[3] and tonumber(r[3]) > now and tonumber(r[3])
+  local answer = false
+  if state == 'completed' then answer = mode ~= '2'
+  elseif state == 'dead' then answer = not operator
+  elseif state == 'queued' then
+    if operator then
+      redis.call('HSET', KEYS[1], 'next_attempt', now)
+      redis.call('ZADD', due, now, ARGV[6])
+      return {2}
+    end
+    answer = true
+  elseif lease then
+    if accepting and not accepted then
+      redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease)
+      redis.call('ZADD', due, lease, ARGV[6])
+      keep_request()
+      if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+      end
+      if state == 'failed' then
+        redis.call('HSET', KEYS[1], 'state', 'queued', 'updated', now)
+        redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+        index(ARGV[5], ARGV[6], state, 'queued')
+        return {2}
+      end
+      return {3, lease - now}
+    end
+    answer = true
+  elseif accepting and accepted and state == 'processing' then answer = true
+  elseif mode == '3' then
+    redis.call('HSET', KEYS[1], 'state', 'queued', 'accepted', '1', 'body_sha256', ARGV[2],
+      'updated', now, 'next_attempt', now)
+    redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+    redis.call('ZADD', due, now, ARGV[6])
+    keep_request()
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    index(ARGV[5], ARGV[6], state, 'queued')
+    return {2}
+  end
+  if answer then return {0, now, redis.call('HGETALL', KEYS[1])} end
+end
+if KEYS[2] then
+  local first = redis.call('GET', KEYS[2])
+  if first and first ~= KEYS[1] and answers(first) then
+    return {0, now, redis.call('HGETALL', first)}
+  end
+end
+local attempts = (tonumber(r[2]) or 0) + 1
+if not state then redis.call('HSET', KEYS[1], 'first_seen', now) end
+if state == 'completed' then
+  redis.call('HDEL', KEYS[1], 'completed_at', 'status', 'headers', 'body', 'body_kept')
+end
+local lease_until = now + tonumber(ARGV[3])
+if mode == '3' then
+  attempts = 0
+  redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
+    'updated', now, 'next_attempt', now, 'accepted', '1')
+  redis.call('ZADD', due, now, ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
+    'attempts', attempts, 'lease_until', lease_until, 'updated', now)
+  if mode == '4' or accepted then
+    redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease_until)
+    redis.call('ZADD', due, lease_until, ARGV[6])
+  end
+end
+keep_request()
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
+index(ARGV[5], ARGV[6], state, mode == '3' and 'queued' or 'processing')
+return {1, attempts}
+";
+
+/// KEYS[1] the due index of a source; ARGV source, lease ms, then one
+/// token per event wanted. Leases each due event — queued, or processing
+/// under a lapsed lease — to a token; returns flat {id, token, HGETALL…}.
+/// Entries whose record is gone or no longer waiting leave the index.
+pub(super) const LEASE_DUE: &str = "
+local src, lease = ARGV[1], tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, #ARGV - 2)
+local out, n = {}, 0
+for _, id in ipairs(ids) do
+  local key = src .. ':' .. id
+  local s = redis.call('HMGET', key, 'state', 'next_attempt', 'attempts')
+  if (s[1] == 'queued' or s[1] == 'processing') and s[2] and tonumber(s[2]) <= now then
+    n = n + 1
+    local attempts = (tonumber(s[3]) or 0) + 1
+    redis.call('HSET', key, 'state', 'processing', 'token', ARGV[2 + n],
+      'lease_until', now + lease, 'next_attempt', now + lease, 'attempts', attempts,
+      'updated', now)
+    redis.call('ZADD', KEYS[1], now + lease, id)
+    index(src, id, s[1], 'processing')
+    out[#out + 1] = id
+    out[#out + 1] = ARGV[2 + n]
+    out[#out + 1] = redis.call('HGETALL', key)
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
+";
+
+/// KEYS[1] key; ARGV token, lease ms, source, id. An async event's next
+/// look moves with its lease.
+pub(super) const RENEW: &str = "
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local until_ = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'lease_until', until_)
+if redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1 then
+  redis.call('HSET', KEYS[1], 'next_attempt', until_)
+  redis.call('ZADD', ARGV[3] .. '!due', until_, ARGV[4])
+end
+return 1
+";
+
+/// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
+/// source, id.
+pub(super) const COMPLETE: &str = "
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local from = redis.call('HGET', KEYS[1], 'state')
+redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
+  'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])
+redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
+  redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+index(ARGV[7], ARGV[8], from, 'completed')
+return 1
+";
+
+/// KEYS[1] key; ARGV token, a sync record\'s state (failed|dead), hold (1
+/// keeps token and lease), error class, upstream status ('' none), route,
+/// method, query, headers, body, retention ms, source, id, an accepted
+/// record's retry ms ('' dead). Applies the future that fits the record's
+/// duty; returns the state left, 0 when the token no longer holds it.
+pub(super) const FAIL: &str = "
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local s = redis.call('HMGET', KEYS[1], 'state', 'accepted', 'next_attempt')
+local from = s[1]
+local accepted = s[2] == '1' or s[3] ~= false
+local to, hold = ARGV[2], ARGV[3] == '1'
+if accepted then
+  hold = false
+  if ARGV[14] ~= '' then to = 'queued' else to = 'dead' end
+end
+redis.call('HSET', KEYS[1], 'state', to, 'updated', now, 'last_error', ARGV[4],
+  'last_attempt_at', now, 'route', ARGV[6], 'req_method', ARGV[7], 'req_query', ARGV[8],
+  'req_headers', ARGV[9], 'req_body', ARGV[10])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'last_status', ARGV[5])
+else redis.call('HDEL', KEYS[1], 'last_status') end
+if not hold then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
+if to == 'queued' then
+  redis.call('HSET', KEYS[1], 'next_attempt', now + tonumber(ARGV[14]))
+  redis.call('ZADD', ARGV[12] .. '!due', now + tonumber(ARGV[14]), ARGV[13])
+elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
+  redis.call('ZREM', ARGV[12] .. '!due', ARGV[13])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[11])
+index(ARGV[12], ARGV[13], from, to)
+return to
+";
+
+/// KEYS[1] key; ARGV token, source, id. A released accepted event goes
+/// back to its queue, due now.
+pub(super) const RELEASE: &str = "
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local async = redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1
+  or redis.call('HGET', KEYS[1], 'accepted') == '1'
+if redis.call('HGET', KEYS[1], 'state') == 'processing' then
+  local to = async and 'queued' or 'failed'
+  redis.call('HSET', KEYS[1], 'state', to, 'updated', now)
+  index(ARGV[2], ARGV[3], 'processing', to)
+end
+if async then
+  redis.call('HSET', KEYS[1], 'next_attempt', now)
+  redis.call('ZADD', ARGV[2] .. '!due', now, ARGV[3])
+end
+redis.call('HDEL', KEYS[1], 'token', 'lease_until')
+return 1
+";
+
+/// KEYS[1] key; ARGV force ('1' or '0'), source, id. Returns 1 deleted,
+/// 2 in flight (a live lease, or queued: its queue owes it a delivery), 0
+/// not found.
+pub(super) const DELETE: &str = "
+local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+if not s[1] then return 0 end
+if ARGV[1] ~= '1' and (s[1] == 'queued' or (s[2] and tonumber(s[2]) > now)) then return 2 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
+redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])
+return 1
+";
+
+/// The fields a listing reads (no request, no response body).
+pub(super) const LISTED_FIELDS: &str =
+    "'state', 'token', 'body_sha256', 'attempts', 'first_seen', 'updated', \
+  'lease_until', 'completed_at', 'status', 'body_kept', 'last_error', 'last_status', \
+  'last_attempt_at', 'route', 'replay_of'";
+
+/// KEYS[1] the index of (source, state); ARGV source, state, limit, the
+/// score to start below ('+inf', or ms), and '1' when the ids at exactly
+/// that score are wanted too (the caller filters them by id). Returns
+/// {tied, below}: flat lists of id, field pairs. Entries whose record has
+/// expired or moved on are dropped from the index on the way.
+pub(super) const LIST: &str = "
+local idx, src, state, limit = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local FIELDS = {FIELDS}
+local function fetch(id)
+  local v = redis.call('HMGET', src .. ':' .. id, unpack(FIELDS))
+  if v[1] ~= state then redis.call('ZREM', idx, id) return nil end
+  local out = {}
+  for i, name in ipairs(FIELDS) do
+    if v[i] then out[#out + 1] = name; out[#out + 1] = v[i] end
+  end
+  return out
+end
+local tied, below, max = {}, {}, ARGV[4]
+if ARGV[5] == '1' then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', idx, max, max)) do
+    local f = fetch(id)
+    if f then tied[#tied + 1] = id; tied[#tied + 1] = f end
+  end
+  max = '(' .. max
+end
+local offset = 0
+while #below < 2 * limit do
+  local ids = redis.call('ZREVRANGEBYSCORE', idx, max, '-inf', 'LIMIT', offset, limit)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local f = fetch(id)
+    if f then
+      offset = offset + 1
+      if #below < 2 * limit then below[#below + 1] = id; below[#below + 1] = f end
+    end
+  end
+end
+return {tied, below}
+";
+
+/// KEYS[1] the index of (source, state); ARGV source, state. Retires up to
+/// ten stale entries at the old end, then counts.
+pub(super) const COUNT: &str = "
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
+  if redis.call('HGET', ARGV[1] .. ':' .. id, 'state') ~= ARGV[2] then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// KEYS[1] `{prefix}readyz`: the readiness probe (see `ping`).
+pub(super) const PROBE: &str = "
+redis.call('HSET', KEYS[1], 'at', now)
+redis.call('PEXPIRE', KEYS[1], 60000)
+return tonumber(redis.call('HGET', KEYS[1], 'at'))
+";
