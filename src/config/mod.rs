@@ -14,6 +14,7 @@
 //! - `server`, `store`, `routes` — one file per section of the file.
 //! - `summary` — what `hookgate check` prints.
 
+mod delivery;
 mod locate;
 mod raw;
 mod routes;

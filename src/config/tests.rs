@@ -1,3 +1,6 @@
+//! The config's unit tests: one concern, every located problem and every
+//! default the validator gives, pinned (a long file of short tests).
+
 use std::path::Path;
 use std::time::Duration;
 

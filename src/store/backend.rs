@@ -18,9 +18,14 @@ pub trait Backend: Queue + Listing + Fleet + Health {
     /// The `backend` name in `[store]`.
     const NAME: &'static str;
 
-    /// Whether keys that one operation touches together (a key and its
-    /// replay guard) must share a hash tag: Redis Cluster.
-    const HASH_TAGS: bool = false;
+    /// The namespace of `scope`'s keys under `key_prefix`: every key of a
+    /// scope starts with it. `{key_prefix}{scope}` by default; a Redis
+    /// Cluster makes the scope a hash tag, `{key_prefix}{{scope}}`, so that
+    /// the keys one operation touches together (a key, its replay guard,
+    /// its indexes) share a slot.
+    fn namespace(key_prefix: &str, scope: &str) -> String {
+        format!("{key_prefix}{scope}")
+    }
 }
 
 /// Records: one per scoped key, claimed atomically under a fencing token,

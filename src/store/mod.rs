@@ -90,7 +90,8 @@ pub struct Store {
     backend: Box<dyn DynBackend>,
     name: &'static str,
     key_prefix: String,
-    hash_tags: bool,
+    /// The backend's [`Backend::namespace`].
+    namespace: fn(&str, &str) -> String,
     timeout: Duration,
     metrics: StoreMetrics,
     /// Completed records kept in process (`store.replay_cache`); none when
@@ -156,7 +157,7 @@ impl Store {
             backend: Box::new(backend),
             name: B::NAME,
             key_prefix: key_prefix.to_owned(),
-            hash_tags: B::HASH_TAGS,
+            namespace: B::namespace,
             timeout,
             metrics,
             cache: None,
@@ -222,10 +223,10 @@ impl Store {
         self.name
     }
 
-    /// The store key of `key` in `scope`: `{key_prefix}{scope}:{key}`. On a
-    /// Redis Cluster the scope is a hash tag, `{key_prefix}{{scope}}:{key}`,
-    /// so a key and its replay guard live in one slot (and so does the
-    /// scope; see docs/operations.md).
+    /// The store key of `key` in `scope`: `{namespace}:{key}`, where the
+    /// namespace is the backend's (`{key_prefix}{scope}`, or on a Redis
+    /// Cluster `{key_prefix}{{scope}}`, so that a key and its replay guard
+    /// live in one slot; see docs/operations.md).
     pub fn key(&self, scope: &str, key: &str) -> StoreKey {
         StoreKey::event(&self.source(scope), key)
     }
@@ -237,11 +238,7 @@ impl Store {
     }
 
     fn source(&self, scope: &str) -> String {
-        if self.hash_tags {
-            format!("{}{{{scope}}}", self.key_prefix)
-        } else {
-            format!("{}{scope}", self.key_prefix)
-        }
+        (self.namespace)(&self.key_prefix, scope)
     }
 
     async fn deadline<T>(

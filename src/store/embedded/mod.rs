@@ -26,6 +26,7 @@
 //! second gateway on the same file fails at start-up — this backend is for
 //! one instance; fleets share Redis.
 
+mod run;
 mod sql;
 
 use std::fs::File;
@@ -37,7 +38,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
-use self::sql::{add_missing_columns, execute, run, Op, Reply, RELEASE, SCHEMA};
+use self::run::{add_missing_columns, execute, run, Op, Reply};
+use self::sql::{RELEASE, SCHEMA};
 use super::Synchronous;
 use super::{
     Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,

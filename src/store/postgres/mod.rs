@@ -24,25 +24,26 @@
 //! connections without a restart. Expired rows are pruned in bounded
 //! batches by a background task.
 
+mod rows;
 mod sql;
+
+use self::rows::{claim, live_record, record};
 
 use std::str::FromStr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
 
 pub use self::sql::MIGRATIONS;
 use super::{
-    decide, follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Decision, Deleted,
-    Due, Failure, FailureClass, Fleet, Health, Invalidations, LastError, Lease, ListQuery, Listing,
-    Queue, Record, RecordState, Records, StoreError, StoreKey, StoreSettings, StoredRequest,
+    follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
+    Health, Invalidations, Lease, ListQuery, Listing, Queue, Record, RecordState, Records,
+    StoreError, StoreKey, StoreSettings,
 };
-use crate::replay::{BodyKept, RecordedResponse};
+use crate::replay::RecordedResponse;
 
 /// How often expired rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(30);
@@ -180,115 +181,6 @@ impl PostgresStore {
             .await?;
         Ok(client)
     }
-}
-
-/// Claim the key: insert it when new (one statement); otherwise its record
-/// answers unless it may be claimed, and then it is taken over. A replay
-/// thus reads without taking a row lock, so duplicates of one event do not
-/// queue behind each other.
-async fn claim(
-    client: &impl deadpool_postgres::GenericClient,
-    request: &ClaimRequest<'_>,
-    token: &str,
-) -> Result<ClaimOutcome, StoreError> {
-    let (source, id) = (request.key.source(), request.key.id());
-    let token = token.to_owned();
-    let (lease, retention) = (millis(request.processing_ttl), millis(request.retention));
-    let stored = request.stored;
-    let route = stored.map(|s| s.route);
-    let replay_of = stored.and_then(|s| s.replay_of);
-    let method = stored.map(|s| s.request.method.as_str());
-    let query = stored.and_then(|s| s.request.query.as_deref());
-    let headers = stored.map(|s| s.request.encode_headers());
-    let body = stored.map(|s| s.request.body.as_ref());
-    let mode = i32::from(request.mode.code());
-    let params: [&(dyn ToSql + Sync); 13] = [
-        &source,
-        &id,
-        &token,
-        &request.body_sha256,
-        &lease,
-        &retention,
-        &route,
-        &replay_of,
-        &method,
-        &query,
-        &headers,
-        &body,
-        &mode,
-    ];
-    let new = |row: Row| match request.mode {
-        ClaimMode::Accept => ClaimOutcome::Queued,
-        _ => ClaimOutcome::New(Lease {
-            token: token.clone(),
-            attempt: row.get::<_, i32>(0) as u32,
-        }),
-    };
-    let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
-        return Ok(new(row));
-    }
-    // Read, decide, write: each write re-checks, under the row's lock, what
-    // the read saw. A write that finds the row changed (a concurrent claim
-    // or the holder's end) decides again on the row as it is now.
-    for _ in 0..3 {
-        let Some((record, now)) = live_record(client, source, id).await? else {
-            // The row has expired: it goes, and the key is new again.
-            let expired = client
-                .prepare_cached(sql::DELETE_EXPIRED)
-                .await
-                .map_err(db)?;
-            client
-                .execute(&expired, &[&source, &id])
-                .await
-                .map_err(db)?;
-            if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
-                return Ok(new(row));
-            }
-            continue;
-        };
-        let (statement, answer) = match decide(record, now, request.mode) {
-            Decision::Answer(answer) => return Ok(answer),
-            Decision::TakeOver => (sql::TAKE_OVER, None),
-            Decision::Queue => (sql::QUEUE, Some(ClaimOutcome::Queued)),
-            Decision::MakeDue => (sql::MAKE_DUE, Some(ClaimOutcome::Queued)),
-            Decision::Adopt(answer) => (sql::ADOPT, Some(answer)),
-        };
-        let write = client.prepare_cached(statement).await.map_err(db)?;
-        match answer {
-            None => {
-                if let Some(row) = client.query_opt(&write, &params).await.map_err(db)? {
-                    return Ok(new(row));
-                }
-            }
-            Some(answer) => {
-                let changed = match statement {
-                    sql::MAKE_DUE => client.execute(&write, &[&source, &id]).await,
-                    _ => client.execute(&write, &params).await,
-                };
-                if changed.map_err(db)? == 1 {
-                    return Ok(answer);
-                }
-            }
-        }
-    }
-    Ok(ClaimOutcome::InFlight {
-        retry_after: Duration::from_secs(1),
-    })
-}
-
-/// The live record of `key` in `source`, and the database's now.
-async fn live_record(
-    client: &impl deadpool_postgres::GenericClient,
-    source: &str,
-    key: &str,
-) -> Result<Option<(Record, u64)>, StoreError> {
-    let statement = client.prepare_cached(sql::SELECT_LIVE).await.map_err(db)?;
-    let row = client
-        .query_opt(&statement, &[&source, &key])
-        .await
-        .map_err(db)?;
-    row.map(|row| record(&row)).transpose()
 }
 
 /// Apply every migration not applied yet, in one transaction, under an
@@ -678,77 +570,6 @@ async fn prune(pool: &Pool) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A row of `SELECT_LIVE` (or `LIST`) as a record, and the database's now.
-fn record(row: &Row) -> Result<(Record, u64), StoreError> {
-    let status: String = row.get(0);
-    let state = RecordState::parse(&status)
-        .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}")))?;
-    let body: Option<Vec<u8>> = row.get(9);
-    let response = match (state, row.get::<_, Option<i16>>(7), body) {
-        (RecordState::Completed, Some(status), Some(body)) => {
-            let headers: Option<Vec<u8>> = row.get(8);
-            let kept = match row.get::<_, Option<String>>(10).as_deref() {
-                None => BodyKept::Whole,
-                Some(text) => BodyKept::parse(text)
-                    .ok_or_else(|| StoreError::Corrupt(format!("response_body_kept {text:?}")))?,
-            };
-            Some(
-                RecordedResponse::decode(
-                    status as u16,
-                    &headers.unwrap_or_default(),
-                    Bytes::from(body),
-                    kept,
-                )
-                .map_err(StoreError::Corrupt)?,
-            )
-        }
-        _ => None,
-    };
-    let ms = |index: usize| row.get::<_, Option<i64>>(index).map(|v| v as u64);
-    let last_error = match row.get::<_, Option<String>>(13) {
-        None => None,
-        Some(class) => Some(LastError {
-            class: FailureClass::parse(&class)
-                .ok_or_else(|| StoreError::Corrupt(format!("last_error {class:?}")))?,
-            status: row.get::<_, Option<i16>>(14).map(|s| s as u16),
-            at_ms: ms(15).unwrap_or(0),
-        }),
-    };
-    let request = match (
-        row.get::<_, Option<String>>(18),
-        row.get::<_, Option<Vec<u8>>>(21),
-    ) {
-        (Some(method), Some(body)) => Some(
-            StoredRequest::decode(
-                &method,
-                row.get(19),
-                &row.get::<_, Option<Vec<u8>>>(20).unwrap_or_default(),
-                Bytes::from(body),
-            )
-            .map_err(StoreError::Corrupt)?,
-        ),
-        _ => None,
-    };
-    let record = Record {
-        state,
-        token: row.get(1),
-        body_sha256: row.get(2),
-        attempts: row.get::<_, i32>(3) as u32,
-        first_seen_ms: ms(4).unwrap_or(0),
-        updated_ms: ms(12).unwrap_or(0),
-        lease_expires_at_ms: ms(5),
-        completed_at_ms: ms(6),
-        next_attempt_ms: ms(22),
-        accepted: row.get::<_, bool>(23),
-        response,
-        last_error,
-        route: row.get(16),
-        replay_of: row.get(17),
-        request,
-    };
-    Ok((record, ms(11).unwrap_or(0)))
-}
-
 /// `url` as a driver config, and whether it asks for TLS (only with an
 /// explicit `sslmode`). libpq's
 /// `sslmode=verify-full` and `verify-ca` are accepted and mean `require`:
@@ -773,11 +594,11 @@ pub fn check_url(url: &str) -> Result<(), String> {
     parse_url(url).map(drop).map_err(|error| error.to_string())
 }
 
-fn millis(d: Duration) -> i64 {
+pub(super) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn db(error: tokio_postgres::Error) -> StoreError {
+pub(super) fn db(error: tokio_postgres::Error) -> StoreError {
     StoreError::Backend(describe(&error))
 }
 

@@ -33,7 +33,8 @@ pub trait Connector: Send + Sync + 'static {
     type AckedConnection: ConnectionLike + Send;
     /// The backend's name in `[store]`.
     const NAME: &'static str;
-    /// Whether keys are spread over slots (see [`Backend::HASH_TAGS`]).
+    /// Whether keys are spread over slots, so a scope must be a hash tag
+    /// (see [`Backend::namespace`](super::super::Backend::namespace)).
     const HASH_TAGS: bool;
 
     /// The shared connection to send one operation on.

@@ -142,7 +142,12 @@ impl<C: Connector> RedisStore<C> {
 impl<C: Connector> Backend for RedisStore<C> {
     const NAME: &'static str = C::NAME;
 
-    const HASH_TAGS: bool = C::HASH_TAGS;
+    fn namespace(key_prefix: &str, scope: &str) -> String {
+        match C::HASH_TAGS {
+            true => format!("{key_prefix}{{{scope}}}"),
+            false => format!("{key_prefix}{scope}"),
+        }
+    }
 }
 
 impl<C: Connector> Records for RedisStore<C> {

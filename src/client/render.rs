@@ -1,0 +1,213 @@
+//! How `hookgate events|routes` print for a person: tables, one record,
+//! the outcome of a redelivery (`--json` prints the admin API's answer
+//! instead).
+
+use std::time::UNIX_EPOCH;
+
+use serde_json::Value;
+
+pub(super) fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+pub(super) fn now_ms() -> u64 {
+    crate::clock::wall()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How long ago `ms` was, briefly: `42s`, `7m`, `3h`, `2d`.
+pub(super) fn age(ms: Option<u64>) -> String {
+    let Some(ms) = ms else { return "-".into() };
+    let secs = now_ms().saturating_sub(ms) / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+/// `refused 503`, `not_delivered`, `unknown`, or `-`.
+pub(super) fn last_error(record: &Value) -> String {
+    let error = &record["last_error"];
+    match (error["class"].as_str(), error["status"].as_u64()) {
+        (Some(class), Some(status)) => format!("{class} {status}"),
+        (Some(class), None) => class.to_owned(),
+        _ => "-".into(),
+    }
+}
+
+pub(super) fn print_table(page: &Value, header: bool) {
+    let events = page["events"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|event| {
+            vec![
+                event["route"].as_str().unwrap_or("").to_owned(),
+                event["key"].as_str().unwrap_or("").to_owned(),
+                event["state"].as_str().unwrap_or("").to_owned(),
+                event["attempts"].to_string(),
+                age(event["updated"].as_u64()),
+                last_error(event),
+            ]
+        })
+        .collect();
+    let titles = ["ROUTE", "KEY", "STATE", "ATTEMPTS", "AGE", "LAST ERROR"];
+    print_columns(header.then_some(&titles[..]), &rows);
+    if header && rows.is_empty() {
+        println!("(no events)");
+    }
+}
+
+/// `paused 5m ago by alice: migrating the database`.
+pub(super) fn paused_text(pause: &Value) -> String {
+    let mut text = format!(
+        "paused {} ago by {}",
+        age(pause["since"].as_u64()),
+        pause["by"].as_str().unwrap_or("?")
+    );
+    if let Some(reason) = pause["reason"].as_str() {
+        text.push_str(&format!(": {reason}"));
+    }
+    text
+}
+
+pub(super) fn print_routes(routes: &Value) {
+    let rows: Vec<Vec<String>> = (routes["routes"].as_array().into_iter().flatten())
+        .map(|route| {
+            let state = if route["paused"].is_null() {
+                "running".to_owned()
+            } else {
+                paused_text(&route["paused"])
+            };
+            let breaker = route["circuit_breaker"]["state"]
+                .as_str()
+                .unwrap_or("-")
+                .to_owned();
+            let rate = match route["upstream_rate"]["per_second"].as_f64() {
+                Some(rate) => format!("{rate}/s"),
+                None => "-".into(),
+            };
+            let count = |name: &str| match route[name].as_u64() {
+                Some(count) => count.to_string(),
+                None => "-".into(),
+            };
+            vec![
+                route["name"].as_str().unwrap_or("").to_owned(),
+                route["delivery"].as_str().unwrap_or("").to_owned(),
+                state,
+                breaker,
+                rate,
+                count("queued"),
+                count("dead_letters"),
+            ]
+        })
+        .collect();
+    let titles = [
+        "ROUTE", "DELIVERY", "STATE", "BREAKER", "RATE", "QUEUED", "DEAD",
+    ];
+    print_columns(Some(&titles), &rows);
+}
+
+/// A table: each column as wide as its widest cell (of this page; `titles`
+/// only on the first).
+pub(super) fn print_columns(titles: Option<&[&str]>, rows: &[Vec<String>]) {
+    let columns = rows
+        .first()
+        .map_or(0, Vec::len)
+        .max(titles.map_or(0, <[_]>::len));
+    let mut widths: Vec<usize> = vec![0; columns];
+    for (width, title) in widths.iter_mut().zip(titles.into_iter().flatten()) {
+        *width = title.len();
+    }
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    if let Some(titles) = titles {
+        line(titles.to_vec());
+    }
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+pub(super) fn print_record(record: &Value) {
+    let field = |name: &str| match &record[name] {
+        Value::Null => "-".to_owned(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    println!("route:        {}", field("route"));
+    println!("key:          {}", field("key"));
+    println!("state:        {}", field("state"));
+    println!("attempts:     {}", field("attempts"));
+    println!("first seen:   {} ago", age(record["first_seen"].as_u64()));
+    println!("last change:  {} ago", age(record["updated"].as_u64()));
+    println!("last error:   {}", last_error(record));
+    println!("response:     {}", field("response_status"));
+    if !record["replay_of"].is_null() {
+        println!("replay of:    {}", field("replay_of"));
+    }
+    if let Some(replays) = record["replays"].as_array().filter(|r| !r.is_empty()) {
+        let keys: Vec<&str> = replays.iter().filter_map(Value::as_str).collect();
+        println!("replays:      {}", keys.join(", "));
+    }
+    let request = &record["request"];
+    if request.is_null() {
+        println!("request:      not stored (kept for failed, dead and replayed events)");
+        return;
+    }
+    println!(
+        "request:      {} {} bytes, sha256 {}",
+        request["method"].as_str().unwrap_or(""),
+        request["body_bytes"],
+        request["body_sha256"].as_str().unwrap_or("")
+    );
+    for header in request["headers"].as_array().into_iter().flatten() {
+        println!(
+            "  {}: {}",
+            header[0].as_str().unwrap_or(""),
+            header[1].as_str().unwrap_or("")
+        );
+    }
+    if let Some(body) = request["body_base64"].as_str() {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap_or_default();
+        println!("body:\n{}", String::from_utf8_lossy(&bytes));
+    }
+}
+
+pub(super) fn print_sent(sent: &Value, json: bool, what: &str) {
+    if json {
+        println!("{}", pretty(sent));
+        return;
+    }
+    let upstream = match (
+        sent["upstream_status"].as_u64(),
+        sent["upstream_error"].as_str(),
+    ) {
+        (Some(status), _) => format!("upstream answered {status}"),
+        (None, Some(error)) => error.to_owned(),
+        _ => "no answer".into(),
+    };
+    println!(
+        "{what} {}/{} (attempt {}): {}, {upstream}",
+        sent["route"].as_str().unwrap_or(""),
+        sent["key"].as_str().unwrap_or(""),
+        sent["attempt"],
+        sent["state"].as_str().unwrap_or(""),
+    );
+}

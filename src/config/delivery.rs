@@ -1,0 +1,132 @@
+//! A route's delivery settings, validated: sync or async (the queue's
+//! backoff, `max_age`, `max_in_flight`, the hybrid `respond_within`), and
+//! the upstream rate limit.
+
+use std::time::Duration;
+
+use super::locate::KeyPath;
+use super::raw::RawRoute;
+use super::settings::{AsyncDelivery, DeliveryMode, RateSettings, DEFAULT_QUEUE};
+use super::validate::Validator;
+
+impl Validator<'_> {
+    /// `delivery` and the async settings; those are refused on a sync route
+    /// (a typo must not look like it took effect).
+    pub(super) fn delivery(
+        &mut self,
+        at: &KeyPath,
+        raw: &RawRoute,
+        upstream_timeout: Duration,
+    ) -> DeliveryMode {
+        let is_async = self.choice(
+            &at.key("delivery"),
+            raw.delivery.as_ref(),
+            &[("sync", false), ("async", true)],
+            false,
+        );
+        if !is_async {
+            let set = [
+                ("accept_status", raw.accept_status.is_some()),
+                ("retry_backoff", raw.retry_backoff.is_some()),
+                ("max_age", raw.max_age.is_some()),
+                ("max_in_flight", raw.max_in_flight.is_some()),
+                ("respond_within", raw.respond_within.is_some()),
+            ];
+            for (name, _) in set.iter().filter(|(_, set)| *set) {
+                self.fail(&at.key(name), "only for delivery = \"async\"");
+            }
+            return DeliveryMode::Sync;
+        }
+        let accept_status = self.status(
+            &at.key("accept_status"),
+            raw.accept_status,
+            200..=299,
+            "must be a 2xx status: the event is stored, the sender must stop retrying",
+        );
+        let backoff = raw.retry_backoff.as_ref();
+        let backoff_at = at.key("retry_backoff");
+        let backoff_initial = self.duration(
+            &backoff_at.key("initial"),
+            backoff.and_then(|b| b.initial.as_ref()),
+            DEFAULT_QUEUE.backoff_initial,
+        );
+        let backoff_max = self.duration(
+            &backoff_at.key("max"),
+            backoff.and_then(|b| b.max.as_ref()),
+            DEFAULT_QUEUE.backoff_max,
+        );
+        if backoff_max < backoff_initial {
+            self.fail(&backoff_at.key("max"), "must be at least initial");
+        }
+        let max_age = self.duration(
+            &at.key("max_age"),
+            raw.max_age.as_ref(),
+            DEFAULT_QUEUE.max_age,
+        );
+        let max_in_flight = self.size(
+            &at.key("max_in_flight"),
+            raw.max_in_flight,
+            DEFAULT_QUEUE.max_in_flight as u64,
+            10_000,
+        );
+        let respond_within = raw
+            .respond_within
+            .as_ref()
+            .map(|raw| self.duration(&at.key("respond_within"), Some(raw), Duration::from_secs(5)));
+        if respond_within.is_some_and(|within| within >= upstream_timeout) {
+            self.fail(
+                &at.key("respond_within"),
+                "respond_within must be shorter than upstream_timeout",
+            );
+        }
+        DeliveryMode::Async(AsyncDelivery {
+            accept_status,
+            backoff_initial,
+            backoff_max,
+            max_age,
+            max_in_flight,
+            respond_within,
+        })
+    }
+
+    /// `upstream_rate = "N/s"` (or `/m`, `/h`) and `upstream_burst`, by
+    /// default the calls of one second (at least 1).
+    pub(super) fn rate(&mut self, at: &KeyPath, raw: &RawRoute) -> Option<RateSettings> {
+        let Some(text) = &raw.upstream_rate else {
+            if raw.upstream_burst.is_some() {
+                self.fail(&at.key("upstream_burst"), "only with upstream_rate");
+            }
+            return None;
+        };
+        let key = at.key("upstream_rate");
+        let text = self.string(&key, text)?;
+        let parsed = text.split_once('/').and_then(|(count, per)| {
+            let count: f64 = count.trim().parse().ok()?;
+            let seconds = match per.trim() {
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return None,
+            };
+            (count.is_finite() && count > 0.0 && count <= 1e6).then_some(count / seconds)
+        });
+        let Some(per_second) = parsed else {
+            self.fail(
+                &key,
+                format!("{text:?} is not a rate like \"50/s\", \"300/m\" or \"10/h\" (at most 1000000 per unit)"),
+            );
+            return None;
+        };
+        let default_burst = per_second.ceil().max(1.0) as u64;
+        let burst = self.size(
+            &at.key("upstream_burst"),
+            raw.upstream_burst,
+            default_burst,
+            1_000_000,
+        );
+        Some(RateSettings {
+            per_second,
+            burst: burst as u32,
+        })
+    }
+}

@@ -1,0 +1,196 @@
+//! A claim's statements in order — insert, or read, decide (the record's
+//! life, `decide`) and write under the row's lock — and reading a record
+//! back from a row.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::super::{
+    decide, ClaimMode, ClaimOutcome, ClaimRequest, Decision, FailureClass, LastError, Lease,
+    Record, RecordState, StoreError, StoredRequest,
+};
+use super::{db, millis, sql};
+use crate::replay::{BodyKept, RecordedResponse};
+
+/// Claim the key: insert it when new (one statement); otherwise its record
+/// answers unless it may be claimed, and then it is taken over. A replay
+/// thus reads without taking a row lock, so duplicates of one event do not
+/// queue behind each other.
+pub(super) async fn claim(
+    client: &impl deadpool_postgres::GenericClient,
+    request: &ClaimRequest<'_>,
+    token: &str,
+) -> Result<ClaimOutcome, StoreError> {
+    let (source, id) = (request.key.source(), request.key.id());
+    let token = token.to_owned();
+    let (lease, retention) = (millis(request.processing_ttl), millis(request.retention));
+    let stored = request.stored;
+    let route = stored.map(|s| s.route);
+    let replay_of = stored.and_then(|s| s.replay_of);
+    let method = stored.map(|s| s.request.method.as_str());
+    let query = stored.and_then(|s| s.request.query.as_deref());
+    let headers = stored.map(|s| s.request.encode_headers());
+    let body = stored.map(|s| s.request.body.as_ref());
+    let mode = i32::from(request.mode.code());
+    let params: [&(dyn ToSql + Sync); 13] = [
+        &source,
+        &id,
+        &token,
+        &request.body_sha256,
+        &lease,
+        &retention,
+        &route,
+        &replay_of,
+        &method,
+        &query,
+        &headers,
+        &body,
+        &mode,
+    ];
+    let new = |row: Row| match request.mode {
+        ClaimMode::Accept => ClaimOutcome::Queued,
+        _ => ClaimOutcome::New(Lease {
+            token: token.clone(),
+            attempt: row.get::<_, i32>(0) as u32,
+        }),
+    };
+    let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
+    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
+        return Ok(new(row));
+    }
+    // Read, decide, write: each write re-checks, under the row's lock, what
+    // the read saw. A write that finds the row changed (a concurrent claim
+    // or the holder's end) decides again on the row as it is now.
+    for _ in 0..3 {
+        let Some((record, now)) = live_record(client, source, id).await? else {
+            // The row has expired: it goes, and the key is new again.
+            let expired = client
+                .prepare_cached(sql::DELETE_EXPIRED)
+                .await
+                .map_err(db)?;
+            client
+                .execute(&expired, &[&source, &id])
+                .await
+                .map_err(db)?;
+            if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
+                return Ok(new(row));
+            }
+            continue;
+        };
+        let (statement, answer) = match decide(record, now, request.mode) {
+            Decision::Answer(answer) => return Ok(answer),
+            Decision::TakeOver => (sql::TAKE_OVER, None),
+            Decision::Queue => (sql::QUEUE, Some(ClaimOutcome::Queued)),
+            Decision::MakeDue => (sql::MAKE_DUE, Some(ClaimOutcome::Queued)),
+            Decision::Adopt(answer) => (sql::ADOPT, Some(answer)),
+        };
+        let write = client.prepare_cached(statement).await.map_err(db)?;
+        match answer {
+            None => {
+                if let Some(row) = client.query_opt(&write, &params).await.map_err(db)? {
+                    return Ok(new(row));
+                }
+            }
+            Some(answer) => {
+                let changed = match statement {
+                    sql::MAKE_DUE => client.execute(&write, &[&source, &id]).await,
+                    _ => client.execute(&write, &params).await,
+                };
+                if changed.map_err(db)? == 1 {
+                    return Ok(answer);
+                }
+            }
+        }
+    }
+    Ok(ClaimOutcome::InFlight {
+        retry_after: Duration::from_secs(1),
+    })
+}
+
+/// The live record of `key` in `source`, and the database's now.
+pub(super) async fn live_record(
+    client: &impl deadpool_postgres::GenericClient,
+    source: &str,
+    key: &str,
+) -> Result<Option<(Record, u64)>, StoreError> {
+    let statement = client.prepare_cached(sql::SELECT_LIVE).await.map_err(db)?;
+    let row = client
+        .query_opt(&statement, &[&source, &key])
+        .await
+        .map_err(db)?;
+    row.map(|row| record(&row)).transpose()
+}
+
+/// A row of `SELECT_LIVE` (or `LIST`) as a record, and the database's now.
+pub(super) fn record(row: &Row) -> Result<(Record, u64), StoreError> {
+    let status: String = row.get(0);
+    let state = RecordState::parse(&status)
+        .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}")))?;
+    let body: Option<Vec<u8>> = row.get(9);
+    let response = match (state, row.get::<_, Option<i16>>(7), body) {
+        (RecordState::Completed, Some(status), Some(body)) => {
+            let headers: Option<Vec<u8>> = row.get(8);
+            let kept = match row.get::<_, Option<String>>(10).as_deref() {
+                None => BodyKept::Whole,
+                Some(text) => BodyKept::parse(text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("response_body_kept {text:?}")))?,
+            };
+            Some(
+                RecordedResponse::decode(
+                    status as u16,
+                    &headers.unwrap_or_default(),
+                    Bytes::from(body),
+                    kept,
+                )
+                .map_err(StoreError::Corrupt)?,
+            )
+        }
+        _ => None,
+    };
+    let ms = |index: usize| row.get::<_, Option<i64>>(index).map(|v| v as u64);
+    let last_error = match row.get::<_, Option<String>>(13) {
+        None => None,
+        Some(class) => Some(LastError {
+            class: FailureClass::parse(&class)
+                .ok_or_else(|| StoreError::Corrupt(format!("last_error {class:?}")))?,
+            status: row.get::<_, Option<i16>>(14).map(|s| s as u16),
+            at_ms: ms(15).unwrap_or(0),
+        }),
+    };
+    let request = match (
+        row.get::<_, Option<String>>(18),
+        row.get::<_, Option<Vec<u8>>>(21),
+    ) {
+        (Some(method), Some(body)) => Some(
+            StoredRequest::decode(
+                &method,
+                row.get(19),
+                &row.get::<_, Option<Vec<u8>>>(20).unwrap_or_default(),
+                Bytes::from(body),
+            )
+            .map_err(StoreError::Corrupt)?,
+        ),
+        _ => None,
+    };
+    let record = Record {
+        state,
+        token: row.get(1),
+        body_sha256: row.get(2),
+        attempts: row.get::<_, i32>(3) as u32,
+        first_seen_ms: ms(4).unwrap_or(0),
+        updated_ms: ms(12).unwrap_or(0),
+        lease_expires_at_ms: ms(5),
+        completed_at_ms: ms(6),
+        next_attempt_ms: ms(22),
+        accepted: row.get::<_, bool>(23),
+        response,
+        last_error,
+        route: row.get(16),
+        replay_of: row.get(17),
+        request,
+    };
+    Ok((record, ms(11).unwrap_or(0)))
+}
