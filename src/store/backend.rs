@@ -11,7 +11,7 @@ use super::{
 use crate::replay::RecordedResponse;
 
 /// A store backend: every capability, implemented together (see the store
-/// module's doc for the invariants, and `tests/it/conformance.rs` for the
+/// module's doc for the invariants, and `tests/it/conformance/` for the
 /// suite each runs). Keys arrive fully laid out by
 /// [`Store::key`](super::Store::key).
 pub trait Backend: Queue + Listing + Fleet + Health {

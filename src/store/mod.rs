@@ -10,8 +10,8 @@
 //! backend implements together — [`Records`] (claims), [`Queue`] (leases
 //! of due accepted events, on the same records), [`Listing`], [`Fleet`]
 //! (route controls, the replay cache's feed) and [`Health`]; every backend
-//! holds the invariants, and `tests/it/conformance.rs` and
-//! `tests/it/record_life.rs` run the same suites against each:
+//! holds the invariants, and `tests/it/conformance/` (one file per capability;
+//! `life.rs` the record's life) run the same suites against each:
 //!
 //! - `claim` is atomic: of any number of concurrent claims of a key, exactly
 //!   one gets [`ClaimOutcome::New`] with a fresh random fencing token.

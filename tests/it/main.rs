@@ -17,7 +17,6 @@ mod least_privilege;
 mod model;
 mod observability;
 mod postgres;
-mod record_life;
 mod reload;
 mod replay_cache;
 mod schemes;

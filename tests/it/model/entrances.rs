@@ -539,7 +539,7 @@ fn every_entrance_keeps_one_holder_and_strands_no_accepted_event() {
 
 /// Each fix is load-bearing: without it the checker finds the defect it
 /// closed (each also has a test against the real gateway in
-/// `tests/it/entrances.rs` and the store's in `tests/it/record_life.rs`).
+/// `tests/it/entrances.rs` and the store's in `tests/it/conformance/life.rs`).
 #[test]
 fn the_checker_finds_each_seam_defect_without_its_fix() {
     let cases: [(&str, Rules, &str); 5] = [

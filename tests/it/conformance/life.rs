@@ -8,11 +8,8 @@ use std::time::Duration;
 
 use hookgate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Deleted, RecordState, Store};
 
-use crate::conformance::{
-    accept, conformance, failure, redeliver, request, retry, stored_request, Time, LONG, SHA_A,
-};
 #[allow(unused_imports)]
-use crate::conformance::{cluster, embedded, memory, postgres, redis};
+use super::*;
 
 /// The record of `id` in `scope`.
 async fn state(store: &Store, scope: &str, id: &str) -> RecordState {

@@ -1,0 +1,241 @@
+//! The store contract (`hookgate::store::Backend`), run against every
+//! backend, one file per capability: [`records`], [`queue`] (and [`life`],
+//! the record's life across entrances), [`listing`], [`fleet`]. Adding a
+//! backend is one function here and one more name in each file's
+//! `conformance!` list.
+
+/// `conformance! { tests: [...], backends: [...] }`: each test once per
+/// backend, in a module of the backend's name; each backend is the `async
+/// fn` of that name below (`None` skips where it cannot run, outside CI).
+macro_rules! conformance {
+    (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
+        $( conformance!(@backend $backend $tests); )*
+    };
+    (@backend $backend:ident [$($test:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let Some(opened) = super::$backend().await else { return };
+                    super::$test(opened.store, opened.time).await;
+                }
+            )*
+        }
+    };
+}
+
+mod fleet;
+mod life;
+mod listing;
+mod queue;
+mod records;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use hookgate::config::{Backend as StoreBackend, StoreSettings, Synchronous};
+
+use hookgate::metrics::StoreMetrics;
+
+use hookgate::replay::{BodyKept, RecordedResponse};
+
+use hookgate::store::{
+    Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Failure, FailureClass,
+    Lease, MemoryStore, Next, PostgresStore, RedisStore, Store, StoreKey, Stored, StoredRequest,
+    SyncNext,
+};
+
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::support::{shared_cluster, RedisServer, TestDatabase};
+
+pub(crate) const SHA_A: &str = "aaaa";
+
+pub(crate) const SHA_B: &str = "bbbb";
+
+pub(crate) const LONG: Duration = Duration::from_secs(60);
+
+/// How a test lets time pass for a backend: the store clock of the
+/// backends that keep their own (memory, embedded) moves at once; Redis
+/// judges leases by its own clock, so there the test waits.
+pub enum Time {
+    Clock(Clock),
+    Wall,
+}
+
+impl Time {
+    pub(crate) async fn pass(&self, duration: Duration) {
+        match self {
+            Time::Clock(clock) => clock.advance(duration),
+            Time::Wall => tokio::time::sleep(duration).await,
+        }
+    }
+}
+
+/// The key of event `id`. Every key shares the hash tag `{c}`, as the
+/// gateway arranges for a scope on a cluster, so guards work there too.
+pub(crate) fn k(id: &str) -> StoreKey {
+    StoreKey::event("hookgate:{c}", id)
+}
+
+/// The replay guard of body `body`.
+pub(crate) fn guard(body: &str) -> StoreKey {
+    StoreKey::guard("hookgate:{c}", body)
+}
+
+pub(crate) fn request<'a>(
+    key: &'a StoreKey,
+    sha: &'a str,
+    processing_ttl: Duration,
+) -> ClaimRequest<'a> {
+    ClaimRequest::delivery(key, sha, processing_ttl, Duration::from_secs(600))
+}
+
+pub(crate) fn response(body: &'static str) -> RecordedResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "text/plain".parse().unwrap());
+    RecordedResponse {
+        status: StatusCode::CREATED,
+        headers,
+        body: Bytes::from_static(body.as_bytes()),
+        body_kept: BodyKept::Whole,
+    }
+}
+
+pub(crate) async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
+    let key = k(id);
+    match store.claim(request(&key, SHA_A, lease)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("expected a new claim of {key}, got {other:?}"),
+    }
+}
+
+/// A backend under test, as the gateway wraps it, and how to let time pass.
+pub(crate) struct Opened {
+    pub(crate) store: Store,
+    pub(crate) time: Time,
+    /// What must live as long as the test: a temp dir, a redis-server.
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+fn opened(backend: impl Backend, time: Time, keep: impl std::any::Any + Send) -> Opened {
+    let metrics = StoreMetrics::unregistered();
+    Opened {
+        store: Store::new(backend, "hookgate:", Duration::from_secs(2), metrics),
+        time,
+        _keep: Box::new(keep),
+    }
+}
+
+pub(crate) async fn memory() -> Option<Opened> {
+    let clock = Clock::system();
+    let backend = MemoryStore::new(clock.clone());
+    Some(opened(backend, Time::Clock(clock), ()))
+}
+
+pub(crate) async fn embedded() -> Option<Opened> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::system();
+    let path = dir.path().join("hookgate.db");
+    let backend = EmbeddedStore::open(&path, Synchronous::Normal, clock.clone()).unwrap();
+    Some(opened(backend, Time::Clock(clock), dir))
+}
+
+pub(crate) async fn redis() -> Option<Opened> {
+    let redis = RedisServer::start().await?;
+    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
+    Some(opened(backend, Time::Wall, redis))
+}
+
+pub(crate) async fn postgres() -> Option<Opened> {
+    let database = TestDatabase::create().await;
+    let settings = StoreSettings {
+        timeout: Duration::from_secs(2),
+        ..StoreSettings::new(StoreBackend::Postgres {
+            url: database.url(),
+            pool_size: 8,
+        })
+    };
+    let backend = PostgresStore::connect(&database.url(), 8, &settings).unwrap();
+    Some(opened(backend, Time::Wall, database))
+}
+
+pub(crate) async fn cluster() -> Option<Opened> {
+    let nodes = shared_cluster().await?.nodes();
+    let settings = StoreSettings::new(StoreBackend::RedisCluster {
+        nodes: nodes.clone(),
+    });
+    let backend = RedisStore::connect_cluster(&nodes, &settings).unwrap();
+    Some(opened(backend, Time::Wall, ()))
+}
+
+pub(crate) fn stored_request() -> StoredRequest {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert("stripe-signature", "t=1,v1=abc".parse().unwrap());
+    headers.append("x-multi", "one".parse().unwrap());
+    headers.append("x-multi", "two: three".parse().unwrap());
+    StoredRequest {
+        method: Method::POST,
+        query: Some("a=1&b=2".into()),
+        headers,
+        // Not UTF-8, with CR LF and NUL: kept byte for byte.
+        body: Bytes::from_static(b"{\"id\":\"evt\"}\r\n\x00\xff\xfe"),
+    }
+}
+
+/// A refused attempt: a sync record turns failed (held with `hold`) or
+/// dead; an accepted one is dead (no retry planned).
+pub(crate) fn failure<'a>(request: &'a StoredRequest, dead: bool, hold: bool) -> Failure<'a> {
+    Failure {
+        class: FailureClass::Refused,
+        status: Some(503),
+        request,
+        route: "stripe",
+        retention: LONG,
+        next: Next {
+            sync: if dead {
+                SyncNext::Dead
+            } else {
+                SyncNext::Failed { hold }
+            },
+            queued: None,
+        },
+    }
+}
+
+/// A refused attempt whose accepted record is due again after `after`.
+pub(crate) fn retry<'a>(request: &'a StoredRequest, after: Duration) -> Failure<'a> {
+    let mut failure = failure(request, false, false);
+    failure.next.queued = Some(after);
+    failure
+}
+
+pub(crate) fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> {
+    ClaimRequest {
+        mode: ClaimMode::Redeliver { force },
+        ..request(key, SHA_A, LONG)
+    }
+}
+
+/// Accept `id` in `scope` as an async event (SPEC §7).
+pub(crate) async fn accept(
+    store: &Store,
+    scope: &str,
+    id: &str,
+    kept: &StoredRequest,
+) -> ClaimOutcome {
+    let key = store.key(scope, id);
+    let claim = ClaimRequest {
+        mode: ClaimMode::Accept,
+        stored: Some(Stored {
+            request: kept,
+            route: "orders",
+            replay_of: None,
+        }),
+        ..request(&key, SHA_A, LONG)
+    };
+    store.claim(claim).await.unwrap()
+}
