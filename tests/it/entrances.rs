@@ -413,3 +413,114 @@ async fn a_paused_route_sharing_a_scope_is_not_delivered_by_its_sibling() {
     }
     gateway.shutdown().await;
 }
+
+/// An upstream that refuses until `slow` is set, then answers after 3 s.
+async fn refusing_then_slow() -> (Upstream, Arc<AtomicBool>) {
+    let slow = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&slow);
+    let upstream = Upstream::with(move |seen| match switch.load(Ordering::SeqCst) {
+        true => Plan {
+            delay: Duration::from_secs(3),
+            ..ok_plan(seen)
+        },
+        false => Plan {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            ..ok_plan(seen)
+        },
+    })
+    .await;
+    (upstream, slow)
+}
+
+/// SIGTERM during an operator's redelivery of an accepted dead letter: the
+/// drain releases the claim and the event goes back to its queue (before,
+/// the redelivery's claim had dropped the queue's duty and the release left
+/// it failed for good).
+#[tokio::test]
+async fn sigterm_during_an_async_redelivery_puts_the_event_back_in_its_queue() {
+    let (upstream, slow) = refusing_then_slow().await;
+    let route = format!("{ASYNC}\nmax_attempts = 1");
+    let text = with_admin(
+        &config_text(&upstream.url("/hook"), &Backend::Memory, &route, ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    accept_all(&gateway.url("/hook"), &["evt_term".to_owned()]).await;
+    assert!(reaches(&gateway, "evt_term", "dead").await);
+    slow.store(true, Ordering::SeqCst);
+    let url = gateway.admin_url("/admin/routes/hook/keys/evt_term/redeliver");
+    let redelivery =
+        tokio::spawn(async move { request(Method::POST, &url, Some(ADMIN_TOKEN)).await });
+    assert!(
+        eventually(Duration::from_secs(5), || ready(
+            upstream.count("evt_term") == 2
+        ))
+        .await
+    );
+    let engine = Arc::clone(&gateway.gateway);
+    gateway.shutdown().await; // shutdown_grace 2 s < the 3 s call
+    redelivery.abort();
+    let store = engine.store();
+    let record = store
+        .get(&store.key("hook", "evt_term"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state.as_str(), "queued", "stranded: {record:?}");
+    assert!(record.next_attempt_ms.is_some(), "due again");
+}
+
+/// A worker's lapsed lease is taken up by one entrance at a time: the
+/// gateway's workers and an operator's redelivery race for it, and
+/// whichever wins, the other stays out until it is done — the upstream is
+/// called once (before, on Redis, a redelivery that won kept the lapsed due
+/// time and a worker called the upstream beside it).
+async fn no_worker_beside_a_live_redelivery(backend: Backend) {
+    let (upstream, slow) = refusing_then_slow().await;
+    let route = format!("{ASYNC}\nmax_attempts = 0");
+    let text = with_admin(
+        &config_text(&upstream.url("/hook"), &backend, &route, ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    gateway.control("hook", "pause", "by=test").await;
+    accept_all(&gateway.url("/hook"), &["evt_beside".to_owned()]).await;
+    // A worker elsewhere leases it and dies: its lease lapses after 300 ms.
+    let store = gateway.gateway.store();
+    let leased = store
+        .lease_due("hook", 1, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(leased.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    slow.store(true, Ordering::SeqCst);
+    gateway.control("hook", "resume", "").await;
+    let path = "/admin/routes/hook/keys/evt_beside/redeliver";
+    let redelivered = admin(&gateway, Method::POST, path).await;
+    assert!(
+        [StatusCode::OK, StatusCode::CONFLICT].contains(&redelivered.status),
+        "{:?}",
+        redelivered.json()
+    );
+    assert!(reaches(&gateway, "evt_beside", "completed").await);
+    // The workers passed every 250 ms throughout the 3 s call.
+    assert_eq!(
+        upstream.count("evt_beside"),
+        1,
+        "two entrances called at once"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_worker_beside_a_live_redelivery_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    no_worker_beside_a_live_redelivery(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_worker_beside_a_live_redelivery_memory() {
+    no_worker_beside_a_live_redelivery(Backend::Memory).await;
+}
