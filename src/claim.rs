@@ -47,7 +47,7 @@ pub struct Claim {
     leases_lost: IntCounter,
     /// Set when a renewal found another holder's token.
     lost: bool,
-    _held: Held,
+    _held: Registration,
 }
 
 /// What one try at recording left.
@@ -257,10 +257,10 @@ pub struct Claims {
 }
 
 impl Claims {
-    fn hold(self: &Arc<Self>, key: &StoreKey, lease: &Lease) -> Held {
+    fn hold(self: &Arc<Self>, key: &StoreKey, lease: &Lease) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(id, (key.clone(), lease.clone()));
-        Held {
+        Registration {
             claims: Arc::clone(self),
             id,
         }
@@ -305,12 +305,12 @@ impl Claims {
 }
 
 /// Registration of one claim in [`Claims`], removed on drop.
-struct Held {
+struct Registration {
     claims: Arc<Claims>,
     id: u64,
 }
 
-impl Drop for Held {
+impl Drop for Registration {
     fn drop(&mut self) {
         let mut held = self.claims.lock();
         held.remove(&self.id);

@@ -66,6 +66,19 @@
 //!   it (`/ui`); [`client`] is `hookgate events|routes|reload`, its
 //!   command-line client.
 //!
+//! # Names
+//!
+//! Each word means one thing: to **settle** is to end a claim by what the
+//! upstream is known to have done ([`delivery::Settled`]); a **hold** is a
+//! claim an unknown outcome keeps until its lease runs out (`on_unknown =
+//! "hold"`); a **refusal** is traffic control's no ([`traffic::Refusal`]);
+//! an **admission** is its yes, told the call's outcome. "Replay" is the
+//! contract's word in three places and stays so: a duplicate is *replayed*
+//! its recorded response (`Idempotent-Replayed`, served from the *replay
+//! cache* when hot); an operator's *replay* sends a stored request as a new
+//! event under a new key; the *replay guard* answers a body already
+//! claimed under another key.
+//!
 //! [`App`] wires them together for the binary; tests use the same pieces.
 //! [`demo`] is `hookgate demo`: a gateway, a consumer and a sender in one
 //! process, showing exactly-once.

@@ -161,7 +161,7 @@ impl Engine {
         // starts only once the breaker has counted this one.
         let ((result, elapsed), _place) = claim.renewing(call).await;
         let class = policy::class_of(&result);
-        admission.settle(class.is_none());
+        admission.report(class.is_none());
         let settled = match (&result, class) {
             (Ok(answer), None) => {
                 let recorded = RecordedResponse::record(

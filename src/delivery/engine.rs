@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::route::{LiveRoutes, Route, Runtime};
 use crate::store::{Clock, Lease, RecordState, Store, StoreError, StoreKey};
 use crate::telemetry::Telemetry;
-use crate::traffic::{Admission, Held, Pause, Pauses};
+use crate::traffic::{Admission, Pause, Pauses, Refusal};
 
 /// What every attempt needs, whichever entrance made it; shared by the
 /// ingress, the workers, the operator's actions and the admin API.
@@ -151,8 +151,8 @@ impl Engine {
             return Err(GatewayError::RoutePaused);
         }
         route.controls.admit().map_err(|held| match held {
-            Held::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
-            Held::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
+            Refusal::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
+            Refusal::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
         })
     }
 

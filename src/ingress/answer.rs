@@ -96,7 +96,7 @@ pub(super) fn dead_letter(
 /// What the delivery that caused the upstream call gets back: the upstream's
 /// own answer (its outcome `forwarded` when final), or the error that says
 /// what happened to the call.
-pub(super) fn settle_sender(
+pub(super) fn answer_sender(
     result: Result<UpstreamResponse, UpstreamError>,
     forwarded: Outcome,
 ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {

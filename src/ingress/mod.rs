@@ -26,7 +26,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use self::answer::{accepted, check_body, dead_letter, handshake_response, replay, settle_sender};
+use self::answer::{accepted, answer_sender, check_body, dead_letter, handshake_response, replay};
 use self::request::{client_address, read_body, request_id};
 use crate::claim::Claim;
 use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
@@ -301,13 +301,13 @@ impl Gateway {
         log.trace.inject(upstream_request.headers_mut());
         let Some(claim) = claim else {
             let (result, elapsed) = self.engine.call(route, upstream_request).await;
-            admission.settle(policy::class_of(&result).is_none());
+            admission.report(policy::class_of(&result).is_none());
             log.upstream = Some(elapsed);
             let forwarded = match key {
                 Some(_) => Outcome::Forwarded,
                 None => Outcome::ForwardedUnkeyed,
             };
-            return settle_sender(result, forwarded);
+            return answer_sender(result, forwarded);
         };
         let attempt = Attempt {
             route: Arc::clone(route),
@@ -325,7 +325,7 @@ impl Gateway {
             .attempt(attempt, upstream_request, || stored_request(&delivery))
             .await;
         log.upstream = Some(attempted.elapsed);
-        settle_sender(attempted.result, Outcome::Forwarded)
+        answer_sender(attempted.result, Outcome::Forwarded)
     }
 
     /// Stage 5 of an async route: store the event with its request in one
@@ -475,7 +475,7 @@ impl Gateway {
         match tokio::time::timeout(within, answer).await {
             Ok(Ok((Ok(answer), elapsed))) if policy::is_final(answer.status) => {
                 log.upstream = Some(elapsed);
-                settle_sender(Ok(answer), Outcome::Forwarded)
+                answer_sender(Ok(answer), Outcome::Forwarded)
             }
             _ => Ok((accepted(settings, key, false), Outcome::Accepted)),
         }

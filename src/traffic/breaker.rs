@@ -38,13 +38,13 @@ enum State {
 }
 
 /// Leave to call the upstream, from [`Breaker::admit`]. Report how the
-/// call went with [`Ticket::settle`]; a ticket dropped unsettled (the call
+/// call went with [`Ticket::report`]; a ticket dropped unreported (the call
 /// was never made: the event was a duplicate) hands its probe to the next
 /// caller.
 pub struct Ticket {
     breaker: Arc<Breaker>,
     probe: bool,
-    settled: bool,
+    reported: bool,
 }
 
 impl Breaker {
@@ -90,7 +90,7 @@ impl Breaker {
         Ok(Ticket {
             breaker: Arc::clone(self),
             probe,
-            settled: false,
+            reported: false,
         })
     }
 
@@ -169,15 +169,15 @@ impl Ticket {
 
     /// How the call went: `true` for a final answer (2xx, or a 4xx but 408
     /// and 429).
-    pub fn settle(mut self, success: bool) {
-        self.settled = true;
+    pub fn report(mut self, success: bool) {
+        self.reported = true;
         self.breaker.record(self.probe, success);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.probe && !self.settled {
+        if self.probe && !self.reported {
             self.breaker.unused_probe();
         }
     }
@@ -202,11 +202,11 @@ mod tests {
     async fn opens_after_failures_in_the_window_then_probes_once() {
         let breaker = breaker(3, 60_000, 50);
         for _ in 0..2 {
-            breaker.admit().unwrap().settle(false);
+            breaker.admit().unwrap().report(false);
         }
-        breaker.admit().unwrap().settle(true);
+        breaker.admit().unwrap().report(true);
         assert_eq!(breaker.state(), "closed", "successes do not trip it");
-        breaker.admit().unwrap().settle(false);
+        breaker.admit().unwrap().report(false);
         assert_eq!(breaker.state(), "open");
         assert_eq!(breaker.opened.get(), 1);
         assert_eq!(breaker.open.get(), 1);
@@ -217,12 +217,12 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         let probe = breaker.admit().expect("one probe after open_for");
         assert!(breaker.admit().is_err(), "only one probe at a time");
-        probe.settle(false);
+        probe.report(false);
         assert_eq!(breaker.state(), "open", "a failed probe opens it again");
         assert_eq!(breaker.opened.get(), 2);
 
         tokio::time::advance(Duration::from_millis(50)).await;
-        breaker.admit().unwrap().settle(true);
+        breaker.admit().unwrap().report(true);
         assert_eq!(breaker.state(), "closed");
         assert_eq!(breaker.open.get(), 0);
     }
@@ -230,25 +230,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failures_outside_the_window_are_forgotten() {
         let breaker = breaker(2, 30, 1_000);
-        breaker.admit().unwrap().settle(false);
+        breaker.admit().unwrap().report(false);
         tokio::time::advance(Duration::from_millis(31)).await;
-        breaker.admit().unwrap().settle(false);
+        breaker.admit().unwrap().report(false);
         assert_eq!(breaker.state(), "closed");
         tokio::time::advance(Duration::from_millis(29)).await;
-        breaker.admit().unwrap().settle(false);
+        breaker.admit().unwrap().report(false);
         assert_eq!(breaker.state(), "open", "two failures within the window");
     }
 
     #[test]
     fn an_unused_probe_passes_to_the_next_caller() {
         let breaker = breaker(1, 60_000, 0);
-        breaker.admit().unwrap().settle(false);
+        breaker.admit().unwrap().report(false);
         let probe = breaker.admit().unwrap();
         drop(probe);
         breaker
             .admit()
             .expect("the probe is handed on")
-            .settle(true);
+            .report(true);
         assert_eq!(breaker.state(), "closed");
     }
 }

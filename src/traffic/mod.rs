@@ -12,7 +12,7 @@
 //!   settings ([`Controls`]).
 //!
 //! [`RouteControls::admit`] asks the breaker, then the bucket, for leave to
-//! call; the [`Admission`] it grants is settled with the call's outcome, or
+//! call; the [`Admission`] it grants is told the call's outcome, or
 //! dropped unused (a duplicate was answered from its record), which gives
 //! the token and any probe back.
 
@@ -131,7 +131,7 @@ pub struct RouteControls {
 
 /// Why a call may not be made now, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
+pub enum Refusal {
     CircuitOpen(Duration),
     RateLimited(Duration),
 }
@@ -147,13 +147,13 @@ pub struct Admission {
 impl RouteControls {
     /// Leave for one call: the breaker first (an open breaker takes no
     /// token), then the bucket.
-    pub fn admit(&self) -> Result<Admission, Held> {
+    pub fn admit(&self) -> Result<Admission, Refusal> {
         let ticket = match &self.breaker {
-            Some(breaker) => Some(breaker.admit().map_err(Held::CircuitOpen)?),
+            Some(breaker) => Some(breaker.admit().map_err(Refusal::CircuitOpen)?),
             None => None,
         };
         if let Some(rate) = &self.rate {
-            rate.try_take().map_err(Held::RateLimited)?;
+            rate.try_take().map_err(Refusal::RateLimited)?;
         }
         Ok(Admission {
             ticket,
@@ -203,10 +203,10 @@ impl RouteControls {
 
 impl Admission {
     /// The call was made: a final answer (`true`) or not, for the breaker.
-    pub fn settle(mut self, success: bool) {
+    pub fn report(mut self, success: bool) {
         self.token = None;
         if let Some(ticket) = self.ticket.take() {
-            ticket.settle(success);
+            ticket.report(success);
         }
     }
 }
