@@ -25,7 +25,7 @@ use crate::headers::{
     strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID,
 };
 pub use crate::replay::BodyRead;
-use crate::store::StoredRequest;
+use crate::store::{FailureClass, StoredRequest};
 
 /// Largest upstream response body read into memory. Beyond it the status and
 /// headers are still returned (and recorded), the body is not.
@@ -62,10 +62,22 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    /// Whether the upstream may have acted on the request (the "unknown"
-    /// class), as opposed to never having received it.
-    pub fn outcome_unknown(&self) -> bool {
-        !matches!(self, UpstreamError::NotDelivered(_))
+    /// What the upstream is known to have done, as the failure class every
+    /// entrance settles by: never received it, or may have acted on it.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            UpstreamError::NotDelivered(_) => FailureClass::NotDelivered,
+            UpstreamError::Broken(_) | UpstreamError::Timeout => FailureClass::Unknown,
+        }
+    }
+
+    /// How `hookgate_upstream_responses_total` counts it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::NotDelivered(_) => "unreachable",
+            UpstreamError::Broken(_) => "broken",
+        }
     }
 }
 

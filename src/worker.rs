@@ -248,3 +248,123 @@ async fn deliver(
         tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+    use crate::store::{ClaimMode, ClaimRequest, RecordState, Store, Stored, StoredRequest};
+
+    /// An async route whose upstream refuses connections (nothing listens on
+    /// port 1): every attempt fails at once, not delivered.
+    const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+[store]
+backend = "memory"
+[[routes]]
+name = "orders"
+path = "/orders"
+upstream = "http://127.0.0.1:1/orders"
+key = ["header:X-Id"]
+delivery = "async"
+retry_backoff = { initial = "10s", max = "10s" }
+max_attempts = 3
+[routes.verify]
+scheme = "none"
+"#;
+
+    async fn engine() -> Arc<Engine> {
+        let config = Config::parse(CONFIG, std::path::Path::new("t.toml"), &|_| None).unwrap();
+        let registry = prometheus::Registry::new();
+        let metrics = Metrics::new(&registry);
+        let store = Store::open(&config.fixed.store, "t:", metrics.store.clone()).unwrap();
+        let engine = Arc::new(Engine::new(&config, store, metrics));
+        engine.refresh_pauses().await;
+        engine
+    }
+
+    async fn state(engine: &Engine) -> (RecordState, u32) {
+        let store = engine.store();
+        let record = store
+            .get(&store.key("orders", "e1"))
+            .await
+            .unwrap()
+            .unwrap();
+        (record.state, record.attempts)
+    }
+
+    /// Until the attempt spawned by a pass has settled the record.
+    async fn settled(engine: &Engine, attempts: u32) {
+        for _ in 0..1000 {
+            if state(engine).await == (RecordState::Queued, attempts) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!(
+            "attempt {attempts} never settled: {:?}",
+            state(engine).await
+        );
+    }
+
+    /// Time is the subject: a pass attempts what is due, nothing before its
+    /// backoff, and the queue's `max_attempts` parks the event — ten
+    /// seconds of backoff run in no time.
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_attempts_what_is_due_and_backs_off_until_dead() {
+        let engine = engine().await;
+        let request = StoredRequest {
+            method: http::Method::POST,
+            query: None,
+            headers: HeaderMap::new(),
+            body: bytes::Bytes::from_static(b"{}"),
+        };
+        let store = engine.store();
+        let key = store.key("orders", "e1");
+        let accept = ClaimRequest {
+            mode: ClaimMode::Accept,
+            stored: Some(Stored {
+                request: &request,
+                route: "orders",
+                replay_of: None,
+            }),
+            ..ClaimRequest::delivery(
+                &key,
+                "aa",
+                Duration::from_secs(30),
+                Duration::from_secs(600),
+            )
+        };
+        store.claim(accept).await.unwrap();
+
+        pass(&engine).await;
+        settled(&engine, 1).await;
+        pass(&engine).await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            state(&engine).await,
+            (RecordState::Queued, 1),
+            "not before the backoff"
+        );
+
+        tokio::time::advance(Duration::from_secs(10)).await;
+        pass(&engine).await;
+        settled(&engine, 2).await;
+
+        tokio::time::advance(Duration::from_secs(10)).await;
+        pass(&engine).await;
+        for _ in 0..1000 {
+            if state(&engine).await.0 == RecordState::Dead {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            state(&engine).await,
+            (RecordState::Dead, 3),
+            "parked at max_attempts"
+        );
+    }
+}

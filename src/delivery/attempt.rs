@@ -292,9 +292,7 @@ impl Engine {
                 400..=499 => "4xx",
                 _ => "5xx",
             },
-            Err(UpstreamError::Timeout) => "timeout",
-            Err(UpstreamError::NotDelivered(_)) => "unreachable",
-            Err(UpstreamError::Broken(_)) => "broken",
+            Err(error) => error.label(),
         };
         self.metrics().upstream_attempt(&route.name, class, elapsed);
         (result, elapsed)

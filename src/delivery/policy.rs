@@ -36,8 +36,7 @@ pub fn class_of(result: &Result<UpstreamResponse, UpstreamError>) -> Option<Fail
     match result {
         Ok(answer) if is_final(answer.status) => None,
         Ok(_) => Some(FailureClass::Refused),
-        Err(error) if error.outcome_unknown() => Some(FailureClass::Unknown),
-        Err(_) => Some(FailureClass::NotDelivered),
+        Err(error) => Some(error.class()),
     }
 }
 
