@@ -14,6 +14,12 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// Whether the range is every address of its family (`0.0.0.0/0`,
+    /// `::/0`).
+    pub fn is_everything(&self) -> bool {
+        self.prefix == 0
+    }
+
     pub fn contains(&self, address: IpAddr) -> bool {
         match (self.network, address.to_canonical()) {
             (IpAddr::V4(network), IpAddr::V4(address)) => {

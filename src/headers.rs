@@ -11,6 +11,8 @@ pub const HOOKGATE_EVENT_STATE: HeaderName = HeaderName::from_static("hookgate-e
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// nginx's single-address variant of `X-Forwarded-For`.
+pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// Correlates a delivery across hookgate's log, the upstream and the sender.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
@@ -28,6 +30,24 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];
+
+/// Whether hookgate sets or removes `name` itself on the forwarded request
+/// (framing, hop-by-hop, forwarding, correlation): no route may name it
+/// as its `idempotency_header`.
+pub fn managed(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+        || [
+            header::HOST,
+            header::CONTENT_LENGTH,
+            X_FORWARDED_FOR,
+            X_FORWARDED_PROTO,
+            X_FORWARDED_HOST,
+            X_REQUEST_ID,
+            header::FORWARDED,
+            X_REAL_IP,
+        ]
+        .contains(name)
+}
 
 /// Remove hop-by-hop headers, including every header the `Connection`
 /// header names.

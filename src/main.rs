@@ -170,7 +170,7 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let app = hookgate::App::new(&config).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
-        admin = ?fixed.admin.as_ref().map(|admin| admin.listen),
+        admin = fixed.admin.as_ref().map(|admin| tracing::field::display(admin.listen)),
         store = fixed.store.backend.name(),
         routes = config.live.routes.len(),
         version = env!("CARGO_PKG_VERSION"),

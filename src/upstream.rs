@@ -22,7 +22,7 @@ use rustls::pki_types::CertificateDer;
 
 use crate::config::RouteConfig;
 use crate::headers::{
-    strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID,
+    strip_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REAL_IP, X_REQUEST_ID,
 };
 pub use crate::replay::BodyRead;
 use crate::store::{FailureClass, StoredRequest};
@@ -221,6 +221,12 @@ pub fn stored_request(delivery: &Delivery<'_>) -> StoredRequest {
     };
     if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
         headers.insert(X_FORWARDED_FOR, value);
+    }
+    // The other headers that say where a request came from prove nothing
+    // from anyone but a trusted proxy either.
+    if !peer_trusted {
+        headers.remove(header::FORWARDED);
+        headers.remove(X_REAL_IP);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     headers.remove(header::CONTENT_LENGTH);

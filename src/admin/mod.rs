@@ -176,7 +176,7 @@ impl Admin {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+            .and_then(|value| bearer(value.as_bytes()));
         // The bearer token, or a console session (with its CSRF token on
         // anything but a read).
         let via = match presented {
@@ -535,6 +535,13 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The credentials of an `Authorization: Bearer …` value; the scheme's
+/// name is case-insensitive (RFC 9110 §11.1).
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
 }
 
 impl From<OpsError> for AdminError {

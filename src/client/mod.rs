@@ -9,6 +9,23 @@
 //! API's JSON with `--json` for scripts. Exit codes: 0 done, 1 not found or
 //! refused (the API's error is printed), 2 usage.
 
+/// Print a line for a person: control characters that came from a sender
+/// or the network (escape sequences that retitle a terminal, clear it or
+/// hide text) are shown escaped; newlines and tabs are kept. `--json`
+/// output is escaped by JSON itself.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::client::render::escaped(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] on standard error.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::client::render::escaped(&format!($($arg)*)))
+    };
+}
+
 mod render;
 
 use std::process::ExitCode;
@@ -56,6 +73,7 @@ struct AdminArgs {
     /// The gateway's admin listener.
     #[arg(
         long,
+        global = true,
         env = "HOOKGATE_ADMIN_URL",
         default_value = "http://127.0.0.1:9090"
     )]
@@ -164,11 +182,11 @@ pub fn reload(args: ReloadArgs) -> ExitCode {
     run(&args.admin, |client| async move {
         let done = client.call(Method::POST, "/admin/reload", TIMEOUT).await?;
         if json {
-            println!("{}", pretty(&done));
+            say!("{}", pretty(&done));
         } else {
-            println!("reloaded");
+            say!("reloaded");
             for setting in done["needs_restart"].as_array().into_iter().flatten() {
-                println!(
+                say!(
                     "needs a restart (the running value stays): {}",
                     setting.as_str().unwrap_or_default()
                 );
@@ -191,7 +209,7 @@ where
     F: std::future::Future<Output = Result<(), String>>,
 {
     let Some(token) = admin_token() else {
-        eprintln!(
+        say_err!(
             "error: set HOOKGATE_ADMIN_TOKEN to the gateway's admin.token \
              (or HOOKGATE_ADMIN_TOKEN_FILE to a file holding it)"
         );
@@ -209,7 +227,7 @@ where
     match runtime.block_on(command(client)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            say_err!("error: {message}");
             ExitCode::FAILURE
         }
     }
@@ -238,7 +256,7 @@ impl AdminClient {
             RoutesCommand::List => {
                 let routes = self.call(Method::GET, "/admin/routes", TIMEOUT).await?;
                 if json {
-                    println!("{}", pretty(&routes));
+                    say!("{}", pretty(&routes));
                 } else {
                     print_routes(&routes);
                 }
@@ -261,7 +279,7 @@ impl AdminClient {
         }
         let done = self.call(Method::POST, &path, TIMEOUT).await?;
         if json {
-            println!("{}", pretty(&done));
+            say!("{}", pretty(&done));
         } else {
             let verb = if pause { "paused" } else { "resumed" };
             let changed = if done["changed"] == true {
@@ -269,7 +287,7 @@ impl AdminClient {
             } else {
                 " (it already was)"
             };
-            println!("{route} {verb}{changed}");
+            say!("{route} {verb}{changed}");
         }
         Ok(())
     }
@@ -288,6 +306,9 @@ impl AdminClient {
                 }
                 let mut cursor = cursor;
                 let mut first = true;
+                // `--all --json`: every page's events, printed once as one
+                // array (what `json.load` and `jq` read whole).
+                let mut every = Vec::new();
                 loop {
                     let mut query = vec![format!("limit={limit}")];
                     query.extend(route.as_ref().map(|r| format!("route={}", encode(r))));
@@ -295,8 +316,10 @@ impl AdminClient {
                     query.extend(cursor.as_ref().map(|c| format!("cursor={}", encode(c))));
                     let path = format!("/admin/events?{}", query.join("&"));
                     let page = self.call(Method::GET, &path, TIMEOUT).await?;
-                    if json {
-                        println!("{}", pretty(&page));
+                    if json && all {
+                        every.extend(page["events"].as_array().cloned().unwrap_or_default());
+                    } else if json {
+                        say!("{}", pretty(&page));
                     } else {
                         print_table(&page, first);
                     }
@@ -305,9 +328,12 @@ impl AdminClient {
                     match (&cursor, all) {
                         (Some(_), true) => continue,
                         (Some(next), false) if !json => {
-                            println!("more: --cursor {next}");
+                            say!("more: --cursor {next}");
                         }
                         _ => {}
+                    }
+                    if json && all {
+                        say!("{}", pretty(&Value::Array(every)));
                     }
                     return Ok(());
                 }
@@ -320,7 +346,7 @@ impl AdminClient {
                 );
                 let record = self.call(Method::GET, &path, TIMEOUT).await?;
                 if json {
-                    println!("{}", pretty(&record));
+                    say!("{}", pretty(&record));
                 } else {
                     print_record(&record);
                 }
@@ -349,9 +375,9 @@ impl AdminClient {
                 );
                 let done = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
                 if json {
-                    println!("{}", pretty(&done));
+                    say!("{}", pretty(&done));
                 } else {
-                    println!(
+                    say!(
                         "redrove {} dead letters of {route}: {} completed, {} failed, {} dead again, {} skipped",
                         done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
                     );
@@ -366,9 +392,9 @@ impl AdminClient {
                 );
                 let forgotten = self.call(Method::DELETE, &path, TIMEOUT).await?;
                 if json {
-                    println!("{}", pretty(&forgotten));
+                    say!("{}", pretty(&forgotten));
                 } else {
-                    println!("forgot {route}/{key}: its next delivery is processed again");
+                    say!("forgot {route}/{key}: its next delivery is processed again");
                 }
                 Ok(())
             }
@@ -384,7 +410,7 @@ impl AdminClient {
         for route in routes["routes"].as_array().into_iter().flatten() {
             let name = route["name"].as_str().unwrap_or("");
             if only.is_none_or(|only| only == name) && !route["paused"].is_null() {
-                println!("route {name} is {}", paused_text(&route["paused"]));
+                say!("route {name} is {}", paused_text(&route["paused"]));
             }
         }
     }

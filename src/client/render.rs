@@ -2,6 +2,7 @@
 //! the outcome of a redelivery (`--json` prints the admin API's answer
 //! instead).
 
+use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
 use serde_json::Value;
@@ -56,7 +57,7 @@ pub(super) fn print_table(page: &Value, header: bool) {
     let titles = ["ROUTE", "KEY", "STATE", "ATTEMPTS", "AGE", "LAST ERROR"];
     print_columns(header.then_some(&titles[..]), &rows);
     if header && rows.is_empty() {
-        println!("(no events)");
+        say!("(no events)");
     }
 }
 
@@ -132,7 +133,7 @@ pub(super) fn print_columns(titles: Option<&[&str]>, rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end());
     };
     if let Some(titles) = titles {
         line(titles.to_vec());
@@ -148,34 +149,34 @@ pub(super) fn print_record(record: &Value) {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     };
-    println!("route:        {}", field("route"));
-    println!("key:          {}", field("key"));
-    println!("state:        {}", field("state"));
-    println!("attempts:     {}", field("attempts"));
-    println!("first seen:   {} ago", age(record["first_seen"].as_u64()));
-    println!("last change:  {} ago", age(record["updated"].as_u64()));
-    println!("last error:   {}", last_error(record));
-    println!("response:     {}", field("response_status"));
+    say!("route:        {}", field("route"));
+    say!("key:          {}", field("key"));
+    say!("state:        {}", field("state"));
+    say!("attempts:     {}", field("attempts"));
+    say!("first seen:   {} ago", age(record["first_seen"].as_u64()));
+    say!("last change:  {} ago", age(record["updated"].as_u64()));
+    say!("last error:   {}", last_error(record));
+    say!("response:     {}", field("response_status"));
     if !record["replay_of"].is_null() {
-        println!("replay of:    {}", field("replay_of"));
+        say!("replay of:    {}", field("replay_of"));
     }
     if let Some(replays) = record["replays"].as_array().filter(|r| !r.is_empty()) {
         let keys: Vec<&str> = replays.iter().filter_map(Value::as_str).collect();
-        println!("replays:      {}", keys.join(", "));
+        say!("replays:      {}", keys.join(", "));
     }
     let request = &record["request"];
     if request.is_null() {
-        println!("request:      not stored (kept for failed, dead and replayed events)");
+        say!("request:      not stored (kept for failed, dead and replayed events)");
         return;
     }
-    println!(
+    say!(
         "request:      {} {} bytes, sha256 {}",
         request["method"].as_str().unwrap_or(""),
         request["body_bytes"],
         request["body_sha256"].as_str().unwrap_or("")
     );
     for header in request["headers"].as_array().into_iter().flatten() {
-        println!(
+        say!(
             "  {}: {}",
             header[0].as_str().unwrap_or(""),
             header[1].as_str().unwrap_or("")
@@ -186,13 +187,13 @@ pub(super) fn print_record(record: &Value) {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(body)
             .unwrap_or_default();
-        println!("body:\n{}", String::from_utf8_lossy(&bytes));
+        say!("body:\n{}", String::from_utf8_lossy(&bytes));
     }
 }
 
 pub(super) fn print_sent(sent: &Value, json: bool, what: &str) {
     if json {
-        println!("{}", pretty(sent));
+        say!("{}", pretty(sent));
         return;
     }
     let upstream = match (
@@ -203,11 +204,43 @@ pub(super) fn print_sent(sent: &Value, json: bool, what: &str) {
         (None, Some(error)) => error.to_owned(),
         _ => "no answer".into(),
     };
-    println!(
+    say!(
         "{what} {}/{} (attempt {}): {}, {upstream}",
         sent["route"].as_str().unwrap_or(""),
         sent["key"].as_str().unwrap_or(""),
         sent["attempt"],
         sent["state"].as_str().unwrap_or(""),
     );
+}
+
+/// `text` with its control characters escaped (`\x1b` as `\u{1b}`),
+/// newlines and tabs kept.
+pub(crate) fn escaped(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| match unsafe_char(c) {
+                true => c.escape_unicode().to_string(),
+                false => c.to_string(),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escaped;
+
+    #[test]
+    fn control_characters_reach_no_terminal() {
+        let hostile = "title\x1b]0;owned\x07 \x1b[2J\x1b[8mhidden\u{9b}31m\r";
+        let shown = escaped(hostile);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
+        assert!(shown.contains("\\u{1b}]0;owned\\u{7}"), "{shown}");
+        assert_eq!(escaped("two\nlines\tand a tab"), "two\nlines\tand a tab");
+        assert!(matches!(escaped("plain"), std::borrow::Cow::Borrowed(_)));
+    }
 }

@@ -152,16 +152,26 @@ impl Validator<'_> {
             None => Some(HeaderName::from_static("idempotency-key")),
             Some(raw) => match self.string(&at.key("idempotency_header"), raw) {
                 Some(text) if text.is_empty() => None,
-                Some(text) => HeaderName::from_bytes(text.as_bytes()).map_or_else(
-                    |_| {
+                Some(text) => match HeaderName::from_bytes(text.as_bytes()) {
+                    Err(_) => {
                         self.fail(
                             &at.key("idempotency_header"),
                             format!("{text:?} is not a valid header name"),
                         );
                         None
-                    },
-                    Some,
-                ),
+                    }
+                    Ok(name) if crate::headers::managed(&name) => {
+                        self.fail(
+                            &at.key("idempotency_header"),
+                            format!(
+                                "{text:?} is a header hookgate sets or removes itself on the \
+                                 forwarded request; name another (default Idempotency-Key)"
+                            ),
+                        );
+                        None
+                    }
+                    Ok(name) => Some(name),
+                },
                 None => None,
             },
         };

@@ -105,6 +105,13 @@ impl Validator<'_> {
             &at.key("trusted_proxies"),
             raw.trusted_proxies.as_deref().unwrap_or_default(),
         );
+        if trusted_proxies.iter().any(|range| range.is_everything()) {
+            self.warn(format!(
+                "{}: a /0 range trusts every peer's X-Forwarded-For, so any sender can claim \
+                 any address and allow_from no longer admits by address; list your proxies",
+                at.key("trusted_proxies")
+            ));
+        }
         (server, limits, trusted_proxies, tls)
     }
 

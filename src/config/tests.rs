@@ -870,3 +870,57 @@ fn asymmetric_and_hex_keys_are_checked_when_loaded() {
         );
     }
 }
+
+#[test]
+fn an_idempotency_header_that_hookgate_manages_is_refused() {
+    let verify = "scheme = \"hmac\"\nsecrets = [\"s-0123456789abcdef\"]\nheader = \"X-Sig\"";
+    for name in [
+        "Host",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "TE",
+        "X-Forwarded-For",
+        "X-Request-Id",
+    ] {
+        let extra = format!("key = [\"header:X-Event-Id\"]\nidempotency_header = \"{name}\"");
+        let text = route_with(verify, &extra);
+        let found = problems(&text).join("\n");
+        assert!(
+            found.contains("routes[0].idempotency_header")
+                && found.contains("hookgate sets or removes itself"),
+            "{name}: {found}"
+        );
+    }
+    let fine = route_with(
+        verify,
+        "key = [\"header:X-Event-Id\"]\nidempotency_header = \"X-Event-Id\"",
+    );
+    assert!(
+        parse(&fine).is_ok(),
+        "{:?}",
+        parse(&fine).err().map(|e| e.to_string())
+    );
+}
+
+#[test]
+fn trusting_every_address_as_a_proxy_is_a_warning() {
+    for everything in ["0.0.0.0/0", "::/0"] {
+        let text = MINIMAL.replace(
+            "listen = \"127.0.0.1:8080\"",
+            &format!("listen = \"127.0.0.1:8080\"\ntrusted_proxies = [\"{everything}\"]"),
+        );
+        let config = parse(&text).unwrap();
+        let warnings = config.warnings.join("\n");
+        assert!(
+            warnings.contains("server.trusted_proxies") && warnings.contains("allow_from"),
+            "{everything}: {warnings:?}"
+        );
+    }
+    let narrow = MINIMAL.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\ntrusted_proxies = [\"10.0.0.0/8\"]",
+    );
+    let warnings = parse(&narrow).unwrap().warnings.join("\n");
+    assert!(!warnings.contains("trusted_proxies"), "{warnings}");
+}

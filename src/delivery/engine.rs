@@ -112,7 +112,7 @@ impl Engine {
         match self.pauses.refresh(&self.store).await {
             Ok(resumed) => {
                 if !resumed.is_empty() {
-                    tracing::info!(routes = ?resumed, "routes resumed by another instance");
+                    tracing::info!(routes = %resumed.join(","), "routes resumed by another instance");
                     self.places.wake();
                 }
             }

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use http::StatusCode;
+use http::{Method, StatusCode};
 
 use crate::support::*;
 
@@ -93,6 +93,47 @@ async fn run_serves_until_sigterm() {
     assert_eq!(line["request_id"].as_str().map(str::len), Some(32));
     assert!(line["upstream_ms"].as_f64().is_some());
     assert!(!logs.contains(SECRET), "secrets are never logged");
+}
+
+/// Log fields are values: the start-up line names the admin listener as an
+/// address, not as Rust's `Some(…)`; and the admin API takes the bearer
+/// scheme in any case (RFC 9110 §11.1).
+#[tokio::test]
+async fn log_fields_are_values_and_the_bearer_scheme_is_case_insensitive() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Memory, "", ""),
+        true,
+    )
+    .replace(
+        "127.0.0.1:0\"\ntoken",
+        &format!("127.0.0.1:{admin_port}\"\ntoken"),
+    );
+    let (path, port) = write_config(dir.path(), &text);
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    let url = format!("http://127.0.0.1:{admin_port}/admin/routes");
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let auth = format!("{scheme} {ADMIN_TOKEN}");
+        let answer = send(Method::GET, &url, &[("authorization", &auth)], "").await;
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{scheme}: {:?}",
+            answer.json()
+        );
+    }
+    let wrong = send(Method::GET, &url, &[("authorization", "bearer nope")], "").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(gateway.stop("TERM").code(), Some(0));
+    let logs = gateway.logs();
+    let line = logs
+        .lines()
+        .find(|line| line.contains("hookgate is serving"))
+        .unwrap_or_else(|| panic!("no start-up line in {logs}"));
+    let line: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+    assert_eq!(line["admin"], format!("127.0.0.1:{admin_port}"), "{line}");
 }
 
 /// The embedded store keeps its promise across restarts: after SIGTERM and

@@ -391,6 +391,21 @@ async fn the_events_cli_finds_inspects_and_sends_again() {
     assert_eq!(code, Some(0));
     let page: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(page["events"].as_array().unwrap().len(), 2);
+    // Every page as one JSON document, and options after the subcommand
+    // (--admin too), as kubectl and gh take them.
+    let direct = tokio::task::block_in_place(|| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args([
+                "events", "list", "--limit", "1", "--all", "--json", "--admin",
+            ])
+            .arg(&admin_url)
+            .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .unwrap()
+    });
+    assert_eq!(direct.status.code(), Some(0), "{direct:?}");
+    let every: serde_json::Value = serde_json::from_slice(&direct.stdout).expect("one document");
+    assert_eq!(every.as_array().map(Vec::len), Some(2), "{every}");
 
     let (code, shown, _) = cli(&["show", "hook", "evt_cli", "--body"]).await;
     assert_eq!(code, Some(0));

@@ -195,3 +195,31 @@ async fn x_forwarded_for_is_kept_only_from_trusted_proxies() {
         gateway.shutdown().await;
     }
 }
+
+/// Nor through `X-Real-IP` or `Forwarded`: from an untrusted peer both are
+/// dropped, from a trusted proxy both are kept.
+#[tokio::test]
+async fn x_real_ip_and_forwarded_are_kept_only_from_trusted_proxies() {
+    let upstream = Upstream::start().await;
+    let sender = Sender::new();
+    for (trusted, kept) in [("", false), ("trusted_proxies = [\"127.0.0.1/32\"]", true)] {
+        let text = route_config(&upstream.url("/"), "").replace(
+            "shutdown_grace = \"2s\"",
+            &format!("shutdown_grace = \"2s\"\n{trusted}"),
+        );
+        let gateway = TestGateway::start(&text).await;
+        let id = format!("evt_real_ip_{}", upstream.total());
+        let mut request = signed(&gateway.url("/hook"), &event(&id));
+        let headers = request.headers_mut();
+        headers.insert("x-real-ip", "198.51.100.7".parse().unwrap());
+        headers.insert("forwarded", "for=198.51.100.7;proto=https".parse().unwrap());
+        assert_eq!(sender.send(request).await.status, StatusCode::OK);
+        let seen = upstream.seen().pop().unwrap();
+        assert_eq!(seen.headers.contains_key("x-real-ip"), kept, "{trusted}");
+        assert_eq!(seen.headers.contains_key("forwarded"), kept, "{trusted}");
+        if kept {
+            assert_eq!(seen.headers["x-real-ip"], "198.51.100.7");
+        }
+        gateway.shutdown().await;
+    }
+}
