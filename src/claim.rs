@@ -131,13 +131,13 @@ impl Claim {
     /// while the lease still protects the event; whether it was recorded.
     pub async fn complete(self, recorded: &RecordedResponse, retention: Duration) -> bool {
         let once = |claim: Claim| claim.try_complete(recorded, retention);
-        self.until_recorded(once, false).await
+        self.until_recorded(once, false, "response").await
     }
 
     /// Run `once` until the store takes the recording, waiting a backoff
     /// between tries, while another try fits before the lease runs out;
     /// `gave_up` when none does.
-    async fn until_recorded<T, F, Fut>(mut self, mut once: F, gave_up: T) -> T
+    async fn until_recorded<T, F, Fut>(mut self, mut once: F, gave_up: T, what: &str) -> T
     where
         F: FnMut(Claim) -> Fut,
         Fut: Future<Output = Recording<T>>,
@@ -149,7 +149,7 @@ impl Claim {
                 Recording::Again(claim) => self = claim,
             }
             if !self.may_retry(wait) {
-                tracing::error!(key = %self.key, "could not record the outcome before the lease ran out; the next delivery will be forwarded again");
+                tracing::error!(key = %self.key, "could not record the {what} before the lease ran out; the next delivery will be forwarded again");
                 return gave_up;
             }
             tokio::time::sleep(wait).await;
@@ -218,7 +218,7 @@ impl Claim {
     /// released, without the failure recorded).
     pub async fn fail(self, failure: &Failure<'_>) -> Option<RecordState> {
         let once = |claim: Claim| claim.try_fail(failure);
-        self.until_recorded(once, None).await
+        self.until_recorded(once, None, "failure").await
     }
 
     /// One try at recording a failed attempt.

@@ -294,7 +294,7 @@ impl Admin {
                         .map_or(serde_json::Value::Null, |response| {
                             let mut shown = json!({
                                 "status": response.status.as_u16(),
-                                "headers": headers_json(&response.headers),
+                                "headers": headers_json(&response.headers, None),
                                 "body_kept": response.body_kept.as_str(),
                             });
                             add_preview(&mut shown, &response.body);
@@ -305,7 +305,7 @@ impl Admin {
                     .request
                     .as_ref()
                     .map_or(serde_json::Value::Null, |stored| {
-                        request_json(stored, with_body)
+                        request_json(stored, with_body, route.verifier.signature_header())
                     });
                 Ok(json_response(StatusCode::OK, &shown))
             }

@@ -54,14 +54,19 @@ pub(super) fn sensitive(name: &str) -> bool {
         || name.contains("token")
 }
 
-/// The stored request: method, query, headers (signatures redacted), body
-/// size and hash, and the body itself (base64) when asked for.
-pub(super) fn request_json(request: &StoredRequest, with_body: bool) -> serde_json::Value {
+/// The stored request: method, query, headers (signatures redacted, the
+/// route's own `signature` header too), body size and hash, and the body
+/// itself (base64) when asked for.
+pub(super) fn request_json(
+    request: &StoredRequest,
+    with_body: bool,
+    signature: Option<&http::HeaderName>,
+) -> serde_json::Value {
     use base64::Engine;
     let mut shown = json!({
         "method": request.method.as_str(),
         "query": request.query,
-        "headers": headers_json(&request.headers),
+        "headers": headers_json(&request.headers, signature),
         "body_sha256": hex::encode(Sha256::digest(&request.body)),
     });
     add_preview(&mut shown, &request.body);
@@ -72,12 +77,16 @@ pub(super) fn request_json(request: &StoredRequest, with_body: bool) -> serde_js
     shown
 }
 
-/// Headers as `[name, value]` pairs, credentials and signatures redacted.
-pub(super) fn headers_json(headers: &http::HeaderMap) -> Vec<serde_json::Value> {
+/// Headers as `[name, value]` pairs, credentials and signatures (and
+/// `signature`, a route's own) redacted.
+pub(super) fn headers_json(
+    headers: &http::HeaderMap,
+    signature: Option<&http::HeaderName>,
+) -> Vec<serde_json::Value> {
     headers
         .iter()
         .map(|(name, value)| {
-            let value = if sensitive(name.as_str()) {
+            let value = if sensitive(name.as_str()) || Some(name) == signature {
                 "[redacted]".into()
             } else {
                 String::from_utf8_lossy(value.as_bytes()).into_owned()

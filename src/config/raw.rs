@@ -145,4 +145,6 @@ pub struct RawVerify {
     pub encoding: Option<String>,
     /// `hmac` scheme: a literal prefix before the encoded signature (`sha256=`).
     pub prefix: Option<String>,
+    /// Bytes of key material a secret needs at least (default 16).
+    pub min_secret_bytes: Option<u64>,
 }

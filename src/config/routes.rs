@@ -507,6 +507,20 @@ impl Validator<'_> {
             }
             None
         };
+        let min_secret_bytes = self.size(
+            &at.key("min_secret_bytes"),
+            raw.min_secret_bytes,
+            MIN_SECRET_BYTES as u64,
+            1024,
+        );
+        if min_secret_bytes < MIN_SECRET_BYTES {
+            self.warn(format!(
+                "{}: secrets of {min_secret_bytes} bytes are accepted, below the {MIN_SECRET_BYTES} \
+                 hookgate asks for; a short secret can be guessed — rotate to a long one when the \
+                 sender allows",
+                at.key("min_secret_bytes")
+            ));
+        }
         let secrets: Vec<Secret> = raw
             .secrets
             .iter()
@@ -517,11 +531,11 @@ impl Validator<'_> {
                     self.fail(&at.key("secrets").index(i), "secret is empty");
                     return None;
                 }
-                if value.len() < MIN_SECRET_BYTES {
+                if value.len() < min_secret_bytes {
                     self.fail(
                         &at.key("secrets").index(i),
                         format!(
-                            "secret is {} bytes; at least {MIN_SECRET_BYTES} are required (use the secret your sender generated, or `openssl rand -hex 32`)",
+                            "secret is {} bytes; at least {min_secret_bytes} are required (use the secret your sender generated, or `openssl rand -hex 32`; a sender whose existing secret is shorter: lower min_secret_bytes)",
                             value.len()
                         ),
                     );
@@ -543,6 +557,7 @@ impl Validator<'_> {
             tolerance,
             hmac,
             public_url,
+            min_secret_bytes,
         };
         match (scheme.build)(spec) {
             Ok(verifier) => (scheme, Some(verifier)),
@@ -606,5 +621,6 @@ fn placeholder() -> VerifySpec {
         tolerance: DEFAULT_TOLERANCE,
         hmac: None,
         public_url: None,
+        min_secret_bytes: MIN_SECRET_BYTES,
     }
 }

@@ -924,3 +924,26 @@ fn trusting_every_address_as_a_proxy_is_a_warning() {
     let warnings = parse(&narrow).unwrap().warnings.join("\n");
     assert!(!warnings.contains("trusted_proxies"), "{warnings}");
 }
+
+#[test]
+fn a_lowered_min_secret_bytes_admits_a_short_secret_with_a_warning() {
+    // octokit's own test vectors use secrets of 3-11 bytes.
+    let short = "scheme = \"github\"\nsecrets = [\"secret\"]";
+    let refused = problems(&route_with(short, "")).join("\n");
+    assert!(
+        refused.contains("secret is 6 bytes; at least 16") && refused.contains("min_secret_bytes"),
+        "{refused}"
+    );
+    let lowered = parse(&route_with(&format!("{short}\nmin_secret_bytes = 6"), "")).unwrap();
+    let warnings = lowered.warnings.join("\n");
+    assert!(
+        warnings.contains("routes[0].verify.min_secret_bytes") && warnings.contains("6 bytes"),
+        "{warnings}"
+    );
+    let still_short = route_with(&format!("{short}\nmin_secret_bytes = 7"), "");
+    assert!(problems(&still_short).join("\n").contains("at least 7"));
+    // Standard Webhooks counts the decoded key: 8 bytes behind whsec_.
+    let svix = "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MDEyMzQ1Njc=\"]";
+    assert!(parse(&route_with(svix, "")).is_err());
+    assert!(parse(&route_with(&format!("{svix}\nmin_secret_bytes = 8"), "")).is_ok());
+}

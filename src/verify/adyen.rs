@@ -145,6 +145,7 @@ mod tests {
             tolerance: crate::verify::DEFAULT_TOLERANCE,
             hmac: None,
             public_url: None,
+            min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
         })
         .unwrap()
     }
@@ -194,6 +195,7 @@ mod tests {
             tolerance: crate::verify::DEFAULT_TOLERANCE,
             hmac: None,
             public_url: None,
+            min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
         });
         assert!(built.is_err());
     }

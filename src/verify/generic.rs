@@ -97,6 +97,10 @@ impl Verify for HmacVerifier {
     fn verify(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<(), VerifyError> {
         HmacVerifier::verify(self, headers, body)
     }
+
+    fn signature_header(&self) -> Option<&HeaderName> {
+        Some(&self.options.header)
+    }
 }
 
 /// The check every body-HMAC sender's vector gets.

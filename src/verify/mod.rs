@@ -206,6 +206,9 @@ pub struct VerifySpec {
     /// The route's `public_url`: for schemes that sign the URL, the one the
     /// sender posts to, as it signed it.
     pub public_url: Option<String>,
+    /// Bytes of key material a secret needs at least (`min_secret_bytes`,
+    /// [`MIN_SECRET_BYTES`] unless the route lowered it), after decoding.
+    pub min_secret_bytes: usize,
 }
 
 /// The request line, for the schemes whose signature covers it: the method
@@ -273,6 +276,13 @@ pub trait Verify: fmt::Debug + Send + Sync {
         let _ = headers;
         None
     }
+
+    /// The header that carries the signature, when the operator named it
+    /// (`scheme = "hmac"`): shown `[redacted]` like every signature. The
+    /// senders' own headers are recognised by name.
+    fn signature_header(&self) -> Option<&HeaderName> {
+        None
+    }
 }
 
 /// A route's configured verifier.
@@ -298,6 +308,11 @@ impl Verifier {
     /// The answer to a verified handshake, if this delivery is one.
     pub fn handshake(&self, body: &[u8]) -> Option<Handshake> {
         self.0.handshake(body)
+    }
+
+    /// The header the operator named for the signature, if any.
+    pub fn signature_header(&self) -> Option<&HeaderName> {
+        self.0.signature_header()
     }
 
     /// Whether the key may be read from header `name` of a verified
@@ -488,6 +503,7 @@ mod tests {
                 prefix: "sha512=".into(),
             }),
             public_url: Some("https://hooks.example.com/webhooks".into()),
+            min_secret_bytes: MIN_SECRET_BYTES,
         };
         let headers = |name: &str| -> &'static [&'static str] {
             match name {

@@ -108,6 +108,7 @@ mod tests {
             tolerance: DEFAULT_TOLERANCE,
             hmac: None,
             public_url: None,
+            min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
         })
     }
 

@@ -13,9 +13,7 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use http::{HeaderMap, HeaderName};
 
-use super::{
-    single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR, MIN_SECRET_BYTES,
-};
+use super::{single_header, Profile, Timestamped, Verifier, Verify, VerifyError, DAY, HOUR};
 use crate::key::OnMissingKey;
 use crate::secret::Secret;
 
@@ -36,7 +34,7 @@ pub static PROFILE: Profile = Profile {
             secrets: spec
                 .secrets
                 .iter()
-                .map(decode_secret)
+                .map(|secret| decode_secret(secret, spec.min_secret_bytes))
                 .collect::<Result<_, _>>()?,
             tolerance: spec.tolerance,
         }))
@@ -66,7 +64,7 @@ pub struct StandardWebhooksVerifier {
 
 /// `whsec_<base64>` (the prefix is optional, as in the reference libraries)
 /// into the key bytes.
-pub fn decode_secret(secret: &Secret) -> Result<Secret, String> {
+pub fn decode_secret(secret: &Secret, min_bytes: usize) -> Result<Secret, String> {
     let text = std::str::from_utf8(secret.expose()).unwrap_or_default();
     let encoded = text.strip_prefix("whsec_").unwrap_or(text);
     let key = base64::engine::general_purpose::STANDARD
@@ -74,9 +72,9 @@ pub fn decode_secret(secret: &Secret) -> Result<Secret, String> {
         .map_err(|_| {
             "a standard-webhooks secret must be \"whsec_\" followed by base64".to_owned()
         })?;
-    if key.len() < MIN_SECRET_BYTES {
+    if key.len() < min_bytes {
         return Err(format!(
-            "this standard-webhooks secret decodes to {} bytes of key; at least {MIN_SECRET_BYTES} are required (use the whsec_ secret your sender generated)",
+            "this standard-webhooks secret decodes to {} bytes of key; at least {min_bytes} are required (use the whsec_ secret your sender generated, or lower min_secret_bytes)",
             key.len()
         ));
     }
@@ -128,6 +126,7 @@ mod tests {
 
     use super::*;
     use crate::verify::at;
+    use crate::verify::MIN_SECRET_BYTES;
 
     // The shared vector of the Standard Webhooks reference libraries (and
     // Svix's docs, "Verifying payloads manually").
@@ -141,7 +140,7 @@ mod tests {
         StandardWebhooksVerifier {
             secrets: secrets
                 .iter()
-                .map(|s| decode_secret(&Secret::new(*s)).unwrap())
+                .map(|s| decode_secret(&Secret::new(*s), MIN_SECRET_BYTES).unwrap())
                 .collect(),
             tolerance: Duration::from_secs(300),
         }
@@ -251,9 +250,9 @@ mod tests {
         let mut missing_id = headers("webhook", ID, &ts, SIG);
         missing_id.remove("webhook-id");
         assert_eq!(v.verify(&missing_id, BODY, at(TS)), bad);
-        assert!(decode_secret(&Secret::new("whsec_not base64!")).is_err());
+        assert!(decode_secret(&Secret::new("whsec_not base64!"), MIN_SECRET_BYTES).is_err());
         for weak in ["whsec_", "whsec_dGVzdA==", ""] {
-            let error = decode_secret(&Secret::new(weak)).unwrap_err();
+            let error = decode_secret(&Secret::new(weak), MIN_SECRET_BYTES).unwrap_err();
             assert!(error.contains("at least 16"), "{weak}: {error}");
         }
     }

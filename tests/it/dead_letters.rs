@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use http::{Method, StatusCode};
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
 
 use crate::support::*;
 
@@ -465,4 +467,34 @@ async fn a_bad_state_filter_names_every_state() {
     }
     let queued = admin(&gateway, Method::GET, "/admin/events?state=queued").await;
     assert_eq!(queued.status, StatusCode::OK, "{:?}", queued.json());
+}
+
+/// The header a `scheme = "hmac"` route names for its signature is shown
+/// `[redacted]` like every signature, whatever its name.
+#[tokio::test]
+async fn a_routes_own_signature_header_is_redacted() {
+    let (upstream, _) = Upstream::flaky().await;
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, "", "")
+        .replace("header = \"X-Signature\"", "header = \"X-Hook-Digest\"");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let body = event("evt_digest");
+    let request = Request::post(gateway.url("/hook"))
+        .header("content-type", "application/json")
+        .header("x-hook-digest", sign(body.as_bytes()))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let refused = Sender::new().send(request).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    let shown = admin(&gateway, Method::GET, "/admin/routes/hook/keys/evt_digest").await;
+    let headers = shown.json()["request"]["headers"].clone();
+    let digest = headers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "x-hook-digest")
+        .unwrap_or_else(|| panic!("{headers}"))
+        .clone();
+    assert_eq!(digest[1], "[redacted]", "{headers}");
+    let digest = sign(event("evt_digest").as_bytes());
+    assert!(!String::from_utf8_lossy(&shown.body).contains(&digest));
 }

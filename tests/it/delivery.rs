@@ -86,7 +86,11 @@ async fn every_event_reaches_the_upstream_exactly_once(backend: Backend) {
     }
 
     let counts = upstream.counts();
-    assert_eq!(counts.len(), 120, "every event reached the upstream");
+    assert_eq!(
+        counts.len(),
+        120,
+        "every event reached the upstream, and nothing else did: {counts:?}"
+    );
     assert!(
         counts.values().all(|&n| n == 1),
         "some event was processed twice: {counts:?}"
