@@ -80,26 +80,39 @@ pub(super) async fn claim(
             }
             continue;
         };
-        let (statement, answer) = match decide(record, now, request.mode) {
-            Decision::Answer(answer) => return Ok(answer),
-            Decision::TakeOver => (sql::TAKE_OVER, None),
-            Decision::Queue => (sql::QUEUE, Some(ClaimOutcome::Queued)),
-            Decision::MakeDue => (sql::MAKE_DUE, Some(ClaimOutcome::Queued)),
-            Decision::Adopt(answer) => (sql::ADOPT, Some(answer)),
-        };
+        // The request an acceptance keeps: route, replay_of, method,
+        // query, headers, body.
+        let kept = &params[6..12];
+        let (statement, answer, args): (_, _, Vec<&(dyn ToSql + Sync)>) =
+            match decide(record, now, request.mode) {
+                Decision::Answer(answer) => return Ok(answer),
+                Decision::TakeOver => (sql::TAKE_OVER, None, params.to_vec()),
+                Decision::Queue => {
+                    let args = [&source as _, &id as _, params[3], params[5]];
+                    (
+                        sql::QUEUE,
+                        Some(ClaimOutcome::Queued),
+                        [&args[..], kept].concat(),
+                    )
+                }
+                Decision::MakeDue => {
+                    let args = vec![&source as _, &id as _];
+                    (sql::MAKE_DUE, Some(ClaimOutcome::Queued), args)
+                }
+                Decision::Adopt(answer) => {
+                    let args = [&source as _, &id as _, params[5]];
+                    (sql::ADOPT, Some(answer), [&args[..], kept].concat())
+                }
+            };
         let write = client.prepare_cached(statement).await.map_err(db)?;
         match answer {
             None => {
-                if let Some(row) = client.query_opt(&write, &params).await.map_err(db)? {
+                if let Some(row) = client.query_opt(&write, &args).await.map_err(db)? {
                     return Ok(new(row));
                 }
             }
             Some(answer) => {
-                let changed = match statement {
-                    sql::MAKE_DUE => client.execute(&write, &[&source, &id]).await,
-                    _ => client.execute(&write, &params).await,
-                };
-                if changed.map_err(db)? == 1 {
+                if client.execute(&write, &args).await.map_err(db)? == 1 {
                     return Ok(answer);
                 }
             }

@@ -185,27 +185,28 @@ WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND $13::int <
 RETURNING attempts";
 
 /// An acceptance of a row nobody holds (failed, or its sync holder died):
-/// accepted, queued and due now, its attempts kept. Parameters as for
-/// `TAKE_OVER` (each named once, as PostgreSQL types every parameter).
+/// accepted, queued and due now, its attempts kept. $1 source, $2 key, $3
+/// body hash, $4 retention ms, $5..$10 the request to keep (route,
+/// replay_of, method, query, headers, body).
 pub(super) const QUEUE: &str = "\
 UPDATE webhook_events SET \
-    status = 'queued', token = NULL, lease_expires_at = NULL, body_sha256 = $4, \
+    status = 'queued', token = NULL, lease_expires_at = NULL, body_sha256 = $3, \
     accepted = true, next_attempt_at = now(), updated_at = date_trunc('milliseconds', now()), \
-    expires_at = now() + $6::bigint * interval '1 millisecond', \
-    route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
-    request_method = coalesce($9, request_method), \
-    request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
-    request_headers = coalesce($11, request_headers), \
-    request_body = coalesce($12, request_body) \
+    expires_at = now() + $4::bigint * interval '1 millisecond', \
+    route = coalesce($5, route), replay_of = coalesce($6, replay_of), \
+    request_method = coalesce($7, request_method), \
+    request_query = CASE WHEN $7::text IS NULL THEN request_query ELSE $8 END, \
+    request_headers = coalesce($9, request_headers), \
+    request_body = coalesce($10, request_body) \
 WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
   AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
   AND status IN ('processing', 'failed', 'released') \
-  AND NOT (accepted AND status = 'processing') AND $3::text IS NOT NULL AND $13::int >= 0 \
-  AND $5::bigint >= 0";
+  AND NOT (accepted AND status = 'processing')";
 
 /// An acceptance meeting a sync holder under a live lease: the row turns
 /// accepted, due when the lease ends; a held failure drops its token and
-/// waits queued. Parameters as for `TAKE_OVER` (each named once).
+/// waits queued. $1 source, $2 key, $3 retention ms, $4..$9 the request to
+/// keep (as for `QUEUE`).
 pub(super) const ADOPT: &str = "\
 UPDATE webhook_events SET \
     accepted = true, next_attempt_at = lease_expires_at, \
@@ -214,15 +215,14 @@ UPDATE webhook_events SET \
     lease_expires_at = CASE WHEN status = 'failed' THEN NULL ELSE lease_expires_at END, \
     updated_at = CASE WHEN status = 'failed' \
         THEN date_trunc('milliseconds', now()) ELSE updated_at END, \
-    expires_at = greatest(expires_at, now() + $6::bigint * interval '1 millisecond'), \
-    route = coalesce($7, route), replay_of = coalesce($8, replay_of), \
-    request_method = coalesce($9, request_method), \
-    request_query = CASE WHEN $9::text IS NULL THEN request_query ELSE $10 END, \
-    request_headers = coalesce($11, request_headers), \
-    request_body = coalesce($12, request_body) \
+    expires_at = greatest(expires_at, now() + $3::bigint * interval '1 millisecond'), \
+    route = coalesce($4, route), replay_of = coalesce($5, replay_of), \
+    request_method = coalesce($6, request_method), \
+    request_query = CASE WHEN $6::text IS NULL THEN request_query ELSE $7 END, \
+    request_headers = coalesce($8, request_headers), \
+    request_body = coalesce($9, request_body) \
 WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND NOT accepted \
-  AND lease_expires_at > now() AND status IN ('processing', 'failed') \
-  AND $3::text IS NOT NULL AND $4::text IS NOT NULL AND $5::bigint >= 0 AND $13::int >= 0";
+  AND lease_expires_at > now() AND status IN ('processing', 'failed')";
 
 /// An operator's redelivery of a queued event: due now.
 pub(super) const MAKE_DUE: &str = "UPDATE webhook_events SET next_attempt_at = now() \
