@@ -147,6 +147,87 @@ impl GatewayError {
     }
 }
 
+/// Why an operator's action was not done (`ops`); the admin API answers it
+/// as [`AdminError::Ops`], with the status and code below.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpsError {
+    #[error("no record for this key")]
+    KeyNotFound,
+    #[error("the key holds no claim to release")]
+    NotInFlight,
+    #[error("the event completed; add ?force=true to deliver it again anyway")]
+    Completed,
+    #[error("the derived key would not be a valid key (1-255 visible ASCII bytes)")]
+    KeyInvalid,
+    #[error("a delivery of this key is still running, or it is queued for its workers; add ?force=true to forget it anyway")]
+    InFlight,
+    #[error(
+        "this record keeps no request to send again (only failed, dead, queued and replayed events do)"
+    )]
+    RequestNotStored,
+    #[error(
+        "the event was replayed {} times already",
+        crate::ops::redeliver::MAX_REPLAYS
+    )]
+    TooManyReplays,
+    #[error("the route is paused; resume it before sending its events again")]
+    RoutePaused,
+    /// The route's circuit breaker is open or its upstream rate spent.
+    #[error("traffic control holds the route's upstream calls now ({code}); try again later")]
+    UpstreamHeld {
+        code: &'static str,
+        retry_after: Duration,
+    },
+    #[error("the store is unavailable: {0}")]
+    StoreUnavailable(String),
+    #[error("the action's task ended before it answered")]
+    Ended,
+}
+
+impl OpsError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            OpsError::KeyNotFound => StatusCode::NOT_FOUND,
+            OpsError::KeyInvalid | OpsError::TooManyReplays => StatusCode::BAD_REQUEST,
+            OpsError::NotInFlight
+            | OpsError::InFlight
+            | OpsError::Completed
+            | OpsError::RequestNotStored
+            | OpsError::RoutePaused => StatusCode::CONFLICT,
+            OpsError::UpstreamHeld { .. } | OpsError::StoreUnavailable(_) | OpsError::Ended => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    /// The stable code; documented with the admin API in the README.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpsError::KeyNotFound => "key_not_found",
+            OpsError::NotInFlight => "not_in_flight",
+            OpsError::InFlight => "in_flight",
+            OpsError::Completed => "completed",
+            OpsError::RequestNotStored => "request_not_stored",
+            OpsError::KeyInvalid => "key_invalid",
+            OpsError::TooManyReplays => "bad_request",
+            OpsError::RoutePaused => "route_paused",
+            OpsError::UpstreamHeld { code, .. } => code,
+            OpsError::StoreUnavailable(_) | OpsError::Ended => "store_unavailable",
+        }
+    }
+
+    /// How long a caller should wait before trying again, when it should.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            OpsError::StoreUnavailable(_) | OpsError::Ended => Some(STORE_RETRY_AFTER),
+            OpsError::UpstreamHeld { retry_after, .. } => {
+                Some((*retry_after).max(Duration::from_secs(1)))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What the admin API (its own listener) answers when it cannot do what was
 /// asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -163,62 +244,29 @@ pub enum AdminError {
     UnknownRoute,
     #[error("the key is not valid percent-encoding")]
     KeyEncoding,
-    #[error("no record for this key")]
-    KeyNotFound,
-    #[error("the key holds no claim to release")]
-    NotInFlight,
-    #[error("a delivery of this key is still running; add ?force=true to forget it anyway")]
-    InFlight,
-    #[error("the event completed; add ?force=true to deliver it again anyway")]
-    Completed,
-    #[error(
-        "this record keeps no request to send again (only failed, dead and replayed events do)"
-    )]
-    RequestNotStored,
-    #[error("the derived key would not be a valid key (1-255 visible ASCII bytes)")]
-    KeyInvalid,
     #[error("bad query parameter: {0}")]
     BadQuery(String),
     #[error("this method is not allowed on this admin path")]
     MethodNotAllowed,
-    #[error("the store is unavailable: {0}")]
-    StoreUnavailable(String),
-    #[error("the route is paused; resume it before sending its events again")]
-    RoutePaused,
-    /// The route's circuit breaker is open or its upstream rate spent: an
-    /// operator's call is governed like any other (`code` is the same as a
-    /// sender would get).
-    #[error("traffic control holds the route's upstream calls now ({code}); try again later")]
-    UpstreamHeld {
-        code: &'static str,
-        retry_after: Duration,
-    },
     #[error("the config was not reloaded; the running one keeps serving:\n{0}")]
     ConfigInvalid(String),
+    /// What the operator's door refused (`ops`).
+    #[error(transparent)]
+    Ops(#[from] OpsError),
 }
 
 impl AdminError {
     pub fn status(&self) -> StatusCode {
         match self {
-            AdminError::NotFound
-            | AdminError::Off
-            | AdminError::UnknownRoute
-            | AdminError::KeyNotFound => StatusCode::NOT_FOUND,
+            AdminError::NotFound | AdminError::Off | AdminError::UnknownRoute => {
+                StatusCode::NOT_FOUND
+            }
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::Csrf => StatusCode::FORBIDDEN,
-            AdminError::KeyEncoding | AdminError::KeyInvalid | AdminError::BadQuery(_) => {
-                StatusCode::BAD_REQUEST
-            }
-            AdminError::NotInFlight
-            | AdminError::InFlight
-            | AdminError::Completed
-            | AdminError::RequestNotStored
-            | AdminError::RoutePaused => StatusCode::CONFLICT,
+            AdminError::KeyEncoding | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            AdminError::StoreUnavailable(_) | AdminError::UpstreamHeld { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            AdminError::Ops(error) => error.status(),
         }
     }
 
@@ -230,18 +278,10 @@ impl AdminError {
             AdminError::Csrf => "csrf_token_invalid",
             AdminError::UnknownRoute => "route_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
-            AdminError::KeyNotFound => "key_not_found",
-            AdminError::NotInFlight => "not_in_flight",
-            AdminError::InFlight => "in_flight",
-            AdminError::Completed => "completed",
-            AdminError::RequestNotStored => "request_not_stored",
-            AdminError::KeyInvalid => "key_invalid",
             AdminError::BadQuery(_) => "bad_request",
             AdminError::MethodNotAllowed => "method_not_allowed",
-            AdminError::StoreUnavailable(_) => "store_unavailable",
-            AdminError::RoutePaused => "route_paused",
-            AdminError::UpstreamHeld { code, .. } => code,
             AdminError::ConfigInvalid(_) => "config_invalid",
+            AdminError::Ops(error) => error.code(),
         }
     }
 
@@ -252,17 +292,10 @@ impl AdminError {
             AdminError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            AdminError::StoreUnavailable(_) => {
-                headers.insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(STORE_RETRY_AFTER.as_secs()),
-                );
-            }
-            AdminError::UpstreamHeld { retry_after, .. } => {
-                headers.insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(retry_after.as_secs().max(1)),
-                );
+            AdminError::Ops(error) => {
+                if let Some(after) = error.retry_after() {
+                    headers.insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
+                }
             }
             _ => {}
         }
@@ -394,26 +427,36 @@ mod tests {
             (AdminError::Unauthorized, 401, "unauthorized"),
             (AdminError::UnknownRoute, 404, "route_not_found"),
             (AdminError::KeyEncoding, 400, "key_encoding_invalid"),
-            (AdminError::KeyNotFound, 404, "key_not_found"),
-            (AdminError::NotInFlight, 409, "not_in_flight"),
-            (AdminError::InFlight, 409, "in_flight"),
-            (AdminError::Completed, 409, "completed"),
-            (AdminError::RequestNotStored, 409, "request_not_stored"),
-            (AdminError::KeyInvalid, 400, "key_invalid"),
+            (AdminError::Ops(OpsError::KeyNotFound), 404, "key_not_found"),
+            (AdminError::Ops(OpsError::NotInFlight), 409, "not_in_flight"),
+            (AdminError::Ops(OpsError::InFlight), 409, "in_flight"),
+            (AdminError::Ops(OpsError::Completed), 409, "completed"),
+            (
+                AdminError::Ops(OpsError::RequestNotStored),
+                409,
+                "request_not_stored",
+            ),
+            (AdminError::Ops(OpsError::KeyInvalid), 400, "key_invalid"),
+            (
+                AdminError::Ops(OpsError::TooManyReplays),
+                400,
+                "bad_request",
+            ),
+            (AdminError::Ops(OpsError::Ended), 503, "store_unavailable"),
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
-            (AdminError::RoutePaused, 409, "route_paused"),
+            (AdminError::Ops(OpsError::RoutePaused), 409, "route_paused"),
             (
-                AdminError::UpstreamHeld {
+                AdminError::Ops(OpsError::UpstreamHeld {
                     code: "upstream_circuit_open",
                     retry_after: Duration::from_secs(5),
-                },
+                }),
                 503,
                 "upstream_circuit_open",
             ),
             (AdminError::ConfigInvalid("x".into()), 422, "config_invalid"),
             (
-                AdminError::StoreUnavailable("timed out".into()),
+                AdminError::Ops(OpsError::StoreUnavailable("timed out".into())),
                 503,
                 "store_unavailable",
             ),
@@ -426,7 +469,7 @@ mod tests {
         }
         let unauthorized = AdminError::Unauthorized.to_response();
         assert_eq!(unauthorized.headers()["www-authenticate"], "Bearer");
-        let unavailable = AdminError::StoreUnavailable(String::new()).to_response();
+        let unavailable = AdminError::Ops(OpsError::StoreUnavailable(String::new())).to_response();
         assert_eq!(unavailable.headers()["retry-after"], "5");
     }
 }

@@ -53,7 +53,7 @@ use self::views::{
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
-use crate::ops::{EventsQuery, OpsError, RouteView};
+use crate::ops::{EventsQuery, RouteView};
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::secret::Secret;
@@ -542,26 +542,6 @@ fn percent_decode(text: &str) -> Option<String> {
 fn bearer(value: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = value.split_at_checked(7)?;
     scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
-}
-
-impl From<OpsError> for AdminError {
-    fn from(error: OpsError) -> Self {
-        match error {
-            OpsError::KeyNotFound => AdminError::KeyNotFound,
-            OpsError::NotInFlight => AdminError::NotInFlight,
-            OpsError::InFlight => AdminError::InFlight,
-            OpsError::Completed => AdminError::Completed,
-            OpsError::RequestNotStored => AdminError::RequestNotStored,
-            OpsError::KeyInvalid => AdminError::KeyInvalid,
-            OpsError::TooManyReplays => AdminError::BadQuery(error.to_string()),
-            OpsError::RoutePaused => AdminError::RoutePaused,
-            OpsError::UpstreamHeld { code, retry_after } => {
-                AdminError::UpstreamHeld { code, retry_after }
-            }
-            OpsError::StoreUnavailable(message) => AdminError::StoreUnavailable(message),
-            OpsError::Ended => AdminError::StoreUnavailable(error.to_string()),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -11,45 +11,12 @@
 pub mod redeliver;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::delivery::Engine;
+pub use crate::error::OpsError;
 use crate::route::Route;
 use crate::store::{Cursor, Deleted, ForceRelease, Listed, Record, RecordState, StoreError};
 use crate::traffic::Pause;
-
-/// Why an operator's action was not done.
-#[derive(Debug, thiserror::Error)]
-pub enum OpsError {
-    #[error("no record for this key")]
-    KeyNotFound,
-    #[error("the key holds no claim to release")]
-    NotInFlight,
-    #[error("a delivery of this key is still running, or it is queued for its workers; add ?force=true to forget it anyway")]
-    InFlight,
-    #[error("the event completed; add ?force=true to deliver it again anyway")]
-    Completed,
-    #[error(
-        "this record keeps no request to send again (only failed, dead, queued and replayed events do)"
-    )]
-    RequestNotStored,
-    #[error("the derived key would not be a valid key (1-255 visible ASCII bytes)")]
-    KeyInvalid,
-    #[error("the event was replayed {} times already", redeliver::MAX_REPLAYS)]
-    TooManyReplays,
-    #[error("the route is paused; resume it before sending its events again")]
-    RoutePaused,
-    /// The route's circuit breaker is open or its upstream rate spent.
-    #[error("traffic control holds the route's upstream calls now ({code}); try again later")]
-    UpstreamHeld {
-        code: &'static str,
-        retry_after: Duration,
-    },
-    #[error("the store is unavailable: {0}")]
-    StoreUnavailable(String),
-    #[error("the action's task ended before it answered")]
-    Ended,
-}
 
 impl From<StoreError> for OpsError {
     fn from(error: StoreError) -> Self {

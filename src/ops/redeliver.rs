@@ -90,9 +90,7 @@ fn unavailable(error: StoreError) -> OpsError {
 async fn detached<T: Send + 'static>(
     work: impl std::future::Future<Output = Result<T, OpsError>> + Send + 'static,
 ) -> Result<T, OpsError> {
-    tokio::spawn(work)
-        .await
-        .unwrap_or_else(|_| Err(OpsError::StoreUnavailable("the action's task ended".into())))
+    tokio::spawn(work).await.unwrap_or(Err(OpsError::Ended))
 }
 
 /// Leave for one operator call of `route`: pause, breaker and rate, and
