@@ -22,9 +22,14 @@
 //!   its claim was sent and the moment it is inserted (an epoch count): a
 //!   record read just before an operator's `DELETE` is not cached after it.
 //!
-//! It holds at most `budget` bytes (record bodies and headers, roughly),
-//! evicting the oldest entries first, and no entry longer than
-//! [`MAX_ENTRY_AGE`], a bound for anything unforeseen.
+//! It holds at most `budget` bytes, evicting the oldest entries first, and
+//! no entry longer than [`MAX_ENTRY_AGE`], a bound for anything unforeseen.
+//! The bytes are what an entry really holds on the heap — the record, its
+//! strings, the recorded headers' tables and values, the body, the key and
+//! the entry's slots in the map and the eviction queue — so the budget
+//! bounds the cache's memory (a counting allocator checks the estimate in
+//! `tests/cache_memory.rs`); an entry keeps only what a duplicate's answer
+//! reads, never a stored request.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +38,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use futures_util::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::record::{Record, RecordState, StoreKey};
 
@@ -92,10 +98,6 @@ fn set_live(cache: &Weak<ReplayCache>, live: bool) {
 /// The longest an entry is served, whatever its record's retention.
 pub const MAX_ENTRY_AGE: Duration = Duration::from_secs(600);
 
-/// What an entry costs besides its response: the key, the record's other
-/// fields, the map and the eviction queue.
-const ENTRY_OVERHEAD: usize = 256;
-
 pub struct ReplayCache {
     budget: usize,
     live: AtomicBool,
@@ -106,9 +108,9 @@ pub struct ReplayCache {
 
 #[derive(Default)]
 struct Inner {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Arc<str>, Entry>,
     /// Insertion order, for eviction: (key, the entry's serial).
-    order: VecDeque<(String, u64)>,
+    order: VecDeque<(Arc<str>, u64)>,
     bytes: usize,
     serial: u64,
 }
@@ -175,7 +177,11 @@ impl ReplayCache {
         let Some(remaining) = remaining(record, retention) else {
             return;
         };
-        let bytes = ENTRY_OVERHEAD + key.as_str().len() + record_bytes(record);
+        let kept = Record {
+            request: None,
+            ..record.clone()
+        };
+        let bytes = entry_bytes(key.as_str(), &kept);
         if bytes > self.budget / 8 {
             return; // one huge response must not flush the cache
         }
@@ -186,17 +192,18 @@ impl ReplayCache {
         }
         inner.serial += 1;
         let serial = inner.serial;
+        let key: Arc<str> = Arc::from(key.as_str());
         let entry = Entry {
-            record: Arc::new(record.clone()),
+            record: Arc::new(kept),
             expires: Instant::now() + remaining.min(MAX_ENTRY_AGE),
             bytes,
             serial,
         };
-        if let Some(old) = inner.entries.insert(key.as_str().to_owned(), entry) {
+        if let Some(old) = inner.entries.insert(Arc::clone(&key), entry) {
             inner.bytes -= old.bytes;
         }
         inner.bytes += bytes;
-        inner.order.push_back((key.as_str().to_owned(), serial));
+        inner.order.push_back((key, serial));
         while inner.bytes > self.budget {
             let Some((oldest, serial)) = inner.order.pop_front() else {
                 break;
@@ -241,16 +248,59 @@ fn remaining(record: &Record, retention: Duration) -> Option<Duration> {
     ends.duration_since(crate::clock::wall()).ok()
 }
 
-fn record_bytes(record: &Record) -> usize {
+/// The heap an entry of `record` under `key` holds. Allocator size classes
+/// aside, this is what the process pays; the parts hookgate cannot see
+/// (the tables' growth) are counted at their average.
+fn entry_bytes(key: &str, record: &Record) -> usize {
+    // The key, one `Arc<str>` shared by the map and the queue.
+    let key = ARC + key.len();
+    // The map keeps between 8/7 and 16/7 slots per entry (a slot and its
+    // control byte); the queue doubles, and keeps up to twice the live
+    // entries in stale slots before it is swept.
+    let slots = (size_of::<(Arc<str>, Entry)>() + 1) * 8 / 5 + size_of::<(Arc<str>, u64)>() * 2;
+    let strings = [&record.token, &record.route, &record.replay_of]
+        .into_iter()
+        .flatten()
+        .map(String::len)
+        .sum::<usize>()
+        + record.body_sha256.len();
     let response = record.response.as_ref().map_or(0, |response| {
-        response.body.len()
-            + response
-                .headers
-                .iter()
-                .map(|(name, value)| name.as_str().len() + value.len() + 32)
-                .sum::<usize>()
+        headers_bytes(&response.headers) + shared_bytes(&response.body)
     });
-    response + record.body_sha256.len()
+    ARC + size_of::<Record>() + key + slots + strings + response
+}
+
+/// A reference count's header (`Arc`), and the `Shared` block a `Bytes`
+/// buffer gains when it is cloned.
+const ARC: usize = 2 * size_of::<usize>();
+const SHARED: usize = 3 * size_of::<usize>();
+
+fn shared_bytes(bytes: &[u8]) -> usize {
+    if bytes.is_empty() {
+        0
+    } else {
+        bytes.len() + SHARED
+    }
+}
+
+/// A `HeaderMap`'s heap: its index (4 bytes a slot, a third more slots than
+/// it holds), one bucket per name (hash, name, value, links), one slot per
+/// further value of a name, and every name's and value's own bytes.
+fn headers_bytes(headers: &HeaderMap) -> usize {
+    let pair = size_of::<HeaderName>() + size_of::<HeaderValue>();
+    let index = headers.capacity() * 4 / 3 * 4;
+    let buckets = headers.keys_len() * (pair + 4 * size_of::<usize>());
+    let extra =
+        (headers.len() - headers.keys_len()) * (size_of::<HeaderValue>() + 4 * size_of::<usize>());
+    let names = headers
+        .keys()
+        .map(|name| shared_bytes(name.as_str().as_bytes()))
+        .sum::<usize>();
+    let values = headers
+        .values()
+        .map(|value| shared_bytes(value.as_bytes()))
+        .sum::<usize>();
+    index + buckets + extra + names + values
 }
 
 #[cfg(test)]
