@@ -43,6 +43,8 @@ pub struct Claim {
     /// When the lease runs out unless renewed: from the claim, then from
     /// each renewal the store confirmed.
     lease_until: Instant,
+    /// The route's name, for log lines.
+    route: Arc<str>,
     /// `hookgate_leases_lost_total{route}`.
     leases_lost: IntCounter,
     /// Set when a renewal found another holder's token.
@@ -67,6 +69,7 @@ impl Claim {
         key: StoreKey,
         lease: Lease,
         processing_ttl: Duration,
+        route: Arc<str>,
         leases_lost: IntCounter,
     ) -> Self {
         let held = claims.hold(&key, &lease);
@@ -76,6 +79,7 @@ impl Claim {
             lease,
             processing_ttl,
             lease_until: Instant::now() + processing_ttl,
+            route,
             leases_lost,
             lost: false,
             _held: held,
@@ -96,9 +100,9 @@ impl Claim {
         tokio::pin!(work);
         tokio::select! {
             output = &mut work => return output,
-            () = Self::renew_until_lost(&self.store, &self.key, &self.lease, self.processing_ttl, &mut self.lease_until) => {}
+            () = Self::renew_until_lost(&self.store, (&self.route, &self.key), &self.lease, self.processing_ttl, &mut self.lease_until) => {}
         }
-        tracing::warn!(key = %self.key, "lease lost while the upstream call was running");
+        tracing::warn!(route = %self.route, key = self.key.id(), "lease lost while the upstream call was running");
         self.leases_lost.inc();
         self.lost = true;
         work.await
@@ -108,7 +112,7 @@ impl Claim {
     /// token is found.
     async fn renew_until_lost(
         store: &Store,
-        key: &StoreKey,
+        (route, key): (&str, &StoreKey),
         lease: &Lease,
         processing_ttl: Duration,
         lease_until: &mut Instant,
@@ -122,7 +126,9 @@ impl Claim {
             match store.renew(key, lease, processing_ttl).await {
                 Ok(true) => *lease_until = asked + processing_ttl,
                 Ok(false) => return,
-                Err(error) => tracing::warn!(%key, %error, "lease renewal failed; retrying"),
+                Err(error) => {
+                    tracing::warn!(route, key = key.id(), %error, "lease renewal failed; retrying")
+                }
             }
         }
     }
@@ -149,7 +155,7 @@ impl Claim {
                 Recording::Again(claim) => self = claim,
             }
             if !self.may_retry(wait) {
-                tracing::error!(key = %self.key, "could not record the {what} before the lease ran out; the next delivery will be forwarded again");
+                tracing::error!(route = %self.route, key = self.key.id(), "could not record the {what} before the lease ran out; the next delivery will be forwarded again");
                 return gave_up;
             }
             tokio::time::sleep(wait).await;
@@ -174,7 +180,7 @@ impl Claim {
             Ok(false) if self.recorded_already(recorded).await => Recording::Done(true),
             Ok(false) => {
                 tracing::warn!(
-                    key = %self.key,
+                    route = %self.route, key = self.key.id(),
                     lost_while_running = self.lost,
                     "lease was lost before the response could be recorded"
                 );
@@ -185,7 +191,7 @@ impl Claim {
                 Recording::Done(false)
             }
             Err(error) => {
-                tracing::warn!(key = %self.key, %error, "recording the response failed; retrying");
+                tracing::warn!(route = %self.route, key = self.key.id(), %error, "recording the response failed; retrying");
                 Recording::Again(self)
             }
         }
@@ -225,18 +231,18 @@ impl Claim {
     pub async fn try_fail(self, failure: &Failure<'_>) -> Recording<Option<RecordState>> {
         match self.store.fail(&self.key, &self.lease, failure).await {
             Ok(None) => {
-                tracing::warn!(key = %self.key, "lease was lost before the failure could be recorded");
+                tracing::warn!(route = %self.route, key = self.key.id(), "lease was lost before the failure could be recorded");
                 Recording::Done(None)
             }
             Ok(Some(state)) => {
                 if state == RecordState::Failed && failure.holds(false) {
-                    tracing::info!(key = %self.key, processing_ttl_ms = self.processing_ttl.as_millis() as u64,
+                    tracing::info!(route = %self.route, key = self.key.id(), processing_ttl_ms = self.processing_ttl.as_millis() as u64,
                         "outcome unknown: the claim is held until its lease runs out");
                 }
                 Recording::Done(Some(state))
             }
             Err(error) => {
-                tracing::warn!(key = %self.key, %error, "recording the failure failed; retrying");
+                tracing::warn!(route = %self.route, key = self.key.id(), %error, "recording the failure failed; retrying");
                 Recording::Again(self)
             }
         }
@@ -290,7 +296,7 @@ impl Claims {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%key, %error, "could not release claim at shutdown")
+                    tracing::warn!(scope = key.source(), key = key.id(), %error, "could not release claim at shutdown")
                 }
             }
         }
@@ -349,7 +355,15 @@ mod tests {
             panic!("a new key is claimed");
         };
         let counter = IntCounter::new("lost", "lost").unwrap();
-        let mut held = Claim::new(&store, &Arc::default(), key.clone(), lease, TTL, counter);
+        let mut held = Claim::new(
+            &store,
+            &Arc::default(),
+            key.clone(),
+            lease,
+            TTL,
+            Arc::from("r"),
+            counter,
+        );
         let rival = held
             .renewing(async {
                 tokio::time::sleep(TTL * 5).await;

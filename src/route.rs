@@ -19,6 +19,8 @@ use crate::upstream::Upstream;
 /// A configured route, ready to forward.
 pub struct Route {
     pub config: Arc<RouteConfig>,
+    /// Its name, shared with its claims for their log lines.
+    pub label: Arc<str>,
     /// Shared by every route with the same TLS roots, so keep-alive
     /// connections are pooled across them (and kept across reloads).
     pub upstream: Upstream,
@@ -102,6 +104,7 @@ impl RouteTable {
                 metrics.init_route(&config.name);
                 let route = Route {
                     config: Arc::clone(config),
+                    label: Arc::from(config.name.as_str()),
                     upstream,
                     leases_lost: metrics.leases_lost.with_label_values(&[&config.name]),
                     dead_letters: metrics

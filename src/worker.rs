@@ -38,7 +38,7 @@ use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
 use crate::route::Route;
-use crate::store::{Due, Failure, FailureClass, Next, SyncNext};
+use crate::store::{AttemptKind, Due, Failure, FailureClass, Next, PastAttempt, SyncNext};
 use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::resend;
@@ -192,10 +192,21 @@ async fn deliver(
         // Never called again: a poison event whose attempts keep dying
         // with their gateway would otherwise be retried forever.
         tracing::warn!(route = %route.name, key = %due.id, why, "event parked as a dead letter before another attempt");
+        // The history says why, though no call was made.
+        let tried = PastAttempt::new(
+            now_ms,
+            AttemptKind::Worker,
+            FailureClass::Unknown,
+            None,
+            0,
+            Some(format!("not attempted: {why}")),
+            &[],
+        );
         let failure = Failure {
             class: FailureClass::Unknown,
             status: None,
             request: &request,
+            attempt: &tried,
             route: &route.name,
             retention: route.dead_letter_retention,
             next: Next {

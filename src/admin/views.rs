@@ -18,7 +18,8 @@ pub(super) fn pause_json(pause: &Pause) -> serde_json::Value {
     json!({ "since": pause.since_ms, "by": pause.by, "reason": pause.reason })
 }
 
-/// The admin view of a record. Times are Unix milliseconds.
+/// The admin view of a record. Times are Unix milliseconds. `history` is
+/// the last failed attempts, oldest first (empty in listings).
 pub(super) fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
     json!({
         "route": route,
@@ -35,6 +36,8 @@ pub(super) fn record_json(route: &str, key: &str, record: &Record) -> serde_json
             "status": error.status,
             "at": error.at_ms,
         })),
+        "next_attempt_at": record.next_attempt_ms,
+        "history": record.history,
         "replay_of": record.replay_of,
         "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
         "response_body": record.response.as_ref().map(|r| r.body_kept.as_str()),

@@ -156,7 +156,11 @@ pub(super) fn print_record(record: &Value) {
     say!("first seen:   {} ago", age(record["first_seen"].as_u64()));
     say!("last change:  {} ago", age(record["updated"].as_u64()));
     say!("last error:   {}", last_error(record));
+    if let Some(next) = record["next_attempt_at"].as_u64() {
+        say!("next attempt: {}", until(next));
+    }
     say!("response:     {}", field("response_status"));
+    print_history(record);
     if !record["replay_of"].is_null() {
         say!("replay of:    {}", field("replay_of"));
     }
@@ -188,6 +192,49 @@ pub(super) fn print_record(record: &Value) {
             .decode(body)
             .unwrap_or_default();
         say!("body:\n{}", String::from_utf8_lossy(&bytes));
+    }
+}
+
+/// The record's failed attempts, newest first: when, entrance, how, the
+/// upstream's status and time, the error, the start of the upstream's body.
+fn print_history(record: &Value) {
+    let Some(history) = record["history"].as_array().filter(|h| !h.is_empty()) else {
+        return;
+    };
+    say!("failed attempts (newest first):");
+    for attempt in history.iter().rev() {
+        let how = match (attempt["class"].as_str(), attempt["status"].as_u64()) {
+            (Some(class), Some(status)) => format!("{class} {status}"),
+            (class, _) => class.unwrap_or("-").to_owned(),
+        };
+        say!(
+            "  {} ago  {:<8} {:<16} {} ms",
+            age(attempt["at"].as_u64()),
+            attempt["kind"].as_str().unwrap_or("-"),
+            how,
+            attempt["duration_ms"]
+        );
+        if let Some(error) = attempt["error"].as_str() {
+            say!("    error: {error}");
+        }
+        if let Some(body) = attempt["body"].as_str() {
+            say!("    upstream said: {body}");
+        }
+    }
+}
+
+/// How far ahead `ms` is: `in 42s`, or `now` once it has passed.
+fn until(ms: u64) -> String {
+    let now = now_ms();
+    if ms <= now {
+        return "due now".into();
+    }
+    let secs = (ms - now) / 1000;
+    match secs {
+        0..60 => format!("in {secs}s"),
+        60..3600 => format!("in {}m", secs / 60),
+        3600..86_400 => format!("in {}h", secs / 3600),
+        _ => format!("in {}d", secs / 86_400),
     }
 }
 

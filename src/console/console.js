@@ -195,6 +195,21 @@ function preview(part) {
   return [el("h3", {}, "Body" + more), el("pre", { class: "body" }, part.body_preview)];
 }
 
+// The record's failed attempts, newest first; the upstream's words go in
+// as text, like everything a sender or upstream wrote.
+function historyTable(history) {
+  if (!history.length) return el("p", { class: "empty" }, "none");
+  return el("table", { id: "event-history" },
+    el("thead", {}, el("tr", {}, ...["When", "Entrance", "How", "Took", "Error", "Upstream said"].map((t) => el("th", {}, t)))),
+    el("tbody", {}, ...history.slice().reverse().map((attempt) => el("tr", {},
+      el("td", {}, when(attempt.at)),
+      el("td", {}, attempt.kind),
+      el("td", {}, attempt.class + (attempt.status ? " " + attempt.status : "")),
+      el("td", {}, attempt.duration_ms + " ms"),
+      el("td", { class: "mono" }, attempt.error || ""),
+      el("td", {}, attempt.body ? el("pre", { class: "body" }, attempt.body) : "")))));
+}
+
 async function showEvent(route, key) {
   let record;
   try {
@@ -214,6 +229,7 @@ async function showEvent(route, key) {
     el("dt", {}, "First seen"), el("dd", {}, when(record.first_seen)),
     el("dt", {}, "Updated"), el("dd", {}, when(record.updated)),
     el("dt", {}, "Last error"), el("dd", {}, error ? error.class + (error.status ? " (upstream " + error.status + ")" : "") + " at " + when(error.at) : "none"),
+    record.next_attempt_at ? [el("dt", {}, "Next attempt"), el("dd", { id: "event-next" }, when(record.next_attempt_at))] : [],
     record.replay_of ? [el("dt", {}, "Replay of"), el("dd", { class: "mono" }, record.replay_of)] : [],
     record.replays && record.replays.length ? [el("dt", {}, "Replays"), el("dd", { class: "mono" }, record.replays.join(", "))] : []);
   const response = record.response;
@@ -223,6 +239,8 @@ async function showEvent(route, key) {
   section.replaceChildren(...[
     el("h2", {}, "Event"),
     details,
+    el("h3", {}, "Failed attempts"),
+    historyTable(record.history || []),
     el("h3", {}, "Recorded response"),
     response
       ? [el("p", {}, "Status " + response.status), headerTable(response.headers), preview(response)]

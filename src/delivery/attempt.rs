@@ -25,7 +25,7 @@ use super::Engine;
 use crate::claim::{Claim, Recording};
 use crate::replay::RecordedResponse;
 use crate::route::Route;
-use crate::store::{Failure, FailureClass, RecordState, StoredRequest};
+use crate::store::{AttemptKind, Failure, FailureClass, PastAttempt, RecordState, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -52,6 +52,16 @@ impl Kind {
             Kind::Worker => "worker",
             Kind::Redeliver => "redeliver",
             Kind::Replay => "replay",
+        }
+    }
+
+    /// The entrance as a record's history names it.
+    fn recorded(self) -> AttemptKind {
+        match self {
+            Kind::Sync => AttemptKind::Sender,
+            Kind::Hybrid => AttemptKind::Hybrid,
+            Kind::Worker => AttemptKind::Worker,
+            Kind::Redeliver | Kind::Replay => AttemptKind::Operator,
         }
     }
 
@@ -84,6 +94,7 @@ pub struct Attempt {
 /// What settling a failed attempt needs to know of it.
 struct Failed {
     class: FailureClass,
+    elapsed: Duration,
     kind: Kind,
     first_seen_ms: u64,
     was_dead: bool,
@@ -177,6 +188,7 @@ impl Engine {
                 let class = class.unwrap_or(FailureClass::Unknown);
                 let failed = Failed {
                     class,
+                    elapsed,
                     kind,
                     first_seen_ms,
                     was_dead,
@@ -206,6 +218,7 @@ impl Engine {
     ) -> Settled {
         let Failed {
             class,
+            elapsed,
             kind,
             first_seen_ms,
             was_dead,
@@ -214,12 +227,22 @@ impl Engine {
         if let Err(error) = result {
             tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
         }
+        let now_ms = self.clock().now_ms();
+        let took = elapsed.as_millis() as u64;
+        let tried = PastAttempt::new(
+            now_ms.saturating_sub(took),
+            kind.recorded(),
+            class,
+            status,
+            took,
+            result.as_ref().err().map(ToString::to_string),
+            result.as_ref().map_or(&[][..], |answer| &answer.body),
+        );
         let attempt_no = claim.attempt();
         let entrance = match kind {
             Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
             _ => Entrance::Delivery,
         };
-        let now_ms = self.clock().now_ms();
         let random = rand::thread_rng().gen::<u64>();
         let rules = Rules::of(route);
         let next = policy::next(
@@ -236,6 +259,7 @@ impl Engine {
             class,
             status,
             request: &request,
+            attempt: &tried,
             route: &route.name,
             retention: route.dead_letter_retention,
             next,
@@ -250,6 +274,7 @@ impl Engine {
                         class,
                         status,
                         request: &request,
+                        attempt: &tried,
                         route: &route.name,
                         retention,
                         next,

@@ -310,6 +310,7 @@ impl Engine {
             key,
             lease,
             route.processing_ttl,
+            Arc::clone(&route.label),
             route.leases_lost.clone(),
         )
     }

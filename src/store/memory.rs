@@ -8,9 +8,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    decide, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock,
-    Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, ListQuery, Listing, Queue,
-    Record, RecordState, Records, StoreError, StoreKey,
+    decide, history, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest,
+    Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, ListQuery, Listing,
+    Queue, Record, RecordState, Records, StoreError, StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -307,6 +307,9 @@ impl Records for MemoryStore {
                 });
                 record.request = Some(failure.request.clone());
                 record.route = Some(failure.route.to_owned());
+                record.history.push(failure.attempt.clone());
+                let over = record.history.len().saturating_sub(history::KEPT);
+                record.history.drain(..over);
                 entry.expires_at_ms = now + millis(failure.retention);
                 Some(record.state)
             }

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::history::PastAttempt;
 use crate::replay::RecordedResponse;
 
 /// Where a record is in its life (README, "Failed events and dead letters"): `Processing` → `Completed`,
@@ -75,7 +76,7 @@ impl RecordState {
 }
 
 /// Why an attempt did not finish (README, "What a sender sees").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureClass {
     /// The upstream answered 5xx, 408, 429 or 3xx.
@@ -191,6 +192,9 @@ pub struct Record {
     /// queue, whichever entrance held it and whatever mode its route has
     /// now. Set by an acceptance, kept to the record's end.
     pub accepted: bool,
+    /// The last failed attempts, oldest first (see [`history`](super::history));
+    /// absent from listings.
+    pub history: Vec<PastAttempt>,
 }
 
 impl Record {
@@ -213,6 +217,7 @@ impl Record {
             replay_of: None,
             request: None,
             accepted: false,
+            history: Vec::new(),
         }
     }
 
@@ -220,6 +225,7 @@ impl Record {
     pub fn summary(mut self) -> Self {
         self.request = None;
         self.response = None;
+        self.history = Vec::new();
         self
     }
 }
@@ -422,6 +428,8 @@ pub struct Failure<'a> {
     pub class: FailureClass,
     pub status: Option<u16>,
     pub request: &'a StoredRequest,
+    /// The attempt, as the record's history keeps it.
+    pub attempt: &'a PastAttempt,
     pub route: &'a str,
     /// How long the failed or dead record lives (`dead_letter_retention`).
     pub retention: Duration,

@@ -372,13 +372,9 @@ async fn a_poison_event_that_kills_its_gateway_is_parked_after_max_attempts() {
     let backend = Backend::Embedded(dir.path().join("poison.db"));
     let route = format!("{ASYNC}\nmax_attempts = 2");
     let admin_port = free_port();
-    let text = with_admin(
+    let text = with_admin_on(
         &config_text(&upstream.url("/hook"), &backend, &route, ""),
-        true,
-    )
-    .replace(
-        "[admin]\nlisten = \"127.0.0.1:0\"",
-        &format!("[admin]\nlisten = \"127.0.0.1:{admin_port}\""),
+        admin_port,
     );
     let (path, port) = write_config(dir.path(), &text);
     let mut gateway = GatewayProcess::start(&path, port).await;

@@ -291,7 +291,7 @@ async fn fault_run(mut store: Shared) {
                 || line.contains("lease was lost before the response could be recorded");
             if let Some(id) = line
                 .split('"')
-                .find(|part| part.contains(":hook:evt_fault_"))
+                .find(|part| part.starts_with("evt_fault_"))
                 .filter(|_| unrecorded)
                 .and_then(|key| key.rsplit(':').next())
             {

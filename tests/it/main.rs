@@ -9,6 +9,7 @@ mod dead_letters;
 mod delivery;
 mod demo;
 mod entrances;
+mod evidence;
 mod fault_run;
 mod faults;
 mod fleet;

@@ -200,6 +200,7 @@ impl Records for EmbeddedStore {
             token: token.to_owned(),
             class: failure.class,
             status: failure.status,
+            attempt: failure.attempt.clone(),
             kept: (failure.request.clone(), failure.route.to_owned(), None),
             retention: failure.retention,
             next: failure.next,

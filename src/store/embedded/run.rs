@@ -10,8 +10,8 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
-    decide, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure, FailureClass,
-    LastError, Lease, Next, Record, RecordState, StoredRequest,
+    decide, history, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
+    FailureClass, LastError, Lease, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
 use super::sql::*;
 use crate::replay::{BodyKept, RecordedResponse};
@@ -49,6 +49,7 @@ pub(super) enum Op {
         token: String,
         class: FailureClass,
         status: Option<u16>,
+        attempt: PastAttempt,
         kept: Kept,
         retention: Duration,
         next: Next,
@@ -201,19 +202,23 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             token,
             class,
             status,
+            attempt,
             kept: (request, route, _),
             retention,
             next,
         } => {
-            let accepted: Option<bool> =
-                query_one(tx, ACCEPTED, params![key, token, now_i], |row| row.get(0))?;
-            let Some(accepted) = accepted else {
+            let held: Option<(bool, Option<String>)> =
+                query_one(tx, ACCEPTED, params![key, token, now_i], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
+            let Some((accepted, past)) = held else {
                 return Ok(Reply::Failed(None));
             };
             let failure = Failure {
                 class,
                 status,
                 request: &request,
+                attempt: &attempt,
                 route: &route,
                 retention,
                 next,
@@ -236,7 +241,8 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                     request.encode_headers(),
                     request.body.as_ref(),
                     ms(retention),
-                    failure.due_in(accepted).map(ms)
+                    failure.due_in(accepted).map(ms),
+                    history::append(past.as_deref(), &attempt.line())
                 ],
             )?;
             Ok(Reply::Failed(Some(state)))
@@ -579,8 +585,12 @@ fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
         updated_ms: get_ms(5)?.unwrap_or_default(),
         lease_expires_at_ms: get_ms(6)?,
         completed_at_ms: get_ms(7)?,
-        next_attempt_ms: get_ms(21)?,
-        accepted: row.get::<_, Option<String>>(at + 22)?.is_some() || get_ms(21)?.is_some(),
+        next_attempt_ms: get_ms(22)?,
+        accepted: row.get::<_, Option<String>>(at + 23)?.is_some() || get_ms(22)?.is_some(),
+        history: row
+            .get::<_, Option<String>>(at + 21)?
+            .map(|lines| history::decode(&lines))
+            .unwrap_or_default(),
         response,
         last_error,
         route: row.get(at + 11)?,

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS route_controls (
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-pub(super) const ADDED_COLUMNS: [(&str, &str); 13] = [
+pub(super) const ADDED_COLUMNS: [(&str, &str); 14] = [
     ("response_body_kept", "TEXT"),
     ("updated_at", "INTEGER"),
     ("last_error", "TEXT"),
@@ -51,6 +51,7 @@ pub(super) const ADDED_COLUMNS: [(&str, &str); 13] = [
     ("request_body", "BLOB"),
     ("next_attempt_at", "INTEGER"),
     ("due_source", "TEXT"),
+    ("history", "TEXT"),
 ];
 
 /// Run at every open, after the columns exist: rows from before dead
@@ -88,7 +89,7 @@ pub(super) const SELECT_LIVE: &str = concat!(
     "SELECT ",
     record_columns!(
         "response_headers, response_body",
-        "request_method, request_query, request_headers, request_body"
+        "request_method, request_query, request_headers, request_body, history"
     ),
     " FROM webhook_events WHERE key = ?1 AND expires_at > ?2"
 );
@@ -100,7 +101,7 @@ macro_rules! list {
     ($parked:literal) => {
         concat!(
             "SELECT key, ",
-            record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL"),
+            record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL, NULL"),
             " FROM webhook_events WHERE state = ?1 ",
             $parked,
             " AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
@@ -221,7 +222,7 @@ UPDATE webhook_events SET state = ?3, updated_at = ?4, \
     token = CASE WHEN ?5 THEN token END, lease_until = CASE WHEN ?5 THEN lease_until END, \
     last_error = ?6, last_status = ?7, last_attempt_at = ?4, route = ?8, \
     request_method = ?9, request_query = ?10, request_headers = ?11, request_body = ?12, \
-    expires_at = ?13, next_attempt_at = ?14 \
+    expires_at = ?13, next_attempt_at = ?14, history = ?15 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
 /// An acceptance of ?1, a row nobody holds: accepted into the queue of ?3,
@@ -254,8 +255,8 @@ WHERE key = ?1";
 pub(super) const MAKE_DUE: &str = "UPDATE webhook_events SET next_attempt_at = ?2 WHERE key = ?1";
 
 /// Whether ?1 (live at ?2) is accepted: owed a delivery by its queue.
-pub(super) const ACCEPTED: &str = "SELECT due_source IS NOT NULL OR next_attempt_at IS NOT NULL \
-    FROM webhook_events WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
+pub(super) const ACCEPTED: &str = "SELECT due_source IS NOT NULL OR next_attempt_at IS NOT NULL, \
+    history FROM webhook_events WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
 /// A released async event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\

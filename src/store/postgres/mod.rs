@@ -313,7 +313,8 @@ impl Records for PostgresStore {
         let request = failure.request;
         let headers = request.encode_headers();
         let retry = failure.next.queued.map(millis);
-        let params: [&(dyn ToSql + Sync); 14] = [
+        let attempt = failure.attempt.line();
+        let params: [&(dyn ToSql + Sync); 15] = [
             &key.source(),
             &key.id(),
             &token,
@@ -328,6 +329,7 @@ impl Records for PostgresStore {
             &request.body.as_ref(),
             &millis(failure.retention),
             &retry,
+            &attempt,
         ];
         let client = self.client().await?;
         let statement = client.prepare_cached(sql::FAIL).await.map_err(db)?;
@@ -436,7 +438,7 @@ impl Listing for PostgresStore {
         ];
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
-            .map(|row| Ok((row.get::<_, String>(24), record(row)?.0)))
+            .map(|row| Ok((row.get::<_, String>(25), record(row)?.0)))
             .collect()
     }
 

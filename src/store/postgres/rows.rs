@@ -9,8 +9,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::super::{
-    decide, ClaimMode, ClaimOutcome, ClaimRequest, Decision, FailureClass, LastError, Lease,
-    Record, RecordState, StoreError, StoredRequest,
+    decide, history, ClaimMode, ClaimOutcome, ClaimRequest, Decision, FailureClass, LastError,
+    Lease, Record, RecordState, StoreError, StoredRequest,
 };
 use super::{db, millis, sql};
 use crate::replay::{BodyKept, RecordedResponse};
@@ -197,8 +197,12 @@ pub(super) fn record(row: &Row) -> Result<(Record, u64), StoreError> {
         updated_ms: ms(12).unwrap_or(0),
         lease_expires_at_ms: ms(5),
         completed_at_ms: ms(6),
-        next_attempt_ms: ms(22),
-        accepted: row.get::<_, bool>(23),
+        next_attempt_ms: ms(23),
+        accepted: row.get::<_, bool>(24),
+        history: row
+            .get::<_, Option<String>>(22)
+            .map(|lines| history::decode(&lines))
+            .unwrap_or_default(),
         response,
         last_error,
         route: row.get(16),

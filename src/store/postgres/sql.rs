@@ -25,6 +25,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         5,
         include_str!("../../../migrations/postgres/0005_accepted.sql"),
     ),
+    (
+        6,
+        include_str!("../../../migrations/postgres/0006_history.sql"),
+    ),
 ];
 
 /// Serializes migrations between gateways starting at once.
@@ -79,7 +83,7 @@ pub(super) const SELECT_LIVE: &str = concat!(
     "SELECT ",
     record_columns!(
         "response_headers, response_body",
-        "request_method, request_query, request_headers, request_body"
+        "request_method, request_query, request_headers, request_body, history"
     ),
     " FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()"
 );
@@ -93,7 +97,7 @@ macro_rules! list {
             "SELECT ",
             record_columns!(
                 "NULL::bytea, NULL::bytea",
-                "NULL::text, NULL::text, NULL::bytea, NULL::bytea"
+                "NULL::text, NULL::text, NULL::bytea, NULL::bytea, NULL::text"
             ),
             ", idempotency_key FROM webhook_events \
              WHERE source = $1 AND status = $2 ",
@@ -283,7 +287,10 @@ UPDATE webhook_events SET \
     request_method = $9, request_query = $10, request_headers = $11, request_body = $12, \
     expires_at = now() + $13::bigint * interval '1 millisecond', \
     next_attempt_at = CASE WHEN accepted \
-        THEN now() + $14::bigint * interval '1 millisecond' END \
+        THEN now() + $14::bigint * interval '1 millisecond' END, \
+    history = (SELECT array_to_string(lines[greatest(1, cardinality(lines) - 9):], E'\\n') \
+        FROM (SELECT string_to_array(CASE WHEN history IS NULL OR history = '' THEN $15::text \
+            ELSE history || E'\\n' || $15 END, E'\\n') AS lines) appended) \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
 RETURNING status";
 

@@ -3,7 +3,9 @@
 
 use redis::Value;
 
-use super::super::{FailureClass, LastError, Record, RecordState, StoreError, StoredRequest};
+use super::super::{
+    history, FailureClass, LastError, Record, RecordState, StoreError, StoredRequest,
+};
 use crate::replay::{BodyKept, RecordedResponse};
 
 pub(super) fn bytes(value: &Value) -> Vec<u8> {
@@ -69,6 +71,7 @@ pub(super) fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"req_query" => query = Some(text.into_owned()).filter(|q| !q.is_empty()),
             b"req_headers" => request_headers = value,
             b"req_body" => request_body = Some(value),
+            b"history" => record.history = history::decode(&text),
             _ => {}
         }
     }

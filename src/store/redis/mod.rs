@@ -298,7 +298,8 @@ impl<C: Connector> Records for RedisStore<C> {
                     .queued
                     .map(|retry| (retry.as_millis() as u64).to_string())
                     .unwrap_or_default(),
-            );
+            )
+            .arg(failure.attempt.line());
         let reply: Value = self.invoke(&invocation).await?;
         match reply {
             Value::Int(0) => Ok(None),

@@ -190,8 +190,9 @@ return 1
 /// KEYS[1] key; ARGV token, a sync record\'s state (failed|dead), hold (1
 /// keeps token and lease), error class, upstream status ('' none), route,
 /// method, query, headers, body, retention ms, source, id, an accepted
-/// record's retry ms ('' dead). Applies the future that fits the record's
-/// duty; returns the state left, 0 when the token no longer holds it.
+/// record's retry ms ('' dead), the attempt's history line. Applies the
+/// future that fits the record's duty, and keeps the last ten history
+/// lines; returns the state left, 0 when the token no longer holds it.
 pub(super) const FAIL: &str = "
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local s = redis.call('HMGET', KEYS[1], 'state', 'accepted', 'next_attempt')
@@ -205,6 +206,14 @@ end
 redis.call('HSET', KEYS[1], 'state', to, 'updated', now, 'last_error', ARGV[4],
   'last_attempt_at', now, 'route', ARGV[6], 'req_method', ARGV[7], 'req_query', ARGV[8],
   'req_headers', ARGV[9], 'req_body', ARGV[10])
+local history = redis.call('HGET', KEYS[1], 'history')
+if history and history ~= '' then history = history .. '\\n' .. ARGV[15] else history = ARGV[15] end
+local _, lines = string.gsub(history, '\\n', '')
+while lines >= 10 do
+  history = string.sub(history, string.find(history, '\\n', 1, true) + 1)
+  lines = lines - 1
+end
+redis.call('HSET', KEYS[1], 'history', history)
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'last_status', ARGV[5])
 else redis.call('HDEL', KEYS[1], 'last_status') end
 if not hold then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end

@@ -41,9 +41,9 @@ use hookgate::metrics::StoreMetrics;
 use hookgate::replay::{BodyKept, RecordedResponse};
 
 use hookgate::store::{
-    Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Failure, FailureClass,
-    Lease, MemoryStore, Next, PostgresStore, RedisStore, Store, StoreKey, Stored, StoredRequest,
-    SyncNext,
+    AttemptKind, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Failure,
+    FailureClass, Lease, MemoryStore, Next, PastAttempt, PostgresStore, RedisStore, Store,
+    StoreKey, Stored, StoredRequest, SyncNext,
 };
 
 use http::{HeaderMap, Method, StatusCode};
@@ -188,11 +188,25 @@ pub(crate) fn stored_request() -> StoredRequest {
 
 /// A refused attempt: a sync record turns failed (held with `hold`) or
 /// dead; an accepted one is dead (no retry planned).
+/// The attempt `failure` records: a worker's 503 with the upstream's body.
+pub(crate) static REFUSED: std::sync::LazyLock<PastAttempt> = std::sync::LazyLock::new(|| {
+    PastAttempt::new(
+        1_700_000_000_000,
+        AttemptKind::Worker,
+        FailureClass::Refused,
+        Some(503),
+        42,
+        None,
+        br#"{"error":"orders DB: connection pool exhausted"}"#,
+    )
+});
+
 pub(crate) fn failure<'a>(request: &'a StoredRequest, dead: bool, hold: bool) -> Failure<'a> {
     Failure {
         class: FailureClass::Refused,
         status: Some(503),
         request,
+        attempt: &REFUSED,
         route: "stripe",
         retention: LONG,
         next: Next {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::store::{
-    ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, RecordState, Store, Stored,
+    AttemptKind, ClaimOutcome, ClaimRequest, Deleted, Failure, FailureClass, PastAttempt,
+    RecordState, Store, Stored,
 };
 
 #[allow(unused_imports)]
@@ -456,8 +457,85 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
     );
 }
 
+/// Each failure adds its attempt to the record's history, the last ten
+/// kept, newest last; a completion keeps what came before and adds
+/// nothing; listings leave it out.
+async fn a_record_keeps_its_last_ten_failed_attempts(store: Store, _: Time) {
+    let kept = stored_request();
+    let mut last = None;
+    for n in 1..=12u64 {
+        let lease = claim_new(&store, "h10", LONG).await;
+        let tried = PastAttempt::new(
+            1_700_000_000_000 + n,
+            if n % 2 == 0 {
+                AttemptKind::Sender
+            } else {
+                AttemptKind::Operator
+            },
+            FailureClass::NotDelivered,
+            None,
+            n,
+            Some(format!("connection refused, attempt {n}\nsecond line")),
+            &[],
+        );
+        let failed = Failure {
+            class: FailureClass::NotDelivered,
+            status: None,
+            attempt: &tried,
+            ..failure(&kept, false, false)
+        };
+        store
+            .fail(&k("h10"), &lease, &failed)
+            .await
+            .unwrap()
+            .unwrap();
+        last = Some((lease, tried));
+    }
+    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    assert_eq!(record.history.len(), 10, "{:?}", record.history);
+    assert_eq!(
+        record.history[0].at, 1_700_000_000_003,
+        "the oldest two went"
+    );
+    let (_, newest) = last.unwrap();
+    assert_eq!(record.history[9], newest, "field for field");
+    assert_eq!(
+        record.history[9].error.as_deref(),
+        Some("connection refused, attempt 12\nsecond line")
+    );
+
+    let lease = claim_new(&store, "h10", LONG).await;
+    store
+        .fail(&k("h10"), &lease, &failure(&kept, false, false))
+        .await
+        .unwrap();
+    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    assert_eq!(record.history[9], *REFUSED);
+    assert_eq!(
+        record.history[9].body.as_deref(),
+        Some(r#"{"error":"orders DB: connection pool exhausted"}"#)
+    );
+    let lease = claim_new(&store, "h10", LONG).await;
+    assert!(store
+        .complete(&k("h10"), &lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.history.len(), 10, "a completion keeps the evidence");
+
+    let done = claim_new(&store, "h-clean", LONG).await;
+    assert!(store
+        .complete(&k("h-clean"), &done, &response("ok"), LONG)
+        .await
+        .unwrap());
+    let clean = store.get(&k("h-clean")).await.unwrap().unwrap();
+    assert!(clean.history.is_empty(), "a success writes no history");
+}
+
 conformance! {
     tests: [
+        a_record_keeps_its_last_ten_failed_attempts,
         claim_then_duplicates,
         concurrent_claims_have_one_winner,
         an_expired_holder_is_fenced_out,

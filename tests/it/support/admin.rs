@@ -22,6 +22,15 @@ pub fn with_admin(text: &str, token: bool) -> String {
     )
 }
 
+/// `with_admin` on a fixed `port`, for a gateway whose admin address the
+/// test must know before it starts (a process of its own).
+pub fn with_admin_on(text: &str, port: u16) -> String {
+    with_admin(text, true).replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
+    )
+}
+
 pub async fn get(url: &str, token: Option<&str>) -> Answer {
     request(Method::GET, url, token).await
 }
