@@ -14,7 +14,7 @@ use super::raw::{RawRoute, RawVerify};
 use super::settings::{
     BreakerSettings, DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa,
 };
-use super::summary::humanize;
+use super::summary::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
 /// (README, "Failed events and dead letters"), or as long as `retention` when that is longer.
@@ -238,7 +238,8 @@ impl Validator<'_> {
         let delivery = self.delivery(at, &raw, upstream_timeout);
         let default_attempts = match delivery {
             DeliveryMode::Sync => 0,
-            DeliveryMode::Async(_) => 12,
+            // Until max_age: the sender was answered and will not retry.
+            DeliveryMode::Async(_) => 0,
         };
         let max_attempts = raw.max_attempts.unwrap_or(default_attempts);
         if max_attempts > 1000 {
@@ -270,6 +271,15 @@ impl Validator<'_> {
                     &at.key("max_age"),
                     "max_age must be shorter than dead_letter_retention: an accepted event must outlive its attempts",
                 );
+            }
+            let retried = settings.horizon(max_attempts.min(1000) as u32);
+            if let Some(horizon) = scheme.retry_horizon.filter(|h| retried < *h) {
+                self.warn(format!(
+                    "{at}: accepted events are retried for at most {} (max_attempts, retry_backoff, max_age), shorter than {}'s own retry horizon of {}; an outage longer than that parks events the sender would still have retried (max_attempts = 0 retries until max_age)",
+                    roughly(retried),
+                    scheme.name,
+                    humanize(horizon),
+                ));
             }
         }
 

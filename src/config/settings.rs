@@ -201,12 +201,33 @@ pub struct AsyncDelivery {
 /// route reloaded from async to sync, or sharing a scope with an async one).
 pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
     accept_status: StatusCode::ACCEPTED,
-    backoff_initial: Duration::from_secs(1),
-    backoff_max: Duration::from_secs(600),
+    backoff_initial: Duration::from_secs(5),
+    backoff_max: Duration::from_secs(3600),
     max_age: Duration::from_secs(3 * 86_400),
     max_in_flight: 16,
     respond_within: None,
 };
+
+impl AsyncDelivery {
+    /// The longest an accepted event is retried before it is parked: the
+    /// sum of the backoff ceilings between `max_attempts` attempts, or
+    /// `max_age` when that comes first (always, with `max_attempts` 0).
+    pub fn horizon(&self, max_attempts: u32) -> Duration {
+        if max_attempts == 0 {
+            return self.max_age;
+        }
+        let mut total = Duration::ZERO;
+        let mut ceiling = self.backoff_initial;
+        for _ in 1..max_attempts {
+            total += ceiling.min(self.backoff_max);
+            if total >= self.max_age {
+                return self.max_age;
+            }
+            ceiling = ceiling.saturating_mul(2);
+        }
+        total.min(self.max_age)
+    }
+}
 
 impl Default for AsyncDelivery {
     fn default() -> Self {

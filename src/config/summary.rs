@@ -72,12 +72,16 @@ impl Config {
                 guard = if route.replay_guard { ", replay guard on" } else { "" },
                 dead = match (&route.delivery, route.max_attempts) {
                     (DeliveryMode::Async(settings), n) => format!(
-                        "async: answers {} once stored, up to {} in flight, retries {}..{}, dead after {n} attempts or {}{}",
+                        "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}",
                         settings.accept_status.as_u16(),
                         settings.max_in_flight,
                         humanize(settings.backoff_initial),
                         humanize(settings.backoff_max),
-                        humanize(settings.max_age),
+                        roughly(settings.horizon(n)),
+                        match n {
+                            0 => " (max_age)".to_owned(),
+                            n => format!(" ({n} attempts)"),
+                        },
                         settings.respond_within.map_or(String::new(), |within| {
                             format!(", answers synchronously within {}", humanize(within))
                         }),
@@ -123,6 +127,22 @@ impl Config {
 }
 
 /// Render a duration the way the config writes them.
+/// `humanize`, or rounded to its largest unit with a `≈` when it is not a
+/// whole number of it (`≈27m` for 1623 s).
+pub fn roughly(d: Duration) -> String {
+    let exact = humanize(d);
+    let ms = d.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)] {
+        if ms >= size {
+            if ms.is_multiple_of(size) {
+                return exact;
+            }
+            return format!("≈{}{unit}", (ms + size / 2) / size);
+        }
+    }
+    exact
+}
+
 pub fn humanize(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [

@@ -488,6 +488,38 @@ fn dead_letter_settings_have_defaults_and_bounds() {
     );
 }
 
+/// The old async defaults, set explicitly, are kept — and `check` says
+/// what they mean: about 27 minutes of retries against Stripe's 3 days.
+#[test]
+fn a_retry_horizon_shorter_than_the_senders_is_a_warning() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let old = "delivery = \"async\"\nmax_attempts = 12\nretry_backoff = { initial = \"1s\", max = \"10m\" }";
+    let config = parse(&route_with(verify, old)).unwrap();
+    let route = &config.live.routes[0];
+    assert_eq!(route.max_attempts, 12);
+    let settings = route.delivery.queue();
+    // Eleven waits: 1+2+4+…+512 s, then the 10 min ceiling.
+    assert_eq!(settings.horizon(12), Duration::from_secs(1623));
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0].contains("routes[0]: accepted events are retried for at most ≈27m")
+            && config.warnings[0].contains("shorter than stripe's own retry horizon of 3d"),
+        "{:?}",
+        config.warnings
+    );
+    assert!(config
+        .summary()
+        .contains("retried for up to ≈27m (12 attempts), then parked"));
+    // A horizon max_age cuts short, and one attempt (no retry at all).
+    let capped = AsyncDelivery {
+        max_age: Duration::from_secs(60),
+        ..settings.clone()
+    };
+    assert_eq!(capped.horizon(12), Duration::from_secs(60));
+    assert_eq!(capped.horizon(0), Duration::from_secs(60));
+    assert_eq!(settings.horizon(1), Duration::ZERO);
+}
+
 #[test]
 fn async_settings_have_defaults_and_belong_to_async_routes() {
     let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
@@ -496,16 +528,21 @@ fn async_settings_have_defaults_and_belong_to_async_routes() {
     let DeliveryMode::Async(settings) = &route.delivery else {
         panic!("async expected");
     };
-    assert_eq!(route.max_attempts, 12, "the async default");
+    assert_eq!(route.max_attempts, 0, "the async default: until max_age");
     assert_eq!(settings.accept_status, StatusCode::ACCEPTED);
-    assert_eq!(settings.backoff_initial, Duration::from_secs(1));
-    assert_eq!(settings.backoff_max, Duration::from_secs(600));
+    assert_eq!(settings.backoff_initial, Duration::from_secs(5));
+    assert_eq!(settings.backoff_max, Duration::from_secs(3600));
     assert_eq!(settings.max_age, Duration::from_secs(3 * 86_400));
     assert_eq!(settings.max_in_flight, 16);
     assert_eq!(settings.respond_within, None);
-    assert!(config
-        .summary()
-        .contains("async: answers 202 once stored, up to 16 in flight"));
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    assert!(
+        config.summary().contains(
+            "async: answers 202 once stored, up to 16 in flight, backoff 5s..1h, retried for up to 3d (max_age), then parked"
+        ),
+        "{}",
+        config.summary()
+    );
 
     let found = problems(&route_with(
         verify,
