@@ -2,10 +2,14 @@
 //!
 //! - `GET /metrics` — Prometheus text format.
 //! - `GET /healthz` — 200 while the process serves.
-//! - `GET /readyz` — 200 when the config is loaded, the store answers its
-//!   readiness probe (with the permissions deliveries use) within its
-//!   timeout and shutdown has not begun; else 503. The JSON body
-//!   says why and lists store settings that would silently lose claims.
+//! - `GET /readyz` — 200 when the config is loaded, the listeners are up
+//!   and shutdown has not begun, and — for a store of the process's own,
+//!   the embedded file — the store takes a write; else 503. A shared
+//!   store's outage does not make it unready (every replica would leave
+//!   the load balancer at once): the JSON body says how the store is (its
+//!   readiness probe, with the permissions deliveries use) and lists store
+//!   settings that would silently lose claims; `hookgate_store_up` carries
+//!   it to the alerts.
 //! - `/ui` — the operator console ([`crate::console`]).
 //! - Behind `Authorization: Bearer <admin.token>`, or a console session
 //!   (with its CSRF token on changes); 404 when no token is configured.
@@ -147,6 +151,7 @@ impl Admin {
                 Ok(()) => "ok".to_owned(),
                 Err(error) => error.to_string(),
             },
+            "store_shared": !readiness.store_local,
             "draining": readiness.draining,
             "warnings": self.risks,
         });

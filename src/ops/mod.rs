@@ -58,15 +58,24 @@ pub struct RouteView {
 /// How this instance is, for `/readyz`.
 pub struct Readiness {
     pub store: Result<(), StoreError>,
+    /// The store is this process's own (memory, embedded): its failure is
+    /// this instance's.
+    pub store_local: bool,
     pub draining: bool,
     /// Each async route's `queued` and `delivering` counts.
     pub delivery: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Readiness {
-    /// Ready: the store answers and shutdown has not begun.
+    /// Ready: shutdown has not begun, and an own store (the embedded
+    /// file) answers. The config is loaded and the listeners are up, or
+    /// nobody could ask. A shared store's outage is not this instance's: it
+    /// would take every replica out of the load balancer at once — whose
+    /// own answer then reaches the senders, without `Retry-After` — and
+    /// `on_error = "forward"` could never serve. It shows in the body and
+    /// in `hookgate_store_up`, which the alerts watch.
     pub fn ready(&self) -> bool {
-        self.store.is_ok() && !self.draining
+        !self.draining && (self.store.is_ok() || !self.store_local)
     }
 }
 
@@ -192,8 +201,47 @@ impl Engine {
         (self.metrics().store_up).set(i64::from(store.is_ok()));
         Readiness {
             store,
+            store_local: self.store().is_local(),
             draining: self.is_draining(),
             delivery: self.delivery_status().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readiness(store_ok: bool, store_local: bool, draining: bool) -> Readiness {
+        Readiness {
+            store: if store_ok {
+                Ok(())
+            } else {
+                Err(StoreError::Backend("gone".into()))
+            },
+            store_local,
+            draining,
+            delivery: serde_json::Map::new(),
+        }
+    }
+
+    /// Readiness is local: a shared store's outage never makes an instance
+    /// unready; its own store's (the embedded file) and draining do.
+    #[test]
+    fn readiness_is_local() {
+        for (store_ok, store_local, draining, ready) in [
+            (true, false, false, true),
+            (false, false, false, true),
+            (true, true, false, true),
+            (false, true, false, false),
+            (true, false, true, false),
+            (false, false, true, false),
+        ] {
+            assert_eq!(
+                readiness(store_ok, store_local, draining).ready(),
+                ready,
+                "store ok {store_ok}, local {store_local}, draining {draining}"
+            );
         }
     }
 }

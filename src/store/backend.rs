@@ -194,6 +194,14 @@ pub trait Health: Send + Sync + 'static {
     /// just a connection.
     fn ping(&self, space: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Whether the store is this process's own (memory, the embedded
+    /// file): then its failure is this instance's, and makes it unready. A
+    /// shared store's outage is every replica's at once, so it never does
+    /// (README, "Observability": readiness is local).
+    fn is_local(&self) -> bool {
+        false
+    }
+
     /// Settings of the backend that would silently lose claims (Redis
     /// eviction, no persistence), as operator warnings; empty when fine or
     /// unknown.

@@ -64,6 +64,7 @@ pub(super) trait DynBackend: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>>;
     fn invalidations(&self) -> Invalidations;
     fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()>;
+    fn is_local(&self) -> bool;
 }
 
 impl<B: Backend> DynBackend for B {
@@ -149,5 +150,8 @@ impl<B: Backend> DynBackend for B {
     }
     fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()> {
         Box::pin(Fleet::publish(self, channel, key))
+    }
+    fn is_local(&self) -> bool {
+        Health::is_local(self)
     }
 }

@@ -471,6 +471,10 @@ impl Health for MemoryStore {
     async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         Ok(())
     }
+
+    fn is_local(&self) -> bool {
+        true
+    }
 }
 
 fn millis(d: Duration) -> u64 {

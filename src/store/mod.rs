@@ -360,6 +360,12 @@ impl Store {
         deleted
     }
 
+    /// Whether this store is the process's own (memory, embedded): its
+    /// failure then makes the instance unready.
+    pub fn is_local(&self) -> bool {
+        self.backend.is_local()
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.deadline("ping", self.backend.ping(&self.key_prefix))
             .await

@@ -162,8 +162,11 @@ async fn on_redis(redis: &RedisServer) -> TestGateway {
     TestGateway::start(&text).await
 }
 
+/// Readiness is local: a lost shared store leaves the instance ready (every
+/// replica would otherwise leave the load balancer at once), the body and
+/// `hookgate_store_up` say how the store is.
 #[tokio::test]
-async fn readiness_follows_the_store() {
+async fn readiness_stays_local_and_the_store_shows_in_its_body() {
     let Some(mut redis) = RedisServer::start().await else {
         return;
     };
@@ -176,21 +179,49 @@ async fn readiness_follows_the_store() {
     let warnings = answer.json()["warnings"].to_string();
     assert!(warnings.contains("persistence is off"), "{warnings}");
 
+    assert_eq!(answer.json()["store"], "ok");
+    assert_eq!(answer.json()["store_shared"], true);
+
     redis.kill();
     let answer = get(&ready, None).await;
-    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(answer.json()["status"], "not_ready");
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(answer.json()["status"], "ready");
+    assert_ne!(answer.json()["store"], "ok", "{answer:?}");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(sample(&metrics, "hookgate_store_up", &[]), Some(0.0));
 
     redis.restart().await;
-    let mut back = false;
-    for _ in 0..100 {
-        if get(&ready, None).await.status == StatusCode::OK {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(back, "ready again once Redis returns");
+    let back = eventually(Duration::from_secs(5), || async {
+        get(&ready, None).await.json()["store"] == "ok"
+    });
+    assert!(back.await, "the body says ok again once Redis returns");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(sample(&metrics, "hookgate_store_up", &[]), Some(1.0));
+    gateway.shutdown().await;
+}
+
+/// The embedded store is the instance's own: its readiness probe is a
+/// write, committed to the file, so a file that cannot take one is unready.
+#[tokio::test]
+async fn readiness_writes_to_the_embedded_file() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ready.db");
+    let text = with_admin(
+        &config_text(&upstream.url("/"), &Backend::Embedded(path.clone()), "", ""),
+        false,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let answer = get(&gateway.admin_url("/readyz"), None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["store_shared"], false);
+    let probed: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT at FROM readiness_probe WHERE id = 1", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert!(probed > 1_600_000_000_000, "a Unix ms time: {probed}");
     gateway.shutdown().await;
 }
 

@@ -337,11 +337,16 @@ impl Fleet for EmbeddedStore {
 }
 
 impl Health for EmbeddedStore {
+    /// A write, committed like any other: the file is writable.
     async fn ping(&self, _space: &str) -> Result<(), StoreError> {
         match self.call(Op::Ping).await? {
             Reply::Pong => Ok(()),
             _ => Err(unexpected()),
         }
+    }
+
+    fn is_local(&self) -> bool {
+        true
     }
 }
 

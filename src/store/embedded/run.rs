@@ -314,7 +314,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                 Ok(Reply::Deleted(Deleted::NotFound))
             }
         }
-        Op::Ping => tx.query_row("SELECT 1", [], |_| Ok(Reply::Pong)),
+        Op::Ping => run(tx, PROBE, params![now_i]).map(|_| Reply::Pong),
         Op::SetControl {
             space,
             route,

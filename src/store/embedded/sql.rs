@@ -26,6 +26,10 @@ CREATE TABLE IF NOT EXISTS replay_guards (
     expires_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);
+CREATE TABLE IF NOT EXISTS readiness_probe (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    at INTEGER NOT NULL                    -- unix ms of the last probe's write
+);
 CREATE TABLE IF NOT EXISTS route_controls (
     space      TEXT NOT NULL,              -- the key prefix
     route      TEXT NOT NULL,
@@ -255,6 +259,10 @@ WHERE key = ?1";
 pub(super) const MAKE_DUE: &str = "UPDATE webhook_events SET next_attempt_at = ?2 WHERE key = ?1";
 
 /// Whether ?1 (live at ?2) is accepted: owed a delivery by its queue.
+/// The readiness probe: one write, so a read-only or full file shows.
+pub(super) const PROBE: &str =
+    "INSERT INTO readiness_probe (id, at) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET at = ?1";
+
 pub(super) const ACCEPTED: &str = "SELECT due_source IS NOT NULL OR next_attempt_at IS NOT NULL, \
     history FROM webhook_events WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
