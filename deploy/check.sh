@@ -96,6 +96,33 @@ for workload_file, config_file in pairs:
     else:
         assert workload["spec"]["replicas"] == 1, "the embedded store serves one process"
 print("    grace > drain_delay + shutdown_grace, no subPath, checksum current, spread, embedded at 1 replica")
+
+# The alerts match the job the shipped deploy/ produces, scraped once.
+monitor = load("deploy/kubernetes/servicemonitor.yaml")[0]["spec"]
+selected = monitor["selector"]["matchLabels"]
+service = next(d for d in load("deploy/kubernetes/service.yaml")
+               if selected.items() <= d["metadata"]["labels"].items())
+job = service["metadata"]["labels"][monitor["jobLabel"]]
+static = yaml.safe_load(open("deploy/prometheus/prometheus.yml"))["scrape_configs"][0]["job_name"]
+rules = [r for g in yaml.safe_load(open("deploy/prometheus/alerts.yml"))["groups"] for r in g["rules"]]
+for rule in rules:
+    for named in re.findall(r'job="([^"]*)"', rule["expr"]):
+        assert named == job == static, f"{rule['alert']} matches job={named}, the deploy yields {job} / {static}"
+for workload_file, _ in pairs:
+    for workload in load(workload_file):
+        if workload["kind"] in ("Deployment", "StatefulSet"):
+            annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+            assert not any(k.startswith("prometheus.io/") for k in annotations), \
+                f"{workload_file}: prometheus.io annotations scrape it a second time, under another job"
+# Every rule has a runbook in docs/operations.md, and is critical or warning.
+anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+           for h in re.findall(r"^#+ (.*)$", open("docs/operations.md").read(), re.M)}
+for rule in rules:
+    url = rule["annotations"].get("runbook_url", "")
+    assert url == f"docs/operations.md#{rule['alert'].lower()}", f"{rule['alert']}: runbook_url {url!r}"
+    assert url.split("#")[1] in anchors, f"{rule['alert']}: docs/operations.md has no section {url}"
+    assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+print(f"    {len(rules)} rules match job={job} (ServiceMonitor and static scrape), each with its runbook")
 PY
 
 echo "--- kubernetes: the shipped config, with the shipped Secret as files"

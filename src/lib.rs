@@ -163,6 +163,7 @@ impl App {
         for risk in &risks {
             tracing::warn!("{risk}");
         }
+        metrics.store_warnings.set(risks.len() as i64);
         metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
         metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
         let engine = Arc::new(Engine::new(config, store, metrics));

@@ -75,6 +75,9 @@ pub struct Metrics {
     pub config_last_reload_ok: prometheus::IntGauge,
     /// 1 while the store answers its readiness probe (set at each scrape).
     pub store_up: prometheus::IntGauge,
+    /// Store settings that would silently lose claims, as `/readyz` lists
+    /// them (Redis eviction, no persistence).
+    pub store_warnings: prometheus::IntGauge,
     /// `store.timeout`, for alerts on latency near it.
     pub store_timeout: prometheus::Gauge,
     /// When the served TLS certificate expires (0 without TLS).
@@ -355,6 +358,11 @@ impl Metrics {
             "1 when the store answered its readiness probe at the last scrape, else 0.",
         )
         .expect("valid metric");
+        let store_warnings = prometheus::IntGauge::new(
+            "hookgate_store_warnings",
+            "Store settings that would silently lose claims (Redis maxmemory-policy other than noeviction, no persistence), as /readyz lists them; 0 when none.",
+        )
+        .expect("valid metric");
         let store_timeout = prometheus::Gauge::new(
             "hookgate_store_timeout_seconds",
             "The configured store.timeout: a store operation slower than this fails.",
@@ -378,6 +386,7 @@ impl Metrics {
             Box::new(config_reloaded_at.clone()),
             Box::new(config_last_reload_ok.clone()),
             Box::new(store_up.clone()),
+            Box::new(store_warnings.clone()),
             Box::new(store_timeout.clone()),
             Box::new(tls_cert_expiry.clone()),
             Box::new(dead_letters_total.clone()),
@@ -422,6 +431,7 @@ impl Metrics {
             config_reloaded_at,
             config_last_reload_ok,
             store_up,
+            store_warnings,
             store_timeout,
             tls_cert_expiry,
             dead_letters_total,

@@ -425,6 +425,19 @@ impl Listing for MemoryStore {
     async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
         let now = self.clock.now_ms();
         let tables = self.lock();
+        if state == RecordState::Queued {
+            // The queue's oldest debt: queued or being delivered.
+            let owed = |state| {
+                self.in_source(&tables, source, state, now)
+                    .filter(|(_, record)| record.next_attempt_ms.is_some())
+                    .map(|(_, record)| record.first_seen_ms)
+                    .min()
+            };
+            return Ok(owed(RecordState::Queued)
+                .into_iter()
+                .chain(owed(RecordState::Processing))
+                .min());
+        }
         Ok(self
             .in_source(&tables, source, state, now)
             .map(|(_, record)| record.updated_ms)

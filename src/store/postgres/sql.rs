@@ -124,11 +124,12 @@ pub(super) const OLDEST: &str = concat!(
     ms!("min(updated_at)"),
     " FROM webhook_events WHERE source = $1 AND status = $2 AND expires_at > now()"
 );
+/// The queue's oldest debt: queued or being delivered, by when first seen.
 pub(super) const OLDEST_QUEUED: &str = concat!(
     "SELECT ",
-    ms!("min(updated_at)"),
-    " FROM webhook_events WHERE source = $1 AND next_attempt_at IS NOT NULL AND status = $2 \
-      AND expires_at > now()"
+    ms!("min(first_seen_at)"),
+    " FROM webhook_events WHERE source = $1 AND next_attempt_at IS NOT NULL \
+      AND (status = $2 OR status = 'processing') AND expires_at > now()"
 );
 pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND status IN ('failed', 'dead') AND expires_at > now()";

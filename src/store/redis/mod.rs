@@ -43,8 +43,8 @@ use redis::{Script, Value};
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::{bytes, parse_record};
 use self::scripts::{
-    CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LIST, LISTED_FIELDS, PRELUDE, PROBE, RELEASE,
-    RENEW,
+    CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LIST, LISTED_FIELDS, OLDEST_OWED, PRELUDE,
+    PROBE, RELEASE, RENEW,
 };
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
@@ -68,6 +68,7 @@ pub struct RedisStore<C: Connector> {
     delete: Script,
     list: Script,
     count: Script,
+    oldest_owed: Script,
     probe: Script,
 }
 
@@ -87,6 +88,7 @@ impl<C: Connector> RedisStore<C> {
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
             count: script(COUNT),
+            oldest_owed: script(OLDEST_OWED),
             probe: script(PROBE),
         }
     }
@@ -441,6 +443,15 @@ impl<C: Connector> Listing for RedisStore<C> {
     /// just expired may stand in for it until the next trim).
     async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
         let mut connection = self.connector.connection().await?;
+        if state == RecordState::Queued {
+            let mut invocation = self.oldest_owed.key(format!("{source}!accepted"));
+            invocation.key(index_key(source, state)).arg(source);
+            let oldest: Option<u64> = invocation
+                .invoke_async(&mut connection)
+                .await
+                .map_err(backend)?;
+            return Ok(oldest);
+        }
         let oldest: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(index_key(source, state))
             .arg(0)

@@ -10,12 +10,19 @@
 /// and in bulk by [`Listing::trim`](super::super::Listing::trim) (the gateway's periodic sweep), so the
 /// write path never looks for them. (The `!` keeps index keys out of the
 /// event keys' `{source}:` namespace; on a cluster the source's hash tag
-/// puts them in the records' slot.)
+/// puts them in the records' slot.) `{source}!accepted` holds the events
+/// the queue owes a delivery, scored by when they were first seen, for
+/// `hookgate_oldest_queued_seconds` (`owe` adds one; its completion, dead
+/// letter or deletion removes it).
 pub(super) const PRELUDE: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function index(src, id, from, to)
   if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
   redis.call('ZADD', src .. '!' .. to, now, id)
+end
+local function owe(src, id, key)
+  local seen = tonumber(redis.call('HGET', key, 'first_seen')) or now
+  redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
 end
 ";
 
@@ -71,6 +78,7 @@ if state then
     if accepting and not accepted then
       redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease)
       redis.call('ZADD', due, lease, ARGV[6])
+      owe(ARGV[5], ARGV[6], KEYS[1])
       keep_request()
       if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -90,6 +98,7 @@ if state then
       'updated', now, 'next_attempt', now)
     redis.call('HDEL', KEYS[1], 'token', 'lease_until')
     redis.call('ZADD', due, now, ARGV[6])
+    owe(ARGV[5], ARGV[6], KEYS[1])
     keep_request()
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
     index(ARGV[5], ARGV[6], state, 'queued')
@@ -114,12 +123,14 @@ if mode == '3' then
   redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
     'updated', now, 'next_attempt', now, 'accepted', '1')
   redis.call('ZADD', due, now, ARGV[6])
+  owe(ARGV[5], ARGV[6], KEYS[1])
 else
   redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
     'attempts', attempts, 'lease_until', lease_until, 'updated', now)
   if mode == '4' or accepted then
     redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease_until)
     redis.call('ZADD', due, lease_until, ARGV[6])
+    owe(ARGV[5], ARGV[6], KEYS[1])
   end
 end
 keep_request()
@@ -181,6 +192,7 @@ redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated'
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
+  redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 index(ARGV[7], ARGV[8], from, 'completed')
@@ -222,6 +234,7 @@ if to == 'queued' then
   redis.call('ZADD', ARGV[12] .. '!due', now + tonumber(ARGV[14]), ARGV[13])
 elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[12] .. '!due', ARGV[13])
+  redis.call('ZREM', ARGV[12] .. '!accepted', ARGV[13])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[11])
 index(ARGV[12], ARGV[13], from, to)
@@ -257,6 +270,7 @@ if ARGV[1] ~= '1' and (s[1] == 'queued' or (s[2] and tonumber(s[2]) > now)) then
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
 redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])
+redis.call('ZREM', ARGV[2] .. '!accepted', ARGV[3])
 return 1
 ";
 
@@ -315,6 +329,32 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
   end
 end
 return redis.call('ZCARD', KEYS[1])
+";
+
+/// KEYS[1] `{source}!accepted`, KEYS[2] `{source}!queued`; ARGV source.
+/// When the oldest event its queue owes a delivery was first seen: the
+/// head of the accepted index, its entries that were delivered, parked or
+/// forgotten meanwhile retired on the way (at most 100 a call); and the
+/// longest-unchanged queued event, for events accepted before the index
+/// existed. Nil when none.
+pub(super) const OLDEST_OWED: &str = "
+local oldest = nil
+for _ = 1, 100 do
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #head == 0 then break end
+  local s = redis.call('HMGET', ARGV[1] .. ':' .. head[1], 'state', 'next_attempt')
+  if (s[1] == 'queued' or s[1] == 'processing') and s[2] then
+    oldest = tonumber(head[2])
+    break
+  end
+  redis.call('ZREM', KEYS[1], head[1])
+end
+local queued = redis.call('ZRANGE', KEYS[2], 0, 0)
+if #queued > 0 then
+  local seen = tonumber(redis.call('HGET', ARGV[1] .. ':' .. queued[1], 'first_seen'))
+  if seen and (not oldest or seen < oldest) then oldest = seen end
+end
+return oldest
 ";
 
 /// KEYS[1] `{prefix}readyz`: the readiness probe (see `ping`).

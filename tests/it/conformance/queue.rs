@@ -85,6 +85,61 @@ async fn accepted_events_queue_with_their_request_until_a_worker_leases_them(
     assert_eq!(store.count("aq", RecordState::Queued).await.unwrap(), 0);
 }
 
+/// `hookgate_oldest_queued_seconds` counts from acceptance: a failed
+/// attempt, which changes the record, does not restart it; while being
+/// delivered the event still counts; once delivered it does not.
+async fn the_oldest_queued_event_is_measured_from_its_acceptance(store: Store, time: Time) {
+    let kept = stored_request();
+    assert_eq!(store.oldest("ao", RecordState::Queued).await.unwrap(), None);
+    accept(&store, "ao", "first", &kept).await;
+    let accepted = store
+        .get(&store.key("ao", "first"))
+        .await
+        .unwrap()
+        .unwrap()
+        .first_seen_ms;
+    time.pass(Duration::from_millis(300)).await;
+    accept(&store, "ao", "second", &kept).await;
+    let due = store.lease_due("ao", 10, LONG).await.unwrap();
+    assert_eq!(due.len(), 2);
+    assert_eq!(
+        store.oldest("ao", RecordState::Queued).await.unwrap(),
+        Some(accepted),
+        "being delivered, still owed"
+    );
+    time.pass(Duration::from_millis(300)).await;
+    let first = due.iter().find(|due| due.id == "first").unwrap();
+    let key = store.key("ao", "first");
+    store
+        .fail(&key, &first.lease, &retry(&kept, Duration::from_millis(10)))
+        .await
+        .unwrap();
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert!(record.updated_ms > accepted, "the failure changed it");
+    assert_eq!(
+        store.oldest("ao", RecordState::Queued).await.unwrap(),
+        Some(accepted),
+        "a failed attempt does not restart the clock"
+    );
+    time.pass(Duration::from_millis(50)).await;
+    let again = store.lease_due("ao", 10, LONG).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(store
+        .complete(&key, &again[0].lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    let second = store
+        .get(&store.key("ao", "second"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.oldest("ao", RecordState::Queued).await.unwrap(),
+        Some(second.first_seen_ms),
+        "delivered, the first no longer counts"
+    );
+}
+
 async fn a_crashed_workers_lease_lapses_and_another_worker_takes_the_event(
     store: Store,
     time: Time,
@@ -185,6 +240,7 @@ async fn an_accepted_and_claimed_event_falls_to_the_workers_when_its_lease_lapse
 
 conformance! {
     tests: [
+        the_oldest_queued_event_is_measured_from_its_acceptance,
         accepted_events_queue_with_their_request_until_a_worker_leases_them,
         a_crashed_workers_lease_lapses_and_another_worker_takes_the_event,
         concurrent_workers_lease_each_due_event_once,
