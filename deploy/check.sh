@@ -200,11 +200,14 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
+mkdir -p "$WORK/etc/hookgate/secrets"
+openssl rand -hex 32 > "$WORK/etc/hookgate/secrets/admin-token"
 cat > "$WORK/gateway.toml" <<TOML
 [server]
 listen = "127.0.0.1:$PUBLIC"
 [admin]
 listen = "127.0.0.1:$ADMIN"
+token = "\${file:$WORK/etc/hookgate/secrets/admin-token}"
 [store]
 backend = "memory"
 [[routes]]
@@ -233,6 +236,39 @@ if [ -z "$scraped" ]; then
     echo "Prometheus never returned hookgate_requests_total"; tail -20 "$WORK/prometheus.log"; exit 1
 fi
 echo "    Prometheus answered: $scraped"
+
+echo "--- kubernetes: the documented kubectl exec command lines, with the pod's environment"
+# What `kubectl exec deploy/hookgate -- hookgate …` runs: the container's
+# env from each manifest and nothing else (the image has no shell), its
+# /etc/hookgate paths under $WORK, the admin URL the CLI defaults to
+# (127.0.0.1:9090, asserted to be the manifests' admin port) pointed at
+# this run's admin port.
+for manifest in deploy/kubernetes/deployment.yaml deploy/kubernetes/embedded/statefulset.yaml; do
+    mapfile -t pod_env < <(python3 - "$manifest" "$WORK" <<'PY'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+workload = next(d for d in docs if d["kind"] in ("Deployment", "StatefulSet"))
+container = workload["spec"]["template"]["spec"]["containers"][0]
+env = {e["name"]: e["value"] for e in container.get("env", [])}
+assert "HOOKGATE_ADMIN_TOKEN_FILE" in env, f"{sys.argv[1]}: no HOOKGATE_ADMIN_TOKEN_FILE for the CLI"
+config = next((d for d in docs if d["kind"] == "ConfigMap"), None) \
+    or next(d for d in yaml.safe_load_all(open("deploy/kubernetes/configmap.yaml")) if d and d["kind"] == "ConfigMap")
+toml = config["data"]["gateway.toml"]
+token = re.search(r'^token = "\$\{file:([^}]*)\}"', toml, re.M)[1]
+assert env["HOOKGATE_ADMIN_TOKEN_FILE"] == token, f"{sys.argv[1]}: the CLI reads {env['HOOKGATE_ADMIN_TOKEN_FILE']}, the gateway {token}"
+admin = re.search(r'^\[admin\]\s*\nlisten = "[^"]*:(\d+)"', toml, re.M)[1]
+assert admin == "9090", f"{sys.argv[1]}: the admin port {admin} is not the CLI's default 9090"
+for name, value in env.items():
+    print(f"{name}={value.replace('/etc/hookgate/', sys.argv[2] + '/etc/hookgate/')}")
+PY
+)
+    for command in "reload" "events list --state dead" "routes list"; do
+        # shellcheck disable=SC2086
+        env -i "${pod_env[@]}" HOOKGATE_ADMIN_URL="http://127.0.0.1:$ADMIN" "$BIN" $command >/dev/null \
+            || { echo "$manifest: hookgate $command exited $?"; exit 1; }
+    done
+done
+echo "    hookgate reload, events list, routes list: exit 0 with each manifest's environment"
 rules=$(curl -s "127.0.0.1:$PROM/api/v1/rules")
 grep -q HookgateStoreUnavailable <<<"$rules" || { echo "alert rules not loaded: $rules"; exit 1; }
 echo "deploy checks: all passed"

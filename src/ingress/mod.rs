@@ -416,7 +416,7 @@ impl Gateway {
             Err(error) => {
                 // Never accepted without the store: an async route does not
                 // forward unprotected, whatever `on_error` says.
-                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                tracing::warn!(route = %route.name, key, %error, "store unavailable; rejecting");
                 Err(GatewayError::StoreUnavailable)
             }
         }
@@ -533,11 +533,11 @@ impl Gateway {
             // Only an acceptance answers this, and a delivery is no acceptance.
             Ok(ClaimOutcome::Queued) => Err(GatewayError::Internal),
             Err(error) if runtime.on_store_error == OnStoreError::Forward => {
-                tracing::warn!(route = %route.name, %error, "store unavailable; forwarding without deduplication");
+                tracing::warn!(route = %route.name, key, %error, "store unavailable; forwarding without deduplication");
                 Ok(Claimed::Unprotected)
             }
             Err(error) => {
-                tracing::warn!(route = %route.name, %error, "store unavailable; rejecting");
+                tracing::warn!(route = %route.name, key, %error, "store unavailable; rejecting");
                 Err(GatewayError::StoreUnavailable)
             }
         }
