@@ -128,10 +128,10 @@ pub trait Listing: Send + Sync + 'static {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// When the longest-waiting live record of `source` in `state` last
-    /// changed (Unix ms), if any; for `queued`, when the oldest event its
-    /// queue owes a delivery (queued, or being delivered) was first seen —
-    /// its acceptance, which no failed attempt moves: for
-    /// `hookgate_oldest_queued_seconds`.
+    /// changed (Unix ms), if any; for `queued`, when the oldest event
+    /// waiting for its delivery (queued, or being tried again after a
+    /// failure) was first seen — its acceptance, which no failed attempt
+    /// moves: for `hookgate_oldest_queued_seconds`.
     fn oldest(
         &self,
         source: &str,

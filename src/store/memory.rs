@@ -426,10 +426,14 @@ impl Listing for MemoryStore {
         let now = self.clock.now_ms();
         let tables = self.lock();
         if state == RecordState::Queued {
-            // The queue's oldest debt: queued or being delivered.
+            // Waiting for its delivery: queued, or tried again after a
+            // failure.
             let owed = |state| {
                 self.in_source(&tables, source, state, now)
                     .filter(|(_, record)| record.next_attempt_ms.is_some())
+                    .filter(|(_, record)| {
+                        state == RecordState::Queued || record.last_error.is_some()
+                    })
                     .map(|(_, record)| record.first_seen_ms)
                     .min()
             };

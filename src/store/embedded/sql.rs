@@ -124,10 +124,11 @@ pub(super) const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
      WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2";
 pub(super) const OLDEST: &str = "SELECT min(updated_at) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
-/// The queue's oldest debt: queued or being delivered, by when first seen.
+/// The oldest event waiting for its delivery — queued, or being tried
+/// again after a failure — by when it was first seen.
 pub(super) const OLDEST_QUEUED: &str = "SELECT min(first_seen) FROM webhook_events \
-     WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND (state = ?1 OR state = 'processing') \
-     AND expires_at > ?2";
+     WHERE due_source = ?3 AND next_attempt_at IS NOT NULL \
+     AND (state = ?1 OR (state = 'processing' AND last_error IS NOT NULL)) AND expires_at > ?2";
 pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND state IN ('failed', 'dead') AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 

@@ -124,12 +124,14 @@ pub(super) const OLDEST: &str = concat!(
     ms!("min(updated_at)"),
     " FROM webhook_events WHERE source = $1 AND status = $2 AND expires_at > now()"
 );
-/// The queue's oldest debt: queued or being delivered, by when first seen.
+/// The oldest event waiting for its delivery — queued, or being tried
+/// again after a failure — by when it was first seen.
 pub(super) const OLDEST_QUEUED: &str = concat!(
     "SELECT ",
     ms!("min(first_seen_at)"),
     " FROM webhook_events WHERE source = $1 AND next_attempt_at IS NOT NULL \
-      AND (status = $2 OR status = 'processing') AND expires_at > now()"
+      AND (status = $2 OR (status = 'processing' AND last_error IS NOT NULL)) \
+      AND expires_at > now()"
 );
 pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND status IN ('failed', 'dead') AND expires_at > now()";

@@ -10,10 +10,13 @@
 /// and in bulk by [`Listing::trim`](super::super::Listing::trim) (the gateway's periodic sweep), so the
 /// write path never looks for them. (The `!` keeps index keys out of the
 /// event keys' `{source}:` namespace; on a cluster the source's hash tag
-/// puts them in the records' slot.) `{source}!accepted` holds the events
-/// the queue owes a delivery, scored by when they were first seen, for
+/// puts them in the records' slot.) `{source}!accepted` holds the accepted
+/// events that went back to their queue after an attempt — a failure, a
+/// release — scored by when they were first seen, for
 /// `hookgate_oldest_queued_seconds` (`owe` adds one; its completion, dead
-/// letter or deletion removes it).
+/// letter or deletion removes it). An event queued and never tried needs
+/// no entry: its `{source}!queued` score is its acceptance. So the success
+/// path pays nothing for the gauge but one `HEXISTS`.
 pub(super) const PRELUDE: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function index(src, id, from, to)
@@ -23,6 +26,7 @@ end
 local function owe(src, id, key)
   local seen = tonumber(redis.call('HGET', key, 'first_seen')) or now
   redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
+  redis.call('HSET', key, 'owed', '1')
 end
 ";
 
@@ -78,7 +82,6 @@ if state then
     if accepting and not accepted then
       redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease)
       redis.call('ZADD', due, lease, ARGV[6])
-      owe(ARGV[5], ARGV[6], KEYS[1])
       keep_request()
       if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -98,7 +101,6 @@ if state then
       'updated', now, 'next_attempt', now)
     redis.call('HDEL', KEYS[1], 'token', 'lease_until')
     redis.call('ZADD', due, now, ARGV[6])
-    owe(ARGV[5], ARGV[6], KEYS[1])
     keep_request()
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
     index(ARGV[5], ARGV[6], state, 'queued')
@@ -123,14 +125,12 @@ if mode == '3' then
   redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
     'updated', now, 'next_attempt', now, 'accepted', '1')
   redis.call('ZADD', due, now, ARGV[6])
-  owe(ARGV[5], ARGV[6], KEYS[1])
 else
   redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
     'attempts', attempts, 'lease_until', lease_until, 'updated', now)
   if mode == '4' or accepted then
     redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease_until)
     redis.call('ZADD', due, lease_until, ARGV[6])
-    owe(ARGV[5], ARGV[6], KEYS[1])
   end
 end
 keep_request()
@@ -192,7 +192,10 @@ redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated'
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
-  redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
+  if redis.call('HEXISTS', KEYS[1], 'owed') == 1 then
+    redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
+    redis.call('HDEL', KEYS[1], 'owed')
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 index(ARGV[7], ARGV[8], from, 'completed')
@@ -232,6 +235,7 @@ if not hold then redis.call('HDEL', KEYS[1], 'token', 'lease_until') end
 if to == 'queued' then
   redis.call('HSET', KEYS[1], 'next_attempt', now + tonumber(ARGV[14]))
   redis.call('ZADD', ARGV[12] .. '!due', now + tonumber(ARGV[14]), ARGV[13])
+  owe(ARGV[12], ARGV[13], KEYS[1])
 elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[12] .. '!due', ARGV[13])
   redis.call('ZREM', ARGV[12] .. '!accepted', ARGV[13])
@@ -255,6 +259,7 @@ end
 if async then
   redis.call('HSET', KEYS[1], 'next_attempt', now)
   redis.call('ZADD', ARGV[2] .. '!due', now, ARGV[3])
+  owe(ARGV[2], ARGV[3], KEYS[1])
 end
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 return 1
@@ -332,11 +337,13 @@ return redis.call('ZCARD', KEYS[1])
 ";
 
 /// KEYS[1] `{source}!accepted`, KEYS[2] `{source}!queued`; ARGV source.
-/// When the oldest event its queue owes a delivery was first seen: the
-/// head of the accepted index, its entries that were delivered, parked or
-/// forgotten meanwhile retired on the way (at most 100 a call); and the
-/// longest-unchanged queued event, for events accepted before the index
-/// existed. Nil when none.
+/// When the oldest event waiting for its delivery was first seen: the head
+/// of the accepted index (events back in their queue after an attempt,
+/// queued or being tried again; entries delivered, parked or forgotten
+/// meanwhile retired on the way, at most 100 a call), or the
+/// longest-unchanged queued event (one never tried was last changed when
+/// it was accepted; one tried since is in the accepted index, first seen
+/// no later). Nil when none.
 pub(super) const OLDEST_OWED: &str = "
 local oldest = nil
 for _ = 1, 100 do
