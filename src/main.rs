@@ -43,14 +43,29 @@ enum Command {
     /// Reload the running gateway's config through its admin API; exits 1
     /// (printing every problem) when the gateway rejected it.
     Reload(hookgate::client::ReloadArgs),
+    /// Apply the store's pending schema migrations (PostgreSQL, embedded),
+    /// with no store.timeout, and exit; safe beside running gateways.
+    Migrate(MigrateArgs),
+}
+
+#[derive(clap::Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Print the SQL of the pending migrations instead (all of them when
+    /// the database has none recorded), for `psql -v ON_ERROR_STOP=1 -f`;
+    /// it records each version it applies.
+    #[arg(long)]
+    print: bool,
 }
 
 #[derive(clap::Args)]
 struct CheckArgs {
     #[command(flatten)]
     config: ConfigArg,
-    /// Also print the SQL the postgres store runs to create or migrate its
-    /// schema (versions already in hookgate_migrations are skipped).
+    /// Print only the SQL of every postgres schema migration, for `psql -v
+    /// ON_ERROR_STOP=1 -f` on a new database (`hookgate migrate --print`
+    /// prints just the pending ones of an existing one).
     #[arg(long)]
     print_migrations: bool,
 }
@@ -95,13 +110,15 @@ fn main() -> ExitCode {
         Command::Routes(args) => hookgate::client::routes(args),
         Command::Reload(args) => hookgate::client::reload(args),
         Command::Check(args) => match Config::load(&args.config.config) {
+            Ok(_) if args.print_migrations => {
+                print!(
+                    "{}",
+                    hookgate::store::migration_script(hookgate::store::MIGRATIONS)
+                );
+                ExitCode::SUCCESS
+            }
             Ok(config) => {
                 print!("{}", config.summary());
-                if args.print_migrations {
-                    for (version, sql) in hookgate::store::MIGRATIONS {
-                        println!("\n-- postgres migration {version}\n{sql}");
-                    }
-                }
                 ExitCode::SUCCESS
             }
             Err(error) => {
@@ -109,6 +126,26 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Migrate(args) => {
+            let config = match Config::load(&args.config.config) {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("{error}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+            match runtime.block_on(hookgate::store::migrate(&config.fixed.store, args.print)) {
+                Ok(said) => {
+                    print!("{said}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("hookgate migrate: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run(args) => {
             let config = match Config::load(&args.config) {
                 Ok(config) => config,

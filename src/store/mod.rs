@@ -47,6 +47,7 @@ mod embedded;
 pub mod history;
 mod listing;
 mod memory;
+mod migrate;
 mod postgres;
 mod record;
 mod redis;
@@ -64,7 +65,11 @@ pub use self::embedded::EmbeddedStore;
 pub use self::history::{AttemptKind, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
-pub use self::postgres::{check_url as check_postgres_url, PostgresStore, MIGRATIONS};
+pub use self::migrate::migrate;
+pub use self::postgres::{
+    check_url as check_postgres_url, migration_script, pending_migrations, PostgresStore,
+    MIGRATIONS,
+};
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{
     ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass, LastError, Lease,

@@ -203,7 +203,7 @@ async fn a_second_gateway_on_the_same_file_refuses_to_start() {
 }
 
 /// `check --print-migrations` prints the PostgreSQL schema hookgate would
-/// create, numbered.
+/// create, each version recorded, and nothing else (psql reads it as it is).
 #[test]
 fn check_prints_the_postgres_migrations() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
@@ -218,7 +218,9 @@ fn check_prints_the_postgres_migrations() {
         .unwrap();
     assert!(output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.contains("-- postgres migration 1"), "{stdout}");
+    assert!(stdout.starts_with("-- hookgate's PostgreSQL"), "{stdout}");
+    assert!(stdout.contains("-- version 1"), "{stdout}");
+    assert!(stdout.contains("INSERT INTO hookgate_migrations (version) VALUES (1);"));
     assert!(stdout.contains("CREATE TABLE webhook_events"));
     assert!(stdout.contains("PRIMARY KEY (source, idempotency_key)"));
 }

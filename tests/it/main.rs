@@ -15,6 +15,7 @@ mod faults;
 mod fleet;
 mod hostile;
 mod least_privilege;
+mod migrate;
 mod model;
 mod observability;
 mod postgres;

@@ -18,23 +18,29 @@
 //! Connections come from a deadpool-postgres pool (with its per-connection
 //! statement cache: measured 2.8× the claims/s of bb8-postgres, which
 //! prepares each statement again). The pool connects on first use, and the
-//! schema is migrated then, under an advisory lock — so a gateway starts
-//! (answering 503) while the database is down, several start at once
-//! safely, and a new primary at the same address is picked up by new
-//! connections without a restart. Expired rows are pruned in bounded
+//! schema is migrated then, in a task of its own under an advisory lock
+//! (`schema.rs`) — so a gateway starts (answering 503) while the database
+//! is down, several start at once safely, no operation's deadline cuts a
+//! long migration off, and a new primary at the same address is picked up
+//! by new connections without a restart. Expired rows are pruned in bounded
 //! batches by a background task.
 
+mod listen;
 mod rows;
+mod schema;
 mod sql;
 
+use self::listen::{pg_channel, Listen};
 use self::rows::{claim, live_record, record};
+use self::schema::Schema;
+pub use self::schema::{pending as pending_migrations, script as migration_script};
 
 use std::str::FromStr;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio::sync::OnceCell;
+use tokio::sync::watch;
 use tokio_postgres::types::ToSql;
 
 pub use self::sql::MIGRATIONS;
@@ -50,79 +56,13 @@ const PRUNE_EVERY: Duration = Duration::from_secs(30);
 
 pub struct PostgresStore {
     pool: Pool,
-    /// Set once the schema is migrated (retried on every use until then).
-    migrated: Arc<OnceCell<()>>,
+    /// The schema's migration, started by the first use ([`schema`]).
+    schema: OnceLock<watch::Receiver<Schema>>,
+    /// Held while the store lives: its background tasks stop without it.
+    alive: Arc<()>,
     /// How to open the connection of its own that `LISTEN`s for the replay
     /// cache's invalidations (a pooled one would be recycled under it).
     listen: Listen,
-}
-
-/// The server and, for TLS, the connector the pool uses too.
-#[derive(Clone)]
-struct Listen {
-    config: tokio_postgres::Config,
-    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
-}
-
-type Notifications = std::pin::Pin<Box<dyn futures_util::Stream<Item = ()> + Send>>;
-
-impl Listen {
-    /// A new connection that has run `LISTEN channel`, as a stream of its
-    /// notifications; it ends when the connection does.
-    async fn subscribe(self, channel: String) -> Option<Notifications> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = match self.tls {
-            Some(tls) => {
-                let (client, connection) = self.config.connect(tls).await.ok()?;
-                tokio::spawn(forward_notifications(connection, tx));
-                client
-            }
-            None => {
-                let (client, connection) = self.config.connect(tokio_postgres::NoTls).await.ok()?;
-                tokio::spawn(forward_notifications(connection, tx));
-                client
-            }
-        };
-        let quoted = channel.replace('"', "\"\"");
-        client
-            .batch_execute(&format!("LISTEN \"{quoted}\""))
-            .await
-            .ok()?;
-        // The stream owns the client, so the connection lives as long.
-        Some(Box::pin(futures_util::stream::unfold(
-            (rx, client),
-            |(mut rx, client)| async move { rx.recv().await.map(|()| ((), (rx, client))) },
-        )))
-    }
-}
-
-/// Drive `connection`, passing on each notification, until it ends.
-async fn forward_notifications<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    notifications: tokio::sync::mpsc::UnboundedSender<()>,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-        if let tokio_postgres::AsyncMessage::Notification(_) = message {
-            if notifications.send(()).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// A channel name PostgreSQL keeps whole (identifiers are cut at 63 bytes).
-fn pg_channel(channel: &str) -> String {
-    if channel.len() <= 63 {
-        return channel.to_owned();
-    }
-    use sha2::Digest;
-    format!(
-        "hookgate_{}",
-        &hex::encode(sha2::Sha256::digest(channel))[..32]
-    )
 }
 
 impl PostgresStore {
@@ -164,57 +104,55 @@ impl PostgresStore {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         Ok(Self {
             pool,
-            migrated: Arc::default(),
+            schema: OnceLock::new(),
+            alive: Arc::default(),
             listen,
         })
     }
 
-    /// A pooled connection, the schema migrated.
+    /// A pooled connection, the schema migrated: waits while this
+    /// process's migration runs (a caller that gives up does not stop it),
+    /// fails with why while it fails.
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        let mut client = self.pool.get().await.map_err(pool_error)?;
-        self.migrated
-            .get_or_try_init(|| async {
-                migrate(&mut client).await?;
-                spawn_pruning(Arc::downgrade(&self.migrated), self.pool.clone());
-                Ok::<_, StoreError>(())
-            })
-            .await?;
-        Ok(client)
+        self.schema_ready().await?;
+        self.pool.get().await.map_err(pool_error)
     }
-}
 
-/// Apply every migration not applied yet, in one transaction, under an
-/// advisory lock: several gateways starting at once each find either
-/// nothing or everything to do.
-async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), StoreError> {
-    let transaction = client.transaction().await.map_err(db)?;
-    transaction
-        .batch_execute(sql::MIGRATION_LOCK)
-        .await
-        .map_err(db)?;
-    transaction
-        .batch_execute(sql::MIGRATIONS_TABLE)
-        .await
-        .map_err(db)?;
-    let applied: Vec<i32> = transaction
-        .query(sql::APPLIED, &[])
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    for (version, migration) in MIGRATIONS {
-        if applied.contains(version) {
-            continue;
+    async fn schema_ready(&self) -> Result<(), StoreError> {
+        let mut schema = self
+            .schema
+            .get_or_init(|| {
+                let (pool, alive) = (self.pool.clone(), Arc::downgrade(&self.alive));
+                let pruned = (self.pool.clone(), alive.clone());
+                schema::spawn(pool, alive, move || spawn_pruning(pruned.1, pruned.0))
+            })
+            .clone();
+        loop {
+            match &*schema.borrow_and_update() {
+                Schema::Ready => return Ok(()),
+                Schema::Failed(why) => {
+                    return Err(StoreError::Backend(format!("schema migration: {why}")))
+                }
+                Schema::Migrating => {}
+            }
+            if schema.changed().await.is_err() {
+                return Err(StoreError::Backend("schema migration stopped".into()));
+            }
         }
-        transaction.batch_execute(migration).await.map_err(db)?;
-        transaction
-            .execute(sql::RECORD_APPLIED, &[version])
-            .await
-            .map_err(db)?;
-        tracing::info!(version, "PostgreSQL schema migrated");
     }
-    transaction.commit().await.map_err(db)
+
+    /// Apply the pending migrations now, with no deadline (`hookgate
+    /// migrate`); answers how many were applied.
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        schema::migrate(&mut client).await
+    }
+
+    /// The versions the database records (`None`: none, or unreadable).
+    pub async fn recorded_migrations(&self) -> Result<Option<Vec<i32>>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        Ok(schema::recorded(&client).await)
+    }
 }
 
 impl Backend for PostgresStore {
@@ -521,6 +459,11 @@ impl Fleet for PostgresStore {
 
 impl Health for PostgresStore {
     async fn ping(&self, _space: &str) -> Result<(), StoreError> {
+        if let Some(Schema::Migrating) = self.schema.get().map(|s| s.borrow().clone()) {
+            return Err(StoreError::Backend(
+                "migrating the schema (hookgate_migrations); deliveries wait for it".into(),
+            ));
+        }
         let client = self.client().await?;
         client.query_one(sql::NOW, &[]).await.map(drop).map_err(db)
     }
@@ -541,7 +484,7 @@ impl PostgresStore {
 }
 
 /// Prune expired rows in bounded batches while the store lives.
-fn spawn_pruning(alive: Weak<OnceCell<()>>, pool: Pool) {
+fn spawn_pruning(alive: Weak<()>, pool: Pool) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(PRUNE_EVERY);
         loop {

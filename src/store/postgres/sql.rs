@@ -31,6 +31,8 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     ),
 ];
 
+pub(super) const BEGIN: &str = "BEGIN";
+
 /// Serializes migrations between gateways starting at once.
 pub(super) const MIGRATION_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtext('hookgate-migrations'))";
