@@ -46,6 +46,18 @@ enum Command {
     /// Apply the store's pending schema migrations (PostgreSQL, embedded),
     /// with no store.timeout, and exit; safe beside running gateways.
     Migrate(MigrateArgs),
+    /// Copy the embedded store while the gateway runs (SQLite's online
+    /// backup), verified by opening the copy; exit 0.
+    Backup(BackupArgs),
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Where the copy goes (a new file).
+    #[arg(long)]
+    to: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -126,6 +138,39 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Backup(args) => {
+            let config = match Config::load(&args.config.config) {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("{error}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            let hookgate::config::Backend::Embedded { path, .. } = &config.fixed.store.backend
+            else {
+                eprintln!(
+                    "hookgate backup: the store is {}; back it up with its own tools (docs/operations.md, \"Backups\")",
+                    config.fixed.store.backend.name()
+                );
+                return ExitCode::FAILURE;
+            };
+            match hookgate::store::backup(path, &args.to) {
+                Ok(copied) => {
+                    println!(
+                        "backed up {} records ({} bytes) from {} to {}, verified",
+                        copied.records,
+                        copied.bytes,
+                        path.display(),
+                        args.to.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("hookgate {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Migrate(args) => {
             let config = match Config::load(&args.config.config) {
                 Ok(config) => config,

@@ -2,6 +2,7 @@
 //! `redis-server` per test, a real recording upstream.
 
 mod async_delivery;
+mod backup;
 mod cli;
 mod conformance;
 mod console;

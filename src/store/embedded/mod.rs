@@ -26,8 +26,11 @@
 //! second gateway on the same file fails at start-up — this backend is for
 //! one instance; fleets share Redis.
 
+mod backup;
 mod run;
 mod sql;
+
+pub use self::backup::{backup, Copied};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
