@@ -78,6 +78,8 @@ pub struct Metrics {
     /// Store settings that would silently lose claims, as `/readyz` lists
     /// them (Redis eviction, no persistence).
     pub store_warnings: prometheus::IntGauge,
+    /// The embedded file and its write-ahead log, in bytes.
+    pub store_bytes: prometheus::IntGauge,
     /// `store.timeout`, for alerts on latency near it.
     pub store_timeout: prometheus::Gauge,
     /// When the served TLS certificate expires (0 without TLS).
@@ -363,6 +365,11 @@ impl Metrics {
             "Store settings that would silently lose claims (Redis maxmemory-policy other than noeviction, no persistence), as /readyz lists them; 0 when none.",
         )
         .expect("valid metric");
+        let store_bytes = prometheus::IntGauge::new(
+            "hookgate_store_bytes",
+            "The embedded store's file plus its write-ahead log, in bytes, at the last scrape (0 for other stores).",
+        )
+        .expect("valid metric");
         let store_timeout = prometheus::Gauge::new(
             "hookgate_store_timeout_seconds",
             "The configured store.timeout: a store operation slower than this fails.",
@@ -387,6 +394,7 @@ impl Metrics {
             Box::new(config_last_reload_ok.clone()),
             Box::new(store_up.clone()),
             Box::new(store_warnings.clone()),
+            Box::new(store_bytes.clone()),
             Box::new(store_timeout.clone()),
             Box::new(tls_cert_expiry.clone()),
             Box::new(dead_letters_total.clone()),
@@ -432,6 +440,7 @@ impl Metrics {
             config_last_reload_ok,
             store_up,
             store_warnings,
+            store_bytes,
             store_timeout,
             tls_cert_expiry,
             dead_letters_total,

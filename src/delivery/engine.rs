@@ -168,6 +168,9 @@ impl Engine {
         metrics
             .store_up
             .set(i64::from(self.store.ping().await.is_ok()));
+        if let Some(bytes) = self.store.size_bytes() {
+            metrics.store_bytes.set(bytes as i64);
+        }
         let cache_live = self
             .store
             .replay_cache()

@@ -205,6 +205,13 @@ pub trait Health: Send + Sync + 'static {
         false
     }
 
+    /// The bytes the store keeps on this machine's disk (the embedded file
+    /// and its write-ahead log), for `hookgate_store_bytes`; `None` for a
+    /// store elsewhere.
+    fn size_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Settings of the backend that would silently lose claims (Redis
     /// eviction, no persistence), as operator warnings; empty when fine or
     /// unknown.

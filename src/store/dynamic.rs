@@ -65,6 +65,7 @@ pub(super) trait DynBackend: Send + Sync {
     fn invalidations(&self) -> Invalidations;
     fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()>;
     fn is_local(&self) -> bool;
+    fn size_bytes(&self) -> Option<u64>;
 }
 
 impl<B: Backend> DynBackend for B {
@@ -153,5 +154,8 @@ impl<B: Backend> DynBackend for B {
     }
     fn is_local(&self) -> bool {
         Health::is_local(self)
+    }
+    fn size_bytes(&self) -> Option<u64> {
+        Health::size_bytes(self)
     }
 }

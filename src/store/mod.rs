@@ -371,6 +371,12 @@ impl Store {
         self.backend.is_local()
     }
 
+    /// Bytes the store keeps on this machine (the embedded file and its
+    /// log), if it keeps any.
+    pub fn size_bytes(&self) -> Option<u64> {
+        self.backend.size_bytes()
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.deadline("ping", self.backend.ping(&self.key_prefix))
             .await

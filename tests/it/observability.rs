@@ -222,6 +222,13 @@ async fn readiness_writes_to_the_embedded_file() {
         })
         .unwrap();
     assert!(probed > 1_600_000_000_000, "a Unix ms time: {probed}");
+    let on_disk = std::fs::metadata(&path).unwrap().len() as f64;
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let bytes = sample(&metrics, "hookgate_store_bytes", &[]).unwrap();
+    assert!(
+        bytes >= on_disk,
+        "the file and its log: {bytes} against {on_disk}"
+    );
     gateway.shutdown().await;
 }
 

@@ -62,7 +62,13 @@ type Job = (Op, oneshot::Sender<Result<Reply, StoreError>>);
 
 pub struct EmbeddedStore {
     jobs: mpsc::SyncSender<Job>,
+    path: PathBuf,
 }
+
+/// The file format this binary writes (`PRAGMA user_version`; files from
+/// before it have 0). A file of a higher one was written by a newer
+/// hookgate, and is refused rather than half understood.
+pub const FILE_VERSION: i64 = 1;
 
 impl EmbeddedStore {
     /// Most requests waiting for the database thread. During a disk stall
@@ -75,6 +81,16 @@ impl EmbeddedStore {
     pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
         let lock = lock_file(path)?;
         let connection = Connection::open(path).map_err(|e| open_error(path, e))?;
+        let version: i64 = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| open_error(path, e))?;
+        if version > FILE_VERSION {
+            return Err(StoreError::Backend(format!(
+                "{}: written by a newer hookgate (file format {version}; this binary reads up to \
+                 {FILE_VERSION}): run that version, or restore a backup taken before the upgrade",
+                path.display()
+            )));
+        }
         let sync = match synchronous {
             Synchronous::Normal => "NORMAL",
             Synchronous::Full => "FULL",
@@ -85,6 +101,9 @@ impl EmbeddedStore {
             ))
             .map_err(|e| open_error(path, e))?;
         add_missing_columns(&connection).map_err(|e| open_error(path, e))?;
+        connection
+            .execute_batch(&format!("PRAGMA user_version = {FILE_VERSION}"))
+            .map_err(|e| open_error(path, e))?;
         let (jobs, queue) = mpsc::sync_channel::<Job>(Self::MAX_QUEUED);
         thread::Builder::new()
             .name("hookgate-sqlite".into())
@@ -93,7 +112,10 @@ impl EmbeddedStore {
                 serve(connection, queue, &clock);
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the database thread: {e}")))?;
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            path: path.to_owned(),
+        })
     }
 
     async fn call(&self, op: Op) -> Result<Reply, StoreError> {
@@ -351,6 +373,13 @@ impl Health for EmbeddedStore {
     fn is_local(&self) -> bool {
         true
     }
+
+    fn size_bytes(&self) -> Option<u64> {
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+        Some(size(&self.path) + size(Path::new(&wal)))
+    }
 }
 
 fn unexpected() -> StoreError {
@@ -564,6 +593,36 @@ mod tests {
     /// no dead-letter, request or async columns, `released` for a failed
     /// claim — is brought up to date at open, and its records read as
     /// before.
+    /// A rollback to an older binary: the file says which format wrote it,
+    /// and a binary that reads only older ones refuses it, saying why.
+    #[test]
+    fn a_file_from_a_newer_hookgate_is_refused_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        drop(EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()).unwrap());
+        let connection = Connection::open(&path).unwrap();
+        let version: i64 = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, FILE_VERSION, "a file says which format wrote it");
+        connection
+            .execute_batch(&format!("PRAGMA user_version = {}", FILE_VERSION + 1))
+            .unwrap();
+        drop(connection);
+        let refused = loop {
+            // The dropped store's thread lets go of the lock as it ends.
+            match EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()) {
+                Err(StoreError::Backend(why)) if why.contains("in use") => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(error) => break error.to_string(),
+                Ok(_) => panic!("a newer file was opened"),
+            }
+        };
+        assert!(refused.contains("written by a newer hookgate"), "{refused}");
+        assert!(refused.contains("restore a backup"), "{refused}");
+    }
+
     #[tokio::test]
     async fn a_file_from_the_first_release_opens_and_keeps_its_records() {
         let dir = tempfile::tempdir().unwrap();
