@@ -243,3 +243,80 @@ async fn tls_to_postgres_is_verified() {
     assert!(encrypted, "the gateway's connections use TLS");
     trusted.shutdown().await;
 }
+
+/// A console page over a big route never slows a sender: listings, counts
+/// and gauges have connections of their own, and the server ends a
+/// statement the gateway stopped waiting for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_a_big_route_while_senders_are_served() {
+    let database = TestDatabase::create().await;
+    let upstream = Upstream::start().await;
+    let text = with_admin(
+        &config_text(
+            &upstream.url("/"),
+            &Backend::Postgres(database.url()),
+            "",
+            "",
+        ),
+        true,
+    )
+    .replace("timeout = \"300ms\"", "timeout = \"150ms\"");
+    let prefix = text
+        .split("key_prefix = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let gateway = TestGateway::start(&text).await;
+    let sender = Sender::new();
+    let first = sender
+        .deliver(&gateway.url("/hook"), &event("evt_first"))
+        .await;
+    assert_eq!(first.status, StatusCode::OK, "migrated and serving");
+    database
+        .client()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO webhook_events (source, idempotency_key, status, response_status, \
+               response_body, first_seen_at, completed_at, updated_at, attempts, body_sha256, expires_at) \
+             SELECT '{prefix}hook', 'evt_old_' || i, 'completed', 200, 'ok', now(), now(), \
+               now() - i * interval '1 millisecond', 1, 'x', now() + interval '1 day' \
+             FROM generate_series(1, 600000) AS i; ANALYZE webhook_events;"
+        ))
+        .await
+        .unwrap();
+
+    let paging = {
+        let url = gateway.admin_url("/admin/events?route=hook&state=completed&limit=50");
+        tokio::spawn(async move {
+            let (mut pages, mut slow) = (0, 0);
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(4) {
+                let asked = tokio::time::Instant::now();
+                let answer = request(http::Method::GET, &url, Some(ADMIN_TOKEN)).await;
+                pages += 1;
+                if answer.status != StatusCode::OK || asked.elapsed() > Duration::from_millis(150) {
+                    slow += 1;
+                }
+            }
+            (pages, slow)
+        })
+    };
+    let mut answers = Vec::new();
+    for i in 0..40 {
+        let answer = sender
+            .deliver(&gateway.url("/hook"), &event(&format!("evt_busy_{i}")))
+            .await;
+        answers.push(answer.status);
+    }
+    let (pages, slow) = paging.await.unwrap();
+    assert!(
+        slow > 0,
+        "the listing was past store.timeout ({pages} pages)"
+    );
+    assert!(
+        answers.iter().all(|status| *status == StatusCode::OK),
+        "every sender served while {pages} pages were asked for: {answers:?}"
+    );
+    gateway.shutdown().await;
+}

@@ -54,8 +54,15 @@ use crate::replay::RecordedResponse;
 /// How often expired rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(30);
 
+/// Connections for listings, counts and gauges: never the claim path's.
+const LISTING_POOL: usize = 2;
+
 pub struct PostgresStore {
+    /// Deliveries' connections: claims, recordings, the queue.
     pool: Pool,
+    /// The admin API's and the gauges' ([`LISTING_POOL`]): a slow listing
+    /// of a big route waits for one of these, never for a sender's.
+    listing: Pool,
     /// The schema's migration, started by the first use ([`schema`]).
     schema: OnceLock<watch::Receiver<Schema>>,
     /// Held while the store lives: its background tasks stop without it.
@@ -74,36 +81,51 @@ impl PostgresStore {
         pool_size: usize,
         settings: &StoreSettings,
     ) -> Result<Self, StoreError> {
-        let (config, tls) = parse_url(url)?;
-        let manager_config = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
+        let (mut config, tls) = parse_url(url)?;
         let mut listen = Listen {
             config: config.clone(),
             tls: None,
         };
-        let manager = if tls {
+        // The server ends a statement when the gateway stops waiting for
+        // it, so an abandoned one (a listing past store.timeout) does not
+        // hold its connection busy for the next caller. Migrations lift
+        // it (`schema.rs`).
+        config.options(format!(
+            "-c statement_timeout={}",
+            settings.timeout.as_millis().max(1)
+        ));
+        if tls {
             let extra = match &settings.tls_ca {
                 Some(path) => crate::tls::load_certs(path).map_err(StoreError::Backend)?,
                 None => Vec::new(),
             };
             let client = crate::tls::client_config(&extra).map_err(StoreError::Backend)?;
-            let connector = tokio_postgres_rustls::MakeRustlsConnect::new((*client).clone());
-            listen.tls = Some(connector.clone());
-            Manager::from_config(config, connector, manager_config)
-        } else {
-            Manager::from_config(config, tokio_postgres::NoTls, manager_config)
+            listen.tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(
+                (*client).clone(),
+            ));
+        }
+        let pool = |size: usize| {
+            let manager_config = ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            };
+            let manager = match &listen.tls {
+                Some(connector) => {
+                    Manager::from_config(config.clone(), connector.clone(), manager_config)
+                }
+                None => Manager::from_config(config.clone(), tokio_postgres::NoTls, manager_config),
+            };
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(settings.timeout))
+                .create_timeout(Some(settings.timeout))
+                .recycle_timeout(Some(settings.timeout))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))
         };
-        let pool = Pool::builder(manager)
-            .max_size(pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(settings.timeout))
-            .create_timeout(Some(settings.timeout))
-            .recycle_timeout(Some(settings.timeout))
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
         Ok(Self {
-            pool,
+            pool: pool(pool_size)?,
+            listing: pool(LISTING_POOL)?,
             schema: OnceLock::new(),
             alive: Arc::default(),
             listen,
@@ -118,12 +140,19 @@ impl PostgresStore {
         self.pool.get().await.map_err(pool_error)
     }
 
+    /// A connection of the listing pool, the schema migrated.
+    async fn listing_client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.schema_ready().await?;
+        self.listing.get().await.map_err(pool_error)
+    }
+
     async fn schema_ready(&self) -> Result<(), StoreError> {
         let mut schema = self
             .schema
             .get_or_init(|| {
                 let (pool, alive) = (self.pool.clone(), Arc::downgrade(&self.alive));
-                let pruned = (self.pool.clone(), alive.clone());
+                // Pruning takes a listing connection: never a sender's.
+                let pruned = (self.listing.clone(), alive.clone());
                 schema::spawn(pool, alive, move || spawn_pruning(pruned.1, pruned.0))
             })
             .clone();
@@ -357,7 +386,7 @@ impl Queue for PostgresStore {
 
 impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
-        let client = self.client().await?;
+        let client = self.listing_client().await?;
         let list = if query.state.parked() {
             sql::LIST_PARKED
         } else {
@@ -381,7 +410,7 @@ impl Listing for PostgresStore {
     }
 
     async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
-        let client = self.client().await?;
+        let client = self.listing_client().await?;
         let oldest = match state {
             RecordState::Queued => sql::OLDEST_QUEUED,
             _ => sql::OLDEST,
@@ -395,7 +424,7 @@ impl Listing for PostgresStore {
     }
 
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
-        let client = self.client().await?;
+        let client = self.listing_client().await?;
         let count = match state {
             RecordState::Queued => sql::COUNT_QUEUED,
             _ if state.parked() => sql::COUNT_PARKED,

@@ -91,6 +91,12 @@ pub(super) async fn migrate(client: &mut deadpool_postgres::Object) -> Result<us
         return Ok(0);
     }
     let transaction = client.transaction().await.map_err(db)?;
+    // A migration of a big table takes what it takes (the pools'
+    // connections have store.timeout as their statement_timeout).
+    transaction
+        .batch_execute(sql::NO_STATEMENT_TIMEOUT)
+        .await
+        .map_err(db)?;
     transaction
         .batch_execute(sql::MIGRATION_LOCK)
         .await
@@ -128,6 +134,7 @@ pub fn script(migrations: &[(i32, &str)]) -> String {
         return out;
     }
     out += &format!("{};\n", sql::BEGIN);
+    out += &format!("{};\n", sql::NO_STATEMENT_TIMEOUT);
     out += &format!("{};\n", sql::MIGRATION_LOCK);
     out += &format!("{};\n", sql::MIGRATIONS_TABLE);
     for (version, migration) in migrations {

@@ -33,6 +33,9 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
 
 pub(super) const BEGIN: &str = "BEGIN";
 
+/// For the migration's transaction only.
+pub(super) const NO_STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = 0";
+
 /// Serializes migrations between gateways starting at once.
 pub(super) const MIGRATION_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtext('hookgate-migrations'))";
