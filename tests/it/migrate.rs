@@ -209,16 +209,7 @@ async fn a_big_old_table_is_migrated_though_each_operation_has_200ms() {
         .await
         .unwrap();
     let upstream = Upstream::start().await;
-    let text = with_admin(
-        &config_text(
-            &upstream.url("/"),
-            &Backend::Postgres(database.url()),
-            "",
-            "",
-        ),
-        false,
-    )
-    .replace("timeout = \"300ms\"", "timeout = \"200ms\"");
+    let text = postgres_config(&upstream.url("/"), &database.url(), "200ms", false);
     let gateway = TestGateway::start(&text).await;
     let sender = Sender::new();
     let served = eventually(Duration::from_secs(120), || async {

@@ -251,16 +251,7 @@ async fn tls_to_postgres_is_verified() {
 async fn paging_a_big_route_while_senders_are_served() {
     let database = TestDatabase::create().await;
     let upstream = Upstream::start().await;
-    let text = with_admin(
-        &config_text(
-            &upstream.url("/"),
-            &Backend::Postgres(database.url()),
-            "",
-            "",
-        ),
-        true,
-    )
-    .replace("timeout = \"300ms\"", "timeout = \"150ms\"");
+    let text = postgres_config(&upstream.url("/"), &database.url(), "150ms", true);
     let prefix = text
         .split("key_prefix = \"")
         .nth(1)

@@ -109,3 +109,13 @@ impl Drop for TestDatabase {
         .join();
     }
 }
+
+/// A gateway config on the database at `url` with an admin listener (its
+/// API on with `token`) and `store.timeout` set to `timeout`.
+pub fn postgres_config(upstream: &str, url: &str, timeout: &str, token: bool) -> String {
+    super::with_admin(
+        &super::config_text(upstream, &super::Backend::Postgres(url.to_owned()), "", ""),
+        token,
+    )
+    .replace("timeout = \"300ms\"", &format!("timeout = \"{timeout}\""))
+}
