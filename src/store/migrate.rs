@@ -3,14 +3,14 @@
 //!
 //! PostgreSQL applies its pending versions (`postgres/schema.rs`: under the
 //! gateways' advisory lock, so it is safe beside running gateways and other
-//! `migrate`s); the embedded file adds its missing columns as it opens
-//! (which needs the file's lock: stop the gateway first, or let it do the
-//! same at start); memory and Redis have no schema.
+//! `migrate`s); the embedded file gets its missing columns, and a file from
+//! before incremental vacuum is rewritten once with it on (which needs the
+//! file's lock: stop the gateway first); memory and Redis have no schema.
 
 use std::time::Duration;
 
 use super::{
-    migration_script, pending_migrations, BackendSettings, Clock, EmbeddedStore, PostgresStore,
+    migration_script, pending_migrations, upgrade_embedded, BackendSettings, PostgresStore,
     StoreError, StoreSettings,
 };
 
@@ -40,8 +40,20 @@ pub async fn migrate(settings: &StoreSettings, print: bool) -> Result<String, St
             })
         }
         BackendSettings::Embedded { path, synchronous } if !print => {
-            EmbeddedStore::open(path, *synchronous, Clock::system())?;
-            Ok(format!("embedded: {} is current\n", path.display()))
+            let done = upgrade_embedded(path, *synchronous)?;
+            Ok(format!(
+                "embedded: {} is current ({} bytes{})\n",
+                path.display(),
+                done.bytes_after,
+                if done.vacuumed {
+                    format!(
+                        "; incremental vacuum turned on, {} bytes before",
+                        done.bytes_before
+                    )
+                } else {
+                    String::new()
+                }
+            ))
         }
         backend => Ok(format!(
             "{}: {}\n",

@@ -61,7 +61,7 @@ use tokio::time::Instant;
 pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records};
 pub use self::cache::{follow, Invalidations, ReplayCache};
 use self::dynamic::DynBackend;
-pub use self::embedded::{backup, Copied, EmbeddedStore};
+pub use self::embedded::{backup, upgrade as upgrade_embedded, Copied, EmbeddedStore, Upgraded};
 pub use self::history::{AttemptKind, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;

@@ -27,12 +27,14 @@
 //! one instance; fleets share Redis.
 
 mod backup;
+mod file;
 mod run;
 mod sql;
 
 pub use self::backup::{backup, Copied};
+use self::file::{lock_file, prepare};
+pub use self::file::{upgrade, Upgraded};
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
@@ -41,8 +43,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
-use self::run::{add_missing_columns, execute, run, Op, Reply};
-use self::sql::{RELEASE, SCHEMA};
+use self::run::{execute, run, Op, Reply};
+use self::sql::RELEASE;
 use super::Synchronous;
 use super::{
     Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
@@ -65,11 +67,6 @@ pub struct EmbeddedStore {
     path: PathBuf,
 }
 
-/// The file format this binary writes (`PRAGMA user_version`; files from
-/// before it have 0). A file of a higher one was written by a newer
-/// hookgate, and is refused rather than half understood.
-pub const FILE_VERSION: i64 = 1;
-
 impl EmbeddedStore {
     /// Most requests waiting for the database thread. During a disk stall
     /// callers give up after `store.timeout` (503); beyond this many
@@ -80,30 +77,7 @@ impl EmbeddedStore {
     /// and expiry are judged by `clock`.
     pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
         let lock = lock_file(path)?;
-        let connection = Connection::open(path).map_err(|e| open_error(path, e))?;
-        let version: i64 = connection
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|e| open_error(path, e))?;
-        if version > FILE_VERSION {
-            return Err(StoreError::Backend(format!(
-                "{}: written by a newer hookgate (file format {version}; this binary reads up to \
-                 {FILE_VERSION}): run that version, or restore a backup taken before the upgrade",
-                path.display()
-            )));
-        }
-        let sync = match synchronous {
-            Synchronous::Normal => "NORMAL",
-            Synchronous::Full => "FULL",
-        };
-        connection
-            .execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA busy_timeout = 5000; {SCHEMA}"
-            ))
-            .map_err(|e| open_error(path, e))?;
-        add_missing_columns(&connection).map_err(|e| open_error(path, e))?;
-        connection
-            .execute_batch(&format!("PRAGMA user_version = {FILE_VERSION}"))
-            .map_err(|e| open_error(path, e))?;
+        let connection = prepare(path, synchronous)?;
         let (jobs, queue) = mpsc::sync_channel::<Job>(Self::MAX_QUEUED);
         thread::Builder::new()
             .name("hookgate-sqlite".into())
@@ -386,31 +360,6 @@ fn unexpected() -> StoreError {
     StoreError::Corrupt("the database thread answered another request".into())
 }
 
-fn open_error(path: &Path, error: rusqlite::Error) -> StoreError {
-    StoreError::Backend(format!("cannot open {}: {error}", path.display()))
-}
-
-/// Hold `{path}.lock` exclusively for the life of the process.
-fn lock_file(path: &Path) -> Result<File, StoreError> {
-    let mut lock_path = PathBuf::from(path).into_os_string();
-    lock_path.push(".lock");
-    let lock_path = PathBuf::from(lock_path);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", lock_path.display())))?;
-    file.try_lock().map_err(|_| {
-        StoreError::Backend(format!(
-            "{} is in use by another hookgate process; the embedded store serves one instance \
-             (use the redis backend to run several gateways)",
-            path.display()
-        ))
-    })?;
-    Ok(file)
-}
-
 /// The database thread: group-commit batches of requests, sweep between them.
 fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) {
     let mut last_sweep = tokio::time::Instant::now();
@@ -528,7 +477,7 @@ fn release_abandoned(connection: &mut Connection, claims: &[(String, String)], n
 /// Delete up to `SWEEP_BATCH` expired rows of each table: one short write,
 /// interleaved with request batches, so a large backlog drains without
 /// stalling requests.
-fn sweep_step(connection: &Connection, now: u64) -> rusqlite::Result<usize> {
+pub(super) fn sweep_step(connection: &Connection, now: u64) -> rusqlite::Result<usize> {
     let now = now as i64;
     let mut deleted = 0;
     for table in ["webhook_events", "replay_guards"] {
@@ -540,11 +489,24 @@ fn sweep_step(connection: &Connection, now: u64) -> rusqlite::Result<usize> {
             params![now],
         )?;
     }
+    if deleted > 0 {
+        // Freed pages back to the filesystem, a bounded number a step (a
+        // no-op for a file without incremental vacuum: `hookgate migrate`).
+        // Each step of the pragma frees a page: run it to its end.
+        let mut vacuum =
+            connection.prepare_cached(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))?;
+        let mut steps = vacuum.query([])?;
+        while steps.next()?.is_some() {}
+    }
     Ok(deleted)
 }
 
+/// Pages a sweep step gives back at most (4 MiB of 4 KiB pages).
+const VACUUM_PAGES: usize = 1024;
+
 #[cfg(test)]
 mod tests {
+    use super::sql::SCHEMA;
     use super::*;
 
     #[test]
@@ -593,36 +555,6 @@ mod tests {
     /// no dead-letter, request or async columns, `released` for a failed
     /// claim — is brought up to date at open, and its records read as
     /// before.
-    /// A rollback to an older binary: the file says which format wrote it,
-    /// and a binary that reads only older ones refuses it, saying why.
-    #[test]
-    fn a_file_from_a_newer_hookgate_is_refused_with_why() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("new.db");
-        drop(EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()).unwrap());
-        let connection = Connection::open(&path).unwrap();
-        let version: i64 = connection
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(version, FILE_VERSION, "a file says which format wrote it");
-        connection
-            .execute_batch(&format!("PRAGMA user_version = {}", FILE_VERSION + 1))
-            .unwrap();
-        drop(connection);
-        let refused = loop {
-            // The dropped store's thread lets go of the lock as it ends.
-            match EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()) {
-                Err(StoreError::Backend(why)) if why.contains("in use") => {
-                    std::thread::sleep(std::time::Duration::from_millis(10))
-                }
-                Err(error) => break error.to_string(),
-                Ok(_) => panic!("a newer file was opened"),
-            }
-        };
-        assert!(refused.contains("written by a newer hookgate"), "{refused}");
-        assert!(refused.contains("restore a backup"), "{refused}");
-    }
-
     #[tokio::test]
     async fn a_file_from_the_first_release_opens_and_keeps_its_records() {
         let dir = tempfile::tempdir().unwrap();
