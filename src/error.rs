@@ -165,11 +165,8 @@ pub enum OpsError {
         "this record keeps no request to send again (only failed, dead, queued and replayed events do)"
     )]
     RequestNotStored,
-    #[error(
-        "the event was replayed {} times already",
-        crate::ops::redeliver::MAX_REPLAYS
-    )]
-    TooManyReplays,
+    #[error("the event was replayed {limit} times already")]
+    TooManyReplays { limit: u32 },
     #[error("the route is paused; resume it before sending its events again")]
     RoutePaused,
     /// The route's circuit breaker is open or its upstream rate spent.
@@ -188,7 +185,7 @@ impl OpsError {
     pub fn status(&self) -> StatusCode {
         match self {
             OpsError::KeyNotFound => StatusCode::NOT_FOUND,
-            OpsError::KeyInvalid | OpsError::TooManyReplays => StatusCode::BAD_REQUEST,
+            OpsError::KeyInvalid | OpsError::TooManyReplays { .. } => StatusCode::BAD_REQUEST,
             OpsError::NotInFlight
             | OpsError::InFlight
             | OpsError::Completed
@@ -209,7 +206,7 @@ impl OpsError {
             OpsError::Completed => "completed",
             OpsError::RequestNotStored => "request_not_stored",
             OpsError::KeyInvalid => "key_invalid",
-            OpsError::TooManyReplays => "bad_request",
+            OpsError::TooManyReplays { .. } => "bad_request",
             OpsError::RoutePaused => "route_paused",
             OpsError::UpstreamHeld { code, .. } => code,
             OpsError::StoreUnavailable(_) | OpsError::Ended => "store_unavailable",
@@ -438,7 +435,7 @@ mod tests {
             ),
             (AdminError::Ops(OpsError::KeyInvalid), 400, "key_invalid"),
             (
-                AdminError::Ops(OpsError::TooManyReplays),
+                AdminError::Ops(OpsError::TooManyReplays { limit: 1000 }),
                 400,
                 "bad_request",
             ),

@@ -240,7 +240,7 @@ impl Engine {
                     .await);
             }
         }
-        Err(OpsError::TooManyReplays)
+        Err(OpsError::TooManyReplays { limit: MAX_REPLAYS })
     }
 
     /// The replays of `key` that the store still holds, in order.

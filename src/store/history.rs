@@ -1,4 +1,5 @@
-//! A record's evidence: its last failed attempts, kept so an operator can
+//! How attempts fail, as a record keeps it: the class of a failure, the
+//! last one, and the record's evidence — its last failed attempts, kept so an operator can
 //! see why an event is failing without reading logs — when, by which
 //! entrance, how it failed, the upstream's status, how long the call took,
 //! the error text ("connection refused") and the start of the upstream's
@@ -12,7 +13,48 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::record::FailureClass;
+/// Why an attempt did not finish (README, "What a sender sees").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The upstream answered 5xx, 408, 429 or 3xx.
+    Refused,
+    /// The request never left hookgate (connect refused, TLS, DNS).
+    NotDelivered,
+    /// Timeout, or the connection broke after the request was sent: the
+    /// upstream may have done the work.
+    Unknown,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Refused => "refused",
+            FailureClass::NotDelivered => "not_delivered",
+            FailureClass::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            FailureClass::Refused,
+            FailureClass::NotDelivered,
+            FailureClass::Unknown,
+        ]
+        .into_iter()
+        .find(|class| class.as_str() == text)
+    }
+}
+
+/// The last failed attempt of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastError {
+    pub class: FailureClass,
+    /// The upstream's status, when it answered.
+    pub status: Option<u16>,
+    /// Unix milliseconds the attempt failed.
+    pub at_ms: u64,
+}
 
 /// How many failed attempts a record keeps.
 pub const KEPT: usize = 10;

@@ -62,7 +62,7 @@ pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records};
 pub use self::cache::{follow, Invalidations, ReplayCache};
 use self::dynamic::DynBackend;
 pub use self::embedded::{backup, upgrade as upgrade_embedded, Copied, EmbeddedStore, Upgraded};
-pub use self::history::{AttemptKind, PastAttempt};
+pub use self::history::{AttemptKind, FailureClass, LastError, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
 pub use self::migrate::migrate;
@@ -72,8 +72,8 @@ pub use self::postgres::{
 };
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, FailureClass, LastError, Lease,
-    ListQuery, Next, Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
+    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Lease, ListQuery, Next, Record,
+    RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::history::PastAttempt;
+use super::history::{FailureClass, LastError, PastAttempt};
 use crate::replay::RecordedResponse;
 
 /// Where a record is in its life (README, "Failed events and dead letters"): `Processing` → `Completed`,
@@ -73,49 +73,6 @@ impl RecordState {
         }
         Self::ALL.into_iter().find(|state| state.as_str() == text)
     }
-}
-
-/// Why an attempt did not finish (README, "What a sender sees").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureClass {
-    /// The upstream answered 5xx, 408, 429 or 3xx.
-    Refused,
-    /// The request never left hookgate (connect refused, TLS, DNS).
-    NotDelivered,
-    /// Timeout, or the connection broke after the request was sent: the
-    /// upstream may have done the work.
-    Unknown,
-}
-
-impl FailureClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::Refused => "refused",
-            FailureClass::NotDelivered => "not_delivered",
-            FailureClass::Unknown => "unknown",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            FailureClass::Refused,
-            FailureClass::NotDelivered,
-            FailureClass::Unknown,
-        ]
-        .into_iter()
-        .find(|class| class.as_str() == text)
-    }
-}
-
-/// The last failed attempt of a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastError {
-    pub class: FailureClass,
-    /// The upstream's status, when it answered.
-    pub status: Option<u16>,
-    /// Unix milliseconds the attempt failed.
-    pub at_ms: u64,
 }
 
 /// The request as hookgate forwarded it, kept on failed and dead records
