@@ -10,7 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use hookgate::replay::{BodyKept, RecordedResponse};
-use hookgate::store::{Record, RecordState, ReplayCache, StoreKey, StoredRequest};
+use hookgate::store::{
+    AttemptKind, FailureClass, PastAttempt, Record, RecordState, ReplayCache, StoreKey,
+    StoredRequest,
+};
 
 /// Bytes allocated minus bytes freed, per thread (tests run in parallel).
 struct Counting;
@@ -168,4 +171,34 @@ fn an_entry_keeps_no_stored_request() {
         "1,000 entries hold {held} bytes: the 32 KiB requests were kept"
     );
     assert_within(held, counted, "entries of records with a stored request");
+}
+
+#[test]
+fn an_entry_keeps_no_failure_history() {
+    // An event that completed after failing keeps its failed attempts (up
+    // to 10, each with 1 KiB of the upstream's answer); a duplicate's
+    // answer never reads them, so the cache does not keep them.
+    let cache = ReplayCache::new(1 << 30, true);
+    let (held, counted) = fill(&cache, 1_000, |i| {
+        let (key, mut record) = small(i);
+        record.history = (0..10)
+            .map(|n| {
+                PastAttempt::new(
+                    n,
+                    AttemptKind::Worker,
+                    FailureClass::Refused,
+                    Some(503),
+                    5,
+                    None,
+                    &[b'e'; 1024],
+                )
+            })
+            .collect();
+        (key, record)
+    });
+    assert!(
+        held < 1_000.0 * 4096.0,
+        "1,000 entries hold {held} bytes: the histories were kept"
+    );
+    assert_within(held, counted, "entries of records with a history");
 }

@@ -29,7 +29,7 @@
 //! the entry's slots in the map and the eviction queue — so the budget
 //! bounds the cache's memory (a counting allocator checks the estimate in
 //! `tests/cache_memory.rs`); an entry keeps only what a duplicate's answer
-//! reads, never a stored request.
+//! reads, never a stored request or a failure history.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -177,8 +177,11 @@ impl ReplayCache {
         let Some(remaining) = remaining(record, retention) else {
             return;
         };
+        // What a duplicate's answer reads: not the stored request, nor the
+        // failed attempts of an event that completed after failing.
         let kept = Record {
             request: None,
+            history: Vec::new(),
             ..record.clone()
         };
         let bytes = entry_bytes(key.as_str(), &kept);
