@@ -25,7 +25,9 @@ use super::Engine;
 use crate::claim::{Claim, Recording};
 use crate::replay::RecordedResponse;
 use crate::route::Route;
-use crate::store::{AttemptKind, Failure, FailureClass, PastAttempt, RecordState, StoredRequest};
+use crate::store::{
+    AttemptKind, Failure, FailureClass, Next, PastAttempt, RecordState, StoredRequest,
+};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -98,6 +100,31 @@ struct Failed {
     kind: Kind,
     first_seen_ms: u64,
     was_dead: bool,
+}
+
+/// What a failed attempt leaves on its record, owned: its recording may
+/// finish in a task of its own while a sender has its answer.
+struct FailureRecord {
+    class: FailureClass,
+    status: Option<u16>,
+    request: StoredRequest,
+    attempt: PastAttempt,
+    route: Arc<Route>,
+    next: Next,
+}
+
+impl FailureRecord {
+    fn failure(&self) -> Failure<'_> {
+        Failure {
+            class: self.class,
+            status: self.status,
+            request: &self.request,
+            attempt: &self.attempt,
+            route: &self.route.name,
+            retention: self.route.dead_letter_retention,
+            next: self.next,
+        }
+    }
 }
 
 /// What one attempt did.
@@ -254,36 +281,22 @@ impl Engine {
             now_ms,
             random,
         );
-        let request = stored();
-        let failure = Failure {
+        let failed = FailureRecord {
             class,
             status,
-            request: &request,
-            attempt: &tried,
-            route: &route.name,
-            retention: route.dead_letter_retention,
+            request: stored(),
+            attempt: tried,
+            route: Arc::clone(route),
             next,
         };
         let key = claim.key().id().to_owned();
-        let state = match claim.try_fail(&failure).await {
+        let state = match claim.try_fail(&failed.failure()).await {
             Recording::Done(state) => state,
             Recording::Again(claim) if kind.sender_waits() => {
-                let (route, retention) = (Arc::clone(route), failure.retention);
-                tokio::spawn(async move {
-                    let failure = Failure {
-                        class,
-                        status,
-                        request: &request,
-                        attempt: &tried,
-                        route: &route.name,
-                        retention,
-                        next,
-                    };
-                    claim.fail(&failure).await
-                });
+                tokio::spawn(async move { claim.fail(&failed.failure()).await });
                 return Settled::Recording;
             }
-            Recording::Again(claim) => claim.fail(&failure).await,
+            Recording::Again(claim) => claim.fail(&failed.failure()).await,
         };
         let settled = match state {
             Some(RecordState::Queued) => Settled::Retrying(next.queued.unwrap_or_default()),
