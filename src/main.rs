@@ -139,12 +139,9 @@ fn main() -> ExitCode {
             }
         },
         Command::Backup(args) => {
-            let config = match Config::load(&args.config.config) {
+            let config = match load(&args.config.config) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("{error}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
+                Err(code) => return code,
             };
             let hookgate::config::Backend::Embedded { path, .. } = &config.fixed.store.backend
             else {
@@ -172,12 +169,9 @@ fn main() -> ExitCode {
             }
         }
         Command::Migrate(args) => {
-            let config = match Config::load(&args.config.config) {
+            let config = match load(&args.config.config) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("{error}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
+                Err(code) => return code,
             };
             let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
             match runtime.block_on(hookgate::store::migrate(&config.fixed.store, args.print)) {
@@ -192,12 +186,9 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => {
-            let config = match Config::load(&args.config) {
+            let config = match load(&args.config) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("{error}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
+                Err(code) => return code,
             };
             match run(config, args.config) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -208,6 +199,15 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The config at `path`, or the exit code for a bad one, its problems
+/// printed.
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|error| {
+        eprintln!("{error}");
+        ExitCode::from(EXIT_CONFIG)
+    })
 }
 
 fn init_logging(format: Option<LogFormat>, default_level: &str) {

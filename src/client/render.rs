@@ -20,7 +20,11 @@ pub(super) fn now_ms() -> u64 {
 /// How long ago `ms` was, briefly: `42s`, `7m`, `3h`, `2d`.
 pub(super) fn age(ms: Option<u64>) -> String {
     let Some(ms) = ms else { return "-".into() };
-    let secs = now_ms().saturating_sub(ms) / 1000;
+    span(now_ms().saturating_sub(ms) / 1000)
+}
+
+/// `secs` briefly, in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
+fn span(secs: u64) -> String {
     match secs {
         0..60 => format!("{secs}s"),
         60..3600 => format!("{}m", secs / 60),
@@ -229,13 +233,7 @@ fn until(ms: u64) -> String {
     if ms <= now {
         return "due now".into();
     }
-    let secs = (ms - now) / 1000;
-    match secs {
-        0..60 => format!("in {secs}s"),
-        60..3600 => format!("in {}m", secs / 60),
-        3600..86_400 => format!("in {}h", secs / 3600),
-        _ => format!("in {}d", secs / 86_400),
-    }
+    format!("in {}", span((ms - now) / 1000))
 }
 
 pub(super) fn print_sent(sent: &Value, json: bool, what: &str) {

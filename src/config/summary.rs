@@ -130,30 +130,30 @@ impl Config {
 /// `humanize`, or rounded to its largest unit with a `≈` when it is not a
 /// whole number of it (`≈27m` for 1623 s).
 pub fn roughly(d: Duration) -> String {
-    let exact = humanize(d);
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)] {
-        if ms >= size {
-            if ms.is_multiple_of(size) {
-                return exact;
-            }
-            return format!("≈{}{unit}", (ms + size / 2) / size);
+    match UNITS[..3].iter().find(|(_, size)| ms >= *size) {
+        Some((unit, size)) if !ms.is_multiple_of(*size) => {
+            format!("≈{}{unit}", (ms + size / 2) / size)
         }
+        _ => humanize(d),
     }
-    exact
 }
+
+/// The units a duration is written in, largest first, in milliseconds.
+const UNITS: [(&str, u128); 4] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+];
 
 pub fn humanize(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
+    match UNITS
+        .iter()
+        .find(|(_, size)| ms >= *size && ms.is_multiple_of(*size))
+    {
+        Some((unit, size)) => format!("{}{unit}", ms / size),
+        None => format!("{ms}ms"),
     }
-    format!("{ms}ms")
 }
