@@ -16,7 +16,8 @@
 /// `hookgate_oldest_queued_seconds` (`owe` adds one; its completion, dead
 /// letter or deletion removes it). An event queued and never tried needs
 /// no entry: its `{source}!queued` score is its acceptance. So the success
-/// path pays nothing for the gauge but one `HEXISTS`.
+/// path pays nothing for the gauge but one `ZREM` of an async completion
+/// (of an id the set rarely holds, or of a set that does not exist).
 pub(super) const PRELUDE: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function index(src, id, from, to)
@@ -26,7 +27,6 @@ end
 local function owe(src, id, key)
   local seen = tonumber(redis.call('HGET', key, 'first_seen')) or now
   redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
-  redis.call('HSET', key, 'owed', '1')
 end
 ";
 
@@ -192,10 +192,7 @@ redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated'
 redis.call('HDEL', KEYS[1], 'token', 'lease_until')
 if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
-  if redis.call('HEXISTS', KEYS[1], 'owed') == 1 then
-    redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
-    redis.call('HDEL', KEYS[1], 'owed')
-  end
+  redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 index(ARGV[7], ARGV[8], from, 'completed')
