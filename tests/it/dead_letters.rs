@@ -229,7 +229,16 @@ async fn redelivery_keeps_the_key_and_the_body_and_a_replay_gets_a_new_key() {
 /// redrive delivers each of them exactly once more.
 async fn redrive_delivers_each_dead_letter_once(backend: Backend) {
     let (upstream, healthy) = Upstream::flaky().await;
-    let gateway = gateway_for(&upstream, &backend, "max_attempts = 1").await;
+    // The subject is the redrive, not the store's deadline: 25 claims at
+    // once on a loaded CI machine can outlast the tests' 300 ms, and a
+    // sender answered 503 `store_unavailable` has nothing parked.
+    let text = config_text(
+        &upstream.url("/hook"),
+        &backend,
+        "max_attempts = 1",
+        "timeout = \"5s\"",
+    );
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
     let url = gateway.url("/hook");
     let ids: Vec<String> = (0..200).map(|i| format!("evt_rd_{i}")).collect();
     for chunk in ids.chunks(25) {

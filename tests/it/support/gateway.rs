@@ -47,7 +47,8 @@ impl Backend {
 }
 
 /// A config with one signed route `/hook` (key `json:/id`) to `upstream`,
-/// plus `route_extra` lines in that route and `store_extra` in `[store]`.
+/// plus `route_extra` lines in that route and `store_extra` in `[store]`
+/// (which may set its own `timeout`, 300 ms otherwise).
 pub fn config_text(
     upstream: &str,
     backend: &Backend,
@@ -63,8 +64,7 @@ shutdown_grace = "2s"
 
 [store]
 {backend}
-timeout = "300ms"
-key_prefix = "t{prefix}:"
+{timeout}key_prefix = "t{prefix}:"
 {store_extra}
 
 [[routes]]
@@ -82,6 +82,14 @@ header = "X-Signature"
 prefix = "sha256="
 "#,
         backend = backend.toml(),
+        timeout = if store_extra
+            .lines()
+            .any(|l| l.trim_start().starts_with("timeout"))
+        {
+            ""
+        } else {
+            "timeout = \"300ms\"\n"
+        },
         prefix = rand::random::<u32>(),
     )
 }
