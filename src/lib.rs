@@ -92,6 +92,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod copy;
 pub mod delivery;
 pub mod demo;
 pub mod error;

@@ -49,6 +49,29 @@ enum Command {
     /// Copy the embedded store while the gateway runs (SQLite's online
     /// backup), verified by opening the copy; exit 0.
     Backup(BackupArgs),
+    /// Operations on a store as a whole.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Copy every live record (with its remaining retention) and the route
+    /// pauses from the store of one config to the store of another, under
+    /// the destination's key_prefix; idempotent and resumable, never over a
+    /// newer record. The source may keep serving: copy again after the
+    /// switch (docs/operations.md, "Moving between stores").
+    Copy(CopyArgs),
+}
+
+#[derive(clap::Args)]
+struct CopyArgs {
+    /// The config whose store is read.
+    #[arg(long)]
+    from: PathBuf,
+    /// The config whose store is written.
+    #[arg(long)]
+    to: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -164,6 +187,30 @@ fn main() -> ExitCode {
                 }
                 Err(error) => {
                     eprintln!("hookgate {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Store(StoreCommand::Copy(args)) => {
+            let (from, to) = match (load(&args.from), load(&args.to)) {
+                (Ok(from), Ok(to)) => (from, to),
+                (Err(code), _) | (_, Err(code)) => return code,
+            };
+            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+            println!(
+                "copying {} ({}) to {} ({})",
+                from.fixed.store.backend.name(),
+                args.from.display(),
+                to.fixed.store.backend.name(),
+                args.to.display()
+            );
+            match runtime.block_on(hookgate::copy::copy_between(&from, &to)) {
+                Ok(copied) => {
+                    print!("{copied}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("hookgate store copy: {error} (nothing copied is lost: run it again to go on)");
                     ExitCode::FAILURE
                 }
             }

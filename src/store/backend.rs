@@ -14,7 +14,7 @@ use crate::replay::RecordedResponse;
 /// module's doc for the invariants, and `tests/it/conformance/` for the
 /// suite each runs). Keys arrive fully laid out by
 /// [`Store::key`](super::Store::key).
-pub trait Backend: Queue + Listing + Fleet + Health {
+pub trait Backend: Queue + Listing + Fleet + Health + Transfer {
     /// The `backend` name in `[store]`.
     const NAME: &'static str;
 
@@ -92,6 +92,33 @@ pub trait Records: Send + Sync + 'static {
         key: &StoreKey,
         force: bool,
     ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+}
+
+/// Moving records from one store to another (`hookgate store copy`,
+/// docs/operations.md "Moving between stores"): a record read with when it
+/// expires, and written back with its indexes as it was.
+pub trait Transfer: Records {
+    /// The live record of `key`, whole, and when it expires (Unix ms).
+    fn export(
+        &self,
+        key: &StoreKey,
+    ) -> impl Future<Output = Result<Option<(Record, u64)>, StoreError>> + Send;
+
+    /// Write `record` under `key` as it is — state, token and lease, times,
+    /// response, request, history — to expire at `expires_at_ms`, with its
+    /// listing entry and, for an accepted event, its place in the queue;
+    /// with `guard`, the replay guard of its body points at `key` unless it
+    /// points at a live record already. Nothing is written when the key
+    /// holds a live record changed at or after `record.updated_ms` (newer,
+    /// or this same record copied before), or `expires_at_ms` has passed.
+    /// Returns whether the record was written.
+    fn import(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        expires_at_ms: u64,
+        guard: Option<&StoreKey>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// The queue of accepted events. On the same backend as [`Records`]: one

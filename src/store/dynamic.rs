@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     Backend, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet, Health, Invalidations,
-    ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
+    ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
 };
 use crate::replay::RecordedResponse;
 
@@ -50,6 +50,14 @@ pub(super) trait DynBackend: Send + Sync {
     fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
+    fn export<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<(Record, u64)>>;
+    fn import<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: &'a Record,
+        expires_at_ms: u64,
+        guard: Option<&'a StoreKey>,
+    ) -> Op<'a, bool>;
     fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()>;
     fn set_control<'a>(
         &'a self,
@@ -125,6 +133,18 @@ impl<B: Backend> DynBackend for B {
     }
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted> {
         Box::pin(Records::delete(self, key, force))
+    }
+    fn export<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<(Record, u64)>> {
+        Box::pin(Transfer::export(self, key))
+    }
+    fn import<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: &'a Record,
+        expires_at_ms: u64,
+        guard: Option<&'a StoreKey>,
+    ) -> Op<'a, bool> {
+        Box::pin(Transfer::import(self, key, record, expires_at_ms, guard))
     }
     fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()> {
         Box::pin(Health::ping(self, space))

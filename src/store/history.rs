@@ -152,6 +152,13 @@ pub fn append(history: Option<&str>, line: &str) -> String {
     lines[from..].join("\n")
 }
 
+/// A history as stored: one line per attempt, oldest first (`None` when
+/// there is none).
+pub fn encode(history: &[PastAttempt]) -> Option<String> {
+    let lines: Vec<String> = history.iter().map(PastAttempt::line).collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 /// The attempts of a stored history, oldest first; a line that does not
 /// parse (written by a later version) is skipped, not an error.
 pub fn decode(history: &str) -> Vec<PastAttempt> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{
     decide, history, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest,
     Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, ListQuery, Listing,
-    Queue, Record, RecordState, Records, StoreError, StoreKey,
+    Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
 };
 use crate::replay::RecordedResponse;
 
@@ -356,6 +356,49 @@ impl Records for MemoryStore {
         }
         tables.records.remove(key);
         Ok(Deleted::Deleted)
+    }
+}
+
+impl Transfer for MemoryStore {
+    async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
+        let key = key.as_str();
+        Ok(self.with_record(key, |entry, _| {
+            entry.map(|entry| (entry.value.clone(), entry.expires_at_ms))
+        }))
+    }
+
+    async fn import(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        expires_at_ms: u64,
+        guard: Option<&StoreKey>,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let mut tables = self.lock();
+        let newer = live(&tables.records, key.as_str(), now)
+            .is_some_and(|held| held.updated_ms >= record.updated_ms);
+        if newer || expires_at_ms <= now {
+            return Ok(false);
+        }
+        let value = record.clone();
+        let entry = Expiring {
+            value,
+            expires_at_ms,
+        };
+        tables.records.insert(key.as_str().to_owned(), entry);
+        if let Some(guard) = guard {
+            let first = live(&tables.guards, guard.as_str(), now);
+            if first.is_none_or(|first| live(&tables.records, first, now).is_none()) {
+                let value = key.as_str().to_owned();
+                let entry = Expiring {
+                    value,
+                    expires_at_ms,
+                };
+                tables.guards.insert(guard.as_str().to_owned(), entry);
+            }
+        }
+        Ok(true)
     }
 }
 

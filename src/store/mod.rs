@@ -42,6 +42,7 @@
 
 mod backend;
 mod cache;
+mod copy;
 mod dynamic;
 mod embedded;
 pub mod history;
@@ -58,8 +59,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records};
+pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records, Transfer};
 pub use self::cache::{follow, Invalidations, ReplayCache};
+pub use self::copy::{
+    copy, Copied as CopiedRecords, CopyScope, Counts as CopyCounts, COPY_TIMEOUT,
+};
 use self::dynamic::DynBackend;
 pub use self::embedded::{backup, upgrade as upgrade_embedded, Copied, EmbeddedStore, Upgraded};
 pub use self::history::{AttemptKind, FailureClass, LastError, PastAttempt};
@@ -221,6 +225,12 @@ impl Store {
         }
     }
 
+    /// The same store with each operation bounded by `timeout` instead.
+    pub fn with_timeout(mut self, timeout: Duration) -> Store {
+        self.timeout = timeout;
+        self
+    }
+
     /// The bound on each operation (`store.timeout`).
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -357,6 +367,29 @@ impl Store {
     }
 
     /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
+    /// The live record of `key`, whole, and when it expires (Unix ms): see
+    /// [`Transfer::export`].
+    pub async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
+        self.deadline("export", self.backend.export(key)).await
+    }
+
+    /// Write a copied record as it was, unless `key` holds one as new or
+    /// newer: see [`Transfer::import`].
+    pub async fn import(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        expires_at_ms: u64,
+        guard: Option<&StoreKey>,
+    ) -> Result<bool, StoreError> {
+        let op = self.backend.import(key, record, expires_at_ms, guard);
+        let written = self.deadline("import", op).await?;
+        if written {
+            self.invalidate(key).await;
+        }
+        Ok(written)
+    }
+
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         let deleted = self
             .deadline("delete", self.backend.delete(key, force))

@@ -1,4 +1,4 @@
-//! Asynchronous delivery (SPEC §7) through running gateways: the sender is
+//! Asynchronous delivery (README, "Asynchronous delivery") through running gateways: the sender is
 //! answered once its event is stored, workers deliver it with backoff, a
 //! fleet delivers each event once, and a killed gateway loses nothing.
 

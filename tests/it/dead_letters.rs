@@ -1,4 +1,4 @@
-//! Failed events, dead letters, redelivery, replay and redrive (SPEC §6),
+//! Failed events, dead letters, redelivery, replay and redrive (README, "Failed events and dead letters"),
 //! through a running gateway: what the sender gets, what the upstream sees,
 //! what the store and the admin API show, and the `hookgate events` CLI.
 

@@ -357,7 +357,7 @@ async fn same_key_with_another_body_is_rejected_or_replayed() {
 }
 
 /// Every 4xx hookgate produces for bad input, from a real request, with the
-/// SPEC's JSON body — and nothing reaches the store or the upstream.
+/// the documented JSON error body — and nothing reaches the store or the upstream.
 #[tokio::test]
 async fn bad_input_gets_clear_errors_and_is_not_forwarded() {
     let upstream = Upstream::start().await;

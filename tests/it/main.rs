@@ -6,6 +6,7 @@ mod backup;
 mod cli;
 mod conformance;
 mod console;
+mod copy;
 mod dead_letters;
 mod delivery;
 mod demo;

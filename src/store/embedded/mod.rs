@@ -28,8 +28,10 @@
 
 mod backup;
 mod file;
+mod row;
 mod run;
 mod sql;
+mod transfer;
 
 pub use self::backup::{backup, Copied};
 use self::file::{lock_file, prepare};

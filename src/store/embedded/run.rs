@@ -1,20 +1,20 @@
 //! How the database thread runs each request inside the batch's
 //! transaction: the request and answer types, one arm per operation, the
-//! claim's read-decide-write (the record's life, `decide`), and reading a
-//! record back from a row.
+//! claim's read-decide-write (the record's life, `decide`); reading a
+//! record back from a row is `row.rs`.
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
     decide, history, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
-    FailureClass, LastError, Lease, Next, PastAttempt, Record, RecordState, StoredRequest,
+    FailureClass, Lease, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
+use super::row::record_from;
 use super::sql::*;
-use crate::replay::{BodyKept, RecordedResponse};
+use crate::replay::RecordedResponse;
 
 /// A request stored with a claim or a failure: (request, route, replay of).
 pub(super) type Kept = (StoredRequest, String, Option<String>);
@@ -80,6 +80,10 @@ pub(super) enum Op {
     Get {
         key: String,
     },
+    Export {
+        key: String,
+    },
+    Import(Box<super::transfer::Import>),
     Delete {
         key: String,
         force: bool,
@@ -100,6 +104,7 @@ pub(super) enum Reply {
     Applied(bool),
     Failed(Option<RecordState>),
     Record(Option<Record>),
+    Exported(Option<(Record, u64)>),
     Listed(Vec<(String, Record)>),
     Leased(Vec<Due>),
     Count(u64),
@@ -303,6 +308,8 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             Ok(Reply::Oldest(at.map(|at| at as u64)))
         }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
+        Op::Export { key } => super::transfer::export(tx, &key, now).map(Reply::Exported),
+        Op::Import(import) => import.run(tx, now).map(Reply::Applied),
         Op::Delete { key, force } => {
             if run(tx, DELETE, params![key, now_i, force])? == 1 {
                 Ok(Reply::Deleted(Deleted::Deleted))
@@ -524,81 +531,4 @@ fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Op
     query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
         record_from(row, 0)
     })
-}
-
-/// Read a record from `row`, its columns ([`record_columns`]) from `at` on.
-fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
-    let get_ms = |i: usize| -> rusqlite::Result<Option<u64>> {
-        Ok(row.get::<_, Option<i64>>(at + i)?.map(|v| v as u64))
-    };
-    let state: String = row.get(at)?;
-    let state = RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
-    let last_error = match row.get::<_, Option<String>>(at + 8)? {
-        None => None,
-        Some(class) => Some(LastError {
-            class: FailureClass::parse(&class)
-                .ok_or_else(|| corrupt(format!("last_error {class:?}")))?,
-            status: row.get(at + 9)?,
-            at_ms: get_ms(10)?.unwrap_or_default(),
-        }),
-    };
-    let status: Option<u16> = row.get(at + 13)?;
-    let kept: Option<String> = row.get(at + 14)?;
-    let headers: Option<Vec<u8>> = row.get(at + 15)?;
-    let body: Option<Vec<u8>> = row.get(at + 16)?;
-    let kept = match kept.as_deref() {
-        None => BodyKept::Whole,
-        Some(text) => BodyKept::parse(text).ok_or_else(|| corrupt(format!("body {text:?}")))?,
-    };
-    let response = match (state, status, body) {
-        (RecordState::Completed, Some(status), Some(body)) => Some(
-            RecordedResponse::decode(
-                status,
-                &headers.unwrap_or_default(),
-                Bytes::from(body),
-                kept,
-            )
-            .map_err(corrupt)?,
-        ),
-        _ => None,
-    };
-    let method: Option<String> = row.get(at + 17)?;
-    let request_body: Option<Vec<u8>> = row.get(at + 20)?;
-    let request = match (method, request_body) {
-        (Some(method), Some(body)) => Some(
-            StoredRequest::decode(
-                &method,
-                row.get(at + 18)?,
-                &row.get::<_, Option<Vec<u8>>>(at + 19)?.unwrap_or_default(),
-                Bytes::from(body),
-            )
-            .map_err(corrupt)?,
-        ),
-        _ => None,
-    };
-    Ok(Record {
-        state,
-        token: row.get(at + 1)?,
-        body_sha256: row.get(at + 2)?,
-        attempts: row.get(at + 3)?,
-        first_seen_ms: get_ms(4)?.unwrap_or_default(),
-        updated_ms: get_ms(5)?.unwrap_or_default(),
-        lease_expires_at_ms: get_ms(6)?,
-        completed_at_ms: get_ms(7)?,
-        next_attempt_ms: get_ms(22)?,
-        accepted: row.get::<_, Option<String>>(at + 23)?.is_some() || get_ms(22)?.is_some(),
-        history: row
-            .get::<_, Option<String>>(at + 21)?
-            .map(|lines| history::decode(&lines))
-            .unwrap_or_default(),
-        response,
-        last_error,
-        route: row.get(at + 11)?,
-        replay_of: row.get(at + 12)?,
-        request,
-    })
-}
-
-fn corrupt(message: String) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(message.into())
 }

@@ -29,6 +29,7 @@ mod listen;
 mod rows;
 mod schema;
 mod sql;
+mod transfer;
 
 use self::listen::{pg_channel, Listen};
 use self::rows::{claim, live_record, record};

@@ -343,3 +343,72 @@ pub(super) const CLEAR_CONTROL: &str =
 
 pub(super) const CONTROLS: &str =
     "SELECT route, value FROM hookgate_route_controls WHERE space = $1";
+
+/// A Unix-millisecond parameter as a timestamp (NULL stays NULL).
+macro_rules! at {
+    ($n:literal) => {
+        concat!(
+            "('epoch'::timestamptz + $",
+            $n,
+            "::bigint * interval '1 millisecond')"
+        )
+    };
+}
+
+/// ($1 source, $2 key): the live record whole, the database's now, then
+/// its expiry (column 25).
+pub(super) const EXPORT: &str = concat!(
+    "SELECT ",
+    record_columns!(
+        "response_headers, response_body",
+        "request_method, request_query, request_headers, request_body, history"
+    ),
+    ", ",
+    ms!("expires_at"),
+    " FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()"
+);
+
+/// A copied record, as it was ($1 source, $2 key, $3.. its columns, $27
+/// its expiry). A live row changed at or after it is kept.
+pub(super) const IMPORT: &str =
+    concat!(
+    "INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
+     first_seen_at, updated_at, lease_expires_at, completed_at, response_status, \
+     response_headers, response_body, response_body_kept, last_error, last_status, \
+     last_attempt_at, route, replay_of, request_method, request_query, request_headers, \
+     request_body, history, next_attempt_at, accepted, expires_at) VALUES ($1, $2, $3, $4, $5, \
+     $6, ",
+    at!(7), ", ", at!(8), ", ", at!(9), ", ", at!(10),
+    ", $11, $12, $13, $14, $15, $16, ",
+    at!(17),
+    ", $18, $19, $20, $21, $22, $23, $24, ",
+    at!(25),
+    ", $26, ",
+    at!(27),
+    ") ON CONFLICT (source, idempotency_key) DO UPDATE SET status = excluded.status, \
+     token = excluded.token, body_sha256 = excluded.body_sha256, attempts = excluded.attempts, \
+     first_seen_at = excluded.first_seen_at, updated_at = excluded.updated_at, \
+     lease_expires_at = excluded.lease_expires_at, completed_at = excluded.completed_at, \
+     response_status = excluded.response_status, response_headers = excluded.response_headers, \
+     response_body = excluded.response_body, response_body_kept = excluded.response_body_kept, \
+     last_error = excluded.last_error, last_status = excluded.last_status, \
+     last_attempt_at = excluded.last_attempt_at, route = excluded.route, \
+     replay_of = excluded.replay_of, request_method = excluded.request_method, \
+     request_query = excluded.request_query, request_headers = excluded.request_headers, \
+     request_body = excluded.request_body, history = excluded.history, \
+     next_attempt_at = excluded.next_attempt_at, accepted = excluded.accepted, \
+     expires_at = excluded.expires_at \
+     WHERE webhook_events.expires_at <= now() OR webhook_events.updated_at < excluded.updated_at"
+);
+
+/// The replay guard of a copied record ($1 source, $2 the guard's id, $3 key,
+/// $4 expiry), kept while it points at a live row.
+pub(super) const IMPORT_GUARD: &str = concat!(
+    "INSERT INTO replay_guards (source, body_sha256, first_key, expires_at) VALUES ($1, $2, $3, ",
+    at!(4),
+    ") ON CONFLICT (source, body_sha256) DO UPDATE SET first_key = excluded.first_key, \
+     expires_at = excluded.expires_at \
+     WHERE replay_guards.expires_at <= now() OR NOT EXISTS (SELECT 1 FROM webhook_events e \
+     WHERE e.source = replay_guards.source AND e.idempotency_key = replay_guards.first_key \
+       AND e.expires_at > now())"
+);

@@ -35,6 +35,7 @@
 mod connect;
 mod fields;
 mod scripts;
+mod transfer;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ use hookgate::store::{ClaimOutcome, Deleted, RecordState, Store};
 use super::*;
 
 /// Create `id` in `scope` and leave it in `state` (queued: accepted).
-async fn leave(store: &Store, scope: &str, id: &str, state: RecordState) {
+pub(crate) async fn leave(store: &Store, scope: &str, id: &str, state: RecordState) {
     let key = store.key(scope, id);
     let kept = stored_request();
     if state == RecordState::Queued {

@@ -29,6 +29,7 @@ mod life;
 mod listing;
 mod queue;
 mod records;
+mod transfer;
 
 use std::time::Duration;
 
@@ -234,7 +235,7 @@ pub(crate) fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> 
     }
 }
 
-/// Accept `id` in `scope` as an async event (SPEC §7).
+/// Accept `id` in `scope` as an async event (README, "Asynchronous delivery").
 pub(crate) async fn accept(
     store: &Store,
     scope: &str,

@@ -356,6 +356,25 @@ impl hookgate::store::Queue for LateAnswers {
     }
 }
 
+impl hookgate::store::Transfer for LateAnswers {
+    async fn export(
+        &self,
+        key: &hookgate::store::StoreKey,
+    ) -> Result<Option<(hookgate::store::Record, u64)>, hookgate::store::StoreError> {
+        self.0.export(key).await
+    }
+
+    async fn import(
+        &self,
+        key: &hookgate::store::StoreKey,
+        record: &hookgate::store::Record,
+        expires_at_ms: u64,
+        guard: Option<&hookgate::store::StoreKey>,
+    ) -> Result<bool, hookgate::store::StoreError> {
+        self.0.import(key, record, expires_at_ms, guard).await
+    }
+}
+
 impl hookgate::store::Listing for LateAnswers {
     async fn list(
         &self,

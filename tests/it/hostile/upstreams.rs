@@ -1,5 +1,5 @@
 //! Upstreams that time out, hang up before a status, or cut their body
-//! short: each outcome class of SPEC §4 step 7, counted at the upstream.
+//! short: each outcome class of an upstream call (README, "What a sender sees"), counted at the upstream.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,5 +1,6 @@
-//! The claim protocol of SPEC §4 and §6 as a model, checked exhaustively
-//! with `stateright` for small bounds: gateways that claim, renew, call the
+//! The claim protocol (README, "The guarantee, honestly" and "Failed events
+//! and dead letters") as a model, checked exhaustively with `stateright`
+//! for small bounds: gateways that claim, renew, call the
 //! upstream and settle the claim by the outcome class (failed, held, or
 //! parked as a dead letter after `max_attempts`); a store whose leases
 //! expire; an upstream whose calls end final, refused, not delivered or
@@ -83,7 +84,7 @@ fn ticks(default: u8) -> u8 {
 }
 
 impl Protocol {
-    /// SPEC §4: the sync protocol, with an operator who forgets keys and
+    /// The sync protocol, with an operator who forgets keys and
     /// force-releases claims; no attempt limit.
     fn sync() -> Self {
         Self {
@@ -101,7 +102,7 @@ impl Protocol {
         }
     }
 
-    /// SPEC §6 on top: `max_attempts = 2` parks the event; the operator
+    /// Dead letters on top: `max_attempts = 2` parks the event; the operator
     /// redelivers (plain and forced) and replays instead of forgetting.
     fn dead_letters() -> Self {
         Self {
@@ -140,7 +141,7 @@ enum Record {
 const EVENT: usize = 0;
 const REPLAY: usize = 1;
 
-/// How an upstream call ended (SPEC §4 step 7), and whether the upstream
+/// How an upstream call ended (README, "What a sender sees"), and whether the upstream
 /// did the work.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 enum Outcome {
@@ -642,7 +643,7 @@ fn the_checker_finds_the_races_the_code_prevents() {
     );
 }
 
-/// SPEC §6 on top of the sync protocol: events are parked after
+/// Dead letters on top of the sync protocol: events are parked after
 /// `max_attempts`, redelivered with the same key and replayed under a new
 /// one, and every property still holds.
 #[test]
@@ -678,7 +679,7 @@ fn the_checker_finds_a_forwarded_dead_letter() {
     );
 }
 
-/// SPEC §7, asynchronous delivery, as a model of its own: the sender's
+/// Asynchronous delivery (README, "Asynchronous delivery") as a model of its own: the sender's
 /// deliveries are accepted into the store (answered once stored); workers
 /// lease the queued event with a fencing token, call the upstream and
 /// settle the attempt (completed, queued again, or dead after

@@ -1,0 +1,84 @@
+//! Reading a record back from a row of the embedded store: the columns
+//! `sql.rs`'s `record_columns` names, in that order.
+
+use bytes::Bytes;
+
+use super::super::{history, FailureClass, LastError, Record, RecordState, StoredRequest};
+use crate::replay::{BodyKept, RecordedResponse};
+
+/// Read a record from `row`, its columns ([`record_columns`]) from `at` on.
+pub(super) fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
+    let get_ms = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(row.get::<_, Option<i64>>(at + i)?.map(|v| v as u64))
+    };
+    let state: String = row.get(at)?;
+    let state = RecordState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
+    let last_error = match row.get::<_, Option<String>>(at + 8)? {
+        None => None,
+        Some(class) => Some(LastError {
+            class: FailureClass::parse(&class)
+                .ok_or_else(|| corrupt(format!("last_error {class:?}")))?,
+            status: row.get(at + 9)?,
+            at_ms: get_ms(10)?.unwrap_or_default(),
+        }),
+    };
+    let status: Option<u16> = row.get(at + 13)?;
+    let kept: Option<String> = row.get(at + 14)?;
+    let headers: Option<Vec<u8>> = row.get(at + 15)?;
+    let body: Option<Vec<u8>> = row.get(at + 16)?;
+    let kept = match kept.as_deref() {
+        None => BodyKept::Whole,
+        Some(text) => BodyKept::parse(text).ok_or_else(|| corrupt(format!("body {text:?}")))?,
+    };
+    let response = match (state, status, body) {
+        (RecordState::Completed, Some(status), Some(body)) => Some(
+            RecordedResponse::decode(
+                status,
+                &headers.unwrap_or_default(),
+                Bytes::from(body),
+                kept,
+            )
+            .map_err(corrupt)?,
+        ),
+        _ => None,
+    };
+    let method: Option<String> = row.get(at + 17)?;
+    let request_body: Option<Vec<u8>> = row.get(at + 20)?;
+    let request = match (method, request_body) {
+        (Some(method), Some(body)) => Some(
+            StoredRequest::decode(
+                &method,
+                row.get(at + 18)?,
+                &row.get::<_, Option<Vec<u8>>>(at + 19)?.unwrap_or_default(),
+                Bytes::from(body),
+            )
+            .map_err(corrupt)?,
+        ),
+        _ => None,
+    };
+    Ok(Record {
+        state,
+        token: row.get(at + 1)?,
+        body_sha256: row.get(at + 2)?,
+        attempts: row.get(at + 3)?,
+        first_seen_ms: get_ms(4)?.unwrap_or_default(),
+        updated_ms: get_ms(5)?.unwrap_or_default(),
+        lease_expires_at_ms: get_ms(6)?,
+        completed_at_ms: get_ms(7)?,
+        next_attempt_ms: get_ms(22)?,
+        accepted: row.get::<_, Option<String>>(at + 23)?.is_some() || get_ms(22)?.is_some(),
+        history: row
+            .get::<_, Option<String>>(at + 21)?
+            .map(|lines| history::decode(&lines))
+            .unwrap_or_default(),
+        response,
+        last_error,
+        route: row.get(at + 11)?,
+        replay_of: row.get(at + 12)?,
+        request,
+    })
+}
+
+pub(super) fn corrupt(message: String) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(message.into())
+}

@@ -1,0 +1,156 @@
+//! Copying records into and out of the embedded file (`hookgate store
+//! copy`): a whole row with its expiry, and a row written back as it was —
+//! its state, times and request, and for an accepted event its queue — on
+//! the database thread like every other operation.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::row::record_from;
+use super::run::{Op, Reply};
+use super::{unexpected, EmbeddedStore};
+use crate::store::{history, Record, StoreError, StoreKey, Transfer};
+
+/// Every column of a record (the order `record_from` reads), then its
+/// expiry.
+const EXPORT: &str = "SELECT state, token, body_sha256, attempts, first_seen, updated_at, \
+    lease_until, completed_at, last_error, last_status, last_attempt_at, route, replay_of, \
+    response_status, response_body_kept, response_headers, response_body, request_method, \
+    request_query, request_headers, request_body, history, next_attempt_at, due_source, \
+    expires_at FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
+
+/// ?1 key, ?2..?25 the columns in `EXPORT`'s order, ?26 expiry, ?27 now: a
+/// live row changed at or after ?6 is kept.
+const IMPORT: &str = "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, \
+    first_seen, updated_at, lease_until, completed_at, last_error, last_status, last_attempt_at, \
+    route, replay_of, response_status, response_body_kept, response_headers, response_body, \
+    request_method, request_query, request_headers, request_body, history, next_attempt_at, \
+    due_source, expires_at) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
+    ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
+ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token, \
+    body_sha256 = excluded.body_sha256, attempts = excluded.attempts, \
+    first_seen = excluded.first_seen, updated_at = excluded.updated_at, \
+    lease_until = excluded.lease_until, completed_at = excluded.completed_at, \
+    last_error = excluded.last_error, last_status = excluded.last_status, \
+    last_attempt_at = excluded.last_attempt_at, route = excluded.route, \
+    replay_of = excluded.replay_of, response_status = excluded.response_status, \
+    response_body_kept = excluded.response_body_kept, \
+    response_headers = excluded.response_headers, response_body = excluded.response_body, \
+    request_method = excluded.request_method, request_query = excluded.request_query, \
+    request_headers = excluded.request_headers, request_body = excluded.request_body, \
+    history = excluded.history, next_attempt_at = excluded.next_attempt_at, \
+    due_source = excluded.due_source, expires_at = excluded.expires_at \
+WHERE webhook_events.expires_at <= ?27 \
+   OR coalesce(webhook_events.updated_at, webhook_events.first_seen) < excluded.updated_at";
+
+/// ?1 guard, ?2 key, ?3 expiry, ?4 now: kept while it points at a live row.
+const IMPORT_GUARD: &str = "INSERT INTO replay_guards (body_key, first_key, expires_at) \
+VALUES (?1, ?2, ?3) \
+ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, \
+    expires_at = excluded.expires_at \
+WHERE replay_guards.expires_at <= ?4 OR NOT EXISTS (SELECT 1 FROM webhook_events \
+    WHERE key = replay_guards.first_key AND expires_at > ?4)";
+
+/// A record to write (see [`Transfer::import`]).
+pub(super) struct Import {
+    key: String,
+    source: String,
+    record: Record,
+    expires_at_ms: u64,
+    guard: Option<String>,
+}
+
+impl Import {
+    pub(super) fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<bool> {
+        let Import {
+            key,
+            source,
+            record,
+            expires_at_ms,
+            guard,
+        } = self;
+        if expires_at_ms <= now {
+            return Ok(false);
+        }
+        let ms = |value: Option<u64>| value.map(|v| v as i64);
+        let error = record.last_error.as_ref();
+        let response = record.response.as_ref();
+        let request = record.request.as_ref();
+        let written = tx.prepare_cached(IMPORT)?.execute(params![
+            key,
+            record.state.as_str(),
+            record.token,
+            record.body_sha256,
+            record.attempts,
+            record.first_seen_ms as i64,
+            record.updated_ms as i64,
+            ms(record.lease_expires_at_ms),
+            ms(record.completed_at_ms),
+            error.map(|e| e.class.as_str()),
+            error.and_then(|e| e.status),
+            error.map(|e| e.at_ms as i64),
+            record.route,
+            record.replay_of,
+            response.map(|r| r.status.as_u16()),
+            response.map(|r| r.body_kept.as_str()),
+            response.map(|r| r.encode_headers()),
+            response.map(|r| r.body.to_vec()),
+            request.map(|r| r.method.as_str()),
+            request.and_then(|r| r.query.as_deref()),
+            request.map(|r| r.encode_headers()),
+            request.map(|r| r.body.to_vec()),
+            history::encode(&record.history),
+            ms(record.next_attempt_ms),
+            record.accepted.then_some(source),
+            expires_at_ms as i64,
+            now as i64,
+        ])? == 1;
+        if let (true, Some(guard)) = (written, guard) {
+            let guard_params = params![guard, key, expires_at_ms as i64, now as i64];
+            tx.prepare_cached(IMPORT_GUARD)?.execute(guard_params)?;
+        }
+        Ok(written)
+    }
+}
+
+pub(super) fn export(
+    tx: &Transaction<'_>,
+    key: &str,
+    now: u64,
+) -> rusqlite::Result<Option<(Record, u64)>> {
+    tx.prepare_cached(EXPORT)?
+        .query_row(params![key, now as i64], |row| {
+            Ok((record_from(row, 0)?, row.get::<_, i64>(24)? as u64))
+        })
+        .optional()
+}
+
+impl Transfer for EmbeddedStore {
+    async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
+        let key = key.as_str().to_owned();
+        match self.call(Op::Export { key }).await? {
+            Reply::Exported(exported) => Ok(exported),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn import(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        expires_at_ms: u64,
+        guard: Option<&StoreKey>,
+    ) -> Result<bool, StoreError> {
+        let import = Import {
+            key: key.as_str().to_owned(),
+            source: key.source().to_owned(),
+            record: record.clone(),
+            expires_at_ms,
+            guard: guard.map(|guard| guard.as_str().to_owned()),
+        };
+        match self.call(Op::Import(Box::new(import))).await? {
+            Reply::Applied(written) => Ok(written),
+            _ => Err(unexpected()),
+        }
+    }
+}

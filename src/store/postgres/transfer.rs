@@ -1,0 +1,104 @@
+//! Copying records into and out of PostgreSQL (`hookgate store copy`): a
+//! whole row with its expiry, and a row written back as it was, in one
+//! statement that keeps a newer row.
+
+use tokio_postgres::types::ToSql;
+
+use super::rows::record;
+use super::{db, sql, PostgresStore};
+use crate::store::{history, Clock, Record, StoreError, StoreKey, Transfer};
+
+impl Transfer for PostgresStore {
+    async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::EXPORT).await.map_err(db)?;
+        let row = client
+            .query_opt(&statement, &[&key.source(), &key.id()])
+            .await
+            .map_err(db)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (record, _) = record(&row)?;
+        Ok(Some((record, row.get::<_, i64>(25) as u64)))
+    }
+
+    async fn import(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        expires_at_ms: u64,
+        guard: Option<&StoreKey>,
+    ) -> Result<bool, StoreError> {
+        // Already expired: nothing to keep (a row written anyway would be
+        // invisible, and pruned).
+        if expires_at_ms <= Clock::system().now_ms() {
+            return Ok(false);
+        }
+        let ms = |value: Option<u64>| value.map(|v| v as i64);
+        let error = record.last_error.as_ref();
+        let response = record.response.as_ref();
+        let request = record.request.as_ref();
+        let columns: (&str, &str, i32, i64, i64) = (
+            record.state.as_str(),
+            &record.body_sha256,
+            record.attempts as i32,
+            record.first_seen_ms as i64,
+            record.updated_ms as i64,
+        );
+        let (lease, completed) = (ms(record.lease_expires_at_ms), ms(record.completed_at_ms));
+        let status = response.map(|r| r.status.as_u16() as i16);
+        let headers = response.map(|r| r.encode_headers());
+        let body = response.map(|r| r.body.as_ref());
+        let kept = response.map(|r| r.body_kept.as_str());
+        let class = error.map(|e| e.class.as_str());
+        let last_status = error.and_then(|e| e.status).map(|s| s as i16);
+        let last_at = error.map(|e| e.at_ms as i64);
+        let method = request.map(|r| r.method.as_str());
+        let query = request.and_then(|r| r.query.as_deref());
+        let request_headers = request.map(|r| r.encode_headers());
+        let request_body = request.map(|r| r.body.as_ref());
+        let past = history::encode(&record.history);
+        let next = ms(record.next_attempt_ms);
+        let expires = expires_at_ms as i64;
+        let params: [&(dyn ToSql + Sync); 27] = [
+            &key.source(),
+            &key.id(),
+            &columns.0,
+            &record.token,
+            &columns.1,
+            &columns.2,
+            &columns.3,
+            &columns.4,
+            &lease,
+            &completed,
+            &status,
+            &headers,
+            &body,
+            &kept,
+            &class,
+            &last_status,
+            &last_at,
+            &record.route,
+            &record.replay_of,
+            &method,
+            &query,
+            &request_headers,
+            &request_body,
+            &past,
+            &next,
+            &record.accepted,
+            &expires,
+        ];
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql::IMPORT).await.map_err(db)?;
+        let written = client.execute(&statement, &params).await.map_err(db)? == 1;
+        if let (true, Some(guard)) = (written, guard) {
+            let statement = client.prepare_cached(sql::IMPORT_GUARD).await.map_err(db)?;
+            let guard: [&(dyn ToSql + Sync); 4] =
+                [&guard.source(), &guard.id(), &key.id(), &expires];
+            client.execute(&statement, &guard).await.map_err(db)?;
+        }
+        Ok(written)
+    }
+}
