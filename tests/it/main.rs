@@ -15,6 +15,7 @@ mod evidence;
 mod fault_run;
 mod faults;
 mod fleet;
+mod full_disk;
 mod hostile;
 mod least_privilege;
 mod migrate;
