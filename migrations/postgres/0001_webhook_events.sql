@@ -4,7 +4,7 @@
 -- the replay guards. Applied once, under an advisory lock, by the first
 -- gateway that starts; recorded in hookgate_migrations.
 
-CREATE TABLE webhook_events (
+CREATE TABLE IF NOT EXISTS webhook_events (
     source             text        NOT NULL,  -- {key_prefix}{scope}
     idempotency_key    text        NOT NULL,  -- the sender's event id
     status             text        NOT NULL,  -- processing | released | completed
@@ -23,9 +23,9 @@ CREATE TABLE webhook_events (
 );
 
 -- Retention pruning walks this index in bounded batches.
-CREATE INDEX webhook_events_expires_at ON webhook_events (expires_at);
+CREATE INDEX IF NOT EXISTS webhook_events_expires_at ON webhook_events (expires_at);
 
-CREATE TABLE replay_guards (
+CREATE TABLE IF NOT EXISTS replay_guards (
     source      text        NOT NULL,
     body_sha256 text        NOT NULL,
     first_key   text        NOT NULL,  -- the idempotency_key that last claimed the body
@@ -33,4 +33,4 @@ CREATE TABLE replay_guards (
     PRIMARY KEY (source, body_sha256)
 );
 
-CREATE INDEX replay_guards_expires_at ON replay_guards (expires_at);
+CREATE INDEX IF NOT EXISTS replay_guards_expires_at ON replay_guards (expires_at);

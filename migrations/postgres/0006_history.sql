@@ -5,4 +5,4 @@
 -- Only a failure writes it. Adding a nullable column without a default
 -- changes the catalogue only: no rewrite, the lock is held for an instant.
 
-ALTER TABLE webhook_events ADD COLUMN history text;
+ALTER TABLE webhook_events ADD COLUMN IF NOT EXISTS history text;

@@ -30,3 +30,4 @@ mod support;
 mod tls;
 mod tracing;
 mod traffic;
+mod upgrade;

@@ -174,8 +174,8 @@ impl PostgresStore {
     /// Apply the pending migrations now, with no deadline (`hookgate
     /// migrate`); answers how many were applied.
     pub async fn migrate(&self) -> Result<usize, StoreError> {
-        let mut client = self.pool.get().await.map_err(pool_error)?;
-        schema::migrate(&mut client).await
+        let client = self.pool.get().await.map_err(pool_error)?;
+        schema::migrate(client).await
     }
 
     /// The versions the database records (`None`: none, or unreadable).

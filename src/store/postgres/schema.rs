@@ -15,7 +15,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::Pool;
 use tokio::sync::watch;
 
 use super::{db, pool_error, sql, MIGRATIONS};
@@ -42,8 +42,8 @@ pub(super) fn spawn(
         let mut backoff = Duration::from_millis(200);
         loop {
             let tried = async {
-                let mut client = pool.get().await.map_err(pool_error)?;
-                migrate(&mut client).await
+                let client = pool.get().await.map_err(pool_error)?;
+                migrate(client).await
             };
             match tried.await {
                 Ok(_) => {
@@ -69,7 +69,7 @@ pub(super) fn spawn(
 
 /// The versions recorded, or `None` when there is no `hookgate_migrations`
 /// (a database hookgate never ran on) or it cannot be read.
-pub(super) async fn recorded(client: &impl GenericClient) -> Option<Vec<i32>> {
+pub(super) async fn recorded(client: &tokio_postgres::Client) -> Option<Vec<i32>> {
     let rows = client.query(sql::APPLIED, &[]).await.ok()?;
     Some(rows.iter().map(|row| row.get(0)).collect())
 }
@@ -83,71 +83,250 @@ pub fn pending(recorded: Option<&[i32]>) -> Vec<(i32, &'static str)> {
         .collect()
 }
 
-/// Apply every migration not recorded yet, in one transaction, under an
-/// advisory lock; answers how many were applied. Nothing but a read when
-/// none is pending.
-pub(super) async fn migrate(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
-    if pending(recorded(&*client).await.as_deref()).is_empty() {
+/// How one part of a migration runs (see [`steps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step<'a> {
+    /// Statements in one transaction: DDL that holds its lock for an
+    /// instant (columns with a constant default or none, new tables).
+    Transaction(&'a str),
+    /// One statement outside any transaction: `CREATE INDEX CONCURRENTLY
+    /// IF NOT EXISTS`, which builds without blocking writes. An invalid
+    /// index left by an interrupted build is dropped first, so it is built
+    /// again rather than skipped.
+    Concurrently(&'a str),
+    /// An `UPDATE` of a bounded batch, repeated, each in a transaction of
+    /// its own, until it changes no row: a backfill that never holds many
+    /// rows' locks for long.
+    Batches(&'a str),
+}
+
+/// The marker lines of a migration file: what follows runs outside a
+/// transaction, or in batches, or in a transaction again.
+const CONCURRENTLY: &str = "-- hookgate: concurrently";
+const BATCHES: &str = "-- hookgate: batches";
+const TRANSACTION: &str = "-- hookgate: transaction";
+
+/// The parts of `migration`, in order. Statements before any marker line
+/// run in one transaction; after `-- hookgate: concurrently` each
+/// statement runs alone outside a transaction; after `-- hookgate:
+/// batches` each is repeated until it changes nothing; `-- hookgate:
+/// transaction` goes back. Every part is safe to run again, so a migration
+/// cut off anywhere is finished by the next try.
+pub(super) fn steps(migration: &str) -> Vec<Step<'_>> {
+    let mut steps = Vec::new();
+    let mut marker = TRANSACTION;
+    let mut rest = migration;
+    loop {
+        let next = [CONCURRENTLY, BATCHES, TRANSACTION]
+            .into_iter()
+            .filter_map(|marker| rest.find(&format!("\n{marker}\n")).map(|at| (at, marker)))
+            .min();
+        let part = next.map_or(rest, |(at, _)| &rest[..at]);
+        for statement in statements(part, marker == TRANSACTION) {
+            steps.push(match marker {
+                CONCURRENTLY => Step::Concurrently(statement),
+                BATCHES => Step::Batches(statement),
+                _ => Step::Transaction(statement),
+            });
+        }
+        let Some((at, next)) = next else {
+            return steps;
+        };
+        marker = next;
+        rest = &rest[at + next.len() + 2..];
+    }
+}
+
+/// The statements of `part` (each ending in `;` at the end of a line),
+/// or the whole part as one for a transaction; parts with nothing but
+/// comments give none.
+fn statements(part: &str, whole: bool) -> Vec<&str> {
+    let is_sql = |text: &str| {
+        text.lines()
+            .any(|line| !line.trim().is_empty() && !line.trim_start().starts_with("--"))
+    };
+    if whole {
+        return [part.trim()].into_iter().filter(|p| is_sql(p)).collect();
+    }
+    part.split_inclusive(";\n")
+        .map(str::trim)
+        .filter(|statement| is_sql(statement))
+        .collect()
+}
+
+/// The index an `IF NOT EXISTS` index build names.
+fn index_name(statement: &str) -> Option<&str> {
+    let after = statement.split("IF NOT EXISTS").nth(1)?;
+    after.split_whitespace().next()
+}
+
+/// Apply every migration not recorded yet, each part as [`steps`] says,
+/// on a connection of its own that holds the gateways' advisory lock;
+/// answers how many were applied. Nothing but a read when none is pending.
+pub(super) async fn migrate(client: deadpool_postgres::Object) -> Result<usize, StoreError> {
+    if pending(recorded(&client).await.as_deref()).is_empty() {
         return Ok(0);
     }
-    let transaction = client.transaction().await.map_err(db)?;
+    // Out of the pool: the session's lock and settings end with it.
+    let mut client = deadpool_postgres::Object::take(client);
     // A migration of a big table takes what it takes (the pools'
     // connections have store.timeout as their statement_timeout).
-    transaction
+    client
         .batch_execute(sql::NO_STATEMENT_TIMEOUT)
         .await
         .map_err(db)?;
-    transaction
-        .batch_execute(sql::MIGRATION_LOCK)
+    // Polled, not waited on: a session blocked on the lock would hold a
+    // snapshot, and a concurrent index build waits for every older one.
+    while !client
+        .query_one(sql::TRY_MIGRATION_LOCK, &[])
         .await
-        .map_err(db)?;
-    transaction
+        .map_err(db)?
+        .get::<_, bool>(0)
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    client
         .batch_execute(sql::MIGRATIONS_TABLE)
         .await
         .map_err(db)?;
-    let done = recorded(&transaction).await;
-    let todo = pending(done.as_deref());
+    let todo = pending(recorded(&client).await.as_deref());
     for (version, migration) in &todo {
-        transaction.batch_execute(migration).await.map_err(db)?;
-        transaction
+        for step in steps(migration) {
+            run(&mut client, step).await?;
+        }
+        client
             .execute(sql::RECORD_APPLIED, &[version])
             .await
             .map_err(db)?;
         tracing::info!(version, "PostgreSQL schema migrated");
     }
-    transaction.commit().await.map_err(db)?;
     Ok(todo.len())
 }
 
-/// `migrations` as one script `psql -v ON_ERROR_STOP=1 -f` runs as it is:
-/// one transaction, under the gateways' advisory lock, each version
-/// recorded in `hookgate_migrations` as a gateway records it, so a gateway
-/// started afterwards finds nothing to do.
+async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), StoreError> {
+    match step {
+        Step::Transaction(statements) => {
+            let transaction = client.transaction().await.map_err(db)?;
+            transaction.batch_execute(statements).await.map_err(db)?;
+            transaction.commit().await.map_err(db)
+        }
+        Step::Concurrently(statement) => {
+            if let Some(index) = index_name(statement) {
+                let invalid = client
+                    .query_opt(sql::INVALID_INDEX, &[&index])
+                    .await
+                    .map_err(db)?;
+                if invalid.is_some() {
+                    tracing::warn!(index, "dropping an index an interrupted build left invalid");
+                    let drop = format!("DROP INDEX CONCURRENTLY IF EXISTS {index}");
+                    client.batch_execute(&drop).await.map_err(db)?;
+                }
+            }
+            client.batch_execute(statement).await.map_err(db)
+        }
+        Step::Batches(statement) => {
+            let (mut rows, mut batches) = (0, 0);
+            loop {
+                let changed = client.execute(statement, &[]).await.map_err(db)?;
+                if changed == 0 {
+                    break;
+                }
+                (rows, batches) = (rows + changed, batches + 1);
+            }
+            if rows > 0 {
+                tracing::info!(rows, batches, "PostgreSQL schema backfilled");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `migrations` as one script `psql -v ON_ERROR_STOP=1 -f` runs as it is,
+/// with the steps a gateway takes: under the gateways' advisory lock,
+/// transactional parts in `BEGIN … COMMIT`, index builds alone, backfills
+/// as a loop that commits each batch, each version recorded in
+/// `hookgate_migrations` as a gateway records it, so a gateway started
+/// afterwards finds nothing to do. Every part is safe to run again.
 pub fn script(migrations: &[(i32, &str)]) -> String {
     let mut out = String::from(
         "-- hookgate's PostgreSQL schema migrations, for\n\
          --   psql -v ON_ERROR_STOP=1 -f THIS_FILE\n\
-         -- run by a role that may create tables and indexes in the schema.\n",
+         -- run by a role that may create tables and indexes in the schema,\n\
+         -- outside a transaction (no --single-transaction: indexes are built\n\
+         -- CONCURRENTLY, so writes go on while it runs).\n",
     );
     if migrations.is_empty() {
         out += "-- Nothing to do: every version is recorded.\n";
         return out;
     }
-    out += &format!("{};\n", sql::BEGIN);
     out += &format!("{};\n", sql::NO_STATEMENT_TIMEOUT);
     out += &format!("{};\n", sql::MIGRATION_LOCK);
     out += &format!("{};\n", sql::MIGRATIONS_TABLE);
     for (version, migration) in migrations {
-        out += &format!("\n-- version {version}\n{}\n", migration.trim_end());
-        out += &format!("INSERT INTO hookgate_migrations (version) VALUES ({version});\n");
+        out += &format!("\n-- version {version}\n");
+        for step in steps(migration) {
+            out += &match step {
+                Step::Transaction(statements) => format!("BEGIN;\n{statements}\nCOMMIT;\n"),
+                Step::Concurrently(statement) => {
+                    let drop = index_name(statement).map(|index| {
+                        format!(
+                            "SELECT 'DROP INDEX CONCURRENTLY {index}' FROM pg_index \
+                             WHERE indexrelid = to_regclass('{index}') AND NOT indisvalid \\gexec\n"
+                        )
+                    });
+                    format!("{}{statement}\n", drop.unwrap_or_default())
+                }
+                Step::Batches(statement) => format!(
+                    "DO $batches$\nDECLARE changed bigint;\nBEGIN\n  LOOP\n    {};\n    \
+                     GET DIAGNOSTICS changed = ROW_COUNT;\n    EXIT WHEN changed = 0;\n    \
+                     COMMIT;\n  END LOOP;\nEND\n$batches$;\n",
+                    statement.trim_end_matches(';').trim()
+                ),
+            };
+        }
+        out += &format!(
+            "INSERT INTO hookgate_migrations (version) VALUES ({version}) ON CONFLICT DO NOTHING;\n"
+        );
     }
-    out += "\nCOMMIT;\n";
+    out += &format!("{};\n", sql::MIGRATION_UNLOCK);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_migration_for_a_live_table_runs_in_its_parts() {
+        let (_, second) = MIGRATIONS[1];
+        let parts = steps(second);
+        assert_eq!(parts.len(), 3, "{parts:#?}");
+        assert!(
+            matches!(parts[0], Step::Transaction(sql) if sql.contains("ADD COLUMN IF NOT EXISTS updated_at"))
+        );
+        assert!(
+            matches!(parts[1], Step::Batches(sql) if sql.starts_with("-- Rows from") && sql.contains("LIMIT 10000"))
+        );
+        assert!(
+            matches!(parts[2], Step::Concurrently(sql) if index_name(sql) == Some("webhook_events_parked"))
+        );
+        // Comments alone make no part; a file without markers is one.
+        let (_, first) = MIGRATIONS[0];
+        assert!(matches!(steps(first)[..], [Step::Transaction(_)]));
+        assert!(steps("-- nothing\n\n-- hookgate: batches\n-- still nothing\n").is_empty());
+    }
+
+    #[test]
+    fn every_index_on_an_existing_table_is_built_concurrently() {
+        for (version, migration) in &MIGRATIONS[1..] {
+            for step in steps(migration) {
+                if let Step::Transaction(sql) = step {
+                    assert!(!sql.contains("CREATE INDEX"), "version {version}: {sql}");
+                    assert!(!sql.contains("UPDATE "), "version {version}: {sql}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn pending_is_what_is_not_recorded() {
@@ -166,11 +345,25 @@ mod tests {
             "no summary before the SQL"
         );
         assert!(!script.contains("INSERT INTO hookgate_migrations (version) VALUES (3)"));
+        assert!(super::script(&pending(None))
+            .contains("CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_events_parked"));
         for version in 4..=MIGRATIONS.len() {
             assert!(script.contains(&format!(
-                "INSERT INTO hookgate_migrations (version) VALUES ({version});"
+                "INSERT INTO hookgate_migrations (version) VALUES ({version}) ON CONFLICT DO NOTHING;"
             )));
         }
-        assert!(script.trim_end().ends_with("COMMIT;"));
+        assert!(script
+            .trim_end()
+            .ends_with("pg_advisory_unlock(hashtext('hookgate-migrations'));"));
+        // No index is built inside a transaction block.
+        let mut open = false;
+        for line in script.lines() {
+            open = match line {
+                "BEGIN;" => true,
+                "COMMIT;" => false,
+                _ => open,
+            };
+            assert!(!(open && line.contains("CONCURRENTLY")), "{line}");
+        }
     }
 }

@@ -31,21 +31,31 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     ),
 ];
 
-pub(super) const BEGIN: &str = "BEGIN";
+/// For the migration's own session only.
+pub(super) const NO_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 0";
 
-/// For the migration's transaction only.
-pub(super) const NO_STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = 0";
+/// Serializes migrations between gateways starting at once, and `psql`
+/// running `hookgate migrate --print`'s script: a session's lock, since
+/// index builds run outside transactions.
+pub(super) const MIGRATION_LOCK: &str = "SELECT pg_advisory_lock(hashtext('hookgate-migrations'))";
 
-/// Serializes migrations between gateways starting at once.
-pub(super) const MIGRATION_LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtext('hookgate-migrations'))";
+pub(super) const TRY_MIGRATION_LOCK: &str =
+    "SELECT pg_try_advisory_lock(hashtext('hookgate-migrations'))";
+
+pub(super) const MIGRATION_UNLOCK: &str =
+    "SELECT pg_advisory_unlock(hashtext('hookgate-migrations'))";
+
+/// ($1 name) a row when the index exists and is invalid.
+pub(super) const INVALID_INDEX: &str =
+    "SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid";
 
 pub(super) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS hookgate_migrations (\
     version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())";
 
 pub(super) const APPLIED: &str = "SELECT version FROM hookgate_migrations";
 
-pub(super) const RECORD_APPLIED: &str = "INSERT INTO hookgate_migrations (version) VALUES ($1)";
+pub(super) const RECORD_APPLIED: &str =
+    "INSERT INTO hookgate_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING";
 
 /// `ms` as a Unix-millisecond expression of a timestamp column.
 macro_rules! ms {

@@ -209,8 +209,13 @@ impl GatewayProcess {
     /// Start `hookgate run` on `config` and wait until it accepts connections
     /// on `port`.
     pub async fn start(config: &Path, port: u16) -> GatewayProcess {
+        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_hookgate")), config, port).await
+    }
+
+    /// The same with another build of hookgate (an earlier release).
+    pub async fn start_binary(binary: &Path, config: &Path, port: u16) -> GatewayProcess {
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        let child = Command::new(binary)
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
             .env("TEST_SECRET", SECRET)
