@@ -49,12 +49,6 @@ impl RecordState {
         }
     }
 
-    /// Failed or dead: the states an operator acts on, which the SQL stores
-    /// index for their listings (the success path never touches that index).
-    pub fn parked(self) -> bool {
-        matches!(self, RecordState::Failed | RecordState::Dead)
-    }
-
     /// Every state's name, for messages and help: `processing, queued,
     /// failed, dead or completed`.
     pub fn names() -> String {

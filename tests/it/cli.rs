@@ -220,7 +220,8 @@ fn check_prints_the_postgres_migrations() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(stdout.starts_with("-- hookgate's PostgreSQL"), "{stdout}");
     assert!(stdout.contains("-- version 1"), "{stdout}");
-    assert!(stdout.contains("INSERT INTO hookgate_migrations (version) VALUES (1);"));
-    assert!(stdout.contains("CREATE TABLE webhook_events"));
+    assert!(stdout
+        .contains("INSERT INTO hookgate_migrations (version) VALUES (1) ON CONFLICT DO NOTHING;"));
+    assert!(stdout.contains("CREATE TABLE IF NOT EXISTS webhook_events"));
     assert!(stdout.contains("PRIMARY KEY (source, idempotency_key)"));
 }

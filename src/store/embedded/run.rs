@@ -265,15 +265,13 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             before,
         } => {
             let (from, to) = source_range(&source);
+            // Before (ms, key); everything at ms is before (ms + 1, "").
             let (before_ms, before_key) = match &before {
-                Some((ms, id)) => (
-                    Some(*ms as i64),
-                    id.as_ref().map(|id| format!("{source}:{id}")),
-                ),
-                None => (None, None),
+                Some((ms, Some(id))) => (*ms as i64, format!("{source}:{id}")),
+                Some((ms, None)) => (*ms as i64 + 1, String::new()),
+                None => (i64::MAX, String::new()),
             };
-            let mut statement =
-                tx.prepare_cached(if state.parked() { LIST_PARKED } else { LIST })?;
+            let mut statement = tx.prepare_cached(LIST)?;
             let rows = statement.query_map(
                 params![
                     state.as_str(),
@@ -293,18 +291,11 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             rows.collect::<Result<_, _>>().map(Reply::Listed)
         }
         Op::Count { source, state } => {
-            let count: i64 = by_source(
-                tx,
-                state,
-                now_i,
-                &source,
-                [COUNT_QUEUED, COUNT_PARKED, COUNT],
-            )?;
+            let count: i64 = by_source(tx, state, now_i, &source, [COUNT_QUEUED, COUNT])?;
             Ok(Reply::Count(count as u64))
         }
         Op::Oldest { source, state } => {
-            let at: Option<i64> =
-                by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST, OLDEST])?;
+            let at: Option<i64> = by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST])?;
             Ok(Reply::Oldest(at.map(|at| at as u64)))
         }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
@@ -341,30 +332,24 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
 }
 
 /// One value about `source`'s records in `state`: from the due index for
-/// queued ones (`statements[0]`, bound to the source), from the index of
-/// failed and dead rows (`[1]`) or the source's key range (`[2]`).
+/// queued ones (`queued`, bound to the source), from the listing index
+/// and the source's key range for the others (`other`).
 fn by_source<T: rusqlite::types::FromSql>(
     tx: &Transaction<'_>,
     state: RecordState,
     now: i64,
     source: &str,
-    statements: [&str; 3],
+    [queued, other]: [&str; 2],
 ) -> rusqlite::Result<T> {
     let (from, to) = source_range(source);
     let state_text = state.as_str();
     match state {
         RecordState::Queued => tx
-            .prepare_cached(statements[0])?
+            .prepare_cached(queued)?
             .query_row(params![state_text, now, source], |row| row.get(0)),
-        _ => {
-            let statement = if state.parked() {
-                statements[1]
-            } else {
-                statements[2]
-            };
-            tx.prepare_cached(statement)?
-                .query_row(params![state_text, now, from, to], |row| row.get(0))
-        }
+        _ => tx
+            .prepare_cached(other)?
+            .query_row(params![state_text, now, from, to], |row| row.get(0)),
     }
 }
 

@@ -60,15 +60,14 @@ pub(super) const ADDED_COLUMNS: [(&str, &str); 14] = [
 
 /// Run at every open, after the columns exist: rows from before dead
 /// letters get their time of last change, `released` is now `failed`, and
-/// the failed and dead rows are indexed by time for their listings. Only
-/// those: a claim and its completion never touch that index, so the
-/// success path pays nothing for it (listings of processing and completed
-/// rows walk the key range of their source instead).
+/// every row is indexed by state and time for the listings (which replaces
+/// the index of failed and dead rows only that came before it; building
+/// it on a file from before takes a moment at its first open).
 pub(super) const UPGRADE: &str = "
 UPDATE webhook_events SET updated_at = first_seen WHERE updated_at IS NULL;
 UPDATE webhook_events SET state = 'failed' WHERE state = 'released';
-CREATE INDEX IF NOT EXISTS webhook_events_parked ON webhook_events (state, updated_at)
-    WHERE state IN ('failed', 'dead');
+CREATE INDEX IF NOT EXISTS webhook_events_listing ON webhook_events (state, updated_at, key);
+DROP INDEX IF EXISTS webhook_events_parked;
 CREATE INDEX IF NOT EXISTS webhook_events_due_by_source
     ON webhook_events (due_source, next_attempt_at) WHERE next_attempt_at IS NOT NULL;
 ";
@@ -99,23 +98,19 @@ pub(super) const SELECT_LIVE: &str = concat!(
 );
 
 /// One page of a listing: ?1 state, ?2 now, keys in [?3, ?4) (one source),
-/// before (?5 time, ?6 key) when ?5 is set, ?7 rows; `$parked` is the
-/// condition that lets failed and dead listings use their index.
-macro_rules! list {
-    ($parked:literal) => {
-        concat!(
-            "SELECT key, ",
-            record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL, NULL"),
-            " FROM webhook_events WHERE state = ?1 ",
-            $parked,
-            " AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
-              AND (?5 IS NULL OR updated_at < ?5 OR (updated_at = ?5 AND (?6 IS NULL OR key < ?6))) \
-             ORDER BY updated_at DESC, key DESC LIMIT ?7"
-        )
-    };
-}
-pub(super) const LIST: &str = list!("");
-pub(super) const LIST_PARKED: &str = list!("AND state IN ('failed', 'dead')");
+/// the records before (?5 time, ?6 key) — (`i64::MAX`, "") for the first
+/// page — ?7 rows, newest first. Read off the listing index as a range of
+/// it, so a deep page reads no entry before the cursor; the state's
+/// entries of other sources in that range are skipped (an embedded
+/// gateway has few routes).
+pub(super) const LIST: &str = concat!(
+    "SELECT key, ",
+    record_columns!("NULL, NULL", "NULL, NULL, NULL, NULL, NULL"),
+    " FROM webhook_events INDEXED BY webhook_events_listing \
+      WHERE state = ?1 AND (updated_at, key) < (?5, ?6) \
+        AND expires_at > ?2 AND key >= ?3 AND key < ?4 \
+      ORDER BY updated_at DESC, key DESC LIMIT ?7"
+);
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
@@ -129,8 +124,6 @@ pub(super) const OLDEST: &str = "SELECT min(updated_at) FROM webhook_events \
 pub(super) const OLDEST_QUEUED: &str = "SELECT min(first_seen) FROM webhook_events \
      WHERE due_source = ?3 AND next_attempt_at IS NOT NULL \
      AND (state = ?1 OR (state = 'processing' AND last_error IS NOT NULL)) AND expires_at > ?2";
-pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
-     WHERE state = ?1 AND state IN ('failed', 'dead') AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 
 pub(super) const EXISTS: &str = "SELECT 1 FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
 

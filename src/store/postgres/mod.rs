@@ -388,22 +388,21 @@ impl Queue for PostgresStore {
 impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let client = self.listing_client().await?;
-        let list = if query.state.parked() {
-            sql::LIST_PARKED
-        } else {
-            sql::LIST
-        };
-        let statement = client.prepare_cached(list).await.map_err(db)?;
+        let (state, limit) = (query.state.as_str(), query.limit as i64);
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&query.source, &state, &limit];
         let before_ms = query.before.map(|(ms, _)| ms as i64);
-        let before_key = query.before.and_then(|(_, id)| id);
-        let limit = query.limit as i64;
-        let params: [&(dyn ToSql + Sync); 5] = [
-            &query.source,
-            &query.state.as_str(),
-            &before_ms,
-            &before_key,
-            &limit,
-        ];
+        let list = match &query.before {
+            None => sql::LIST,
+            Some((_, None)) => sql::LIST_UNTIL,
+            Some((_, Some(id))) => {
+                params.push(id);
+                sql::LIST_AFTER
+            }
+        };
+        if before_ms.is_some() {
+            params.insert(3, &before_ms);
+        }
+        let statement = client.prepare_cached(list).await.map_err(db)?;
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
             .map(|row| Ok((row.get::<_, String>(25), record(row)?.0)))
@@ -428,7 +427,6 @@ impl Listing for PostgresStore {
         let client = self.listing_client().await?;
         let count = match state {
             RecordState::Queued => sql::COUNT_QUEUED,
-            _ if state.parked() => sql::COUNT_PARKED,
             _ => sql::COUNT,
         };
         let statement = client.prepare_cached(count).await.map_err(db)?;

@@ -29,6 +29,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         6,
         include_str!("../../../migrations/postgres/0006_history.sql"),
     ),
+    (
+        7,
+        include_str!("../../../migrations/postgres/0007_listing.sql"),
+    ),
 ];
 
 /// For the migration's own session only.
@@ -103,11 +107,12 @@ pub(super) const SELECT_LIVE: &str = concat!(
     " FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()"
 );
 
-/// One page of ($1 source, $2 state), before ($3 ms, $4 key) when $3 is
-/// set, $5 rows; the key is the last column. `$parked` is the condition
-/// that lets failed and dead listings use their partial index.
+/// One page of ($1 source, $2 state), $3 rows, newest first, read off the
+/// listing index (`webhook_events_listing`); the key is the last column.
+/// `$after` bounds where the page starts, as an index condition (so a deep
+/// page reads no entry before it).
 macro_rules! list {
-    ($parked:literal) => {
+    ($after:literal) => {
         concat!(
             "SELECT ",
             record_columns!(
@@ -115,19 +120,22 @@ macro_rules! list {
                 "NULL::text, NULL::text, NULL::bytea, NULL::bytea, NULL::text"
             ),
             ", idempotency_key FROM webhook_events \
-             WHERE source = $1 AND status = $2 ",
-            $parked,
-            " AND expires_at > now() \
-               AND ($3::bigint IS NULL \
-                    OR updated_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
-                    OR (updated_at = 'epoch'::timestamptz + $3::bigint * interval '1 millisecond' \
-                        AND ($4::text IS NULL OR idempotency_key COLLATE \"C\" < $4::text))) \
-             ORDER BY updated_at DESC, idempotency_key COLLATE \"C\" DESC LIMIT $5"
+             WHERE source = $1 AND status = $2 AND expires_at > now() ",
+            $after,
+            " ORDER BY updated_at DESC, idempotency_key COLLATE \"C\" DESC LIMIT $3"
         )
     };
 }
+/// The first page.
 pub(super) const LIST: &str = list!("");
-pub(super) const LIST_PARKED: &str = list!("AND status IN ('failed', 'dead')");
+/// A page of what changed at or before $4 (ms).
+pub(super) const LIST_UNTIL: &str =
+    list!("AND updated_at <= 'epoch'::timestamptz + $4::bigint * interval '1 millisecond'");
+/// A page after the record ($4 ms, $5 key).
+pub(super) const LIST_AFTER: &str = list!(
+    "AND (updated_at, idempotency_key COLLATE \"C\") \
+       < ('epoch'::timestamptz + $4::bigint * interval '1 millisecond', $5::text)"
+);
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND expires_at > now()";
@@ -148,8 +156,6 @@ pub(super) const OLDEST_QUEUED: &str = concat!(
       AND (status = $2 OR (status = 'processing' AND last_error IS NOT NULL)) \
       AND expires_at > now()"
 );
-pub(super) const COUNT_PARKED: &str = "SELECT count(*) FROM webhook_events \
-    WHERE source = $1 AND status = $2 AND status IN ('failed', 'dead') AND expires_at > now()";
 
 pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 
