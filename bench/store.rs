@@ -8,7 +8,9 @@
 //! many replicas (`WAIT`), as `store.min_replicas_acked` does. PostgreSQL is
 //! `$STORE_BENCH_POSTGRES`, by default the database `hookgate_bench` on
 //! 127.0.0.1:5432 (create it first: `createdb -h 127.0.0.1 -U postgres
-//! hookgate_bench`).
+//! hookgate_bench`). `$STORE_BENCH_ONLY` (e.g. `postgres`) runs only the
+//! backends whose name starts with it — several such processes at once
+//! are a fleet of gateways on one store.
 //!
 //! For Redis it also prints the server's CPU per pair (`INFO cpu`, user +
 //! sys, over the run) and runs the same pairs in the design's packed shape —
@@ -80,7 +82,11 @@ async fn main() {
             },
         ),
     ];
+    let only = std::env::var("STORE_BENCH_ONLY").unwrap_or_default();
     for (name, backend) in backends {
+        if !name.starts_with(only.as_str()) {
+            continue;
+        }
         let min_replicas_acked = match backend {
             Backend::Redis { .. } => min_replicas_acked,
             _ => 0,
@@ -140,8 +146,10 @@ async fn main() {
         };
         measured.print(name, ops, cpu);
     }
-    packed_shape(&redis_url, ops, concurrency).await;
-    replays(&redis_url, ops, concurrency).await;
+    if "redis".starts_with(only.as_str()) {
+        packed_shape(&redis_url, ops, concurrency).await;
+        replays(&redis_url, ops, concurrency).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -13,6 +13,10 @@ use crate::store::DEFAULT_REPLAY_CACHE_BYTES;
 /// Connections per gateway to a PostgreSQL store.
 const DEFAULT_POOL_SIZE: u64 = 16;
 
+/// What a PostgreSQL server accepts out of the box: `max_connections` 100,
+/// 3 of them reserved for superusers.
+const POSTGRES_DEFAULT_CONNECTIONS: usize = 97;
+
 impl Validator<'_> {
     /// The connection settings, the key prefix, and `on_error`.
     pub(super) fn store(
@@ -62,6 +66,7 @@ impl Validator<'_> {
                     }
                     let pool_size =
                         self.size(&at.key("pool_size"), raw.pool_size, DEFAULT_POOL_SIZE, 1024);
+                    self.warn_connections(pool_size);
                     Backend::Postgres { url, pool_size }
                 }
                 None => {
@@ -170,5 +175,20 @@ impl Validator<'_> {
             },
         };
         (settings, key_prefix, on_error)
+    }
+
+    /// A pool whose fleet obviously exceeds a default PostgreSQL server:
+    /// two gateways (a fleet's least) over its 97 connections.
+    fn warn_connections(&mut self, pool_size: usize) {
+        let each = pool_size + crate::store::POSTGRES_CONNECTIONS_BESIDE_POOL;
+        if 2 * each > POSTGRES_DEFAULT_CONNECTIONS {
+            self.warn(format!(
+                "store.pool_size = {pool_size}: each gateway opens {each} connections ({pool_size} \
+                 + 2 for listings + 1 for the replay cache's LISTEN), so two gateways open {} — \
+                 more than a default PostgreSQL server accepts (max_connections 100, 3 reserved); \
+                 raise max_connections or lower pool_size (docs/operations.md, \"PostgreSQL\")",
+                2 * each
+            ));
+        }
     }
 }

@@ -984,3 +984,22 @@ fn a_lowered_min_secret_bytes_admits_a_short_secret_with_a_warning() {
     assert!(parse(&route_with(svix, "")).is_err());
     assert!(parse(&route_with(&format!("{svix}\nmin_secret_bytes = 8"), "")).is_ok());
 }
+
+#[test]
+fn a_postgres_pool_a_fleet_cannot_open_on_a_default_server_is_a_warning() {
+    let pool_warnings = |pool: &str| {
+        let text = MINIMAL.replace(
+            "backend = \"memory\"",
+            &format!("backend = \"postgres\"\nurl = \"postgres://hg@db:5432/hg\"\n{pool}"),
+        );
+        let warnings = parse(&text).unwrap().warnings;
+        warnings
+            .into_iter()
+            .filter(|warning| warning.contains("pool_size"))
+            .collect::<Vec<_>>()
+    };
+    assert!(pool_warnings("").is_empty(), "16 + 3, twice: 38");
+    let big = pool_warnings("pool_size = 64");
+    assert_eq!(big.len(), 1, "{big:?}");
+    assert!(big[0].contains("two gateways open 134"), "{}", big[0]);
+}

@@ -72,7 +72,7 @@ pub use self::memory::MemoryStore;
 pub use self::migrate::migrate;
 pub use self::postgres::{
     check_url as check_postgres_url, migration_script, pending_migrations, PostgresStore,
-    MIGRATIONS,
+    CONNECTIONS_BESIDE_POOL as POSTGRES_CONNECTIONS_BESIDE_POOL, MIGRATIONS,
 };
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{

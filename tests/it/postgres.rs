@@ -329,3 +329,59 @@ async fn paging_a_big_route_while_senders_are_served() {
     );
     gateway.shutdown().await;
 }
+
+/// Two gateways through a real PgBouncer in session mode
+/// (docs/operations.md, "PostgreSQL"): it migrates, serves, replays, lists,
+/// and concurrent duplicates split between the gateways are forwarded once.
+/// (PgBouncer refuses a startup `options` parameter, so the statement
+/// deadline is set on each new connection instead.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_through_pgbouncer_in_session_mode_forwards_each_event_once() {
+    let database = TestDatabase::create().await;
+    let Some(bouncer) = PgBouncer::start(&database, "session").await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = postgres_config(&upstream.url("/"), &bouncer.url(&database), "2s", true);
+    let (one, other) = (
+        TestGateway::start(&text).await,
+        TestGateway::start(&text).await,
+    );
+    let ready = get(&one.admin_url("/readyz"), None).await;
+    let sends: Vec<_> = (0..20)
+        .map(|i| {
+            let id = format!("evt_bounced_{i}");
+            let (a, b) = (one.url("/hook"), other.url("/hook"));
+            tokio::spawn(async move {
+                let (body, first, second) = (event(&id), Sender::new(), Sender::new());
+                let (x, y) = tokio::join!(first.deliver(&a, &body), second.deliver(&b, &body));
+                (id, x.status, y.status)
+            })
+        })
+        .collect();
+    for send in sends {
+        let (id, x, y) = send.await.unwrap();
+        for status in [x, y] {
+            assert!(
+                status.is_success() || status == StatusCode::CONFLICT,
+                "{id}: {status}; pgbouncer: {}",
+                bouncer.log()
+            );
+        }
+        assert_eq!(upstream.count(&id), 1, "{id}");
+        let again = Sender::new()
+            .deliver(&other.url("/hook"), &event(&id))
+            .await;
+        assert!(again.replayed(), "{id}");
+    }
+    assert_eq!(ready.json()["store"], "ok", "{:?}", ready.json());
+    let listed = request(
+        http::Method::GET,
+        &one.admin_url("/admin/events?route=hook&state=completed&limit=50"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(listed.json()["events"].as_array().map(Vec::len), Some(20));
+    one.shutdown().await;
+    other.shutdown().await;
+}

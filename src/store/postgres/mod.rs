@@ -58,6 +58,10 @@ const PRUNE_EVERY: Duration = Duration::from_secs(30);
 /// Connections for listings, counts and gauges: never the claim path's.
 const LISTING_POOL: usize = 2;
 
+/// The connections a gateway opens beside its `pool_size`: the listing
+/// pool and the replay cache's `LISTEN` connection.
+pub const CONNECTIONS_BESIDE_POOL: usize = LISTING_POOL + 1;
+
 pub struct PostgresStore {
     /// Deliveries' connections: claims, recordings, the queue.
     pool: Pool,
@@ -82,7 +86,7 @@ impl PostgresStore {
         pool_size: usize,
         settings: &StoreSettings,
     ) -> Result<Self, StoreError> {
-        let (mut config, tls) = parse_url(url)?;
+        let (config, tls) = parse_url(url)?;
         let mut listen = Listen {
             config: config.clone(),
             tls: None,
@@ -90,9 +94,10 @@ impl PostgresStore {
         // The server ends a statement when the gateway stops waiting for
         // it, so an abandoned one (a listing past store.timeout) does not
         // hold its connection busy for the next caller. Migrations lift
-        // it (`schema.rs`).
-        config.options(format!(
-            "-c statement_timeout={}",
+        // it (`schema.rs`). Set on each new connection, not as a startup
+        // `options` parameter, which PgBouncer refuses.
+        let statement_timeout = Arc::new(format!(
+            "SET statement_timeout = {}",
             settings.timeout.as_millis().max(1)
         ));
         if tls {
@@ -115,7 +120,15 @@ impl PostgresStore {
                 }
                 None => Manager::from_config(config.clone(), tokio_postgres::NoTls, manager_config),
             };
+            let statement_timeout = Arc::clone(&statement_timeout);
             Pool::builder(manager)
+                .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+                    let set = Arc::clone(&statement_timeout);
+                    Box::pin(async move {
+                        (client.batch_execute(&set).await)
+                            .map_err(deadpool_postgres::HookError::Backend)
+                    })
+                }))
                 .max_size(size)
                 .runtime(Runtime::Tokio1)
                 .wait_timeout(Some(settings.timeout))

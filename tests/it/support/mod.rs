@@ -2,11 +2,13 @@
 //! `redis-server` on a free port that a test can kill and restart (and a real
 //! cluster), a recording upstream that counts side effects per idempotency
 //! key, the gateway itself on 127.0.0.1:0 or as the real binary, a signing
-//! sender, a test PKI, and metric scraping.
+//! sender, a test PKI, metric scraping, and a PgBouncer in front of a
+//! test database.
 
 mod admin;
 mod gateway;
 mod metrics;
+mod pgbouncer;
 mod pki;
 mod postgres;
 mod redis;
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 pub use self::admin::*;
 pub use self::gateway::*;
 pub use self::metrics::*;
+pub use self::pgbouncer::*;
 pub use self::pki::*;
 pub use self::postgres::*;
 pub use self::redis::*;
