@@ -18,13 +18,24 @@ pub trait Backend: Queue + Listing + Fleet + Health + Transfer {
     /// The `backend` name in `[store]`.
     const NAME: &'static str;
 
-    /// The namespace of `scope`'s keys under `key_prefix`: every key of a
-    /// scope starts with it. `{key_prefix}{scope}` by default; a Redis
-    /// Cluster makes the scope a hash tag, `{key_prefix}{{scope}}`, so that
-    /// the keys one operation touches together (a key, its replay guard,
-    /// its indexes) share a slot.
-    fn namespace(key_prefix: &str, scope: &str) -> String {
-        format!("{key_prefix}{scope}")
+    /// Whether a scope may spread over shards (`Store::with_shards`): a
+    /// backend whose claim finds a replay guard by its full name, in any
+    /// namespace. PostgreSQL keeps a guard beside its key's source and a
+    /// scope in one table and its indexes, with nothing to spread.
+    const SHARDABLE: bool = true;
+
+    /// The namespace of `scope`'s keys under `key_prefix` (of one of its
+    /// shards, when the store spreads a scope over several): every key of a
+    /// scope's shard starts with it. `{key_prefix}{scope}` by default, and
+    /// `{key_prefix}{scope}.{shard}` for a shard; a Redis Cluster makes the
+    /// scope (and shard) a hash tag, `{key_prefix}{{scope}}`, so that the
+    /// keys one operation touches together (a key, its replay guard, its
+    /// indexes) share a slot.
+    fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
+        match shard {
+            None => format!("{key_prefix}{scope}"),
+            Some(shard) => format!("{key_prefix}{scope}.{shard}"),
+        }
     }
 }
 

@@ -53,6 +53,7 @@ mod postgres;
 mod record;
 mod redis;
 mod settings;
+mod shards;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -81,6 +82,7 @@ pub use self::record::{
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};
+use self::shards::Shards;
 pub use crate::clock::Clock;
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
@@ -102,7 +104,11 @@ pub struct Store {
     name: &'static str,
     key_prefix: String,
     /// The backend's [`Backend::namespace`].
-    namespace: fn(&str, &str) -> String,
+    namespace: fn(&str, &str, Option<u16>) -> String,
+    /// The shards of each scope (one: each scope is one namespace).
+    shards: Shards,
+    /// The backend's [`Backend::SHARDABLE`].
+    shardable: bool,
     timeout: Duration,
     metrics: StoreMetrics,
     /// Completed records kept in process (`store.replay_cache`); none when
@@ -169,6 +175,8 @@ impl Store {
             name: B::NAME,
             key_prefix: key_prefix.to_owned(),
             namespace: B::namespace,
+            shards: Shards::new(1),
+            shardable: B::SHARDABLE,
             timeout,
             metrics,
             cache: None,
@@ -225,6 +233,22 @@ impl Store {
         }
     }
 
+    /// The same store with each scope spread over `count` shards, where
+    /// the backend can ([`Backend::SHARDABLE`]; elsewhere a scope stays one
+    /// namespace). Not yet for a Redis Cluster, whose scripts take a key
+    /// and its body's guard from one slot.
+    pub fn with_shards(mut self, count: u16) -> Store {
+        if self.shardable {
+            self.shards = Shards::new(count);
+        }
+        self
+    }
+
+    /// How many shards each scope has.
+    pub fn shards(&self) -> u16 {
+        self.shards.count()
+    }
+
     /// The same store with each operation bounded by `timeout` instead.
     pub fn with_timeout(mut self, timeout: Duration) -> Store {
         self.timeout = timeout;
@@ -241,21 +265,29 @@ impl Store {
     }
 
     /// The store key of `key` in `scope`: `{namespace}:{key}`, where the
-    /// namespace is the backend's (`{key_prefix}{scope}`, or on a Redis
-    /// Cluster `{key_prefix}{{scope}}`, so that a key and its replay guard
-    /// live in one slot; see docs/operations.md).
+    /// namespace is the backend's for the key's shard (`{key_prefix}{scope}`,
+    /// or on a Redis Cluster `{key_prefix}{{scope}}`, so that a key and its
+    /// replay guard live in one slot; see docs/operations.md).
     pub fn key(&self, scope: &str, key: &str) -> StoreKey {
-        StoreKey::event(&self.source(scope), key)
+        StoreKey::event(&self.source(scope, self.shards.of(key)), key)
     }
 
-    /// The replay guard of a verified body in `scope`:
+    /// The replay guard of a verified body in `scope`, in the body's shard:
     /// `{key_prefix}{scope}#body-sha256:{hex}`.
     pub fn guard_key(&self, scope: &str, body_sha256: &str) -> StoreKey {
-        StoreKey::guard(&self.source(scope), body_sha256)
+        let source = self.source(scope, self.shards.of(body_sha256));
+        StoreKey::guard(&source, body_sha256)
     }
 
-    fn source(&self, scope: &str) -> String {
-        (self.namespace)(&self.key_prefix, scope)
+    fn source(&self, scope: &str, shard: Option<u16>) -> String {
+        (self.namespace)(&self.key_prefix, scope, shard)
+    }
+
+    /// The namespace of each of `scope`'s shards.
+    fn sources(&self, scope: &str) -> Vec<String> {
+        (self.shards.all())
+            .map(|shard| self.source(scope, shard))
+            .collect()
     }
 
     async fn deadline<T>(
@@ -429,9 +461,10 @@ impl Store {
     }
 
     /// One page of the records of `scopes` in `state` (every state when
-    /// `None`), newest first by last change, after `cursor`. Each scope is
-    /// listed on its own (on a Redis Cluster it lives in one hash slot) and
-    /// the pages are merged; the next page starts after the last record.
+    /// `None`), newest first by last change, after `cursor`. Each shard of
+    /// each scope is listed on its own (on a Redis Cluster it lives in one
+    /// hash slot) and the pages are merged; the next page starts after the
+    /// last record.
     pub async fn list(
         &self,
         scopes: &[&str],
@@ -445,21 +478,22 @@ impl Store {
         };
         let mut listed = Vec::new();
         for scope in scopes {
-            let source = self.source(scope);
             let before = cursor.map(|cursor| cursor.bound_for(scope));
-            for &state in &states {
-                let query = ListQuery {
-                    source: &source,
-                    state,
-                    limit,
-                    before,
-                };
-                let page = self.deadline("list", self.backend.list(&query)).await?;
-                listed.extend(page.into_iter().map(|(id, record)| Listed {
-                    scope: (*scope).to_owned(),
-                    id,
-                    record,
-                }));
+            for source in self.sources(scope) {
+                for &state in &states {
+                    let query = ListQuery {
+                        source: &source,
+                        state,
+                        limit,
+                        before,
+                    };
+                    let page = self.deadline("list", self.backend.list(&query)).await?;
+                    listed.extend(page.into_iter().map(|(id, record)| Listed {
+                        scope: (*scope).to_owned(),
+                        id,
+                        record,
+                    }));
+                }
             }
         }
         listed.sort_by(|a, b| b.position().cmp(&a.position()));
@@ -484,10 +518,19 @@ impl Store {
         limit: usize,
         processing_ttl: Duration,
     ) -> Result<Vec<Due>, StoreError> {
-        let source = self.source(scope);
-        let tokens: Vec<String> = (0..limit).map(|_| new_token()).collect();
-        let op = self.backend.lease_due(&source, &tokens, processing_ttl);
-        self.deadline("lease_due", op).await
+        let mut leased = Vec::new();
+        // Each pass starts at the next shard, so none waits behind another.
+        for shard in self.shards.rotation() {
+            let room = limit - leased.len();
+            if room == 0 {
+                break;
+            }
+            let source = self.source(scope, shard);
+            let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
+            let op = self.backend.lease_due(&source, &tokens, processing_ttl);
+            leased.extend(self.deadline("lease_due", op).await?);
+        }
+        Ok(leased)
     }
 
     /// Drop listing entries of `scope`'s records in `state` that were last
@@ -499,26 +542,38 @@ impl Store {
         state: RecordState,
         horizon: Duration,
     ) -> Result<u64, StoreError> {
-        let source = self.source(scope);
         let before_ms = Clock::system()
             .now_ms()
             .saturating_sub(horizon.as_millis() as u64);
-        self.deadline("trim", self.backend.trim(&source, state, before_ms))
-            .await
+        let mut trimmed = 0;
+        for source in self.sources(scope) {
+            let op = self.backend.trim(&source, state, before_ms);
+            trimmed += self.deadline("trim", op).await?;
+        }
+        Ok(trimmed)
     }
 
     /// When the longest-waiting record of `scope` in `state` last changed.
     pub async fn oldest(&self, scope: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
-        let source = self.source(scope);
-        self.deadline("oldest", self.backend.oldest(&source, state))
-            .await
+        let mut oldest = None;
+        for source in self.sources(scope) {
+            let at = self
+                .deadline("oldest", self.backend.oldest(&source, state))
+                .await?;
+            oldest = oldest.into_iter().chain(at).min();
+        }
+        Ok(oldest)
     }
 
     /// How many live records of `scope` are in `state`.
     pub async fn count(&self, scope: &str, state: RecordState) -> Result<u64, StoreError> {
-        let source = self.source(scope);
-        self.deadline("count", self.backend.count(&source, state))
-            .await
+        let mut count = 0;
+        for source in self.sources(scope) {
+            count += self
+                .deadline("count", self.backend.count(&source, state))
+                .await?;
+        }
+        Ok(count)
     }
 
     /// Release a claim whatever its holder (admin): compare-and-set on the

@@ -117,7 +117,7 @@ pub(super) fn lock_file(path: &Path) -> Result<File, StoreError> {
 mod tests {
     use rusqlite::params;
 
-    use super::super::sweep_step;
+    use super::super::batches::sweep_step;
     use super::super::EmbeddedStore;
     use super::*;
     use crate::store::Clock;

@@ -1,14 +1,12 @@
 //! Copying records into and out of the embedded file (`hookgate store
 //! copy`): a whole row with its expiry, and a row written back as it was —
-//! its state, times and request, and for an accepted event its queue — on
-//! the database thread like every other operation.
+//! its state, times and request, and for an accepted event its queue — run
+//! by the database thread like every other operation (`run.rs`).
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::row::record_from;
-use super::run::{Op, Reply};
-use super::{unexpected, EmbeddedStore};
-use crate::store::{history, Record, StoreError, StoreKey, Transfer};
+use crate::store::{history, Record};
 
 /// Every column of a record (the order `record_from` reads), then its
 /// expiry.
@@ -51,13 +49,14 @@ ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, \
 WHERE replay_guards.expires_at <= ?4 OR NOT EXISTS (SELECT 1 FROM webhook_events \
     WHERE key = replay_guards.first_key AND expires_at > ?4)";
 
-/// A record to write (see [`Transfer::import`]).
+/// A record to write (see [`Transfer::import`](crate::store::Transfer::import)).
 pub(super) struct Import {
-    key: String,
-    source: String,
-    record: Record,
-    expires_at_ms: u64,
-    guard: Option<String>,
+    pub(super) key: String,
+    /// The queue an accepted record goes back to.
+    pub(super) source: String,
+    pub(super) record: Record,
+    pub(super) expires_at_ms: u64,
+    pub(super) guard: Option<String>,
 }
 
 impl Import {
@@ -123,34 +122,4 @@ pub(super) fn export(
             Ok((record_from(row, 0)?, row.get::<_, i64>(24)? as u64))
         })
         .optional()
-}
-
-impl Transfer for EmbeddedStore {
-    async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
-        let key = key.as_str().to_owned();
-        match self.call(Op::Export { key }).await? {
-            Reply::Exported(exported) => Ok(exported),
-            _ => Err(unexpected()),
-        }
-    }
-
-    async fn import(
-        &self,
-        key: &StoreKey,
-        record: &Record,
-        expires_at_ms: u64,
-        guard: Option<&StoreKey>,
-    ) -> Result<bool, StoreError> {
-        let import = Import {
-            key: key.as_str().to_owned(),
-            source: key.source().to_owned(),
-            record: record.clone(),
-            expires_at_ms,
-            guard: guard.map(|guard| guard.as_str().to_owned()),
-        };
-        match self.call(Op::Import(Box::new(import))).await? {
-            Reply::Applied(written) => Ok(written),
-            _ => Err(unexpected()),
-        }
-    }
 }

@@ -200,6 +200,7 @@ impl PostgresStore {
 
 impl Backend for PostgresStore {
     const NAME: &'static str = "postgres";
+    const SHARDABLE: bool = false;
 }
 
 impl Records for PostgresStore {

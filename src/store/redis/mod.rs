@@ -34,6 +34,7 @@
 
 mod connect;
 mod fields;
+mod health;
 mod scripts;
 mod transfer;
 
@@ -49,8 +50,8 @@ use self::scripts::{
 };
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
-    Health, Invalidations, Lease, ListQuery, Listing, Queue, Record, RecordState, Records,
-    StoreError, StoreKey,
+    Invalidations, Lease, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
+    StoreKey,
 };
 use crate::replay::RecordedResponse;
 
@@ -144,8 +145,16 @@ impl<C: Connector> RedisStore<C> {
 
 impl<C: Connector> Backend for RedisStore<C> {
     const NAME: &'static str = C::NAME;
+    /// One Redis takes a key and its body's guard from any two namespaces;
+    /// a cluster's scripts take them from one slot, so there a scope stays
+    /// one hash tag until a guard can live in another slot than its key.
+    const SHARDABLE: bool = !C::HASH_TAGS;
 
-    fn namespace(key_prefix: &str, scope: &str) -> String {
+    fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
+        let scope = match shard {
+            None => scope.to_owned(),
+            Some(shard) => format!("{scope}.{shard}"),
+        };
         match C::HASH_TAGS {
             true => format!("{key_prefix}{{{scope}}}"),
             false => format!("{key_prefix}{scope}"),
@@ -539,63 +548,6 @@ impl<C: Connector> Fleet for RedisStore<C> {
             .await
             .map(drop)
             .map_err(backend)
-    }
-}
-
-impl<C: Connector> Health for RedisStore<C> {
-    async fn ping(&self, space: &str) -> Result<(), StoreError> {
-        let mut connection = self.connector.connection().await?;
-        self.probe
-            .key(format!("{space}readyz"))
-            .invoke_async::<i64>(&mut connection)
-            .await
-            .map(drop)
-            .map_err(backend)
-    }
-
-    /// Redis settings that would silently lose claims: eviction (a claim or
-    /// recording evicted under memory pressure is a forgotten event) and, for
-    /// retentions over a day, no persistence (a Redis restart forgets
-    /// everything). `CONFIG` may be refused on managed Redis; then nothing is
-    /// reported.
-    async fn risks(&self, longest_retention: Duration) -> Vec<String> {
-        let mut risks = Vec::new();
-        let Ok(connection) = self.connector.connection().await else {
-            return risks;
-        };
-        let config = |name: &'static str| {
-            let mut connection = connection.clone();
-            async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut connection)
-                    .await
-                    .ok()
-                    .and_then(|pair| pair.get(1).cloned())
-            }
-        };
-        if let Some(policy) = config("maxmemory-policy")
-            .await
-            .filter(|p| p != "noeviction")
-        {
-            risks.push(format!(
-                "Redis maxmemory-policy is {policy:?}: under memory pressure Redis may evict claims and \
-                 recordings, and evicted events are processed again; set it to \"noeviction\""
-            ));
-        }
-        if longest_retention > Duration::from_secs(86_400) {
-            let aof = config("appendonly").await;
-            let save = config("save").await;
-            if aof.as_deref() == Some("no") && save.as_deref() == Some("") {
-                risks.push(
-                    "Redis persistence is off (appendonly no, no save points): a Redis restart forgets every \
-                     claim and recording; enable AOF (appendonly yes)"
-                        .to_owned(),
-                );
-            }
-        }
-        risks
     }
 }
 

@@ -29,6 +29,7 @@ mod life;
 mod listing;
 mod queue;
 mod records;
+mod shards;
 mod transfer;
 
 use std::time::Duration;

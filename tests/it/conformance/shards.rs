@@ -1,0 +1,139 @@
+//! A scope spread over shards (the store's `with_shards`): an event's
+//! record, its queue entry and its body's guard land in the shard their
+//! key names, and everything that spans the scope — listings and their
+//! cursors, counts, the oldest-record gauges, the queue — visits every
+//! shard, each record once. Run on the backends that take one operation's
+//! keys from several namespaces (a Redis Cluster takes them from one slot);
+//! PostgreSQL keeps a scope whole.
+
+use std::collections::BTreeSet;
+
+use hookgate::store::{ClaimOutcome, ClaimRequest, RecordState, Store};
+
+use super::listing::leave;
+#[allow(unused_imports)]
+use super::*;
+
+const SHARDS: u16 = 8;
+
+fn scope() -> String {
+    format!("s{}", rand::random::<u32>())
+}
+
+/// 60 completed, 12 dead and 10 queued events over 8 shards: a listing of
+/// 7 a page walks each exactly once, counts and the oldest add up across
+/// shards, and the workers lease every queued event once.
+async fn every_view_of_a_scope_merges_its_shards(store: Store, _: Time) {
+    let store = store.with_shards(SHARDS);
+    assert_eq!(store.shards(), SHARDS);
+    let scope = scope();
+    let mut made = BTreeSet::new();
+    for (state, n) in [
+        (RecordState::Completed, 60),
+        (RecordState::Dead, 12),
+        (RecordState::Queued, 10),
+    ] {
+        for i in 0..n {
+            let id = format!("{}-{i}", state.as_str());
+            leave(&store, &scope, &id, state).await;
+            made.insert(id);
+        }
+    }
+    let namespaces: BTreeSet<String> = (made.iter())
+        .map(|id| store.key(&scope, id).source().to_owned())
+        .collect();
+    assert_eq!(namespaces.len(), usize::from(SHARDS), "{namespaces:?}");
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list(&[&scope], None, 7, cursor.as_ref())
+            .await
+            .unwrap();
+        seen.extend(page.records.iter().map(|listed| listed.id.clone()));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let unique: BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(seen.len(), unique.len(), "a record listed twice");
+    assert_eq!(unique, made);
+
+    assert_eq!(
+        store.count(&scope, RecordState::Completed).await.unwrap(),
+        60
+    );
+    assert_eq!(store.count(&scope, RecordState::Dead).await.unwrap(), 12);
+    assert_eq!(store.count(&scope, RecordState::Queued).await.unwrap(), 10);
+    let first_dead = store
+        .get(&store.key(&scope, "dead-0"))
+        .await
+        .unwrap()
+        .unwrap();
+    let oldest = store.oldest(&scope, RecordState::Dead).await.unwrap();
+    assert!(oldest.is_some_and(|at| at <= first_dead.updated_ms));
+
+    let mut leased = BTreeSet::new();
+    for _ in 0..20 {
+        for due in store.lease_due(&scope, 3, LONG).await.unwrap() {
+            assert!(leased.insert(due.id.clone()), "{} leased twice", due.id);
+        }
+    }
+    let queued: BTreeSet<String> = (0..10).map(|i| format!("queued-{i}")).collect();
+    assert_eq!(leased, queued);
+}
+
+/// The replay guard lives in its body's shard, so a new id in another
+/// shard with the same body is answered by the first delivery's record.
+async fn a_guard_answers_across_shards(store: Store, _: Time) {
+    let store = store.with_shards(SHARDS);
+    let scope = scope();
+    let body = "f00dbabe";
+    let first = store.key(&scope, "first");
+    let (other_id, other) = (0..)
+        .map(|i| format!("other-{i}"))
+        .map(|id| (id.clone(), store.key(&scope, &id)))
+        .find(|(_, key)| key.source() != first.source())
+        .unwrap();
+    let guard = store.guard_key(&scope, body);
+    let claim = |key| ClaimRequest {
+        guard_key: Some(&guard),
+        ..request(key, body, LONG)
+    };
+    let lease = match store.claim(claim(&first)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store
+        .complete(&first, &lease, &response("first"), LONG)
+        .await
+        .unwrap());
+    match store.claim(claim(&other)).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(record.response.unwrap().body, "first", "{other_id}")
+        }
+        outcome => panic!("{other_id}: {outcome:?}"),
+    }
+}
+
+conformance! {
+    tests: [
+        every_view_of_a_scope_merges_its_shards,
+        a_guard_answers_across_shards,
+    ],
+    backends: [memory, embedded, redis],
+}
+
+/// PostgreSQL keeps each scope in one namespace whatever it is asked.
+async fn a_scope_on_postgres_stays_whole(store: Store, _: Time) {
+    let store = store.with_shards(SHARDS);
+    assert_eq!(store.shards(), 1);
+    assert_eq!(store.key("s", "evt").source(), "hookgate:s");
+}
+
+conformance! {
+    tests: [a_scope_on_postgres_stays_whole],
+    backends: [postgres],
+}
