@@ -7,13 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-PREVIOUS=d0a1397
+PREVIOUS=d0a1397887351a7602d959e8e731aacf121c48ab
 OUT=target/previous
 if [ -x "$OUT/hookgate" ] && [ "$(cat "$OUT/commit" 2>/dev/null)" = "$PREVIOUS" ]; then
     exit 0
 fi
 rm -rf "$OUT/src"
 mkdir -p "$OUT/src"
+# A shallow clone may not hold it: fetch just that commit from where the
+# clone came from.
+if ! git cat-file -e "$PREVIOUS^{commit}" 2>/dev/null; then
+    git fetch --quiet --depth=1 origin "$PREVIOUS"
+fi
 git archive "$PREVIOUS" | tar -x -C "$OUT/src"
 (cd "$OUT/src" && CARGO_TARGET_DIR="$PWD/../target" cargo build --locked --quiet --bin hookgate)
 cp "$OUT/target/debug/hookgate" "$OUT/hookgate"
