@@ -72,22 +72,17 @@ impl Copied {
 
 impl fmt::Display for Copied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (state, n) in &self.states {
+        let line = |f: &mut fmt::Formatter<'_>, name: &str, n: &Counts| {
+            let Counts { copied, kept, gone } = n;
             writeln!(
                 f,
-                "{:<11} copied {:>8}  kept {:>8}  gone {:>6}",
-                state.as_str(),
-                n.copied,
-                n.kept,
-                n.gone
-            )?;
+                "{name:<11} copied {copied:>8}  kept {kept:>8}  gone {gone:>6}"
+            )
+        };
+        for (state, n) in &self.states {
+            line(f, state.as_str(), n)?;
         }
-        let total = self.total();
-        writeln!(
-            f,
-            "{:<11} copied {:>8}  kept {:>8}  gone {:>6}",
-            "all", total.copied, total.kept, total.gone
-        )?;
+        line(f, "all", &self.total())?;
         writeln!(f, "pauses      copied {:>8}", self.controls)
     }
 }

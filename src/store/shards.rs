@@ -41,10 +41,12 @@ impl Shards {
 
     /// Every shard, starting one further at each call.
     pub(super) fn rotation(&self) -> impl Iterator<Item = Option<u16>> {
-        let count = usize::from(self.count);
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % count;
-        let all: Vec<Option<u16>> = self.all().collect();
-        (0..count).map(move |i| all[(start + i) % count])
+        let count = self.count;
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % usize::from(count);
+        (0..usize::from(count)).map(move |i| {
+            let shard = ((start + i) % usize::from(count)) as u16;
+            (count > 1).then_some(shard)
+        })
     }
 }
 

@@ -97,6 +97,16 @@ pub(super) const SELECT_LIVE: &str = concat!(
     " FROM webhook_events WHERE key = ?1 AND expires_at > ?2"
 );
 
+/// The same, then its expiry (for `hookgate store copy`; column 24).
+pub(super) const EXPORT: &str = concat!(
+    "SELECT ",
+    record_columns!(
+        "response_headers, response_body",
+        "request_method, request_query, request_headers, request_body, history"
+    ),
+    ", expires_at FROM webhook_events WHERE key = ?1 AND expires_at > ?2"
+);
+
 /// One page of a listing: ?1 state, ?2 now, keys in [?3, ?4) (one source),
 /// the records before (?5 time, ?6 key) — (`i64::MAX`, "") for the first
 /// page — ?7 rows, newest first. Read off the listing index as a range of

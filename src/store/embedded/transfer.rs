@@ -6,17 +6,10 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::row::record_from;
+use super::sql::EXPORT;
 use crate::store::{history, Record};
 
-/// Every column of a record (the order `record_from` reads), then its
-/// expiry.
-const EXPORT: &str = "SELECT state, token, body_sha256, attempts, first_seen, updated_at, \
-    lease_until, completed_at, last_error, last_status, last_attempt_at, route, replay_of, \
-    response_status, response_body_kept, response_headers, response_body, request_method, \
-    request_query, request_headers, request_body, history, next_attempt_at, due_source, \
-    expires_at FROM webhook_events WHERE key = ?1 AND expires_at > ?2";
-
-/// ?1 key, ?2..?25 the columns in `EXPORT`'s order, ?26 expiry, ?27 now: a
+/// ?1 key, ?2..?25 the columns in `record_columns`' order, ?26 expiry, ?27 now: a
 /// live row changed at or after ?6 is kept.
 const IMPORT: &str = "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, \
     first_seen, updated_at, lease_until, completed_at, last_error, last_status, last_attempt_at, \

@@ -26,18 +26,20 @@
 //! batches by a background task.
 
 mod listen;
+mod prune;
 mod rows;
 mod schema;
 mod sql;
 mod transfer;
 
 use self::listen::{pg_channel, Listen};
+use self::prune::spawn_pruning;
 use self::rows::{claim, live_record, record};
 use self::schema::Schema;
 pub use self::schema::{pending as pending_migrations, script as migration_script};
 
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -51,9 +53,6 @@ use super::{
     StoreError, StoreKey, StoreSettings,
 };
 use crate::replay::RecordedResponse;
-
-/// How often expired rows are pruned.
-const PRUNE_EVERY: Duration = Duration::from_secs(30);
 
 /// Connections for listings, counts and gauges: never the claim path's.
 const LISTING_POOL: usize = 2;
@@ -403,19 +402,14 @@ impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let client = self.listing_client().await?;
         let (state, limit) = (query.state.as_str(), query.limit as i64);
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&query.source, &state, &limit];
         let before_ms = query.before.map(|(ms, _)| ms as i64);
-        let list = match &query.before {
-            None => sql::LIST,
-            Some((_, None)) => sql::LIST_UNTIL,
-            Some((_, Some(id))) => {
-                params.push(id);
-                sql::LIST_AFTER
-            }
+        let before_key = query.before.and_then(|(_, id)| id);
+        let page: [&(dyn ToSql + Sync); 3] = [&query.source, &state, &limit];
+        let (list, params) = match (&before_ms, &before_key) {
+            (None, _) => (sql::LIST, page.to_vec()),
+            (Some(ms), None) => (sql::LIST_UNTIL, [&page[..], &[ms as _]].concat()),
+            (Some(ms), Some(id)) => (sql::LIST_AFTER, [&page[..], &[ms as _, id as _]].concat()),
         };
-        if before_ms.is_some() {
-            params.insert(3, &before_ms);
-        }
         let statement = client.prepare_cached(list).await.map_err(db)?;
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
@@ -523,38 +517,6 @@ impl PostgresStore {
         let changed = client.execute(&statement, params).await.map_err(db)?;
         Ok(changed == 1)
     }
-}
-
-/// Prune expired rows in bounded batches while the store lives.
-fn spawn_pruning(alive: Weak<()>, pool: Pool) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(PRUNE_EVERY);
-        loop {
-            tick.tick().await;
-            if alive.upgrade().is_none() {
-                return;
-            }
-            if let Err(error) = prune(&pool).await {
-                tracing::warn!(%error, "pruning expired records failed");
-            }
-        }
-    });
-}
-
-/// Delete expired rows, a bounded batch per statement, until none is left.
-async fn prune(pool: &Pool) -> Result<(), StoreError> {
-    let client = pool.get().await.map_err(pool_error)?;
-    for statement in sql::PRUNE {
-        loop {
-            let deleted = client.execute(statement, &[]).await.map_err(db)?;
-            if deleted < sql::PRUNE_BATCH {
-                break;
-            }
-            // Let requests through between batches.
-            tokio::task::yield_now().await;
-        }
-    }
-    Ok(())
 }
 
 /// `url` as a driver config, and whether it asks for TLS (only with an
