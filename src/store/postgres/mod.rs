@@ -23,7 +23,9 @@
 //! is down, several start at once safely, no operation's deadline cuts a
 //! long migration off, and a new primary at the same address is picked up
 //! by new connections without a restart. Expired rows are pruned in bounded
-//! batches by a background task.
+//! batches by a background task (`prune.rs`). `rows.rs` is a claim's
+//! statements, `sql.rs` the SQL, `listen.rs` the replay cache's feed,
+//! `transfer.rs` `hookgate store copy`.
 
 mod listen;
 mod prune;
