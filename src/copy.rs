@@ -60,8 +60,15 @@ pub async fn copy_between(from: &Config, to: &Config) -> Result<CopiedRecords, S
         Store::open(settings, prefix, StoreMetrics::unregistered())
             .map(|store| store.with_timeout(store::COPY_TIMEOUT))
     };
-    let source = open(&source, &from.fixed.key_prefix)?;
-    let destination = open(&to.fixed.store, &to.fixed.key_prefix)?;
+    let mut source = open(&source, &from.fixed.key_prefix)?;
+    let mut destination = open(&to.fixed.store, &to.fixed.key_prefix)?;
+    let names: Vec<String> = scopes.iter().map(|scope| scope.scope.clone()).collect();
+    source
+        .learn_layout(&names, from.fixed.store.backend.shards())
+        .await?;
+    destination
+        .learn_layout(&names, to.fixed.store.backend.shards())
+        .await?;
     let copied = store::copy(&source, &destination, &scopes).await;
     drop(source);
     drop(snapshot);

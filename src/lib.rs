@@ -132,6 +132,27 @@ use crate::store::Store;
 /// How often the store's listing indexes are trimmed of expired entries.
 const UPKEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// Learn how the store lays out its scopes before anything is named by it
+/// (`Store::learn_layout`), trying again every second while the store does
+/// not answer: a Redis Cluster instance serves only once it knows.
+async fn learn_layout(store: &mut Store, config: &Config) {
+    let scopes = config.live.scopes();
+    let wanted = config.fixed.store.backend.shards();
+    loop {
+        match store.learn_layout(&scopes, wanted).await {
+            Ok(1) => return,
+            Ok(shards) => {
+                tracing::info!(shards, "each scope is spread over {shards} shards");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not learn the store's key layout; trying again in 1s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// A gateway assembled from its config: metrics registry, store, engine,
 /// its entrances and the admin endpoints, ready to serve.
 pub struct App {
@@ -151,8 +172,9 @@ impl App {
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let fixed = &config.fixed;
-        let store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?
-            .with_replay_cache(fixed.store.replay_cache_bytes);
+        let mut store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?;
+        learn_layout(&mut store, config).await;
+        let store = store.with_replay_cache(fixed.store.replay_cache_bytes);
         let longest_retention = config
             .live
             .routes

@@ -72,6 +72,7 @@ pub struct RawStore {
     pub min_replicas_acked: Option<u32>,
     /// postgres: connections per gateway.
     pub pool_size: Option<u64>,
+    pub shards: Option<u64>,
     /// redis, redis-cluster, postgres: PEM CA bundle trusted for TLS servers.
     pub tls_ca: Option<String>,
     /// Bytes of completed records kept in process (0: off).

@@ -93,6 +93,16 @@ pub struct Live {
     pub tls: Option<TlsSettings>,
 }
 
+impl Live {
+    /// Every scope the routes name, each once, in order.
+    pub fn scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = self.routes.iter().map(|r| r.scope.clone()).collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+}
+
 /// The public listener, as bound at start-up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {

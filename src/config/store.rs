@@ -8,7 +8,7 @@ use super::locate::KeyPath;
 use super::raw::RawStore;
 use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
 use super::validate::Validator;
-use crate::store::DEFAULT_REPLAY_CACHE_BYTES;
+use crate::store::{DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES};
 
 /// Connections per gateway to a PostgreSQL store.
 const DEFAULT_POOL_SIZE: u64 = 16;
@@ -97,7 +97,13 @@ impl Validator<'_> {
                         "backend \"redis-cluster\" needs `nodes = [\"redis://host:7000\", ...]`",
                     );
                 }
-                Backend::RedisCluster { nodes }
+                let shards = self.size(
+                    &at.key("shards"),
+                    raw.shards,
+                    u64::from(DEFAULT_CLUSTER_SHARDS),
+                    1024,
+                ) as u16;
+                Backend::RedisCluster { nodes, shards }
             }
             "" => Backend::Memory,
             other => {
@@ -122,6 +128,7 @@ impl Validator<'_> {
             ("url", raw.url.is_some()),
             ("pool_size", raw.pool_size.is_some()),
             ("nodes", raw.nodes.is_some()),
+            ("shards", raw.shards.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
             ("tls_ca", raw.tls_ca.is_some()),
         ] {

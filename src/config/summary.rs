@@ -17,9 +17,10 @@ impl Config {
                 path.display()
             ),
             Backend::Redis { .. } => "redis".to_owned(),
-            Backend::RedisCluster { nodes } => {
-                format!("redis-cluster ({} seed nodes)", nodes.len())
-            }
+            Backend::RedisCluster { nodes, shards } => format!(
+                "redis-cluster ({} seed nodes, a new store's scopes in {shards} shards)",
+                nodes.len()
+            ),
             Backend::Memory => "memory (nothing survives a restart)".to_owned(),
             Backend::Postgres { pool_size, .. } => {
                 format!("postgres ({pool_size} connections per gateway)")

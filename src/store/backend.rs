@@ -226,6 +226,22 @@ pub trait Fleet: Send + Sync + 'static {
         let _ = (channel, key);
         async { Ok(()) }
     }
+
+    /// How many shards each scope of `space` (the key prefix) is laid out
+    /// in, learned once before an instance serves: `wanted` (`store.shards`)
+    /// where the store can shard and holds no layout yet. A store keeps the
+    /// layout it was first given, so two instances never look for an event
+    /// under two names (Redis Cluster: `layout.rs`). `scopes` are the
+    /// configured ones, where records of an earlier layout would be.
+    fn layout(
+        &self,
+        space: &str,
+        scopes: &[String],
+        wanted: u16,
+    ) -> impl Future<Output = Result<u16, StoreError>> + Send {
+        let _ = (space, scopes);
+        async move { Ok(wanted) }
+    }
 }
 
 /// Whether the backend serves, and settings that would lose claims.

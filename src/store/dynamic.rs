@@ -66,6 +66,7 @@ pub(super) trait DynBackend: Send + Sync {
         value: Option<&'a str>,
     ) -> Op<'a, ()>;
     fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>>;
+    fn layout<'a>(&'a self, space: &'a str, scopes: &'a [String], wanted: u16) -> Op<'a, u16>;
     fn risks(
         &self,
         longest_retention: Duration,
@@ -159,6 +160,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn controls<'a>(&'a self, space: &'a str) -> Op<'a, Vec<(String, String)>> {
         Box::pin(Fleet::controls(self, space))
+    }
+    fn layout<'a>(&'a self, space: &'a str, scopes: &'a [String], wanted: u16) -> Op<'a, u16> {
+        Box::pin(Fleet::layout(self, space, scopes, wanted))
     }
     fn risks(
         &self,

@@ -81,7 +81,9 @@ pub use self::record::{
     RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
-pub use self::settings::{BackendSettings, StoreSettings, Synchronous, DEFAULT_REPLAY_CACHE_BYTES};
+pub use self::settings::{
+    BackendSettings, StoreSettings, Synchronous, DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES,
+};
 use self::shards::Shards;
 pub use crate::clock::Clock;
 use crate::metrics::StoreMetrics;
@@ -96,6 +98,9 @@ pub enum StoreError {
     #[error("store holds a record hookgate cannot read: {0}")]
     Corrupt(String),
 }
+
+/// How long learning a store's layout may take (`Store::learn_layout`).
+const LAYOUT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The configured backend, with the key layout and the per-operation
 /// deadline applied in one place.
@@ -152,7 +157,7 @@ impl Store {
                 let backend = RedisStore::connect(url, settings)?;
                 Store::new(backend, key_prefix, timeout, metrics)
             }
-            BackendSettings::RedisCluster { nodes } => {
+            BackendSettings::RedisCluster { nodes, .. } => {
                 let backend = RedisStore::connect_cluster(nodes, settings)?;
                 Store::new(backend, key_prefix, timeout, metrics)
             }
@@ -242,6 +247,26 @@ impl Store {
             self.shards = Shards::new(count);
         }
         self
+    }
+
+    /// Learn the layout of this store's scopes (`Fleet::layout`): the
+    /// shards it was first given, or `wanted` for a new one. Before the
+    /// store serves: every key is named by it.
+    pub async fn learn_layout(
+        &mut self,
+        scopes: &[String],
+        wanted: u16,
+    ) -> Result<u16, StoreError> {
+        // Once per store, it may scan one master per scope: not bound by
+        // the per-operation deadline.
+        let op = self.backend.layout(&self.key_prefix, scopes, wanted);
+        let count = tokio::time::timeout(LAYOUT_TIMEOUT, op)
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        if self.shardable {
+            self.shards = Shards::new(count);
+        }
+        Ok(self.shards.count())
     }
 
     /// How many shards each scope has.

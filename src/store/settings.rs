@@ -47,9 +47,11 @@ pub enum BackendSettings {
     Redis {
         url: String,
     },
-    /// Seed nodes of a Redis Cluster.
+    /// Seed nodes of a Redis Cluster, and the hash slots each scope is
+    /// spread over (`store.shards`) in a new store.
     RedisCluster {
         nodes: Vec<String>,
+        shards: u16,
     },
     /// A PostgreSQL database shared by every gateway of a fleet.
     Postgres {
@@ -58,7 +60,20 @@ pub enum BackendSettings {
     },
 }
 
+/// Default `store.shards` of a Redis Cluster store: more slots per scope
+/// than any realistic cluster has masters, so a busy route's load spreads
+/// over all of them within a few percent.
+pub const DEFAULT_CLUSTER_SHARDS: u16 = 64;
+
 impl BackendSettings {
+    /// The shards per scope a new store of this backend is laid out in.
+    pub fn shards(&self) -> u16 {
+        match self {
+            BackendSettings::RedisCluster { shards, .. } => *shards,
+            _ => 1,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             BackendSettings::Memory => "memory",

@@ -4,6 +4,7 @@
 mod async_delivery;
 mod backup;
 mod cli;
+mod cluster_spread;
 mod conformance;
 mod console;
 mod copy;

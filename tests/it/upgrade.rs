@@ -4,7 +4,8 @@
 //! 300,000 rows while this version migrates it, and neither stalls: the
 //! old gateway answers every delivery throughout, the new one serves once
 //! the migration is recorded, and then both serve side by side, each event
-//! forwarded once whichever version gets it.
+//! forwarded once whichever version gets it. The same on a Redis Cluster,
+//! whose store keeps the layout the previous release gave it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -179,10 +180,110 @@ async fn the_previous_release_serves_on_while_a_big_table_migrates_under_it() {
         1,
         "replayed by the old gateway"
     );
+    duplicates_split_between(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    new.shutdown().await;
+    assert!(old.stop("TERM").success());
+}
+
+/// A rolling upgrade on a Redis Cluster (docs/operations.md, "Sharding an
+/// existing cluster store"): the previous release kept a scope in one hash
+/// tag; this one, meeting that store, keeps its layout (it records one
+/// shard) instead of looking for events under new names, so the two serve
+/// side by side and each event is forwarded once whichever gets it. A new
+/// store — another key prefix on the same cluster — is sharded, and one
+/// route's records sit on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
+    let Some(previous) = previous() else {
+        return;
+    };
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = config_text(
+        &upstream.url("/"),
+        &Backend::RedisCluster(cluster.toml()),
+        "",
+        "timeout = \"1s\"",
+    );
+    let prefix = key_prefix(&text);
+    let dir = tempfile::tempdir().unwrap();
+    let (old_config, port) = write_config(dir.path(), &text);
+    let mut old = GatewayProcess::start_binary(&previous, &old_config, port).await;
+    let sender = Sender::new();
+    for i in 0..10 {
+        let answer = sender
+            .deliver(&old.url("/hook"), &event(&format!("evt_old_{i}")))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", old.logs());
+    }
+
+    // This version, with the default store.shards, beside the old one.
+    let new = TestGateway::start(&text).await;
+    assert_eq!(
+        cluster.get(&format!("{prefix}layout")).await.as_deref(),
+        Some("1"),
+        "the store's layout was recorded as the old one's"
+    );
+    for i in 0..10 {
+        let id = format!("evt_old_{i}");
+        let answer = sender.deliver(&new.url("/hook"), &event(&id)).await;
+        assert!(answer.replayed(), "{id} through the new gateway");
+        let id = format!("evt_new_{i}");
+        let answer = sender.deliver(&new.url("/hook"), &event(&id)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{id}");
+        let answer = sender.deliver(&old.url("/hook"), &event(&id)).await;
+        assert!(answer.replayed(), "{id} through the old gateway");
+    }
+    duplicates_split_between(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    for i in 0..10 {
+        for id in [format!("evt_old_{i}"), format!("evt_new_{i}")] {
+            assert_eq!(upstream.count(&id), 1, "{id}");
+        }
+    }
+    new.shutdown().await;
+    old.stop("TERM");
+
+    // A new store on the same cluster: sharded, one route over every master.
+    let sharded = config_text(
+        &upstream.url("/"),
+        &Backend::RedisCluster(cluster.toml()),
+        "",
+        "timeout = \"1s\"",
+    );
+    let fresh = key_prefix(&sharded);
+    let gateway = TestGateway::start(&sharded).await;
+    for i in 0..90 {
+        let id = format!("evt_spread_{i}");
+        let answer = sender.deliver(&gateway.url("/hook"), &event(&id)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{id}");
+    }
+    assert_eq!(
+        cluster.get(&format!("{fresh}layout")).await.as_deref(),
+        Some(hookgate::store::DEFAULT_CLUSTER_SHARDS.to_string().as_str())
+    );
+    let spread = cluster
+        .keys_per_master(&format!("{fresh}{{hook.*}}:*"))
+        .await;
+    assert_eq!(spread.len(), 3, "{spread:?}");
+    assert!(spread.iter().all(|(_, n)| *n > 0), "{spread:?}");
+    assert_eq!(spread.iter().map(|(_, n)| n).sum::<usize>(), 90);
+    gateway.shutdown().await;
+}
+
+fn key_prefix(text: &str) -> String {
+    let rest = text.split("key_prefix = \"").nth(1).unwrap();
+    rest.split('"').next().unwrap().to_owned()
+}
+
+/// 20 events, each delivered to both versions at once: every one is
+/// forwarded once, the other delivery answered in flight or replayed.
+async fn duplicates_split_between(old: &str, new: &str, upstream: &Upstream) {
     let pairs: Vec<_> = (0..20)
         .map(|i| {
             let id = format!("evt_pair_{i}");
-            let (to_old, to_new) = (old.url("/hook"), new.url("/hook"));
+            let (to_old, to_new) = (old.to_owned(), new.to_owned());
             tokio::spawn(async move {
                 let (body, one, other) = (event(&id), Sender::new(), Sender::new());
                 let (a, b) =
@@ -197,6 +298,4 @@ async fn the_previous_release_serves_on_while_a_big_table_migrates_under_it() {
         assert!(b.is_success() || b == StatusCode::CONFLICT, "{id}: new {b}");
         assert_eq!(upstream.count(&id), 1, "{id}: forwarded once");
     }
-    new.shutdown().await;
-    assert!(old.stop("TERM").success());
 }

@@ -34,16 +34,20 @@
 
 mod connect;
 mod fields;
+mod guard;
 mod health;
+mod layout;
 mod scripts;
 mod transfer;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::{bytes, parse_record};
+use self::guard::Taken;
 use self::scripts::{
     CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LIST, LISTED_FIELDS, OLDEST_OWED, PRELUDE,
     PROBE, RELEASE, RENEW,
@@ -55,10 +59,28 @@ use super::{
 };
 use crate::replay::RecordedResponse;
 
+/// How a claim checks its body's replay guard.
+enum Guarded<'a> {
+    /// In the claim script (the guard's slot is the key's), or no guard.
+    Atomic,
+    /// Stop where the guard would be checked (`guard.rs`, step 1).
+    Ask,
+    /// Claim, recording the guard token taken (step 4).
+    Took(&'a str),
+}
+
+/// What a claim script that was not asked to stop at the guard did.
+fn claimed(outcome: Option<ClaimOutcome>) -> Result<ClaimOutcome, StoreError> {
+    outcome.ok_or_else(|| StoreError::Corrupt("a claim stopped at its guard unasked".into()))
+}
+
 pub struct RedisStore<C: Connector> {
     connector: C,
     /// `WAIT` for this many replicas after a claim or a completion (0: off).
     min_replicas_acked: u32,
+    /// Whether scopes are sharded over a cluster's slots, so a body's guard
+    /// and a key are apart (set when the layout is learned, `layout.rs`).
+    sharded: AtomicBool,
     /// How long `WAIT` may take.
     wait_timeout: Duration,
     claim: Script,
@@ -80,6 +102,7 @@ impl<C: Connector> RedisStore<C> {
         Self {
             connector,
             min_replicas_acked,
+            sharded: AtomicBool::new(false),
             wait_timeout: timeout / 2,
             claim: script(CLAIM),
             renew: script(RENEW),
@@ -125,6 +148,90 @@ impl<C: Connector> RedisStore<C> {
         Ok(())
     }
 
+    /// The claim script for `request`, its guard checked as `guarded` says;
+    /// `None` where it stopped at the guard.
+    async fn run_claim(
+        &self,
+        request: &ClaimRequest<'_>,
+        token: &str,
+        guarded: Guarded<'_>,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let mut invocation = self.claim.key(request.key.as_str());
+        if let (Guarded::Atomic, Some(guard)) = (&guarded, request.guard_key) {
+            invocation.key(guard.as_str());
+        }
+        invocation
+            .arg(token)
+            .arg(request.body_sha256)
+            .arg(request.processing_ttl.as_millis() as u64)
+            .arg(request.retention.as_millis() as u64)
+            .arg(request.key.source())
+            .arg(request.key.id())
+            .arg(request.mode.code());
+        match request.stored {
+            Some(stored) => invocation
+                .arg(stored.route)
+                .arg(stored.replay_of.unwrap_or_default())
+                .arg(stored.request.method.as_str())
+                .arg(stored.request.query.as_deref().unwrap_or_default())
+                .arg(stored.request.encode_headers())
+                .arg(stored.request.body.as_ref()),
+            None => invocation.arg("").arg("").arg("").arg("").arg("").arg(""),
+        };
+        match guarded {
+            Guarded::Atomic => invocation.arg("").arg(""),
+            Guarded::Ask => invocation.arg("").arg("1"),
+            Guarded::Took(token) => invocation.arg(token).arg(""),
+        };
+        let reply: Vec<Value> = if self.min_replicas_acked == 0 {
+            let mut connection = self.connector.connection().await?;
+            invocation.invoke_async(&mut connection).await
+        } else {
+            // A claim a failover could lose is no claim: fail (503) and let
+            // the lease lapse rather than forward unprotected.
+            let mut connection = self.connector.acked().await?;
+            let reply: redis::RedisResult<Vec<Value>> =
+                invocation.invoke_async(&mut *connection).await;
+            if let Ok([Value::Int(1..=3), ..]) = reply.as_deref() {
+                self.replicate(&mut connection, request.key.as_str())
+                    .await?;
+            }
+            reply
+        }
+        .map_err(backend)?;
+        let outcome = match reply.as_slice() {
+            [Value::Int(4)] => return Ok(None),
+            [Value::Int(1), _] if request.mode == ClaimMode::Accept => Ok(ClaimOutcome::Queued),
+            [Value::Int(2)] => Ok(ClaimOutcome::Queued),
+            [Value::Int(3), Value::Int(ms)] => Ok(ClaimOutcome::InFlight {
+                retry_after: Duration::from_millis(*ms as u64).max(Duration::from_secs(1)),
+            }),
+            [Value::Int(1), Value::Int(attempts)] => Ok(ClaimOutcome::New(Lease {
+                token: token.to_owned(),
+                attempt: *attempts as u32,
+            })),
+            [Value::Int(0), Value::Int(now), fields] => {
+                // The script found it completed or live (by Redis's clock).
+                let record = parse_record(fields)?;
+                Ok(
+                    settled(record, *now as u64, request.mode).unwrap_or(ClaimOutcome::InFlight {
+                        retry_after: Duration::from_secs(1),
+                    }),
+                )
+            }
+            other => Err(StoreError::Corrupt(format!(
+                "unexpected claim reply {other:?}"
+            ))),
+        };
+        outcome.map(Some)
+    }
+
+    /// Whether a body's guard lives in another slot than the key it
+    /// guards (`guard.rs`).
+    pub(super) fn guard_apart(&self) -> bool {
+        C::HASH_TAGS && self.sharded.load(Ordering::Relaxed)
+    }
+
     /// Run a compare-and-set script: 1 when the token matched.
     async fn applied(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<bool, StoreError> {
         let applied: i64 = self.invoke(invocation).await?;
@@ -146,9 +253,9 @@ impl<C: Connector> RedisStore<C> {
 impl<C: Connector> Backend for RedisStore<C> {
     const NAME: &'static str = C::NAME;
     /// One Redis takes a key and its body's guard from any two namespaces;
-    /// a cluster's scripts take them from one slot, so there a scope stays
-    /// one hash tag until a guard can live in another slot than its key.
-    const SHARDABLE: bool = !C::HASH_TAGS;
+    /// on a cluster they may be in two slots, and `guard.rs` checks the
+    /// guard in steps of its own.
+    const SHARDABLE: bool = true;
 
     fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
         let scope = match shard {
@@ -168,67 +275,24 @@ impl<C: Connector> Records for RedisStore<C> {
         request: ClaimRequest<'_>,
         token: &str,
     ) -> Result<ClaimOutcome, StoreError> {
-        let token = token.to_owned();
-        let mut invocation = self.claim.key(request.key.as_str());
-        if let Some(guard) = request.guard_key {
-            invocation.key(guard.as_str());
-        }
-        invocation
-            .arg(&token)
-            .arg(request.body_sha256)
-            .arg(request.processing_ttl.as_millis() as u64)
-            .arg(request.retention.as_millis() as u64)
-            .arg(request.key.source())
-            .arg(request.key.id())
-            .arg(request.mode.code());
-        match request.stored {
-            Some(stored) => invocation
-                .arg(stored.route)
-                .arg(stored.replay_of.unwrap_or_default())
-                .arg(stored.request.method.as_str())
-                .arg(stored.request.query.as_deref().unwrap_or_default())
-                .arg(stored.request.encode_headers())
-                .arg(stored.request.body.as_ref()),
-            None => invocation.arg("").arg("").arg("").arg("").arg("").arg(""),
+        let Some(guard) = request.guard_key.filter(|_| self.guard_apart()) else {
+            return claimed(self.run_claim(&request, token, Guarded::Atomic).await?);
         };
-        let reply: Vec<Value> = if self.min_replicas_acked == 0 {
-            let mut connection = self.connector.connection().await?;
-            invocation.invoke_async(&mut connection).await
-        } else {
-            // A claim a failover could lose is no claim: fail (503) and let
-            // the lease lapse rather than forward unprotected.
-            let mut connection = self.connector.acked().await?;
-            let reply: redis::RedisResult<Vec<Value>> =
-                invocation.invoke_async(&mut *connection).await;
-            if let Ok([Value::Int(1..=3), ..]) = reply.as_deref() {
-                self.replicate(&mut connection, request.key.as_str())
-                    .await?;
-            }
-            reply
+        // The guard is in a slot of its own (guard.rs).
+        if let Some(outcome) = self.run_claim(&request, token, Guarded::Ask).await? {
+            return Ok(outcome);
         }
-        .map_err(backend)?;
-        match reply.as_slice() {
-            [Value::Int(1), _] if request.mode == ClaimMode::Accept => Ok(ClaimOutcome::Queued),
-            [Value::Int(2)] => Ok(ClaimOutcome::Queued),
-            [Value::Int(3), Value::Int(ms)] => Ok(ClaimOutcome::InFlight {
-                retry_after: Duration::from_millis(*ms as u64).max(Duration::from_secs(1)),
-            }),
-            [Value::Int(1), Value::Int(attempts)] => Ok(ClaimOutcome::New(Lease {
-                token,
-                attempt: *attempts as u32,
-            })),
-            [Value::Int(0), Value::Int(now), fields] => {
-                // The script found it completed or live (by Redis's clock).
-                let record = parse_record(fields)?;
-                Ok(
-                    settled(record, *now as u64, request.mode).unwrap_or(ClaimOutcome::InFlight {
-                        retry_after: Duration::from_secs(1),
-                    }),
-                )
+        match self.take_guard(&request, guard, token).await? {
+            Taken::Answer(outcome) => Ok(*outcome),
+            Taken::Mine { at } if at.elapsed() >= request.processing_ttl / 2 => {
+                Ok(ClaimOutcome::InFlight {
+                    retry_after: Duration::from_secs(1),
+                })
             }
-            other => Err(StoreError::Corrupt(format!(
-                "unexpected claim reply {other:?}"
-            ))),
+            Taken::Mine { .. } => claimed(
+                self.run_claim(&request, token, Guarded::Took(token))
+                    .await?,
+            ),
         }
     }
 
@@ -264,10 +328,11 @@ impl<C: Connector> Records for RedisStore<C> {
             .arg(response.body_kept.as_str())
             .arg(key.source())
             .arg(key.id());
-        let key = key.as_str();
         if self.min_replicas_acked == 0 {
             return self.applied(&invocation).await;
         }
+        let (source, id) = (key.source(), key.id());
+        let key = key.as_str();
         let mut connection = self.connector.acked().await?;
         let applied: i64 = invocation
             .invoke_async(&mut *connection)
@@ -277,7 +342,10 @@ impl<C: Connector> Records for RedisStore<C> {
             // The upstream has answered: the recording is kept whatever the
             // replicas say, but an unreplicated one is worth a warning.
             if let Err(error) = self.replicate(&mut connection, key).await {
-                tracing::warn!(%error, "completion not acknowledged by replicas; a failover now could forward a retry again");
+                tracing::warn!(
+                    scope = source, key = id, %error,
+                    "completion not acknowledged by replicas; a failover now could forward a retry again"
+                );
             }
         }
         Ok(applied == 1)
@@ -503,6 +571,10 @@ impl<C: Connector> Fleet for RedisStore<C> {
             .await
             .map(drop)
             .map_err(backend)
+    }
+
+    async fn layout(&self, space: &str, scopes: &[String], wanted: u16) -> Result<u16, StoreError> {
+        self.learn_layout(space, scopes, wanted).await
     }
 
     async fn controls(&self, space: &str) -> Result<Vec<(String, String)>, StoreError> {

@@ -34,7 +34,10 @@ end
 /// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
 /// retention ms, source, id, mode (0 deliver, 1 redeliver, 2 forced, 3
 /// accept, 4 accept claimed), then a request to keep (route, replay_of,
-/// method, query, headers, body; method '' keeps the one held).
+/// method, query, headers, body; method '' keeps the one held), then the
+/// guard token this claim took (`guard_token`, '' none) and '1' to stop
+/// where the guard would be checked, answering {4} (a guard in another
+/// slot, `guard.rs`).
 ///
 /// The rules are `record.rs`'s `decide`, line by line. Returns {1,
 /// attempts} when claimed (or accepted as new), {2} when the record was
@@ -108,6 +111,7 @@ if state then
   end
   if answer then return {0, now, redis.call('HGETALL', KEYS[1])} end
 end
+if ARGV[15] == '1' then return {4} end
 if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
   if first and first ~= KEYS[1] and answers(first) then
@@ -134,6 +138,7 @@ else
   end
 end
 keep_request()
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'guard_token', ARGV[14]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
 index(ARGV[5], ARGV[6], state, mode == '3' and 'queued' or 'processing')

@@ -73,7 +73,8 @@ impl<C: Connector> Transfer for RedisStore<C> {
         guard: Option<&StoreKey>,
     ) -> Result<bool, StoreError> {
         let mut invocation = IMPORT_SCRIPT.key(key.as_str());
-        if let Some(guard) = guard {
+        let apart = guard.filter(|_| self.guard_apart());
+        if let Some(guard) = guard.filter(|_| apart.is_none()) {
             invocation.key(guard.as_str());
         }
         let waiting = matches!(record.state, RecordState::Queued | RecordState::Processing);
@@ -95,6 +96,9 @@ impl<C: Connector> Transfer for RedisStore<C> {
             invocation.arg(name).arg(value);
         }
         let written: i64 = self.invoke(&invocation).await?;
+        if let (1, Some(guard)) = (written, apart) {
+            self.import_guard(guard, key, expires_at_ms).await?;
+        }
         Ok(written == 1)
     }
 }

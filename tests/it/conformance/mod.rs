@@ -168,9 +168,38 @@ pub(crate) async fn cluster() -> Option<Opened> {
     let nodes = shared_cluster().await?.nodes();
     let settings = StoreSettings::new(StoreBackend::RedisCluster {
         nodes: nodes.clone(),
+        shards: 1,
+    });
+    // The replay guard checked in the steps a sharded layout takes.
+    let backend = RedisStore::connect_cluster(&nodes, &settings)
+        .unwrap()
+        .guard_in_steps();
+    Some(opened(backend, Time::Wall, ()))
+}
+
+/// A Redis Cluster store laid out in `shards` shards per scope, as a new
+/// store is under `store.shards`: a key prefix of its own, whose layout it
+/// records.
+pub(crate) async fn cluster_sharded(shards: u16) -> Option<Opened> {
+    let nodes = shared_cluster().await?.nodes();
+    let settings = StoreSettings::new(StoreBackend::RedisCluster {
+        nodes: nodes.clone(),
+        shards,
     });
     let backend = RedisStore::connect_cluster(&nodes, &settings).unwrap();
-    Some(opened(backend, Time::Wall, ()))
+    let prefix = format!("c{}:", rand::random::<u32>());
+    let mut store = Store::new(
+        backend,
+        &prefix,
+        Duration::from_secs(2),
+        StoreMetrics::unregistered(),
+    );
+    assert_eq!(store.learn_layout(&[], shards).await.unwrap(), shards);
+    Some(Opened {
+        store,
+        time: Time::Wall,
+        _keep: Box::new(()),
+    })
 }
 
 pub(crate) fn stored_request() -> StoredRequest {

@@ -2,9 +2,8 @@
 //! record, its queue entry and its body's guard land in the shard their
 //! key names, and everything that spans the scope — listings and their
 //! cursors, counts, the oldest-record gauges, the queue — visits every
-//! shard, each record once. Run on the backends that take one operation's
-//! keys from several namespaces (a Redis Cluster takes them from one slot);
-//! PostgreSQL keeps a scope whole.
+//! shard, each record once. Run on memory, embedded, one Redis and a Redis
+//! Cluster laid out in shards; PostgreSQL keeps a scope whole.
 
 use std::collections::BTreeSet;
 
@@ -118,12 +117,72 @@ async fn a_guard_answers_across_shards(store: Store, _: Time) {
     }
 }
 
+/// Sixteen ids of one body claimed at once, spread over the shards: one
+/// is claimed, every other answers in flight; after it fails, a retry of
+/// another id takes the body over, and the first id's retry is then in
+/// flight beside it rather than claimed.
+async fn racing_ids_of_one_body_claim_it_once(store: Store, _: Time) {
+    let store = std::sync::Arc::new(store.with_shards(SHARDS));
+    let scope = scope();
+    let body = "racing-body";
+    let guard = store.guard_key(&scope, body);
+    let claims = (0..16).map(|i| {
+        let (store, scope, guard) = (store.clone(), scope.clone(), guard.clone());
+        tokio::spawn(async move {
+            let key = store.key(&scope, &format!("id-{i}"));
+            let request = ClaimRequest {
+                guard_key: Some(&guard),
+                ..request(&key, body, LONG)
+            };
+            (key.clone(), store.claim(request).await.unwrap())
+        })
+    });
+    let mut won = Vec::new();
+    for claim in claims {
+        match claim.await.unwrap() {
+            (key, ClaimOutcome::New(lease)) => won.push((key, lease)),
+            (_, ClaimOutcome::InFlight { .. }) => {}
+            (key, other) => panic!("{key}: {other:?}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "one body claimed under {} ids", won.len());
+    let (first, lease) = won.pop().unwrap();
+    let stored = stored_request();
+    let refused = failure(&stored, false, false);
+    let failed = store.fail(&first, &lease, &refused).await.unwrap();
+    assert_eq!(failed, Some(RecordState::Failed));
+    let other = (0..16)
+        .map(|i| store.key(&scope, &format!("id-{i}")))
+        .find(|key| *key != first)
+        .unwrap();
+    let retry = |key| ClaimRequest {
+        guard_key: Some(&guard),
+        ..request(key, body, LONG)
+    };
+    assert!(matches!(
+        store.claim(retry(&other)).await.unwrap(),
+        ClaimOutcome::New(_)
+    ));
+    assert!(matches!(
+        store.claim(retry(&first)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+}
+
 conformance! {
     tests: [
         every_view_of_a_scope_merges_its_shards,
         a_guard_answers_across_shards,
+        racing_ids_of_one_body_claim_it_once,
     ],
-    backends: [memory, embedded, redis],
+    backends: [memory, embedded, redis, cluster_eight],
+}
+
+/// A Redis Cluster store laid out in 8 shards: the guard checked in steps
+/// of its own (`store/redis/guard.rs`), since a body's guard and a key are
+/// in two slots.
+async fn cluster_eight() -> Option<Opened> {
+    cluster_sharded(SHARDS).await
 }
 
 /// PostgreSQL keeps each scope in one namespace whatever it is asked.

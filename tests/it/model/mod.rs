@@ -46,6 +46,7 @@
 //! with its own action → code table.
 
 mod entrances;
+mod guard;
 
 use stateright::{Checker, Model, Property};
 

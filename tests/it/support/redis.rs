@@ -246,6 +246,76 @@ impl RedisCluster {
         panic!("no master serves {key}");
     }
 
+    /// The ports of the nodes serving as masters now.
+    pub async fn masters(&self) -> Vec<u16> {
+        let mut masters = Vec::new();
+        for port in &self.ports {
+            if let Some(::redis::Value::Array(role)) = Self::command(*port, &["ROLE"]).await {
+                if matches!(role.first(), Some(::redis::Value::BulkString(r)) if r == b"master") {
+                    masters.push(*port);
+                }
+            }
+        }
+        masters
+    }
+
+    /// How many keys matching `pattern` each master holds, by port.
+    pub async fn keys_per_master(&self, pattern: &str) -> Vec<(u16, usize)> {
+        let mut counts = Vec::new();
+        for port in self.masters().await {
+            let mut cursor = "0".to_owned();
+            let mut n = 0;
+            loop {
+                let reply =
+                    Self::command(port, &["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"])
+                        .await;
+                let Some(::redis::Value::Array(parts)) = reply else {
+                    break;
+                };
+                if let [::redis::Value::BulkString(next), ::redis::Value::Array(keys)] =
+                    parts.as_slice()
+                {
+                    n += keys.len();
+                    cursor = String::from_utf8_lossy(next).into_owned();
+                }
+                if cursor == "0" {
+                    break;
+                }
+            }
+            counts.push((port, n));
+        }
+        counts
+    }
+
+    /// Lua script calls (`EVALSHA` and `EVAL`) a node has run, from
+    /// `INFO commandstats`: what hookgate's operations cost it.
+    pub async fn script_calls(&self, port: u16) -> u64 {
+        let stats = Self::text(port, &["INFO", "commandstats"]).await;
+        stats
+            .lines()
+            .filter(|line| {
+                line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:")
+            })
+            .filter_map(|line| {
+                line.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// `GET key` on whichever master serves it.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        let port = self.master_of(key).await;
+        match Self::command(port, &["GET", key]).await? {
+            ::redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            _ => None,
+        }
+    }
+
     /// Start the node on `port` again (it rejoins with its saved identity,
     /// as a replica of whoever took over its slots).
     pub async fn restart(&self, port: u16) {
