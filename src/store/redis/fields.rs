@@ -17,13 +17,20 @@ pub(super) fn bytes(value: &Value) -> Vec<u8> {
     }
 }
 
+/// The field/value pairs of an `HGETALL` reply (RESP2 flat array or RESP3
+/// map); `None` for any other reply.
+pub(super) fn pairs(fields: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match fields {
+        Value::Array(items) => Some(items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect()),
+        Value::Map(items) => Some(items.iter().map(|(k, v)| (k, v)).collect()),
+        _ => None,
+    }
+}
+
 /// Turn an `HGETALL` reply (RESP2 flat array or RESP3 map) into a record.
 pub(super) fn parse_record(fields: &Value) -> Result<Record, StoreError> {
-    let pairs: Vec<(&Value, &Value)> = match fields {
-        Value::Array(items) => items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
-        Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
-        other => return Err(StoreError::Corrupt(format!("record is {other:?}"))),
-    };
+    let pairs =
+        pairs(fields).ok_or_else(|| StoreError::Corrupt(format!("record is {fields:?}")))?;
     let mut state = None;
     let mut record = Record::claimed("", "", 0, 0);
     record.token = None;

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::fields::{bytes, parse_record};
+use super::fields::{bytes, pairs, parse_record};
 use super::scripts::PRELUDE;
 use super::{Connector, RedisStore};
 use crate::store::{
@@ -203,11 +203,7 @@ fn first_record(reply: &[Value]) -> Result<(u64, Option<Record>, Option<String>)
             "unexpected record reply {reply:?}"
         )));
     };
-    let pairs: Vec<(&Value, &Value)> = match fields {
-        Value::Array(items) => items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
-        Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
-        _ => Vec::new(),
-    };
+    let pairs = pairs(fields).unwrap_or_default();
     if pairs.is_empty() {
         return Ok((*now as u64, None, None));
     }
