@@ -108,6 +108,7 @@ async fn deliver_all(urls: &[String], events: usize, prefix: &str) -> HashMap<St
 /// orchestrator would bring it back). Returns (events lost, events the
 /// upstream saw more than once).
 async fn failover_run(min_replicas_acked: u32) -> (usize, usize) {
+    let _heavy = heavy().await;
     let cluster = std::sync::Arc::new(
         RedisCluster::start()
             .await

@@ -43,6 +43,7 @@ async fn one(database: &TestDatabase, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_previous_release_serves_on_while_a_big_table_migrates_under_it() {
+    let _heavy = heavy().await;
     let Some(previous) = previous() else {
         return;
     };

@@ -33,6 +33,15 @@ pub use std::future::ready;
 
 pub const SECRET: &str = "test-secret-0123456789";
 
+/// Held by the tests that load the machine for tens of seconds — the
+/// fault runs, the cluster failovers, the big-table upgrade — so that they
+/// run one at a time instead of starving each other (and their stores'
+/// deadlines) on a 2-core CI machine.
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
 /// Poll `check` every 20 ms until it holds or `within` passes; the one
 /// deadline loop of the suite.
 pub async fn eventually<F: Future<Output = bool>>(

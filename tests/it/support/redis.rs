@@ -107,7 +107,7 @@ impl RedisServer {
         }
         let client =
             ::redis::Client::open(self.probe_url.clone().unwrap_or_else(|| self.url())).unwrap();
-        let up = eventually(Duration::from_secs(10), || async {
+        let up = eventually(Duration::from_secs(30), || async {
             let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
                 return false;
             };
@@ -202,7 +202,9 @@ impl RedisCluster {
         }
     }
 
-    /// Until every live node reports `cluster_state:ok` and agrees on 3 masters.
+    /// Until every live node reports `cluster_state:ok`, and every live
+    /// replica has synced with its master (a replica that never synced
+    /// does not take over when its master dies).
     pub async fn wait_healthy(&self) {
         let healthy = eventually(Duration::from_secs(30), || async {
             let mut ok = true;
@@ -212,6 +214,10 @@ impl RedisCluster {
                     continue; // a killed node
                 }
                 ok &= info.contains("cluster_state:ok");
+                let replication = Self::text(*port, &["INFO", "replication"]).await;
+                if replication.contains("role:slave") {
+                    ok &= replication.contains("master_link_status:up");
+                }
             }
             ok
         });
