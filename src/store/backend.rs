@@ -28,9 +28,9 @@ pub trait Backend: Queue + Listing + Fleet + Health + Transfer {
     /// shards, when the store spreads a scope over several): every key of a
     /// scope's shard starts with it. `{key_prefix}{scope}` by default, and
     /// `{key_prefix}{scope}.{shard}` for a shard; a Redis Cluster makes the
-    /// scope (and shard) a hash tag, `{key_prefix}{{scope}}`, so that the
-    /// keys one operation touches together (a key, its replay guard, its
-    /// indexes) share a slot.
+    /// scope (and shard) a hash tag, `{key_prefix}{{scope.shard}}`, so that
+    /// the keys one script touches together (a record and its indexes)
+    /// share a slot.
     fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
         match shard {
             None => format!("{key_prefix}{scope}"),
@@ -257,6 +257,13 @@ pub trait Health: Send + Sync + 'static {
     /// (README, "Observability": readiness is local).
     fn is_local(&self) -> bool {
         false
+    }
+
+    /// How an operation went: answered, or failed with the store's error or
+    /// its deadline. A client that can wedge uses it to replace its
+    /// connection (Redis Cluster: `redis/repair.rs`).
+    fn observed(&self, answered: bool) {
+        let _ = answered;
     }
 
     /// The bytes the store keeps on this machine's disk (the embedded file

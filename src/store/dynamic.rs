@@ -74,6 +74,7 @@ pub(super) trait DynBackend: Send + Sync {
     fn invalidations(&self) -> Invalidations;
     fn publish<'a>(&'a self, channel: &'a str, key: &'a str) -> Op<'a, ()>;
     fn is_local(&self) -> bool;
+    fn observed(&self, answered: bool);
     fn size_bytes(&self) -> Option<u64>;
 }
 
@@ -178,6 +179,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn is_local(&self) -> bool {
         Health::is_local(self)
+    }
+    fn observed(&self, answered: bool) {
+        Health::observed(self, answered)
     }
     fn size_bytes(&self) -> Option<u64> {
         Health::size_bytes(self)

@@ -1,7 +1,11 @@
-//! What a listing returns: records with their scope and id, one page at a
-//! time, and the opaque cursor a client passes back for the next.
+//! What spans a scope: listings — records with their scope and id, one
+//! page at a time, and the opaque cursor a client passes back for the next
+//! — the queue's lease, trims, counts and the oldest-record gauges, each
+//! over every shard of the scope.
 
-use super::Record;
+use std::time::Duration;
+
+use super::{new_token, Clock, Due, ListQuery, Record, RecordState, Store, StoreError};
 
 /// A record as a listing returns it.
 #[derive(Debug, Clone)]
@@ -73,5 +77,123 @@ impl Cursor {
             std::cmp::Ordering::Greater => Some(""),
         };
         (self.updated_ms, id)
+    }
+}
+
+impl Store {
+    /// One page of the records of `scopes` in `state` (every state when
+    /// `None`), newest first by last change, after `cursor`. Each shard of
+    /// each scope is listed on its own (on a Redis Cluster it lives in one
+    /// hash slot) and the pages are merged; the next page starts after the
+    /// last record.
+    pub async fn list(
+        &self,
+        scopes: &[&str],
+        state: Option<RecordState>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+    ) -> Result<Page, StoreError> {
+        let states: Vec<RecordState> = match state {
+            Some(state) => vec![state],
+            None => RecordState::ALL.to_vec(),
+        };
+        let mut listed = Vec::new();
+        for scope in scopes {
+            let before = cursor.map(|cursor| cursor.bound_for(scope));
+            for source in self.sources(scope) {
+                for &state in &states {
+                    let query = ListQuery {
+                        source: &source,
+                        state,
+                        limit,
+                        before,
+                    };
+                    let page = self.deadline("list", self.backend.list(&query)).await?;
+                    listed.extend(page.into_iter().map(|(id, record)| Listed {
+                        scope: (*scope).to_owned(),
+                        id,
+                        record,
+                    }));
+                }
+            }
+        }
+        listed.sort_by(|a, b| b.position().cmp(&a.position()));
+        listed.truncate(limit);
+        let next = (listed.len() == limit)
+            .then(|| listed.last().map(Listed::cursor))
+            .flatten();
+        Ok(Page {
+            records: listed,
+            next,
+        })
+    }
+
+    /// Lease up to `limit` due async events of `scope` for `processing_ttl`
+    /// (see [`Queue::lease_due`]). Leases applied after their answer was
+    /// lost to the deadline hold their events under tokens nobody has; those
+    /// events are due again when the leases run out, so they are delayed by
+    /// `processing_ttl`, never lost.
+    pub async fn lease_due(
+        &self,
+        scope: &str,
+        limit: usize,
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let mut leased = Vec::new();
+        // Each pass starts at the next shard, so none waits behind another.
+        for shard in self.shards.rotation() {
+            let room = limit - leased.len();
+            if room == 0 {
+                break;
+            }
+            let source = self.source(scope, shard);
+            let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
+            let op = self.backend.lease_due(&source, &tokens, processing_ttl);
+            leased.extend(self.deadline("lease_due", op).await?);
+        }
+        Ok(leased)
+    }
+
+    /// Drop listing entries of `scope`'s records in `state` that were last
+    /// changed more than `horizon` ago (the longest a record in that state
+    /// lives): see [`Listing::trim`].
+    pub async fn trim(
+        &self,
+        scope: &str,
+        state: RecordState,
+        horizon: Duration,
+    ) -> Result<u64, StoreError> {
+        let before_ms = Clock::system()
+            .now_ms()
+            .saturating_sub(horizon.as_millis() as u64);
+        let mut trimmed = 0;
+        for source in self.sources(scope) {
+            let op = self.backend.trim(&source, state, before_ms);
+            trimmed += self.deadline("trim", op).await?;
+        }
+        Ok(trimmed)
+    }
+
+    /// When the longest-waiting record of `scope` in `state` last changed.
+    pub async fn oldest(&self, scope: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let mut oldest = None;
+        for source in self.sources(scope) {
+            let at = self
+                .deadline("oldest", self.backend.oldest(&source, state))
+                .await?;
+            oldest = oldest.into_iter().chain(at).min();
+        }
+        Ok(oldest)
+    }
+
+    /// How many live records of `scope` are in `state`.
+    pub async fn count(&self, scope: &str, state: RecordState) -> Result<u64, StoreError> {
+        let mut count = 0;
+        for source in self.sources(scope) {
+            count += self
+                .deadline("count", self.backend.count(&source, state))
+                .await?;
+        }
+        Ok(count)
     }
 }

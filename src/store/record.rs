@@ -219,8 +219,9 @@ pub enum Deleted {
 }
 
 /// A stored key: `{source}:{id}` for an event, `{source}#body-sha256:{hex}`
-/// for a replay guard, where the source is `{key_prefix}{scope}` (with the
-/// scope as a hash tag on a Redis Cluster). Backends that keep one string
+/// for a replay guard, where the source is `{key_prefix}{scope}`, or one
+/// shard's namespace (a hash tag per shard on a Redis Cluster,
+/// `Backend::namespace`). Backends that keep one string
 /// key use [`StoreKey::as_str`]; PostgreSQL keeps the two parts in columns.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoreKey {

@@ -316,6 +316,16 @@ async fn redrive_on_redis() {
     redrive_delivers_each_dead_letter_once(Backend::Redis(redis.url())).await;
 }
 
+/// A route's 200 dead letters over a real cluster's 3 masters (64 shards):
+/// the listing and the redrive walk every shard.
+#[tokio::test]
+async fn redrive_on_a_redis_cluster() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    redrive_delivers_each_dead_letter_once(Backend::RedisCluster(cluster.toml())).await;
+}
+
 #[tokio::test]
 async fn redrive_on_postgres() {
     let database = TestDatabase::create().await;

@@ -14,8 +14,8 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, Value};
-use tokio::sync::OnceCell;
 
+use super::repair::Repairing;
 use super::{backend, RedisStore};
 use crate::store::{StoreError, StoreSettings};
 
@@ -46,6 +46,11 @@ pub trait Connector: Send + Sync + 'static {
     /// Clients to subscribe to the replay cache's invalidations with, any
     /// one of which will do.
     fn pubsub(&self) -> Option<Vec<redis::Client>>;
+
+    /// How an operation went, for a connection that repairs itself.
+    fn observed(&self, answered: bool) {
+        let _ = answered;
+    }
 
     /// Route `cmd` (which names no key) to the master serving `key`.
     fn send_to_master_of(
@@ -124,11 +129,12 @@ impl Connector for Single {
 }
 
 /// A Redis Cluster, connected on first use: one connection for every
-/// operation, and one of its own for the writes that `WAIT`.
+/// operation, and one of its own for the writes that `WAIT`, each replaced
+/// when it stops answering (`repair.rs`).
 pub struct Cluster {
     client: ClusterClient,
-    connection: OnceCell<ClusterConnection>,
-    acked: OnceCell<ClusterConnection>,
+    connection: Repairing,
+    acked: Repairing,
     /// One client per configured node, for the replay cache's feed: a
     /// `PUBLISH` on any node reaches subscribers on every node.
     nodes: Vec<redis::Client>,
@@ -146,19 +152,16 @@ impl Connector for Cluster {
     const HASH_TAGS: bool = true;
 
     async fn connection(&self) -> Result<ClusterConnection, StoreError> {
-        self.connection
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await
-            .cloned()
-            .map_err(backend)
+        self.connection.get(&self.client).await
     }
 
     async fn acked(&self) -> Result<Box<ClusterConnection>, StoreError> {
-        self.acked
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await
-            .map(|connection| Box::new(connection.clone()))
-            .map_err(backend)
+        self.acked.get(&self.client).await.map(Box::new)
+    }
+
+    fn observed(&self, answered: bool) {
+        self.connection.observed(answered);
+        self.acked.observed(answered);
     }
 
     async fn send_to_master_of(
@@ -242,8 +245,8 @@ impl RedisStore<Cluster> {
             .map_err(backend)?;
         let cluster = Cluster {
             client,
-            connection: OnceCell::new(),
-            acked: OnceCell::new(),
+            connection: Repairing::new(timeout),
+            acked: Repairing::new(timeout),
             nodes: node_clients,
         };
         Ok(Self::with(cluster, timeout, min_replicas_acked))

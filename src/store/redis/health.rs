@@ -8,6 +8,10 @@ use super::{backend, Connector, RedisStore};
 use crate::store::{Health, StoreError};
 
 impl<C: Connector> Health for RedisStore<C> {
+    fn observed(&self, answered: bool) {
+        self.connector.observed(answered);
+    }
+
     async fn ping(&self, space: &str) -> Result<(), StoreError> {
         let mut connection = self.connector.connection().await?;
         self.probe

@@ -1,0 +1,129 @@
+//! The Redis store's queue and listings: the due index a worker leases
+//! from, and the per-state sorted sets listings, counts, the oldest-record
+//! gauges and trims read (`scripts.rs` says how each script keeps them).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::fields::{bytes, parse_record};
+use super::{backend, index_key, Connector, RedisStore};
+use crate::store::{Due, Lease, ListQuery, Listing, Queue, Record, RecordState, StoreError};
+
+impl<C: Connector> Queue for RedisStore<C> {
+    async fn lease_due(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+    ) -> Result<Vec<Due>, StoreError> {
+        let mut invocation = self.lease_due.key(format!("{source}!due"));
+        invocation
+            .arg(source)
+            .arg(processing_ttl.as_millis() as u64);
+        for token in tokens {
+            invocation.arg(token);
+        }
+        let mut connection = self.connector.connection().await?;
+        let reply: Vec<Value> = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        reply
+            .chunks_exact(3)
+            .map(|leased| {
+                let record = parse_record(&leased[2])?;
+                Ok(Due {
+                    id: String::from_utf8_lossy(&bytes(&leased[0])).into_owned(),
+                    lease: Lease {
+                        token: String::from_utf8_lossy(&bytes(&leased[1])).into_owned(),
+                        attempt: record.attempts,
+                    },
+                    record,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<C: Connector> Listing for RedisStore<C> {
+    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
+        let mut invocation = self.list.key(index_key(query.source, query.state));
+        invocation
+            .arg(query.source)
+            .arg(query.state.as_str())
+            .arg(query.limit.max(1));
+        match query.before {
+            Some((ms, _)) => invocation.arg(ms).arg("1"),
+            None => invocation.arg("+inf").arg("0"),
+        };
+        let mut connection = self.connector.connection().await?;
+        let (tied, below): (Vec<Value>, Vec<Value>) = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        let mut page = Vec::new();
+        for (listed, filter) in [(tied, true), (below, false)] {
+            for pair in listed.chunks_exact(2) {
+                let id = String::from_utf8_lossy(&bytes(&pair[0])).into_owned();
+                let record = parse_record(&pair[1])?;
+                if !filter || query.admits(record.updated_ms, &id) {
+                    page.push((id, record));
+                }
+            }
+        }
+        page.sort_by(|(a_id, a), (b_id, b)| (b.updated_ms, b_id).cmp(&(a.updated_ms, a_id)));
+        page.truncate(query.limit);
+        Ok(page)
+    }
+
+    async fn trim(
+        &self,
+        source: &str,
+        state: RecordState,
+        before_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        redis::cmd("ZREMRANGEBYSCORE")
+            .arg(index_key(source, state))
+            .arg("-inf")
+            .arg(format!("({before_ms}"))
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)
+    }
+
+    /// The oldest entry of the state's listing index (an entry whose record
+    /// just expired may stand in for it until the next trim).
+    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        if state == RecordState::Queued {
+            let mut invocation = self.oldest_owed.key(format!("{source}!accepted"));
+            invocation.key(index_key(source, state)).arg(source);
+            let oldest: Option<u64> = invocation
+                .invoke_async(&mut connection)
+                .await
+                .map_err(backend)?;
+            return Ok(oldest);
+        }
+        let oldest: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(index_key(source, state))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        Ok(oldest.first().map(|(_, at)| *at as u64))
+    }
+
+    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
+        let mut invocation = self.count.key(index_key(source, state));
+        invocation.arg(source).arg(state.as_str());
+        let mut connection = self.connector.connection().await?;
+        invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)
+    }
+}
