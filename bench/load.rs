@@ -8,11 +8,15 @@
 //!   earlier events, as retries do.
 //! - `idle`: open N keep-alive connections, make one request on each, keep
 //!   them open, and report a process's peak RSS (VmHWM).
+//! - `tls`: new TLS connections with *full* handshakes (session resumption
+//!   and tickets off, which wrk cannot do), each carrying one unique POST
+//!   and closed; prints connections per second.
 //!
 //! Usage:
 //!   load rate URL RATE SECONDS CONNECTIONS [unique|replay]
 //!   load sign SECRET COUNT DUP_RATIO > deliveries.tsv
 //!   load idle HOST:PORT CONNECTIONS PID
+//!   load tls HOST:PORT PATH CA.pem SECONDS CONCURRENCY
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -55,6 +59,16 @@ async fn main() {
                 arg(1).parse().unwrap(),
                 arg(2).parse().unwrap(),
                 arg(3).parse().unwrap(),
+            )
+            .await
+        }
+        "tls" => {
+            full_handshakes(
+                arg(1).parse().unwrap(),
+                &arg(2),
+                &arg(3),
+                arg(4).parse().unwrap(),
+                arg(5).parse().unwrap(),
             )
             .await
         }
@@ -201,5 +215,68 @@ async fn idle(addr: SocketAddr, connections: usize, pid: u32) {
         open.len(),
         field("VmRSS:") as f64 / 1024.0,
         field("VmHWM:") as f64 / 1024.0
+    );
+}
+
+/// `concurrency` loops, each: connect, a full TLS handshake (no session
+/// cache, no tickets), one POST with a fresh `X-Id`, read the answer to
+/// its end, close. Prints connections/s and how many answers were 2xx.
+async fn full_handshakes(addr: SocketAddr, path: &str, ca: &str, seconds: u64, concurrency: usize) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from(addr.ip().to_string()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let (connector, name, path) = (connector.clone(), name.clone(), path.to_owned());
+            tokio::spawn(async move {
+                let (mut done, mut ok) = (0u64, 0u64);
+                while Instant::now() < deadline {
+                    let tcp = TcpStream::connect(addr).await.unwrap();
+                    tcp.set_nodelay(true).unwrap();
+                    let Ok(mut tls) = connector.connect(name.clone(), tcp).await else {
+                        continue;
+                    };
+                    let body = r#"{"type":"bench"}"#;
+                    let request = format!(
+                        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-Id: tls-{task}-{done}-{}\r\n\
+                         Content-Type: application/json\r\nContent-Length: {}\r\n\
+                         Connection: close\r\n\r\n{body}",
+                        rand::random::<u64>(),
+                        body.len()
+                    );
+                    tls.write_all(request.as_bytes()).await.unwrap();
+                    let mut answer = Vec::new();
+                    let _ = tls.read_to_end(&mut answer).await;
+                    done += 1;
+                    ok += u64::from(answer.starts_with(b"HTTP/1.1 2"));
+                }
+                (done, ok)
+            })
+        })
+        .collect();
+    let (mut done, mut ok) = (0, 0);
+    for task in tasks {
+        let (d, o) = task.await.unwrap();
+        done += d;
+        ok += o;
+    }
+    println!(
+        "RESULT connections_per_s={:.0} ok={ok} of {done}",
+        done as f64 / seconds as f64
     );
 }

@@ -193,6 +193,12 @@ WRK_EXTRA=()
 scenario "nginx TLS, keep-alive" $NGINX_TLS /hook unique
 scenario "hookgate redis TLS, unique, keep-alive" $HG_TLS /hook unique $HG_TLS_PID
 TLS=0
+# wrk resumes TLS sessions; this client does a full handshake every time.
+echo "--- TLS, full handshakes (no resumption, no tickets), ${DURATION}s, $CONNECTIONS at once"
+FULL_NGINX=$("$BIN/examples/load" tls "127.0.0.1:$NGINX_TLS" /hook "$WORK/cert.pem" "$DURATION" "$CONNECTIONS")
+FULL_HG=$("$BIN/examples/load" tls "127.0.0.1:$HG_TLS" /hook "$WORK/cert.pem" "$DURATION" "$CONNECTIONS")
+echo "    nginx: $FULL_NGINX"
+echo "    hookgate: $FULL_HG"
 scenario "hookgate embedded, unique keys" $HG_EMBEDDED /hook unique $HG_EMB_PID
 # The same path with a circuit breaker and a (never binding) rate limit:
 # what the traffic controls cost per delivery.
@@ -272,6 +278,10 @@ awk -v a="$(num p99_ms "$LAT_HG")" -v b="$(num p99_ms "$LAT_UP")" 'BEGIN {printf
 echo "latency at 5000 req/s:"
 printf '  %-20s %s\n' "upstream alone" "$LAT5_UP" "nginx" "$LAT5_NGINX" "hookgate redis" "$LAT5_HG"
 awk -v a="$(num p99_ms "$LAT5_HG")" -v b="$(num p99_ms "$LAT5_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
+echo
+echo "new TLS connections with full handshakes, each one unique POST:"
+printf '  %-20s %s\n' "nginx" "$FULL_NGINX" "hookgate redis" "$FULL_HG"
+awk -v a="$(num connections_per_s "$FULL_HG")" -v b="$(num connections_per_s "$FULL_NGINX")" 'BEGIN {printf "  hookgate / nginx: %.2fx\n", a/b}'
 echo
 echo "idle keep-alive connections: $IDLE"
 echo
