@@ -153,8 +153,9 @@ pub(crate) async fn redis() -> Option<Opened> {
 
 pub(crate) async fn postgres() -> Option<Opened> {
     let database = TestDatabase::create().await;
+    // 1,000 claims at once wait for 8 connections inside their deadline.
     let settings = StoreSettings {
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(5),
         ..StoreSettings::new(StoreBackend::Postgres {
             url: database.url(),
             pool_size: 8,

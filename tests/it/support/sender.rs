@@ -101,14 +101,24 @@ impl Sender {
 
     /// Deliver like a webhook sender: retry on 409/503 until an answer sticks.
     pub async fn deliver_until_settled(&self, url: &str, body: &str) -> Answer {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Past the default 30 s `processing_ttl`: a claim whose recording
+        // failed (a store deadline on a loaded machine) answers 409 until
+        // its lease runs out.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let mut ceiling = 20u64;
         loop {
             let answer = self.deliver(url, body).await;
             let busy = matches!(answer.status.as_u16(), 409 | 503);
             if !busy || Instant::now() > deadline {
                 return answer;
             }
-            tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 20)).await;
+            // Backing off as a sender does (doubling to 1 s, with jitter),
+            // so that many retrying at once do not overload the machine.
+            tokio::time::sleep(Duration::from_millis(
+                ceiling / 2 + rand::random::<u64>() % (ceiling / 2),
+            ))
+            .await;
+            ceiling = (ceiling * 2).min(1_000);
         }
     }
 }
