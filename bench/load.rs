@@ -7,7 +7,8 @@
 //!   `signature<TAB>body`) for wrk's Lua script; a share of them repeat
 //!   earlier events, as retries do.
 //! - `idle`: open N keep-alive connections, make one request on each, keep
-//!   them open, and report a process's peak RSS (VmHWM).
+//!   them open, and report a process's RSS and peak RSS (VmHWM); with `h2`,
+//!   HTTP/2 connections (prior knowledge, h2c).
 //! - `tls`: new TLS connections with *full* handshakes (session resumption
 //!   and tickets off, which wrk cannot do), each carrying one unique POST
 //!   and closed; prints connections per second.
@@ -15,7 +16,7 @@
 //! Usage:
 //!   load rate URL RATE SECONDS CONNECTIONS [unique|replay]
 //!   load sign SECRET COUNT DUP_RATIO > deliveries.tsv
-//!   load idle HOST:PORT CONNECTIONS PID
+//!   load idle HOST:PORT CONNECTIONS PID [h2]
 //!   load tls HOST:PORT PATH CA.pem SECONDS CONCURRENCY
 
 use std::io::Write;
@@ -59,6 +60,7 @@ async fn main() {
                 arg(1).parse().unwrap(),
                 arg(2).parse().unwrap(),
                 arg(3).parse().unwrap(),
+                arg(4) == "h2",
             )
             .await
         }
@@ -179,17 +181,35 @@ async fn rate(url: &str, rate: u64, seconds: u64, connections: usize, mode: &str
     );
 }
 
-async fn idle(addr: SocketAddr, connections: usize, pid: u32) {
+async fn idle(addr: SocketAddr, connections: usize, pid: u32, h2: bool) {
     let mut open = Vec::with_capacity(connections);
+    let mut sessions = Vec::new();
     let request = b"GET /healthcheck-idle HTTP/1.1\r\nHost: bench\r\n\r\n";
     for _ in 0..connections {
         let mut stream = match TcpStream::connect(addr).await {
             Ok(stream) => stream,
             Err(error) => {
-                eprintln!("connect failed after {} connections: {error}", open.len());
+                eprintln!(
+                    "connect failed after {} connections: {error}",
+                    open.len() + sessions.len()
+                );
                 break;
             }
         };
+        if h2 {
+            let executor = hyper_util::rt::TokioExecutor::new();
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(executor, TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let request = Request::get(format!("http://{addr}/healthcheck-idle"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let _ = sender.send_request(request).await;
+            sessions.push(sender);
+            continue;
+        }
         stream.write_all(request).await.unwrap();
         let mut buf = [0u8; 1024];
         let _ = stream.read(&mut buf).await;
@@ -212,7 +232,7 @@ async fn idle(addr: SocketAddr, connections: usize, pid: u32) {
     };
     println!(
         "connections={} rss_mib={:.1} peak_rss_mib={:.1}",
-        open.len(),
+        open.len() + sessions.len(),
         field("VmRSS:") as f64 / 1024.0,
         field("VmHWM:") as f64 / 1024.0
     );

@@ -244,6 +244,13 @@ url = \"redis://127.0.0.1:$REDIS/0\"" 3500 > "$WORK/idle.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/idle.toml" 2>"$WORK/hg-idle.log" & IDLE_PID=$!; PIDS+=($IDLE_PID)
 wait_port 3500
 IDLE=$("$BIN/examples/load" idle 127.0.0.1:3500 "$IDLE_CONNECTIONS" $IDLE_PID)
+# HTTP/2 (h2c) connections keep hyper's state; another fresh gateway.
+gateway_config "backend = \"redis\"
+url = \"redis://127.0.0.1:$REDIS/0\"" 3510 > "$WORK/idle-h2.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/idle-h2.toml" 2>"$WORK/hg-idle-h2.log" & IDLE_H2_PID=$!; PIDS+=($IDLE_H2_PID)
+wait_port 3510
+IDLE_H2=$("$BIN/examples/load" idle 127.0.0.1:3510 "$IDLE_CONNECTIONS" $IDLE_H2_PID h2)
+kill $IDLE_PID $IDLE_H2_PID 2>/dev/null || true
 
 echo "--- async accept in front of a slow consumer (50 ms a call, max_in_flight 16)"
 # A fresh gateway and database, as for the idle test; last, since its
@@ -283,7 +290,8 @@ echo "new TLS connections with full handshakes, each one unique POST:"
 printf '  %-20s %s\n' "nginx" "$FULL_NGINX" "hookgate redis" "$FULL_HG"
 awk -v a="$(num connections_per_s "$FULL_HG")" -v b="$(num connections_per_s "$FULL_NGINX")" 'BEGIN {printf "  hookgate / nginx: %.2fx\n", a/b}'
 echo
-echo "idle keep-alive connections: $IDLE"
+echo "idle keep-alive connections, HTTP/1.1: $IDLE"
+echo "idle keep-alive connections, HTTP/2:   $IDLE_H2"
 echo
 awk -v n="$ASYNC_DELIVERED" -v s="$ASYNC_SECS" 'BEGIN {printf "async delivery (embedded, max_in_flight 64): %d events accepted and delivered in %.1f s from the start of the accept run: %.0f deliveries/s sustained\n", n, s, n/s}'
 echo

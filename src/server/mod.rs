@@ -11,11 +11,13 @@
 //! - HTTP/1.1 and h2 on one port, with a header read timeout (slowloris)
 //!   and bounded header sizes: a plain connection's first bytes are peeked
 //!   (not read) to tell h2c's preface from HTTP/1.1, and the connection is
-//!   then served by hyper's own HTTP/1 or HTTP/2 connection alone — about
-//!   a third less memory per idle keep-alive connection than hyper-util's
-//!   auto builder, which holds room for both; TLS connections use the auto
-//!   builder (ALPN or the preface after the handshake);
-//! - every connection is supervised: one that has no request running for
+//!   then served by hyper's own HTTP/1 or HTTP/2 connection alone; TLS
+//!   connections use hyper-util's auto builder (ALPN or the preface after
+//!   the handshake);
+//! - a plain HTTP/1 connection idle between requests is parked (`park.rs`):
+//!   hyper's state for it is dropped and only the socket waits, so 10,000
+//!   idle keep-alive senders cost a few MiB instead of a hundred;
+//! - every connection is supervised (`supervise.rs`): one that has no request running for
 //!   `header_read_timeout` before its first request, or for `idle_timeout`
 //!   after one, is closed — whether it never sent a byte, stopped in the
 //!   middle of the protocol sniff, idles after its TLS handshake, or keeps
@@ -31,10 +33,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -52,6 +52,12 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
+
+use self::park::serve_http1;
+use self::supervise::{supervise, Activity};
+
+mod park;
+mod supervise;
 
 /// Largest request head (request line + headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -243,53 +249,69 @@ where
             stopping.clone(),
         );
         tokio::spawn(async move {
-            let served = match tls {
-                // Each branch boxed: a plain connection's task holds only
-                // its own state, not room for a TLS session's too.
+            // Each kind boxed: the task then holds only the state of the
+            // one it is (a parked plain connection no room for a TLS
+            // session, a handshake or an h2 connection).
+            let served: Result<(), Box<dyn std::error::Error + Send + Sync>> = match tls {
                 None => {
-                    let sniffed = tokio::select! {
-                        sniffed = tokio::time::timeout(limits.header_read_timeout, sniff(&stream)) => sniffed,
-                        _ = stopping.changed() => return,
-                    };
-                    let io = TokioIo::new(stream);
-                    match sniffed {
-                        Ok(Ok(Protocol::Http1)) => {
-                            let connection = plain.http1.serve_connection(io, service);
-                            Box::pin(supervise(connection, &activity, limits, stopping))
-                                .await
-                                .map_err(Into::into)
+                    Box::pin(async move {
+                        let sniffed = tokio::select! {
+                            sniffed = tokio::time::timeout(limits.header_read_timeout, sniff(&stream)) => sniffed,
+                            _ = stopping.changed() => return Ok(()),
+                        };
+                        match sniffed {
+                            Ok(Ok(Protocol::Http1)) => {
+                                let (http1, activity) = (&plain.http1, &activity);
+                                serve_http1(stream, service, http1, activity, limits, stopping)
+                                    .await
+                                    .map_err(Into::into)
+                            }
+                            Ok(Ok(Protocol::Http2)) => {
+                                let io = TokioIo::new(stream);
+                                let mut connection =
+                                    Box::pin(plain.http2.serve_connection(io, service));
+                                let connection = connection.as_mut();
+                                supervise(connection, &activity, limits, false, &mut stopping)
+                                    .await
+                                    .into_result()
+                                    .map_err(Into::into)
+                            }
+                            // Closed, or silent past the header read timeout.
+                            Ok(Err(_)) | Err(_) => Ok(()),
                         }
-                        Ok(Ok(Protocol::Http2)) => {
-                            let connection = plain.http2.serve_connection(io, service);
-                            Box::pin(supervise(connection, &activity, limits, stopping))
-                                .await
-                                .map_err(Into::into)
-                        }
-                        // Closed, or silent past the header read timeout.
-                        Ok(Err(_)) | Err(_) => Ok(()),
-                    }
+                    })
+                    .await
                 }
                 Some(tls) => {
-                    let acceptor = TlsAcceptor::from(tls.config.load_full());
-                    let handshake =
-                        tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            let io = TokioIo::new(stream);
-                            let connection = builder.serve_connection(io, service);
-                            Box::pin(supervise(connection, &activity, limits, stopping)).await
+                    Box::pin(async move {
+                        let acceptor = TlsAcceptor::from(tls.config.load_full());
+                        let handshake = tokio::time::timeout(
+                            limits.header_read_timeout,
+                            acceptor.accept(stream),
+                        );
+                        match handshake.await {
+                            Ok(Ok(stream)) => {
+                                let io = TokioIo::new(stream);
+                                let mut connection =
+                                    Box::pin(builder.serve_connection(io, service));
+                                let connection = connection.as_mut();
+                                supervise(connection, &activity, limits, false, &mut stopping)
+                                    .await
+                                    .into_result()
+                            }
+                            Ok(Err(error)) => {
+                                tls.handshake_failures.inc();
+                                tracing::debug!(%peer, %error, "TLS handshake failed");
+                                Ok(())
+                            }
+                            Err(_) => {
+                                tls.handshake_failures.inc();
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                Ok(())
+                            }
                         }
-                        Ok(Err(error)) => {
-                            tls.handshake_failures.inc();
-                            tracing::debug!(%peer, %error, "TLS handshake failed");
-                            Ok(())
-                        }
-                        Err(_) => {
-                            tls.handshake_failures.inc();
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            Ok(())
-                        }
-                    }
+                    })
+                    .await
                 }
             };
             if let Err(error) = served {
@@ -302,158 +324,6 @@ where
         slots,
         max,
         shutdown: stop,
-    }
-}
-
-/// How long an idle-closed connection gets to say goodbye (h2 GOAWAY) before
-/// it is dropped.
-const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
-
-/// Run one connection to its end, closing it when it idles too long (no
-/// request running for `header_read_timeout` before its first request, or
-/// for `idle_timeout` after one) or when the listener shuts down. A
-/// connection that sends nothing, stops in the middle of the protocol sniff,
-/// idles after a TLS handshake, or keeps an h2 session alive with pings
-/// alone thus frees its slot in bounded time.
-async fn supervise<Conn, E>(
-    connection: Conn,
-    activity: &Activity,
-    limits: Limits,
-    mut stopping: watch::Receiver<bool>,
-) -> Result<(), E>
-where
-    Conn: Future<Output = Result<(), E>> + GracefulClose,
-{
-    tokio::pin!(connection);
-    let mut closing = false;
-    let mut give_up = None;
-    loop {
-        let idle_until = activity.idle_until(limits);
-        tokio::select! {
-            result = connection.as_mut() => return result,
-            () = sleep_until(Some(idle_until)), if !closing => {
-                if activity.idle_until(limits) <= Instant::now() {
-                    connection.as_mut().close_gracefully();
-                    closing = true;
-                    give_up = Some(Instant::now() + IDLE_CLOSE_GRACE);
-                }
-            }
-            _ = stopping.changed(), if !closing => {
-                connection.as_mut().close_gracefully();
-                closing = true;
-            }
-            () = sleep_until(give_up), if give_up.is_some() => return Ok(()),
-        }
-    }
-}
-
-/// Sleep until `deadline`, or forever when there is none.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A connection closed gracefully (hyper-util's own trait is sealed).
-trait GracefulClose {
-    fn close_gracefully(self: std::pin::Pin<&mut Self>);
-}
-
-impl<I, S, B> GracefulClose for http1::Connection<I, S>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    fn close_gracefully(self: std::pin::Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S, E, B> GracefulClose for http2::Connection<I, S, E>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
-{
-    fn close_gracefully(self: std::pin::Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S, E, B> GracefulClose for auto::Connection<'_, I, S, E>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
-{
-    fn close_gracefully(self: std::pin::Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-/// Whether a connection is serving a request, and since when it has not.
-struct Activity {
-    running: AtomicUsize,
-    served: AtomicBool,
-    idle_since: std::sync::Mutex<Instant>,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            running: AtomicUsize::new(0),
-            served: AtomicBool::new(false),
-            idle_since: std::sync::Mutex::new(Instant::now()),
-        }
-    }
-
-    /// A request starts; it ends when the guard drops.
-    fn begin(self: &Arc<Self>) -> Running {
-        self.running.fetch_add(1, Ordering::SeqCst);
-        self.served.store(true, Ordering::Relaxed);
-        Running(Arc::clone(self))
-    }
-
-    /// When the connection will have idled too long. While a request runs
-    /// that is never now: the time returned is when to look again.
-    fn idle_until(&self, limits: Limits) -> Instant {
-        if self.running.load(Ordering::SeqCst) > 0 {
-            return Instant::now() + limits.idle_timeout;
-        }
-        let since = *self
-            .idle_since
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let allowed = if self.served.load(Ordering::Relaxed) {
-            limits.idle_timeout
-        } else {
-            limits.header_read_timeout
-        };
-        since + allowed
-    }
-}
-
-/// One running request of a connection.
-struct Running(Arc<Activity>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        *self
-            .0
-            .idle_since
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner()) = Instant::now();
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -18,6 +18,7 @@ mod faults;
 mod fleet;
 mod full_disk;
 mod hostile;
+mod keep_alive;
 mod least_privilege;
 mod migrate;
 mod model;
