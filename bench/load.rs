@@ -268,8 +268,15 @@ async fn full_handshakes(addr: SocketAddr, path: &str, ca: &str, seconds: u64, c
                 while Instant::now() < deadline {
                     let tcp = TcpStream::connect(addr).await.unwrap();
                     tcp.set_nodelay(true).unwrap();
-                    let Ok(mut tls) = connector.connect(name.clone(), tcp).await else {
-                        continue;
+                    let mut tls = match connector.connect(name.clone(), tcp).await {
+                        Ok(tls) => tls,
+                        Err(error) => {
+                            // Counted as done and not ok; a handshake that
+                            // cannot succeed ends the run at once.
+                            eprintln!("TLS handshake failed: {error}");
+                            done += 1;
+                            break;
+                        }
                     };
                     let body = r#"{"type":"bench"}"#;
                     let request = format!(

@@ -48,10 +48,11 @@ rss_peak() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 "$BIN/examples/bench-upstream" "127.0.0.1:$UP" & PIDS+=($!)
 redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction \
     --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
-# One certificate for nginx and hookgate alike (P-256, for 127.0.0.1).
+# One certificate for nginx and hookgate alike (P-256, for 127.0.0.1; not a
+# CA, so that the full-handshake client's verifier accepts it as a server's).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
     -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -subj /CN=127.0.0.1 \
-    -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+    -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE 2>/dev/null
 sed -e "s|__DIR__|$WORK|g" -e "s|__UPSTREAM__|$UP|" -e "s|__PORT__|$NGINX|" -e "s|__TLSPORT__|$NGINX_TLS|" \
     bench/nginx.conf > "$WORK/nginx.conf"
 nginx -c "$WORK/nginx.conf"
