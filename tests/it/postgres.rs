@@ -389,3 +389,94 @@ async fn a_fleet_through_pgbouncer_in_session_mode_forwards_each_event_once() {
     one.shutdown().await;
     other.shutdown().await;
 }
+
+/// Concurrent claims of new keys, and then their completions, are
+/// committed in groups: 200 of each take far fewer transactions than 400
+/// writes, every key has one winner, and every record holds its own
+/// response.
+#[tokio::test]
+async fn concurrent_claims_and_completions_commit_in_groups() {
+    use crate::conformance::{k, request, response, SHA_A};
+    use hookgate::store::ClaimOutcome;
+    use std::sync::Arc;
+
+    let database = TestDatabase::create().await;
+    let settings = StoreSettings::new(StoreBackend::Postgres {
+        url: database.url(),
+        pool_size: 16,
+    });
+    let backend = PostgresStore::connect(&database.url(), 16, &settings).unwrap();
+    let store = Arc::new(Store::new(
+        backend,
+        "g:",
+        Duration::from_secs(10),
+        StoreMetrics::unregistered(),
+    ));
+    store.ping().await.unwrap();
+    let client = database.client().await;
+    // Each writing transaction takes a transaction id (reads take none).
+    let next_xid = || async {
+        let row = client
+            .query_one("SELECT txid_current()", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let before = next_xid().await;
+
+    // Each key twice: one claim wins it, the other finds it in flight.
+    let claims: Vec<_> = (0..200)
+        .flat_map(|i| [i, i])
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = k(&format!("grouped-{i}"));
+                match store
+                    .claim(request(&key, SHA_A, Duration::from_secs(60)))
+                    .await
+                {
+                    Ok(ClaimOutcome::New(lease)) => Some((key, lease)),
+                    Ok(ClaimOutcome::InFlight { .. }) => None,
+                    other => panic!("{key}: {other:?}"),
+                }
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for claim in claims {
+        won.extend(claim.await.unwrap());
+    }
+    assert_eq!(won.len(), 200, "one winner per key");
+    let completions: Vec<_> = won
+        .into_iter()
+        .map(|(key, lease)| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let done = store
+                    .complete(&key, &lease, &response("grouped"), Duration::from_secs(600))
+                    .await;
+                assert!(done.unwrap(), "{key}");
+            })
+        })
+        .collect();
+    for completion in completions {
+        completion.await.unwrap();
+    }
+    let rows = client
+        .query(
+            "SELECT convert_from(response_body, 'UTF8') FROM webhook_events \
+             WHERE status = 'completed'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 200);
+    assert!(rows.iter().all(|row| row.get::<_, String>(0) == "grouped"));
+    // Without groups: 400 writing transactions (a losing claim's insert
+    // finds the key and writes nothing).
+    let transactions = next_xid().await - before - 1;
+    assert!(
+        transactions < 100,
+        "{transactions} transactions for 400 writes"
+    );
+}

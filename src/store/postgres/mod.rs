@@ -11,7 +11,9 @@
 //! one answers from a plain read (no row lock, so the duplicates of one
 //! event do not queue behind each other) or is taken over by one fenced
 //! `UPDATE … WHERE <claimable>`; renew, complete, release and delete are one
-//! statement each, fenced on the token; a claim under a replay guard runs in a transaction
+//! statement each, fenced on the token. The inserts of concurrent claims,
+//! and concurrent completions, are committed in groups (`group.rs`): one
+//! transaction and one WAL flush for many. A claim under a replay guard runs in a transaction
 //! that first takes an advisory lock on the body, so the guard check and the
 //! claim are one step. Every time is the database's `now()`.
 //!
@@ -27,6 +29,7 @@
 //! statements, `sql.rs` the SQL, `listen.rs` the replay cache's feed,
 //! `transfer.rs` `hookgate store copy`.
 
+mod group;
 mod listen;
 mod prune;
 mod rows;
@@ -34,9 +37,10 @@ mod schema;
 mod sql;
 mod transfer;
 
+use self::group::{Completion, Group, NewClaim};
 use self::listen::{pg_channel, Listen};
 use self::prune::spawn_pruning;
-use self::rows::{claim, live_record, record};
+use self::rows::{claim, inserted, live_record, record, Start};
 use self::schema::Schema;
 pub use self::schema::{pending as pending_migrations, script as migration_script};
 
@@ -66,6 +70,10 @@ pub const CONNECTIONS_BESIDE_POOL: usize = LISTING_POOL + 1;
 pub struct PostgresStore {
     /// Deliveries' connections: claims, recordings, the queue.
     pool: Pool,
+    /// Claims of keys that may be new, committed in groups (`group.rs`).
+    claims: Group<NewClaim, Option<i32>>,
+    /// Completions, committed in groups.
+    completions: Group<Completion, bool>,
     /// The admin API's and the gauges' ([`LISTING_POOL`]): a slow listing
     /// of a big route waits for one of these, never for a sender's.
     listing: Pool,
@@ -138,8 +146,12 @@ impl PostgresStore {
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))
         };
+        let pool_of_deliveries = pool(pool_size)?;
+        let slots = group_slots(pool_size);
         Ok(Self {
-            pool: pool(pool_size)?,
+            claims: Group::new(pool_of_deliveries.clone(), slots, group::insert_new),
+            completions: Group::new(pool_of_deliveries.clone(), slots, group::complete),
+            pool: pool_of_deliveries,
             listing: pool(LISTING_POOL)?,
             schema: OnceLock::new(),
             alive: Arc::default(),
@@ -210,11 +222,18 @@ impl Records for PostgresStore {
         request: ClaimRequest<'_>,
         token: &str,
     ) -> Result<ClaimOutcome, StoreError> {
-        let mut client = self.client().await?;
         let Some(guard) = request.guard_key else {
-            // One statement; its row lock settles concurrent claims.
-            return claim(&client, &request, token).await;
+            // One statement with the other claims of its group: the row
+            // lock settles concurrent claims; a key that is not new is
+            // read and decided on its own.
+            self.schema_ready().await?;
+            if let Some(attempt) = self.claims.submit(NewClaim::of(&request, token)).await? {
+                return Ok(inserted(&request, token, attempt));
+            }
+            let client = self.client().await?;
+            return claim(&client, &request, token, Start::Read).await;
         };
+        let mut client = self.client().await?;
         let (source, id, body) = (request.key.source(), request.key.id(), guard.id());
         let transaction = client.transaction().await.map_err(db)?;
         transaction
@@ -240,7 +259,7 @@ impl Records for PostgresStore {
                 }
             }
         }
-        let outcome = claim(&transaction, &request, token).await?;
+        let outcome = claim(&transaction, &request, token, Start::Insert).await?;
         if let ClaimOutcome::New(_) = outcome {
             let retention = millis(request.retention);
             transaction
@@ -270,19 +289,9 @@ impl Records for PostgresStore {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let headers = response.encode_headers();
-        let status = response.status.as_u16() as i16;
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &key.source(),
-            &key.id(),
-            &token,
-            &status,
-            &headers,
-            &response.body.as_ref(),
-            &response.body_kept.as_str(),
-            &millis(retention),
-        ];
-        self.applied(sql::COMPLETE, &params).await
+        self.schema_ready().await?;
+        let completion = Completion::of(key, token, response, retention);
+        self.completions.submit(completion).await
     }
 
     async fn fail(
@@ -543,6 +552,13 @@ fn parse_url(url: &str) -> Result<(tokio_postgres::Config, bool), StoreError> {
 /// Whether `url` is a PostgreSQL URL the driver accepts (`check`).
 pub fn check_url(url: &str) -> Result<(), String> {
     parse_url(url).map(drop).map_err(|error| error.to_string())
+}
+
+/// How many groups of one kind run at once: an eighth of the pool (2 of
+/// the default 16). Fewer and larger groups measured best on a 2-core
+/// database (BENCHMARKS.md); a bigger pool for a bigger server runs more.
+fn group_slots(pool_size: usize) -> usize {
+    (pool_size / 8).max(1)
 }
 
 pub(super) fn millis(d: Duration) -> i64 {

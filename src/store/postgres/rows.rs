@@ -15,6 +15,25 @@ use super::super::{
 use super::{db, millis, sql};
 use crate::replay::{BodyKept, RecordedResponse};
 
+/// Where a claim starts.
+pub(super) enum Start {
+    /// Insert the key, in case it is new.
+    Insert,
+    /// Read it: a grouped insert (`group.rs`) found it there.
+    Read,
+}
+
+/// What a claim that inserted its key (`attempt` its attempts) answers.
+pub(super) fn inserted(request: &ClaimRequest<'_>, token: &str, attempt: i32) -> ClaimOutcome {
+    match request.mode {
+        ClaimMode::Accept => ClaimOutcome::Queued,
+        _ => ClaimOutcome::New(Lease {
+            token: token.to_owned(),
+            attempt: attempt as u32,
+        }),
+    }
+}
+
 /// Claim the key: insert it when new (one statement); otherwise its record
 /// answers unless it may be claimed, and then it is taken over. A replay
 /// thus reads without taking a row lock, so duplicates of one event do not
@@ -23,6 +42,7 @@ pub(super) async fn claim(
     client: &impl deadpool_postgres::GenericClient,
     request: &ClaimRequest<'_>,
     token: &str,
+    start: Start,
 ) -> Result<ClaimOutcome, StoreError> {
     let (source, id) = (request.key.source(), request.key.id());
     let token = token.to_owned();
@@ -50,16 +70,12 @@ pub(super) async fn claim(
         &body,
         &mode,
     ];
-    let new = |row: Row| match request.mode {
-        ClaimMode::Accept => ClaimOutcome::Queued,
-        _ => ClaimOutcome::New(Lease {
-            token: token.clone(),
-            attempt: row.get::<_, i32>(0) as u32,
-        }),
-    };
+    let new = |row: Row| inserted(request, &token, row.get(0));
     let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
-    if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
-        return Ok(new(row));
+    if let Start::Insert = start {
+        if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
+            return Ok(new(row));
+        }
     }
     // Read, decide, write: each write re-checks, under the row's lock, what
     // the read saw. A write that finds the row changed (a concurrent claim

@@ -33,6 +33,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         7,
         include_str!("../../../migrations/postgres/0007_listing.sql"),
     ),
+    (
+        8,
+        include_str!("../../../migrations/postgres/0008_listing_by_state.sql"),
+    ),
 ];
 
 /// For the migration's own session only.
@@ -108,7 +112,7 @@ pub(super) const SELECT_LIVE: &str = concat!(
 );
 
 /// One page of ($1 source, $2 state), $3 rows, newest first, read off the
-/// listing index (`webhook_events_listing`); the key is the last column.
+/// listing index (`webhook_events_by_state`); the key is the last column.
 /// `$after` bounds where the page starts, as an index condition (so a deep
 /// page reads no entry before it).
 macro_rules! list {
@@ -177,6 +181,28 @@ VALUES ($1, $2, CASE WHEN $13::int = 3 THEN 'queued' ELSE 'processing' END, \
                   WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END, $13::int >= 3) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING attempts";
+
+/// `CLAIM_NEW` for a group of claims (`group.rs`): one array per
+/// parameter, in `CLAIM_NEW`'s order, each key at most once. Returns the
+/// keys inserted, with their attempts.
+pub(super) const CLAIM_NEW_GROUP: &str = "\
+INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
+    first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
+    request_query, request_headers, request_body, next_attempt_at, accepted) \
+SELECT c.source, c.key, CASE WHEN c.mode = 3 THEN 'queued' ELSE 'processing' END, \
+    CASE WHEN c.mode = 3 THEN NULL ELSE c.token END, c.sha, \
+    CASE WHEN c.mode = 3 THEN 0 ELSE 1 END, now(), date_trunc('milliseconds', now()), \
+    CASE WHEN c.mode = 3 THEN NULL ELSE now() + c.lease * interval '1 millisecond' END, \
+    now() + c.retention * interval '1 millisecond', c.route, c.replay_of, c.method, c.query, \
+    c.headers, c.body, \
+    CASE c.mode WHEN 3 THEN now() WHEN 4 THEN now() + c.lease * interval '1 millisecond' END, \
+    c.mode >= 3 \
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], \
+    $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::bytea[], $13::int[]) \
+    AS c(source, key, token, sha, lease, retention, route, replay_of, method, query, headers, \
+         body, mode) \
+ON CONFLICT (source, idempotency_key) DO NOTHING \
+RETURNING source, idempotency_key, attempts";
 
 /// An expired row is gone before a claim takes its key.
 pub(super) const DELETE_EXPIRED: &str = "DELETE FROM webhook_events \
@@ -291,9 +317,12 @@ pub(super) const RENEW: &str = "UPDATE webhook_events \
             THEN now() + $4::bigint * interval '1 millisecond' END \
     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
+/// $1 source, $2 key, $3 token, then the response: $4 status, $5
+/// headers, $6 body, $7 how much of the body was kept; $8 retention ms.
 pub(super) const COMPLETE: &str = "\
 UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-    next_attempt_at = NULL, completed_at = now(), updated_at = date_trunc('milliseconds', now()), response_status = $4, response_headers = $5, response_body = $6, \
+    next_attempt_at = NULL, completed_at = now(), updated_at = date_trunc('milliseconds', now()), \
+    response_status = $4, response_headers = $5, response_body = $6, \
     response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
 WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 

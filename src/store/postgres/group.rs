@@ -1,0 +1,293 @@
+//! Group commit: the claims of new keys and the completions that
+//! concurrent deliveries ask for meanwhile become one statement over arrays
+//! each — one transaction, one WAL flush and one round trip for up to
+//! [`MAX_GROUP`] of them, instead of one each.
+//!
+//! A group forms only while earlier ones are in flight: an item waits for
+//! one of a few slots ([`Group::spawn`]), and whatever arrived meanwhile
+//! goes with it. An idle gateway's claim is a group of one, sent at once.
+//! Each item is answered when its group's statement has committed; a
+//! caller that stopped waiting (its `store.timeout`) leaves its item to be
+//! written all the same, exactly as a statement of its own that the server
+//! had already begun.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use deadpool_postgres::{Object, Pool};
+use futures_util::future::try_join_all;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_postgres::types::ToSql;
+
+use super::super::{ClaimRequest, StoreError};
+use super::{db, millis, pool_error, sql};
+use crate::replay::RecordedResponse;
+
+/// The most items one statement carries.
+pub(super) const MAX_GROUP: usize = 64;
+
+type Reply<A> = oneshot::Sender<Result<A, StoreError>>;
+type Running<A> = Pin<Box<dyn Future<Output = Result<Vec<A>, StoreError>> + Send>>;
+
+/// Runs one group on a connection: one answer per item, in order.
+pub(super) type Run<I, A> = fn(Object, Vec<I>) -> Running<A>;
+
+/// A queue of items of one kind and the task that runs them in groups,
+/// started by the first item.
+pub(super) struct Group<I, A> {
+    pool: Pool,
+    slots: usize,
+    run: Run<I, A>,
+    jobs: OnceLock<mpsc::UnboundedSender<(I, Reply<A>)>>,
+}
+
+impl<I: Send + 'static, A: Send + 'static> Group<I, A> {
+    /// Groups run by `run` on `pool`'s connections, at most `slots` at
+    /// once. The task ends with the group (its queue's sender).
+    pub(super) fn new(pool: Pool, slots: usize, run: Run<I, A>) -> Self {
+        Self {
+            pool,
+            slots: slots.max(1),
+            run,
+            jobs: OnceLock::new(),
+        }
+    }
+
+    /// `item`'s answer, once the group it went with has committed.
+    pub(super) async fn submit(&self, item: I) -> Result<A, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let jobs = self.jobs.get_or_init(|| self.start());
+        if jobs.send((item, reply)).is_err() {
+            return Err(StoreError::Backend("the store is shutting down".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Backend("a grouped write was dropped".into())))
+    }
+
+    fn start(&self) -> mpsc::UnboundedSender<(I, Reply<A>)> {
+        let (jobs, mut queue) = mpsc::unbounded_channel::<(I, Reply<A>)>();
+        let (pool, run) = (self.pool.clone(), self.run);
+        let slots = Arc::new(Semaphore::new(self.slots));
+        tokio::spawn(async move {
+            while let Some(first) = queue.recv().await {
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                // Whatever arrived while the slot was awaited goes along.
+                let mut group = vec![first];
+                while group.len() < MAX_GROUP {
+                    match queue.try_recv() {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let (items, replies): (Vec<I>, Vec<Reply<A>>) = group.into_iter().unzip();
+                    let answers = match pool.get().await {
+                        Ok(client) => run(client, items).await,
+                        Err(error) => Err(pool_error(error)),
+                    };
+                    match answers {
+                        Ok(answers) => {
+                            for (reply, answer) in replies.into_iter().zip(answers) {
+                                let _ = reply.send(Ok(answer));
+                            }
+                        }
+                        Err(error) => {
+                            for reply in replies {
+                                let _ = reply.send(Err(copy(&error)));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        jobs
+    }
+}
+
+/// One error for each item of a failed group.
+fn copy(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Timeout => StoreError::Timeout,
+        StoreError::Backend(message) => StoreError::Backend(message.clone()),
+        StoreError::Corrupt(message) => StoreError::Corrupt(message.clone()),
+    }
+}
+
+/// A claim of a key that may be new: `CLAIM_NEW`'s parameters, owned.
+pub(super) struct NewClaim {
+    pub source: String,
+    pub id: String,
+    pub token: String,
+    pub body_sha256: String,
+    pub lease_ms: i64,
+    pub retention_ms: i64,
+    pub route: Option<String>,
+    pub replay_of: Option<String>,
+    pub method: Option<String>,
+    pub query: Option<String>,
+    pub headers: Option<Vec<u8>>,
+    pub body: Option<Bytes>,
+    pub mode: i32,
+}
+
+impl NewClaim {
+    pub(super) fn of(request: &ClaimRequest<'_>, token: &str) -> Self {
+        let stored = request.stored;
+        Self {
+            source: request.key.source().to_owned(),
+            id: request.key.id().to_owned(),
+            token: token.to_owned(),
+            body_sha256: request.body_sha256.to_owned(),
+            lease_ms: millis(request.processing_ttl),
+            retention_ms: millis(request.retention),
+            route: stored.map(|s| s.route.to_owned()),
+            replay_of: stored.and_then(|s| s.replay_of.map(str::to_owned)),
+            method: stored.map(|s| s.request.method.as_str().to_owned()),
+            query: stored.and_then(|s| s.request.query.clone()),
+            headers: stored.map(|s| s.request.encode_headers()),
+            body: stored.map(|s| s.request.body.clone()),
+            mode: i32::from(request.mode.code()),
+        }
+    }
+}
+
+/// Insert each key of `claims` that is new: its attempts, or `None` where
+/// the key was there already (or was claimed by an earlier item of the
+/// same group), for the caller to read and decide as a claim of its own.
+pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Option<i32>> {
+    Box::pin(async move {
+        // A key twice in one group: the first item inserts it, the others
+        // find it as any later claim would.
+        let mut seen = HashSet::with_capacity(claims.len());
+        let first: Vec<bool> = claims
+            .iter()
+            .map(|c| seen.insert((c.source.as_str(), c.id.as_str())))
+            .collect();
+        let offered: Vec<&NewClaim> = claims
+            .iter()
+            .zip(&first)
+            .filter_map(|(c, first)| first.then_some(c))
+            .collect();
+        let text =
+            |f: fn(&NewClaim) -> &str| -> Vec<&str> { offered.iter().map(|c| f(c)).collect() };
+        let optional = |f: fn(&NewClaim) -> Option<&str>| -> Vec<Option<&str>> {
+            offered.iter().map(|c| f(c)).collect()
+        };
+        let sources = text(|c| &c.source);
+        let ids = text(|c| &c.id);
+        let tokens = text(|c| &c.token);
+        let hashes = text(|c| &c.body_sha256);
+        let routes = optional(|c| c.route.as_deref());
+        let replays = optional(|c| c.replay_of.as_deref());
+        let methods = optional(|c| c.method.as_deref());
+        let queries = optional(|c| c.query.as_deref());
+        let leases: Vec<i64> = offered.iter().map(|c| c.lease_ms).collect();
+        let retentions: Vec<i64> = offered.iter().map(|c| c.retention_ms).collect();
+        let headers: Vec<Option<&[u8]>> = offered.iter().map(|c| c.headers.as_deref()).collect();
+        let bodies: Vec<Option<&[u8]>> = offered.iter().map(|c| c.body.as_deref()).collect();
+        let modes: Vec<i32> = offered.iter().map(|c| c.mode).collect();
+        let params: [&(dyn ToSql + Sync); 13] = [
+            &sources,
+            &ids,
+            &tokens,
+            &hashes,
+            &leases,
+            &retentions,
+            &routes,
+            &replays,
+            &methods,
+            &queries,
+            &headers,
+            &bodies,
+            &modes,
+        ];
+        let statement = client
+            .prepare_cached(sql::CLAIM_NEW_GROUP)
+            .await
+            .map_err(db)?;
+        let rows = client.query(&statement, &params).await.map_err(db)?;
+        let inserted: HashMap<(String, String), i32> = rows
+            .iter()
+            .map(|row| ((row.get(0), row.get(1)), row.get(2)))
+            .collect();
+        Ok(claims
+            .iter()
+            .zip(first)
+            .map(|(c, first)| {
+                first
+                    .then(|| inserted.get(&(c.source.clone(), c.id.clone())).copied())
+                    .flatten()
+            })
+            .collect())
+    })
+}
+
+/// A fenced completion: `COMPLETE`'s parameters, owned.
+pub(super) struct Completion {
+    pub source: String,
+    pub id: String,
+    pub token: String,
+    pub status: i16,
+    pub headers: Vec<u8>,
+    pub body: Bytes,
+    pub body_kept: &'static str,
+    pub retention_ms: i64,
+}
+
+impl Completion {
+    pub(super) fn of(
+        key: &super::super::StoreKey,
+        token: &str,
+        response: &RecordedResponse,
+        retention: std::time::Duration,
+    ) -> Self {
+        Self {
+            source: key.source().to_owned(),
+            id: key.id().to_owned(),
+            token: token.to_owned(),
+            status: response.status.as_u16() as i16,
+            headers: response.encode_headers(),
+            body: response.body.clone(),
+            body_kept: response.body_kept.as_str(),
+            retention_ms: millis(retention),
+        }
+    }
+}
+
+/// Complete each record of `completions` its token still holds: whether it
+/// did, per item. One transaction of single-row statements, sent at once:
+/// each finds its row by the primary key, whatever the table's statistics
+/// say (an `UPDATE … FROM unnest(…)` joins, and on a young table planned a
+/// sequential scan), and the group shares one commit.
+pub(super) fn complete(mut client: Object, completions: Vec<Completion>) -> Running<bool> {
+    Box::pin(async move {
+        let statement = client.prepare_cached(sql::COMPLETE).await.map_err(db)?;
+        let transaction = client.transaction().await.map_err(db)?;
+        let (transaction_ref, statement) = (&transaction, &statement);
+        let changed = try_join_all(completions.iter().map(|c| async move {
+            let params: [&(dyn ToSql + Sync); 8] = [
+                &c.source,
+                &c.id,
+                &c.token,
+                &c.status,
+                &c.headers,
+                &c.body.as_ref(),
+                &c.body_kept,
+                &c.retention_ms,
+            ];
+            transaction_ref.execute(statement, &params).await
+        }))
+        .await
+        .map_err(db)?;
+        transaction.commit().await.map_err(db)?;
+        Ok(changed.into_iter().map(|n| n == 1).collect())
+    })
+}
