@@ -119,7 +119,8 @@ if KEYS[2] then
   end
 end
 local attempts = (tonumber(r[2]) or 0) + 1
-if not state then redis.call('HSET', KEYS[1], 'first_seen', now) end
+local seen = {}
+if not state then seen = {'first_seen', now} end
 if state == 'completed' then
   redis.call('HDEL', KEYS[1], 'completed_at', 'status', 'headers', 'body', 'body_kept')
 end
@@ -127,11 +128,11 @@ local lease_until = now + tonumber(ARGV[3])
 if mode == '3' then
   attempts = 0
   redis.call('HSET', KEYS[1], 'state', 'queued', 'body_sha256', ARGV[2], 'attempts', 0,
-    'updated', now, 'next_attempt', now, 'accepted', '1')
+    'updated', now, 'next_attempt', now, 'accepted', '1', unpack(seen))
   redis.call('ZADD', due, now, ARGV[6])
 else
   redis.call('HSET', KEYS[1], 'state', 'processing', 'token', ARGV[1], 'body_sha256', ARGV[2],
-    'attempts', attempts, 'lease_until', lease_until, 'updated', now)
+    'attempts', attempts, 'lease_until', lease_until, 'updated', now, unpack(seen))
   if mode == '4' or accepted then
     redis.call('HSET', KEYS[1], 'accepted', '1', 'next_attempt', lease_until)
     redis.call('ZADD', due, lease_until, ARGV[6])
@@ -190,12 +191,13 @@ return 1
 /// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
 /// source, id.
 pub(super) const COMPLETE: &str = "
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-local from = redis.call('HGET', KEYS[1], 'state')
+local s = redis.call('HMGET', KEYS[1], 'token', 'state', 'next_attempt')
+if s[1] ~= ARGV[1] then return 0 end
+local from = s[2]
 redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
   'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])
-redis.call('HDEL', KEYS[1], 'token', 'lease_until')
-if redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
+redis.call('HDEL', KEYS[1], 'token', 'lease_until', 'next_attempt')
+if s[3] then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
   redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
 end
