@@ -3,12 +3,12 @@
 # alone and nginx in front of it, on this machine, in one run. Every
 # scenario also checks exactly-once at the upstream. See BENCHMARKS.md.
 #
-#   bench/run.sh            # ~3 minutes
+#   bench/run.sh            # about 4.5 minutes
 #   DURATION=30 bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-6}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
@@ -265,19 +265,25 @@ scenario "hookgate embedded, async accept, slow consumer" 3700 /async-slow uniqu
 # --- report
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 printf '\n%-34s %10s %9s %9s %9s %9s %11s %9s\n' scenario "req/s" "p50 ms" "p99 ms" "p99.9 ms" "failed" "upstream" "peak RSS"
-NGINX_RPS=0
 for row in "${ROWS[@]}"; do
     IFS='|' read -r name result requests unique dups rss <<<"$row"
     rps=$(num rps "$result")
-    [ "$name" = "nginx proxy_pass" ] && NGINX_RPS=$rps
     printf '%-34s %10s %9s %9s %9s %9s %11s %9s\n' "$name" "$rps" "$(num p50_ms "$result")" "$(num p99_ms "$result")" \
         "$(num p999_ms "$result")" "$(num failed "$result")" "$requests" "${rss} MiB"
 done
 echo
-echo "ratios against nginx (req/s):"
+# Each scenario against nginx doing the same: a new connection each, TLS.
+rps_of() { for row in "${ROWS[@]}"; do IFS='|' read -r name result _ <<<"$row"; [ "$name" = "$1" ] && num rps "$result"; done; }
+echo "ratios against nginx doing the same (req/s):"
 for row in "${ROWS[@]}"; do
     IFS='|' read -r name result _ <<<"$row"
-    case "$name" in hookgate*|floor*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$NGINX_RPS" 'BEGIN {printf "  %-34s %.2fx\n", n, a/b}';; esac
+    case "$name" in
+        *TLS*"new conn each") base="nginx TLS, new connection each" ;;
+        *TLS*keep-alive) base="nginx TLS, keep-alive" ;;
+        *"new conn each") base="nginx, new connection each" ;;
+        *) base="nginx proxy_pass" ;;
+    esac
+    case "$name" in hookgate*|floor*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$(rps_of "$base")" -v m="$base" 'BEGIN {printf "  %-46s %.2fx  (%s)\n", n, a/b, m}';; esac
 done
 echo
 echo "latency at 1000 req/s (open loop, from scheduled send time):"
