@@ -24,6 +24,7 @@ mod store;
 mod summary;
 mod validate;
 mod value;
+mod verification;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

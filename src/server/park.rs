@@ -68,7 +68,7 @@ where
             Supervised::Ended(result) => return result,
             Supervised::Parked => {}
         }
-        let hyper::server::conn::http1::Parts {
+        let http1::Parts {
             io,
             read_buf,
             service: back,

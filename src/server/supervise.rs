@@ -207,10 +207,7 @@ impl Activity {
         if self.running.load(Ordering::SeqCst) > 0 {
             return Instant::now() + limits.idle_timeout;
         }
-        let since = *self
-            .idle_since
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let since = self.idle_since();
         let allowed = if self.served.load(Ordering::Relaxed) {
             limits.idle_timeout
         } else {
@@ -239,12 +236,15 @@ impl Activity {
     fn parkable(&self) -> Option<Instant> {
         let idle = self.running.load(Ordering::SeqCst) == 0
             && self.answer.load(Ordering::Relaxed) == FLUSHED;
-        idle.then(|| {
-            *self
-                .idle_since
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner())
-        })
+        idle.then(|| self.idle_since())
+    }
+
+    /// When the last request ended (or the connection opened).
+    fn idle_since(&self) -> Instant {
+        *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     fn begin_parking(&self) {

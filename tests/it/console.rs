@@ -277,6 +277,11 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // Ending the session makes chromedriver close Chromium; killing the
+        // driver alone leaves the browser's processes running.
+        if !self.session.is_empty() {
+            let _ = self.end_session();
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -338,6 +343,21 @@ impl Browser {
         };
         browser.session = session["sessionId"].as_str().unwrap().to_owned();
         Some(browser)
+    }
+
+    /// `DELETE /session/{id}`, blocking (from `drop`).
+    fn end_session(&self) -> std::io::Result<()> {
+        use std::io::{Read, Write};
+        let address = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(
+            stream,
+            "DELETE /session/{} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n",
+            self.session
+        )?;
+        stream.read_to_end(&mut Vec::new()).map(drop)
     }
 
     async fn try_call(

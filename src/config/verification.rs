@@ -1,0 +1,201 @@
+//! A route's `[routes.verify]` (and its `public_url`), validated and built
+//! into its verifier by the scheme's [`Profile`].
+
+use http::{HeaderName, Uri};
+
+use super::locate::KeyPath;
+use super::raw::RawVerify;
+use super::validate::Validator;
+use crate::secret::Secret;
+use crate::verify::{
+    Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE,
+    MIN_SECRET_BYTES, PROFILES,
+};
+
+impl Validator<'_> {
+    /// `public_url`: an absolute https:// (or http://) URL without a query
+    /// or fragment; the request's own query is appended when it has one.
+    pub(super) fn public_url(&mut self, at: &KeyPath, raw: &str) -> Option<String> {
+        let text = self.string(at, raw)?;
+        let valid = text.parse::<Uri>().is_ok_and(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https"))
+                && uri.authority().is_some()
+                && uri.query().is_none()
+                && !text.contains('#')
+        });
+        if !valid {
+            self.fail(
+                at,
+                format!("{text:?} must be the absolute URL the sender posts to, without query (e.g. \"https://hooks.example.com/twilio\")"),
+            );
+        }
+        // Even when refused: the config is invalid anyway, and the scheme
+        // is not told twice that the URL is missing.
+        Some(text)
+    }
+
+    /// The route's scheme and, when its settings are valid, its verifier.
+    pub(super) fn verify(
+        &mut self,
+        at: &KeyPath,
+        raw: RawVerify,
+        public_url: Option<String>,
+    ) -> (&'static Profile, Option<Verifier>) {
+        let scheme_text = self
+            .string(&at.key("scheme"), &raw.scheme)
+            .unwrap_or_default();
+        let Some(scheme) = Profile::named(&scheme_text) else {
+            let names: Vec<String> = PROFILES.iter().map(|p| format!("{:?}", p.name)).collect();
+            self.fail(
+                &at.key("scheme"),
+                format!("{scheme_text:?} is not one of {}", names.join(", ")),
+            );
+            return (none(), None);
+        };
+        let tolerance = match &raw.tolerance {
+            Some(text) => {
+                if !scheme.timestamped {
+                    self.fail(
+                        &at.key("tolerance"),
+                        format!("scheme {scheme_text:?} has no timestamp to check"),
+                    );
+                }
+                self.duration(&at.key("tolerance"), Some(text), DEFAULT_TOLERANCE)
+            }
+            None => DEFAULT_TOLERANCE,
+        };
+        let hmac = if scheme.name == "hmac" {
+            Some(self.hmac_options(at, &raw))
+        } else {
+            for (name, present) in [
+                ("header", raw.header.is_some()),
+                ("algorithm", raw.algorithm.is_some()),
+                ("encoding", raw.encoding.is_some()),
+                ("prefix", raw.prefix.is_some()),
+            ] {
+                if present {
+                    self.fail(
+                        &at.key(name),
+                        format!("`{name}` only applies to scheme \"hmac\""),
+                    );
+                }
+            }
+            None
+        };
+        let min_secret_bytes = self.size(
+            &at.key("min_secret_bytes"),
+            raw.min_secret_bytes,
+            MIN_SECRET_BYTES as u64,
+            1024,
+        );
+        if min_secret_bytes < MIN_SECRET_BYTES {
+            self.warn(format!(
+                "{}: secrets of {min_secret_bytes} bytes are accepted, below the {MIN_SECRET_BYTES} \
+                 hookgate asks for; a short secret can be guessed — rotate to a long one when the \
+                 sender allows",
+                at.key("min_secret_bytes")
+            ));
+        }
+        let secrets: Vec<Secret> = raw
+            .secrets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let value = self.string(&at.key("secrets").index(i), text)?;
+                if value.is_empty() {
+                    self.fail(&at.key("secrets").index(i), "secret is empty");
+                    return None;
+                }
+                if value.len() < min_secret_bytes {
+                    self.fail(
+                        &at.key("secrets").index(i),
+                        format!(
+                            "secret is {} bytes; at least {min_secret_bytes} are required (use the secret your sender generated, or `openssl rand -hex 32`; a sender whose existing secret is shorter: lower min_secret_bytes)",
+                            value.len()
+                        ),
+                    );
+                    return None;
+                }
+                Some(Secret::new(value))
+            })
+            .collect();
+        match (scheme == none(), raw.secrets.is_empty()) {
+            (true, false) => self.fail(
+                &at.key("secrets"),
+                "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
+            ),
+            (false, true) => self.fail(&at.key("secrets"), "list at least one secret"),
+            _ => {}
+        }
+        let spec = VerifySpec {
+            secrets,
+            tolerance,
+            hmac,
+            public_url,
+            min_secret_bytes,
+        };
+        match (scheme.build)(spec) {
+            Ok(verifier) => (scheme, Some(verifier)),
+            Err(message) => {
+                self.fail(&at.key("secrets"), message);
+                (scheme, None)
+            }
+        }
+    }
+
+    /// The operator-defined header of `scheme = "hmac"`.
+    fn hmac_options(&mut self, at: &KeyPath, raw: &RawVerify) -> HmacOptions {
+        let header = match &raw.header {
+            Some(text) => {
+                let text = self.string(&at.key("header"), text).unwrap_or_default();
+                HeaderName::from_bytes(text.as_bytes()).unwrap_or_else(|_| {
+                    self.fail(
+                        &at.key("header"),
+                        format!("{text:?} is not a valid header name"),
+                    );
+                    HeaderName::from_static("x-signature")
+                })
+            }
+            None => {
+                self.fail(at, "scheme \"hmac\" needs `header = \"X-Signature\"`");
+                HeaderName::from_static("x-signature")
+            }
+        };
+        let prefix = match &raw.prefix {
+            Some(text) => self.string(&at.key("prefix"), text).unwrap_or_default(),
+            None => String::new(),
+        };
+        HmacOptions {
+            header,
+            algorithm: self.choice(
+                &at.key("algorithm"),
+                raw.algorithm.as_ref(),
+                &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
+                Algorithm::Sha256,
+            ),
+            encoding: self.choice(
+                &at.key("encoding"),
+                raw.encoding.as_ref(),
+                &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
+                Encoding::Hex,
+            ),
+            prefix,
+        }
+    }
+}
+
+pub(super) fn none() -> &'static Profile {
+    Profile::named("none").expect("\"none\" is a listed scheme")
+}
+
+/// What a route whose verify settings are broken carries while validation
+/// goes on to report everything: it is never served.
+pub(super) fn placeholder() -> VerifySpec {
+    VerifySpec {
+        secrets: Vec::new(),
+        tolerance: DEFAULT_TOLERANCE,
+        hmac: None,
+        public_url: None,
+        min_secret_bytes: MIN_SECRET_BYTES,
+    }
+}
