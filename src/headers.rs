@@ -66,8 +66,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// A fresh `X-Request-Id`: 128 random bits, hex.
 pub fn new_request_id() -> HeaderValue {
-    HeaderValue::from_str(&hex::encode(rand::random::<[u8; 16]>()))
+    HeaderValue::from_str(&lower_hex(&rand::random::<[u8; 16]>()))
         .expect("hex is a valid header value")
+}
+
+/// `bytes` in lowercase hex: `hex::encode`'s output, written through a
+/// buffer instead of its char-by-char iterator (which took 1.3% of a
+/// replay's CPU for the body hash and the request id).
+pub fn lower_hex(bytes: &[u8]) -> String {
+    let mut out = vec![0; bytes.len() * 2];
+    hex::encode_to_slice(bytes, &mut out).expect("the buffer is twice the input");
+    String::from_utf8(out).expect("hex is ASCII")
 }
 
 /// Headers as `name: value\r\n` lines: compact, byte-exact (a header value
@@ -105,6 +114,13 @@ pub fn decode_lines(lines: &[u8]) -> Result<HeaderMap, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lower_hex_is_hex_encode() {
+        for bytes in [&b""[..], b"\x00\x7f\x80\xff", &[0xab; 32]] {
+            assert_eq!(lower_hex(bytes), hex::encode(bytes));
+        }
+    }
 
     #[test]
     fn removes_hop_by_hop_and_connection_named_headers() {

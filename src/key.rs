@@ -219,7 +219,10 @@ fn plain(key: &[u8]) -> bool {
 }
 
 fn hashed(raw: &[u8]) -> String {
-    format!("{HASHED_PREFIX}{}", hex::encode(Sha256::digest(raw)))
+    format!(
+        "{HASHED_PREFIX}{}",
+        crate::headers::lower_hex(&Sha256::digest(raw))
+    )
 }
 
 /// `key` when it is 1–255 bytes of visible ASCII (docs/configuration.md).

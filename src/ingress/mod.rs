@@ -33,7 +33,7 @@ use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
 use crate::delivery::places::{Permit, Place};
 use crate::delivery::{policy, Attempt, Engine, Kind};
 use crate::error::GatewayError;
-use crate::headers::{new_request_id, X_REQUEST_ID};
+use crate::headers::{lower_hex, new_request_id, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
@@ -233,7 +233,7 @@ impl Gateway {
         // 4. Extract the idempotency key from what the signature covered. A
         //    keyless delivery is refused, or forwarded unclaimed where the
         //    sender never retries those (`on_missing_key`).
-        let body_sha256 = hex::encode(Sha256::digest(&body));
+        let body_sha256 = lower_hex(&Sha256::digest(&body));
         let allowed = |name: &_| {
             route
                 .verifier
