@@ -139,12 +139,12 @@ impl RedisCluster {
     pub async fn start() -> Option<RedisCluster> {
         RedisServer::start_check()?;
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
         for port in &ports {
             spawn_cluster_node(dir.path(), *port);
         }
         for port in &ports {
-            wait_for_ping(*port).await;
+            wait_for_ping(dir.path(), *port).await;
         }
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let created = tokio::task::spawn_blocking(move || {
@@ -326,7 +326,7 @@ impl RedisCluster {
     /// as a replica of whoever took over its slots).
     pub async fn restart(&self, port: u16) {
         spawn_cluster_node(self._dir.path(), port);
-        wait_for_ping(port).await;
+        wait_for_ping(self._dir.path(), port).await;
     }
 
     /// SIGKILL the server on `port`.
@@ -362,11 +362,29 @@ fn spawn_cluster_node(dir: &std::path::Path, port: u16) {
     std::thread::spawn(move || watchdog.wait());
 }
 
-async fn wait_for_ping(port: u16) {
+/// A free port for a cluster node: Redis puts the node's cluster bus 10,000
+/// above it, so the port must be at most 55535 and that one free too (one
+/// in five of the kernel's free ports is above 55535, and a bus port held
+/// by another test's connection keeps the node from starting).
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+async fn wait_for_ping(dir: &std::path::Path, port: u16) {
     let up = eventually(Duration::from_secs(10), || async move {
         RedisCluster::text(port, &["PING"]).await == "PONG"
     });
-    assert!(up.await, "redis-server on {port} did not come up");
+    if !up.await {
+        let log =
+            std::fs::read_to_string(dir.join(format!("redis-{port}.log"))).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        panic!("redis-server on {port} did not come up; its log ends: {tail:?}");
+    }
 }
 
 /// One cluster shared by the tests that only need a healthy one (the
