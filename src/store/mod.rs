@@ -89,7 +89,7 @@ pub use crate::clock::Clock;
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("store operation timed out")]
     Timeout,

@@ -101,7 +101,7 @@ impl<I: Send + 'static, A: Send + 'static> Group<I, A> {
                         }
                         Err(error) => {
                             for reply in replies {
-                                let _ = reply.send(Err(copy(&error)));
+                                let _ = reply.send(Err(error.clone()));
                             }
                         }
                     }
@@ -109,15 +109,6 @@ impl<I: Send + 'static, A: Send + 'static> Group<I, A> {
             }
         });
         jobs
-    }
-}
-
-/// One error for each item of a failed group.
-fn copy(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Timeout => StoreError::Timeout,
-        StoreError::Backend(message) => StoreError::Backend(message.clone()),
-        StoreError::Corrupt(message) => StoreError::Corrupt(message.clone()),
     }
 }
 
@@ -214,7 +205,7 @@ pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Optio
             .await
             .map_err(db)?;
         let rows = client.query(&statement, &params).await.map_err(db)?;
-        let inserted: HashMap<(String, String), i32> = rows
+        let inserted: HashMap<(&str, &str), i32> = rows
             .iter()
             .map(|row| ((row.get(0), row.get(1)), row.get(2)))
             .collect();
@@ -223,7 +214,7 @@ pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Optio
             .zip(first)
             .map(|(c, first)| {
                 first
-                    .then(|| inserted.get(&(c.source.clone(), c.id.clone())).copied())
+                    .then(|| inserted.get(&(c.source.as_str(), c.id.as_str())).copied())
                     .flatten()
             })
             .collect())

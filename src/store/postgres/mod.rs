@@ -557,8 +557,9 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// How many groups of one kind run at once: an eighth of the pool (2 of
 /// the default 16). Fewer and larger groups measured best on a 2-core
 /// database (BENCHMARKS.md); a bigger pool for a bigger server runs more.
+/// ([`Group`] runs at least one.)
 fn group_slots(pool_size: usize) -> usize {
-    (pool_size / 8).max(1)
+    pool_size / 8
 }
 
 pub(super) fn millis(d: Duration) -> i64 {

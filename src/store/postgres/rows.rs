@@ -12,7 +12,8 @@ use super::super::{
     decide, history, ClaimMode, ClaimOutcome, ClaimRequest, Decision, FailureClass, LastError,
     Lease, Record, RecordState, StoreError, StoredRequest,
 };
-use super::{db, millis, sql};
+use super::group::NewClaim;
+use super::{db, sql};
 use crate::replay::{BodyKept, RecordedResponse};
 
 /// Where a claim starts.
@@ -45,32 +46,25 @@ pub(super) async fn claim(
     start: Start,
 ) -> Result<ClaimOutcome, StoreError> {
     let (source, id) = (request.key.source(), request.key.id());
-    let token = token.to_owned();
-    let (lease, retention) = (millis(request.processing_ttl), millis(request.retention));
-    let stored = request.stored;
-    let route = stored.map(|s| s.route);
-    let replay_of = stored.and_then(|s| s.replay_of);
-    let method = stored.map(|s| s.request.method.as_str());
-    let query = stored.and_then(|s| s.request.query.as_deref());
-    let headers = stored.map(|s| s.request.encode_headers());
-    let body = stored.map(|s| s.request.body.as_ref());
-    let mode = i32::from(request.mode.code());
+    // `CLAIM_NEW`'s parameters, as a grouped claim has them.
+    let claim = NewClaim::of(request, token);
+    let body = claim.body.as_deref();
     let params: [&(dyn ToSql + Sync); 13] = [
-        &source,
-        &id,
-        &token,
-        &request.body_sha256,
-        &lease,
-        &retention,
-        &route,
-        &replay_of,
-        &method,
-        &query,
-        &headers,
+        &claim.source,
+        &claim.id,
+        &claim.token,
+        &claim.body_sha256,
+        &claim.lease_ms,
+        &claim.retention_ms,
+        &claim.route,
+        &claim.replay_of,
+        &claim.method,
+        &claim.query,
+        &claim.headers,
         &body,
-        &mode,
+        &claim.mode,
     ];
-    let new = |row: Row| inserted(request, &token, row.get(0));
+    let new = |row: Row| inserted(request, token, row.get(0));
     let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
     if let Start::Insert = start {
         if let Some(row) = client.query_opt(&insert, &params).await.map_err(db)? {
