@@ -6,8 +6,11 @@
 //! ([`crate::admin`]), so the audit log sees every action.
 //!
 //! - `GET /ui` — the login form, or the console once logged in.
-//! - `POST /ui/login` — the admin token, once: a session cookie
-//!   (`HttpOnly`, `SameSite=Strict`, 12 h) and a CSRF token in the page.
+//! - `POST /ui/login` — the admin token or the read token, once: a
+//!   session cookie (`HttpOnly`, `SameSite=Strict`, 12 h) and a CSRF token
+//!   in the page. A session holds its token's [`Role`]: one logged in with
+//!   the read token sees every page and no action button, and the admin
+//!   API refuses it any change (403 `read_only`).
 //! - `POST /ui/logout` — ends the session (CSRF token in the form).
 //! - `GET /ui/console.js`, `/ui/console.css` — the page's script and style.
 //!
@@ -30,7 +33,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use subtle::ConstantTimeEq;
 
-use crate::secret::Secret;
+use crate::access::{Role, Tokens};
 
 /// The session cookie's name.
 const COOKIE: &str = "hookgate_console";
@@ -53,8 +56,9 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 
 /// Who made an admin request, as far as the console is concerned.
 pub enum Caller {
-    /// A logged-in console session whose CSRF token matched (or a `GET`).
-    Console,
+    /// A logged-in console session whose CSRF token matched (or a `GET`),
+    /// with its role.
+    Console(Role),
     /// A session cookie on a state-changing request without its CSRF token.
     CsrfMissing,
     /// No valid session.
@@ -63,6 +67,7 @@ pub enum Caller {
 
 struct Session {
     csrf: String,
+    role: Role,
     expires: Instant,
 }
 
@@ -72,15 +77,15 @@ pub struct Console {
 }
 
 impl Console {
-    /// Serve a `/ui` path. `token` is the admin token (the console is off,
-    /// 404, without one).
+    /// Serve a `/ui` path. The console is off (404) without an admin
+    /// token.
     pub async fn handle(
         &self,
         request: Request<Incoming>,
-        token: Option<&Secret>,
+        tokens: &Tokens,
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
-        let Some(token) = token else {
+        if !tokens.on() {
             return secured(page(
                 StatusCode::NOT_FOUND,
                 TEXT,
@@ -97,10 +102,16 @@ impl Console {
                 page(StatusCode::OK, "text/css; charset=utf-8", STYLE)
             }
             (Method::GET, "/ui" | "/ui/") => match self.session(request.headers()) {
-                Some(csrf) => page(StatusCode::OK, HTML, &PAGE.replace("{CSRF}", &csrf)),
+                Some((csrf, role)) => page(
+                    StatusCode::OK,
+                    HTML,
+                    &PAGE
+                        .replace("{CSRF}", &csrf)
+                        .replace("{ROLE}", role.as_str()),
+                ),
                 None => login_page(StatusCode::OK, None),
             },
-            (Method::POST, "/ui/login") => self.login(request, token, peer).await,
+            (Method::POST, "/ui/login") => self.login(request, tokens, peer).await,
             (Method::POST, "/ui/logout") => self.logout(request).await,
             (Method::GET | Method::POST, _) => page(StatusCode::NOT_FOUND, TEXT, "not found\n"),
             _ => page(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n"),
@@ -111,32 +122,33 @@ impl Console {
     /// Whether an admin API request comes from a console session, and with
     /// its CSRF token where one is needed.
     pub fn caller(&self, method: &Method, headers: &HeaderMap) -> Caller {
-        let Some(csrf) = self.session(headers) else {
+        let Some((csrf, role)) = self.session(headers) else {
             return Caller::Nobody;
         };
         if method == Method::GET || method == Method::HEAD {
-            return Caller::Console;
+            return Caller::Console(role);
         }
         let presented = headers
             .get("x-csrf-token")
             .map(HeaderValue::as_bytes)
             .unwrap_or_default();
         if bool::from(presented.ct_eq(csrf.as_bytes())) {
-            Caller::Console
+            Caller::Console(role)
         } else {
             Caller::CsrfMissing
         }
     }
 
-    /// The CSRF token of the live session the request's cookie names.
-    fn session(&self, headers: &HeaderMap) -> Option<String> {
+    /// The CSRF token and role of the live session the request's cookie
+    /// names.
+    fn session(&self, headers: &HeaderMap) -> Option<(String, Role)> {
         let id = cookie(headers)?;
         let mut sessions = self.sessions.lock().expect("not poisoned");
         let now = Instant::now();
         // The id is 256 random bits found by its (randomly keyed) hash: a
         // guess meets a stored id's bytes only on a hash collision.
         match sessions.get(&id) {
-            Some(session) if session.expires > now => Some(session.csrf.clone()),
+            Some(session) if session.expires > now => Some((session.csrf.clone(), session.role)),
             Some(_) => {
                 sessions.remove(&id);
                 None
@@ -148,18 +160,18 @@ impl Console {
     async fn login(
         &self,
         request: Request<Incoming>,
-        token: &Secret,
+        tokens: &Tokens,
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
         let Some(presented) = form_field(request, "token").await else {
             return login_page(StatusCode::PAYLOAD_TOO_LARGE, Some("That is not a token."));
         };
-        if !bool::from(presented.as_bytes().ct_eq(token.expose())) {
+        let Some(role) = tokens.role_of(presented.as_bytes()) else {
             tracing::warn!(target: "hookgate::admin", %peer, "console login with a wrong token");
             // Guessing is slow: each wrong try costs its connection a pause.
             tokio::time::sleep(WRONG_TOKEN_PAUSE).await;
             return login_page(StatusCode::UNAUTHORIZED, Some("Wrong token."));
-        }
+        };
         let id = hex::encode(rand::random::<[u8; 32]>());
         let csrf = hex::encode(rand::random::<[u8; 32]>());
         {
@@ -179,11 +191,12 @@ impl Console {
                 id.clone(),
                 Session {
                     csrf,
+                    role,
                     expires: now + SESSION_TTL,
                 },
             );
         }
-        tracing::info!(target: "hookgate::admin", %peer, "console login");
+        tracing::info!(target: "hookgate::admin", %peer, role = role.as_str(), "console login");
         let mut response = redirect("/ui");
         let cookie = format!(
             "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
@@ -198,7 +211,7 @@ impl Console {
 
     async fn logout(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let id = cookie(request.headers());
-        let csrf = self.session(request.headers());
+        let csrf = self.session(request.headers()).map(|(csrf, _)| csrf);
         let Some(presented) = form_field(request, "csrf").await else {
             return page(StatusCode::PAYLOAD_TOO_LARGE, TEXT, "too large\n");
         };
@@ -278,7 +291,7 @@ fn login_page(status: StatusCode, problem: Option<&'static str>) -> Response<Ful
 <link rel="stylesheet" href="/ui/console.css"></head>
 <body><header><h1>hookgate</h1></header>
 <main><section class="login"><h2>Operator console</h2>
-<p>Log in with the gateway's admin token (<code>admin.token</code>).</p>{problem}
+<p>Log in with the gateway's admin token (<code>admin.token</code>), or its read token (<code>admin.read_token</code>) to look without changing anything.</p>{problem}
 <form method="post" action="/ui/login">
 <label>Admin token <input type="password" name="token" id="token" autocomplete="current-password" required autofocus></label>
 <button class="primary" type="submit" id="login">Log in</button>

@@ -237,6 +237,8 @@ pub enum AdminError {
     Unauthorized,
     #[error("a console request that changes something needs the session's X-CSRF-Token")]
     Csrf,
+    #[error("the read token (admin.read_token) may read, not change anything")]
+    ReadOnly,
     #[error("no route of that name")]
     UnknownRoute,
     #[error("the key is not valid percent-encoding")]
@@ -259,7 +261,7 @@ impl AdminError {
                 StatusCode::NOT_FOUND
             }
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
-            AdminError::Csrf => StatusCode::FORBIDDEN,
+            AdminError::Csrf | AdminError::ReadOnly => StatusCode::FORBIDDEN,
             AdminError::KeyEncoding | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -273,6 +275,7 @@ impl AdminError {
             AdminError::NotFound | AdminError::Off => "not_found",
             AdminError::Unauthorized => "unauthorized",
             AdminError::Csrf => "csrf_token_invalid",
+            AdminError::ReadOnly => "read_only",
             AdminError::UnknownRoute => "route_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::BadQuery(_) => "bad_request",
@@ -422,6 +425,8 @@ mod tests {
             (AdminError::NotFound, 404, "not_found"),
             (AdminError::Off, 404, "not_found"),
             (AdminError::Unauthorized, 401, "unauthorized"),
+            (AdminError::Csrf, 403, "csrf_token_invalid"),
+            (AdminError::ReadOnly, 403, "read_only"),
             (AdminError::UnknownRoute, 404, "route_not_found"),
             (AdminError::KeyEncoding, 400, "key_encoding_invalid"),
             (AdminError::Ops(OpsError::KeyNotFound), 404, "key_not_found"),

@@ -63,7 +63,8 @@
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
 //!   own listener, over the engine; [`console`] is the operator console on
-//!   it (`/ui`); [`client`] is `hookgate events|routes|reload`, its
+//!   it (`/ui`); [`access`] says what the admin token and the read token
+//!   may do there; [`client`] is `hookgate events|routes|reload`, its
 //!   command-line client.
 //!
 //! # Names
@@ -85,6 +86,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 pub mod cidr;
 pub mod claim;
@@ -201,11 +203,16 @@ impl App {
             tls.as_ref().map(|tls| Arc::clone(&tls.config)),
             config,
         ));
-        let token = fixed.admin.as_ref().and_then(|admin| admin.token.clone());
+        let tokens = (fixed.admin.as_ref())
+            .map(|admin| access::Tokens {
+                operator: admin.token.clone(),
+                reader: admin.read_token.clone(),
+            })
+            .unwrap_or_default();
         let admin = Arc::new(Admin::new(
             Arc::clone(&engine),
             Arc::clone(&reloader),
-            token,
+            tokens,
             risks,
         ));
         Ok(App {

@@ -13,6 +13,8 @@
 //! - `/ui` — the operator console ([`crate::console`]).
 //! - Behind `Authorization: Bearer <admin.token>`, or a console session
 //!   (with its CSRF token on changes); 404 when no token is configured.
+//!   `admin.read_token` reads everything and changes nothing: any other
+//!   method than `GET` and `HEAD` is 403 `read_only` ([`crate::access`]).
 //!   README, "Failed events and dead letters":
 //!   - `GET /admin/events?route=&state=&limit=&cursor=` pages through
 //!     records, newest first;
@@ -33,8 +35,8 @@
 //!     says whether it was applied (422 `config_invalid` with the problems
 //!     when not): what `hookgate reload` sends.
 //!
-//!   Every admin action is logged with the caller's address and `via`
-//!   (`token` or `console`).
+//!   Every admin action is logged with the caller's address, `via`
+//!   (`token` or `console`) and `role` (`operator` or `reader`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,7 +48,6 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 mod views;
@@ -54,13 +55,13 @@ mod views;
 use self::views::{
     add_preview, headers_json, pause_json, record_json, request_json, sent_json, text,
 };
+use crate::access::Tokens;
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
 use crate::ops::{EventsQuery, RouteView};
 use crate::reload::Reloader;
 use crate::route::Route;
-use crate::secret::Secret;
 use crate::server::{accept_loop, Limits};
 use crate::store::{Cursor, RecordState};
 use crate::traffic::Pause;
@@ -75,7 +76,7 @@ const LIMITS: Limits = Limits {
 pub struct Admin {
     gateway: Arc<Engine>,
     reloader: Arc<Reloader>,
-    token: Option<Secret>,
+    tokens: Tokens,
     /// Store settings that would lose claims, found at start-up.
     risks: Vec<String>,
     /// The operator console's sessions (`/ui`).
@@ -86,13 +87,13 @@ impl Admin {
     pub fn new(
         gateway: Arc<Engine>,
         reloader: Arc<Reloader>,
-        token: Option<Secret>,
+        tokens: Tokens,
         risks: Vec<String>,
     ) -> Self {
         Self {
             gateway,
             reloader,
-            token,
+            tokens,
             risks,
             console: Console::default(),
         }
@@ -130,9 +131,7 @@ impl Admin {
             (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
             (&Method::GET, "/readyz") => self.readyz().await,
             (_, path) if path == "/ui" || path.starts_with("/ui/") => {
-                self.console
-                    .handle(request, self.token.as_ref(), peer)
-                    .await
+                self.console.handle(request, &self.tokens, peer).await
             }
             (_, path) if path.starts_with("/admin/") => self
                 .admin(&request, path, peer)
@@ -175,20 +174,22 @@ impl Admin {
         path: &str,
         peer: SocketAddr,
     ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let Some(token) = &self.token else {
+        if !self.tokens.on() {
             return Err(AdminError::Off);
-        };
+        }
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|value| bearer(value.as_bytes()));
-        // The bearer token, or a console session (with its CSRF token on
+        // A bearer token, or a console session (with its CSRF token on
         // anything but a read).
-        let via = match presented {
-            Some(presented) if bool::from(presented.ct_eq(token.expose())) => "token",
-            Some(_) => return Err(self.refused(peer, path)),
+        let (via, role) = match presented {
+            Some(presented) => match self.tokens.role_of(presented) {
+                Some(role) => ("token", role),
+                None => return Err(self.refused(peer, path)),
+            },
             None => match self.console.caller(request.method(), request.headers()) {
-                Caller::Console => "console",
+                Caller::Console(role) => ("console", role),
                 Caller::CsrfMissing => {
                     tracing::warn!(target: "hookgate::admin", %peer, path, "console request without its CSRF token");
                     return Err(AdminError::Csrf);
@@ -196,6 +197,12 @@ impl Admin {
                 Caller::Nobody => return Err(self.refused(peer, path)),
             },
         };
+        if !role.may(request.method()) {
+            tracing::warn!(target: "hookgate::admin", %peer, via, role = role.as_str(), method = %request.method(), path,
+                "admin request refused: the read token changes nothing");
+            return Err(AdminError::ReadOnly);
+        }
+        let role = role.as_str();
 
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let method = request.method().clone();
@@ -209,7 +216,7 @@ impl Admin {
             if method != Method::POST {
                 return Err(AdminError::MethodNotAllowed);
             }
-            tracing::info!(target: "hookgate::admin", %peer, via, "admin action: reload");
+            tracing::info!(target: "hookgate::admin", %peer, via, role, "admin action: reload");
             let reloader = Arc::clone(&self.reloader);
             let reloaded = tokio::task::spawn_blocking(move || reloader.reload())
                 .await
@@ -251,7 +258,7 @@ impl Admin {
                 if method != Method::POST {
                     return Err(AdminError::MethodNotAllowed);
                 }
-                return self.pause(request, &route, pause, peer, via).await;
+                return self.pause(request, &route, pause, peer, (via, role)).await;
             }
             Target::Redrive => {
                 if method != Method::POST {
@@ -267,7 +274,7 @@ impl Admin {
                             AdminError::BadQuery("rate must be 1-10000 a second".into())
                         })?,
                 };
-                tracing::info!(target: "hookgate::admin", %peer, via, route = %route.name, rate, "admin action: redrive dead letters");
+                tracing::info!(target: "hookgate::admin", %peer, via, role, route = %route.name, rate, "admin action: redrive dead letters");
                 let done = self.gateway.redrive(Arc::clone(&route), rate).await?;
                 return Ok(json_response(
                     StatusCode::OK,
@@ -284,7 +291,7 @@ impl Admin {
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
         let force = query_flag(request, "force");
-        tracing::info!(target: "hookgate::admin", %peer, via, %method, route = %route.name, key, action, force, "admin action");
+        tracing::info!(target: "hookgate::admin", %peer, via, role, %method, route = %route.name, key, action, force, "admin action");
 
         match (method, action) {
             (Method::GET, None) => {
@@ -371,7 +378,7 @@ impl Admin {
         route: &Route,
         pause: bool,
         peer: SocketAddr,
-        via: &str,
+        (via, role): (&str, &str),
     ) -> Result<Response<Full<Bytes>>, AdminError> {
         let by = query_param(request, "by")
             .filter(|by| !by.is_empty())
@@ -389,7 +396,7 @@ impl Admin {
             reason: reason.clone(),
         });
         let changed = self.gateway.pause_or_resume(route, new).await?;
-        tracing::warn!(target: "hookgate::admin", %peer, via, route = %route.name, action, by, reason, changed,
+        tracing::warn!(target: "hookgate::admin", %peer, via, role, route = %route.name, action, by, reason, changed,
             "admin action: route {}", if pause { "paused" } else { "resumed" });
         Ok(json_response(
             StatusCode::OK,

@@ -54,6 +54,7 @@ pub struct RawTls {
 pub struct RawAdmin {
     pub listen: String,
     pub token: Option<String>,
+    pub read_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

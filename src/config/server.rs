@@ -172,31 +172,48 @@ impl Validator<'_> {
     }
 
     pub(super) fn admin(&mut self, at: &KeyPath, raw: RawAdmin) -> AdminSettings {
-        let token = raw.token.as_ref().and_then(|token| {
-            let value = self.string(&at.key("token"), token)?;
-            if value.len() < 16 {
+        let token =
+            (raw.token.as_ref()).and_then(|token| self.admin_token(&at.key("token"), token));
+        let read_token = (raw.read_token.as_ref())
+            .and_then(|token| self.admin_token(&at.key("read_token"), token));
+        if let Some(read_token) = &read_token {
+            if token.is_none() {
                 self.fail(
-                    &at.key("token"),
-                    "the admin token must be at least 16 characters",
+                    &at.key("read_token"),
+                    "read_token needs token: the read-only login is a second token beside the admin token",
                 );
-                return None;
-            }
-            let lower = value.to_ascii_lowercase();
-            if let Some(word) = PLACEHOLDERS.iter().find(|word| lower.contains(**word)) {
+            } else if token.as_ref().is_some_and(|token| token == read_token) {
                 self.fail(
-                    &at.key("token"),
-                    format!(
-                        "the admin token looks like a placeholder (it contains {word:?}): \
-                         set a random one, e.g. `openssl rand -hex 32`"
-                    ),
+                    &at.key("read_token"),
+                    "read_token must differ from token (it may read, not change)",
                 );
-                return None;
             }
-            Some(Secret::new(value))
-        });
+        }
         AdminSettings {
             listen: self.addr(&at.key("listen"), &raw.listen),
             token,
+            read_token,
         }
+    }
+
+    /// An admin token: at least 16 characters, no shipped placeholder.
+    fn admin_token(&mut self, at: &KeyPath, token: &str) -> Option<Secret> {
+        let value = self.string(at, token)?;
+        if value.len() < 16 {
+            self.fail(at, "an admin token must be at least 16 characters");
+            return None;
+        }
+        let lower = value.to_ascii_lowercase();
+        if let Some(word) = PLACEHOLDERS.iter().find(|word| lower.contains(**word)) {
+            self.fail(
+                at,
+                format!(
+                    "the admin token looks like a placeholder (it contains {word:?}): \
+                     set a random one, e.g. `openssl rand -hex 32`"
+                ),
+            );
+            return None;
+        }
+        Some(Secret::new(value))
     }
 }

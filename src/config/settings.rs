@@ -151,7 +151,11 @@ pub struct TlsSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdminSettings {
     pub listen: SocketAddr,
+    /// May do everything the admin API offers.
     pub token: Option<Secret>,
+    /// May read everything and change nothing (README, "Failed events and
+    /// dead letters").
+    pub read_token: Option<Secret>,
 }
 
 /// What to do when the store cannot answer (docs/configuration.md `on_error`).

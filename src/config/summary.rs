@@ -44,9 +44,14 @@ impl Config {
         );
         if let Some(admin) = &fixed.admin {
             out += &format!(
-                "admin {} (admin API {})\n",
+                "admin {} (admin API {}{})\n",
                 admin.listen,
-                if admin.token.is_some() { "on" } else { "off" }
+                if admin.token.is_some() { "on" } else { "off" },
+                if admin.read_token.is_some() {
+                    ", read-only token on"
+                } else {
+                    ""
+                }
             );
         }
         out += &format!("{} route(s):\n", live.routes.len());

@@ -5,6 +5,10 @@
 "use strict";
 
 const csrf = document.querySelector('meta[name="csrf-token"]').content;
+// A session of the read token (admin.read_token) reads everything and
+// changes nothing: no action button is shown to it.
+const READ_ONLY = document.querySelector('meta[name="role"]').content === "reader";
+if (READ_ONLY) document.getElementById("who").textContent = "operator console (read only)";
 const ROUTES_EVERY_MS = 2000;
 const STATES = ["", "processing", "queued", "failed", "dead", "completed"];
 
@@ -93,7 +97,7 @@ async function loadRoutes() {
         el("b", {}, rate === null ? "…" : rate.toFixed(1) + "/s"), " " + outcome + " (" + count + ")"));
     }
     const shownRates = rates.length ? rates.flatMap((r, i) => (i ? [" · ", r] : [r])) : ["no traffic yet"];
-    const redrive = route.dead_letters
+    const redrive = route.dead_letters && !READ_ONLY
       ? el("button", { class: "danger", "data-redrive": route.name, onclick: () => redriveRoute(route.name, route.dead_letters) },
           "Redrive " + route.dead_letters + " dead letter" + (route.dead_letters === 1 ? "" : "s"))
       : null;
@@ -249,7 +253,7 @@ async function showEvent(route, key) {
     request
       ? [el("p", { class: "mono" }, request.method + (request.query ? " ?" + request.query : "")), headerTable(request.headers), preview(request)]
       : el("p", { class: "empty" }, "not kept (only failed, dead and replayed events keep their request)"),
-    el("div", { class: "actions" },
+    READ_ONLY ? null : el("div", { class: "actions" },
       request ? act("Redeliver", "primary", "Send the stored request of " + key + " to the upstream again, under the same key?", "POST", "/redeliver") : null,
       request ? act("Replay", "", "Send the stored request of " + key + " again as a new event, under a new key?", "POST", "/replay") : null,
       act("Forget", "danger", "Forget " + key + "? The sender's next delivery of it is processed again.", "DELETE", "")),

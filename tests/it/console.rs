@@ -16,9 +16,10 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-/// A gateway with the admin listener and its token, in front of an upstream
-/// that answers 503 until the switch is set; events die after one attempt.
-async fn gateway() -> (TestGateway, Upstream, Arc<AtomicBool>) {
+/// A gateway with the admin listener, its token and its read token, in
+/// front of an upstream that answers 503 until the switch is set; events
+/// die after one attempt.
+pub(crate) async fn gateway() -> (TestGateway, Upstream, Arc<AtomicBool>) {
     let (upstream, healthy) = Upstream::flaky().await;
     let text = config_text(
         &upstream.url("/hook"),
@@ -26,13 +27,13 @@ async fn gateway() -> (TestGateway, Upstream, Arc<AtomicBool>) {
         "max_attempts = 1",
         "",
     );
-    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let gateway = TestGateway::start(&with_read_token(&text)).await;
     (gateway, upstream, healthy)
 }
 
 /// `method path` on the admin listener as a console session: its `cookie`,
 /// and `csrf` as `X-CSRF-Token` when given.
-async fn as_session(
+pub(crate) async fn as_session(
     gateway: &TestGateway,
     method: Method,
     path: &str,
@@ -45,7 +46,7 @@ async fn as_session(
 }
 
 /// Log in with `token`; the session cookie (`name=value`) when accepted.
-async fn login(gateway: &TestGateway, token: &str) -> (Answer, Option<String>) {
+pub(crate) async fn login(gateway: &TestGateway, token: &str) -> (Answer, Option<String>) {
     let body = format!("token={token}");
     let answer = send(
         Method::POST,
@@ -64,7 +65,7 @@ async fn login(gateway: &TestGateway, token: &str) -> (Answer, Option<String>) {
 }
 
 /// The CSRF token in the console page that `cookie` gets.
-async fn csrf_of(gateway: &TestGateway, cookie: &str) -> String {
+pub(crate) async fn csrf_of(gateway: &TestGateway, cookie: &str) -> String {
     let page = as_session(gateway, Method::GET, "/ui", cookie, None).await;
     let page = String::from_utf8_lossy(&page.body).into_owned();
     let start = page
@@ -610,6 +611,40 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
         )
         .await;
     browser.screenshot("event").await;
+
+    // Log out, and in again with the read token: everything is shown,
+    // no action button is.
+    browser.click("#logout").await;
+    browser
+        .wait_for("the login form", "return document.querySelector('#token')")
+        .await;
+    browser.type_into("#token", READ_TOKEN).await;
+    browser.click("#login").await;
+    browser
+        .wait_for(
+            "the routes, read only",
+            "return document.querySelector('#routes-body tr[data-route=hook]')",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .run("return document.querySelector('#who').textContent")
+            .await,
+        "operator console (read only)"
+    );
+    browser.type_into("#filter-key", "evt_dead").await;
+    browser.click("#search").await;
+    browser
+        .wait_for(
+            "the record, read only",
+            "return document.querySelector('#event-key')?.textContent === 'evt_dead'",
+        )
+        .await;
+    let buttons = browser
+        .run("return document.querySelectorAll('main button[data-action], main button[data-redrive]').length")
+        .await;
+    assert_eq!(buttons, 0, "a read-only session is shown no action");
+    browser.screenshot("read-only").await;
     traffic.abort();
     gateway.shutdown().await;
 }

@@ -26,6 +26,7 @@ mod observability;
 mod postgres;
 mod reload;
 mod replay_cache;
+mod roles;
 mod schemes;
 mod sdk;
 mod support;

@@ -296,6 +296,45 @@ fn drain_delay_and_watch_have_defaults() {
     );
 }
 
+/// `[admin] read_token`: a second token, valid like the first, beside it.
+#[test]
+fn a_read_token_is_checked_like_the_admin_token() {
+    let with = |lines: &str| {
+        MINIMAL.replace(
+            "[store]",
+            &format!("[admin]\nlisten = \"127.0.0.1:9090\"\n{lines}\n\n[store]"),
+        )
+    };
+    let token = "token = \"a-real-random-token-8f3a9c\"";
+    let config = parse(&with(&format!(
+        "{token}\nread_token = \"a-reader-token-77e1b0d2\""
+    )))
+    .unwrap();
+    let admin = config.fixed.admin.unwrap();
+    assert_eq!(format!("{:?}", admin.read_token), "Some([redacted])");
+    for (lines, problem) in [
+        (
+            "read_token = \"a-reader-token-77e1b0d2\"".to_owned(),
+            "admin.read_token: read_token needs token",
+        ),
+        (
+            format!("{token}\nread_token = \"a-real-random-token-8f3a9c\""),
+            "admin.read_token: read_token must differ from token",
+        ),
+        (
+            format!("{token}\nread_token = \"short\""),
+            "admin.read_token: an admin token must be at least 16 characters",
+        ),
+        (
+            format!("{token}\nread_token = \"example-reader-token-0123\""),
+            "admin.read_token: the admin token looks like a placeholder",
+        ),
+    ] {
+        let found = problems(&with(&lines)).join("\n");
+        assert!(found.contains(problem), "{lines}: {found}");
+    }
+}
+
 #[test]
 fn check_catches_what_would_fail_or_bite_at_run_time() {
     let with_admin = |listen: &str, token: &str| {

@@ -8,6 +8,8 @@ use http_body_util::Full;
 use super::{Answer, Sender};
 
 pub const ADMIN_TOKEN: &str = "admin-token-0123456789";
+/// `[admin] read_token` where a test sets one ([`with_read_token`]).
+pub const READ_TOKEN: &str = "reader-token-0123456789";
 
 /// `text` with an `[admin]` listener on a free port, with the token or not.
 pub fn with_admin(text: &str, token: bool) -> String {
@@ -52,4 +54,12 @@ pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &st
     }
     let body = Full::new(Bytes::from(body.to_owned()));
     Sender::new().send(builder.body(body).unwrap()).await
+}
+
+/// `with_admin(text, true)` plus the read token.
+pub fn with_read_token(text: &str) -> String {
+    with_admin(text, true).replace(
+        &format!("token = \"{ADMIN_TOKEN}\"\n"),
+        &format!("token = \"{ADMIN_TOKEN}\"\nread_token = \"{READ_TOKEN}\"\n"),
+    )
 }
