@@ -16,8 +16,8 @@
 //!   `admin.read_token` reads everything and changes nothing: any other
 //!   method than `GET` and `HEAD` is 403 `read_only` ([`crate::access`]).
 //!   README, "Failed events and dead letters":
-//!   - `GET /admin/events?route=&state=&limit=&cursor=` pages through
-//!     records, newest first;
+//!   - `GET /admin/events?route=&state=&since=&until=&status=&error=&limit=&cursor=`
+//!     pages through records, newest first (`ops::filter`);
 //!   - `/admin/routes/{route}/keys/{key}`: `GET` shows the record (its
 //!     request with `?body=true`), `DELETE` forgets it (the next delivery is
 //!     processed again), `POST …/release` force-releases a stuck in-flight
@@ -50,7 +50,10 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+mod query;
 mod views;
+
+use self::query::{filter, percent_decode, query_flag, query_param};
 
 use self::views::{
     add_preview, headers_json, pause_json, record_json, request_json, sent_json, text,
@@ -475,6 +478,7 @@ impl Admin {
         let query = EventsQuery {
             route,
             state,
+            filter: filter(request, self.gateway.clock().now_ms())?,
             limit,
             cursor,
         };
@@ -506,65 +510,9 @@ const MAX_PAGE: usize = 500;
 /// Redeliveries a second of a redrive unless `rate` says.
 const DEFAULT_REDRIVE_RATE: u32 = 20;
 
-/// The value of query parameter `name`, percent-decoded (as sent when it
-/// does not decode, so that it fails validation instead of vanishing).
-fn query_param(request: &Request<Incoming>, name: &str) -> Option<String> {
-    request
-        .uri()
-        .query()?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| {
-            let value = value.replace('+', " ");
-            percent_decode(&value).unwrap_or(value)
-        })
-}
-
-/// Whether the query string sets `name=true`.
-fn query_flag(request: &Request<Incoming>, name: &str) -> bool {
-    request
-        .uri()
-        .query()
-        .unwrap_or_default()
-        .split('&')
-        .any(|pair| pair.split_once('=') == Some((name, "true")))
-}
-
-/// Decode `%XX` escapes; `None` for a broken escape or non-UTF-8 result.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// The credentials of an `Authorization: Bearer …` value; the scheme's
 /// name is case-insensitive (RFC 9110 §11.1).
 fn bearer(value: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = value.split_at_checked(7)?;
     scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percent_decode;
-
-    #[test]
-    fn decodes_percent_escapes() {
-        assert_eq!(percent_decode("evt_1").as_deref(), Some("evt_1"));
-        assert_eq!(percent_decode("a%2Fb%25c").as_deref(), Some("a/b%c"));
-        assert_eq!(percent_decode("bad%2"), None);
-        assert_eq!(percent_decode("bad%zz"), None);
-    }
 }

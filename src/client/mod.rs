@@ -39,6 +39,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use self::render::{paused_text, pretty, print_record, print_routes, print_sent, print_table};
+use crate::ops::filter::rfc3339;
 
 /// How long one admin call may take (a redrive of many dead letters is
 /// paced, so it gets longer).
@@ -109,6 +110,50 @@ enum RoutesCommand {
     },
 }
 
+/// Which events a listing keeps (README, "Failed events and dead letters").
+#[derive(clap::Args)]
+struct FilterArgs {
+    /// Changed since: a duration ago (`2h`, `30m`) or an RFC 3339 time.
+    #[arg(long)]
+    since: Option<String>,
+    /// Changed until: a duration ago or an RFC 3339 time.
+    #[arg(long)]
+    until: Option<String>,
+    /// The last failed attempt's upstream status (e.g. 503).
+    #[arg(long)]
+    status: Option<u16>,
+    /// The last failed attempt's class: refused, not_delivered or unknown.
+    #[arg(long)]
+    error: Option<String>,
+}
+
+impl FilterArgs {
+    /// As query parameters of `GET /admin/events`. A time given as a
+    /// duration ago is resolved here, once, so every page of a walk has
+    /// the same window.
+    fn query(&self) -> Vec<String> {
+        let now_ms = crate::clock::Clock::system().now_ms();
+        let at = |text: &String| match crate::config::parse_duration(text) {
+            Ok(ago) => rfc3339(now_ms.saturating_sub(ago.as_millis() as u64)),
+            Err(_) => text.clone(),
+        };
+        let mut query = Vec::new();
+        query.extend(
+            self.since
+                .as_ref()
+                .map(|t| format!("since={}", encode(&at(t)))),
+        );
+        query.extend(
+            self.until
+                .as_ref()
+                .map(|t| format!("until={}", encode(&at(t)))),
+        );
+        query.extend(self.status.map(|status| format!("status={status}")));
+        query.extend(self.error.as_ref().map(|e| format!("error={}", encode(e))));
+        query
+    }
+}
+
 #[derive(clap::Subcommand)]
 enum EventsCommand {
     /// List stored events, newest first.
@@ -128,6 +173,8 @@ enum EventsCommand {
         /// Follow every page to the end.
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
     },
     /// Show one event: state, attempts, last error, the stored request.
     Show {
@@ -300,6 +347,7 @@ impl AdminClient {
                 limit,
                 cursor,
                 all,
+                filter,
             } => {
                 if !json {
                     self.print_paused(route.as_deref()).await;
@@ -314,6 +362,7 @@ impl AdminClient {
                     query.extend(route.as_ref().map(|r| format!("route={}", encode(r))));
                     query.extend(state.as_ref().map(|s| format!("state={}", encode(s))));
                     query.extend(cursor.as_ref().map(|c| format!("cursor={}", encode(c))));
+                    query.extend(filter.query());
                     let path = format!("/admin/events?{}", query.join("&"));
                     let page = self.call(Method::GET, &path, TIMEOUT).await?;
                     if json && all {

@@ -8,10 +8,12 @@
 //! Actions that send run as tasks of the gateway ([`redeliver`]): a caller
 //! that hangs up does not stop them.
 
+pub mod filter;
 pub mod redeliver;
 
 use std::sync::Arc;
 
+use self::filter::Filter;
 use crate::delivery::Engine;
 pub use crate::error::OpsError;
 use crate::route::Route;
@@ -35,9 +37,17 @@ pub struct EventsQuery {
     /// One route's events; every route's when `None`.
     pub route: Option<Arc<Route>>,
     pub state: Option<RecordState>,
+    /// Time window, last status and error class.
+    pub filter: Filter,
     pub limit: usize,
     pub cursor: Option<Cursor>,
 }
+
+/// Records a filtered listing examines for one page at most: a page of
+/// few matches among many records ends early, with a cursor to go on.
+const SCAN_BUDGET: usize = 5_000;
+/// Records a filtered listing reads from the store at a time.
+const SCAN_PAGE: usize = 500;
 
 /// One page of events, each under the route it belongs to.
 pub struct EventsPage {
@@ -94,9 +104,57 @@ impl Engine {
     /// One page of events, newest first by last change. Each scope is
     /// listed once, under the first route that uses it unless a record
     /// names its own; a route of a shared scope shows its own events only.
+    /// A filter reads on from the store until the page is full, the window
+    /// is passed, or [`SCAN_BUDGET`] records were examined (the page may
+    /// then hold fewer than `limit`, and its cursor goes on).
     pub async fn events(&self, query: EventsQuery) -> Result<EventsPage, OpsError> {
-        let routes: Vec<Arc<Route>> = match query.route {
-            Some(route) => vec![route],
+        if !query.filter.narrows() {
+            return self.events_page(&query).await;
+        }
+        let mut query = query;
+        if let (None, Some(until)) = (&query.cursor, query.filter.until_ms) {
+            query.cursor = Some(Cursor::at_or_before(until));
+        }
+        let (limit, filter) = (query.limit, query.filter.clone());
+        query.limit = SCAN_PAGE;
+        let mut kept = Vec::new();
+        let mut scanned = 0;
+        loop {
+            let page = self.events_page(&query).await?;
+            for (route, listed) in page.events {
+                scanned += 1;
+                if filter.ends_before(listed.record.updated_ms) {
+                    return Ok(EventsPage {
+                        events: kept,
+                        next: None,
+                    });
+                }
+                let cursor = listed.cursor();
+                if filter.keeps(&listed.record) {
+                    kept.push((route, listed));
+                }
+                if kept.len() == limit || scanned >= SCAN_BUDGET {
+                    return Ok(EventsPage {
+                        events: kept,
+                        next: Some(cursor),
+                    });
+                }
+                query.cursor = Some(cursor);
+            }
+            if page.next.is_none() {
+                return Ok(EventsPage {
+                    events: kept,
+                    next: None,
+                });
+            }
+            query.cursor = page.next;
+        }
+    }
+
+    /// One page of the store's listing for `query`, without its filter.
+    async fn events_page(&self, query: &EventsQuery) -> Result<EventsPage, OpsError> {
+        let routes: Vec<Arc<Route>> = match &query.route {
+            Some(route) => vec![Arc::clone(route)],
             None => self.routes(),
         };
         let mut scopes: Vec<(&str, &str)> = Vec::new();

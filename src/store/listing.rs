@@ -21,7 +21,8 @@ impl Listed {
         (self.record.updated_ms, &self.scope, &self.id)
     }
 
-    pub(super) fn cursor(&self) -> Cursor {
+    /// Where a listing goes on after this record.
+    pub fn cursor(&self) -> Cursor {
         Cursor {
             updated_ms: self.record.updated_ms,
             scope: self.scope.clone(),
@@ -47,6 +48,16 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// Where a listing of the records changed at or before `ms` starts.
+    pub fn at_or_before(ms: u64) -> Self {
+        // Every scope sorts after "": its records must be older than `ms + 1`.
+        Cursor {
+            updated_ms: ms.saturating_add(1),
+            scope: String::new(),
+            id: String::new(),
+        }
+    }
+
     pub fn encode(&self) -> String {
         use base64::Engine;
         let text = format!("{}\n{}\n{}", self.updated_ms, self.scope, self.id);

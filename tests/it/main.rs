@@ -29,6 +29,7 @@ mod replay_cache;
 mod roles;
 mod schemes;
 mod sdk;
+mod search;
 mod support;
 mod tls;
 mod tracing;

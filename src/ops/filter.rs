@@ -1,0 +1,178 @@
+//! Which events a listing keeps beyond route and state (README, "Failed
+//! events and dead letters"): a window of last change (`since`, `until`),
+//! the last upstream status and the last error class. The store lists
+//! newest first by last change, so `until` is where a listing starts and
+//! `since` where it stops; status and class are checked on each record.
+
+use crate::store::{FailureClass, Record};
+
+/// What a listing keeps; the default keeps everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Changed at or after this (Unix ms).
+    pub since_ms: Option<u64>,
+    /// Changed at or before this (Unix ms).
+    pub until_ms: Option<u64>,
+    /// The last failed attempt's upstream status.
+    pub status: Option<u16>,
+    /// The last failed attempt's class.
+    pub error: Option<FailureClass>,
+}
+
+impl Filter {
+    /// Whether it keeps only some records of what it is given.
+    pub fn narrows(&self) -> bool {
+        *self != Filter::default()
+    }
+
+    /// Whether `record` passes every condition set.
+    pub fn keeps(&self, record: &Record) -> bool {
+        let last = record.last_error.as_ref();
+        self.since_ms.is_none_or(|since| record.updated_ms >= since)
+            && self.until_ms.is_none_or(|until| record.updated_ms <= until)
+            && (self.status).is_none_or(|status| last.and_then(|e| e.status) == Some(status))
+            && (self.error).is_none_or(|class| last.map(|e| e.class) == Some(class))
+    }
+
+    /// Whether a record changed at `updated_ms`, and every older one, is
+    /// before the window: a newest-first listing can stop there.
+    pub fn ends_before(&self, updated_ms: u64) -> bool {
+        self.since_ms.is_some_and(|since| updated_ms < since)
+    }
+}
+
+/// A point in time as an operator writes it: a duration ago (`90s`, `2h`,
+/// `3d`) or an RFC 3339 time (`2026-12-02T14:02:00Z`, with an offset or
+/// `Z`); Unix ms.
+pub fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
+    if let Ok(ago) = crate::config::parse_duration(text) {
+        return Ok(now_ms.saturating_sub(ago.as_millis() as u64));
+    }
+    let at: toml::value::Datetime = text.trim().parse().map_err(|_| {
+        format!("{text:?} is neither a duration ago like \"2h\" nor an RFC 3339 time")
+    })?;
+    let (Some(date), Some(time), Some(offset)) = (at.date, at.time, at.offset) else {
+        return Err(format!(
+            "{text:?} needs a date, a time and a zone (Z or +01:00)"
+        ));
+    };
+    let days = days_from_civil(i64::from(date.year), date.month.into(), date.day.into());
+    let seconds = days * 86_400
+        + i64::from(time.hour) * 3_600
+        + i64::from(time.minute) * 60
+        + i64::from(time.second);
+    let offset_minutes = match offset {
+        toml::value::Offset::Z => 0,
+        toml::value::Offset::Custom { minutes } => i64::from(minutes),
+    };
+    let ms = (seconds - offset_minutes * 60) * 1_000 + i64::from(time.nanosecond / 1_000_000);
+    u64::try_from(ms).map_err(|_| format!("{text:?} is before 1970"))
+}
+
+/// Unix ms as RFC 3339 in UTC, to the millisecond
+/// (`2026-12-02T14:02:00.250Z`): what `parse_time` reads back.
+pub fn rfc3339(ms: u64) -> String {
+    let (days, rest) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let (hour, minute) = (rest / 3_600_000, rest / 60_000 % 60);
+    let (second, milli) = (rest / 1_000 % 60, rest % 1_000);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+}
+
+/// The date of a day since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::LastError;
+
+    #[test]
+    fn times_are_durations_ago_or_rfc3339() {
+        let now = 1_764_684_000_000; // 2025-12-02T14:00:00Z
+        assert_eq!(parse_time("2h", now), Ok(now - 7_200_000));
+        assert_eq!(parse_time("90s", now), Ok(now - 90_000));
+        assert_eq!(parse_time("2025-12-02T14:00:00Z", 0), Ok(now));
+        assert_eq!(parse_time("2025-12-02T15:00:00+01:00", 0), Ok(now));
+        assert_eq!(parse_time("2025-12-02T14:00:00.250Z", 0), Ok(now + 250));
+        assert_eq!(parse_time("1970-01-01T00:00:00Z", 0), Ok(0));
+        assert_eq!(parse_time("2000-03-01T00:00:00Z", 0), Ok(951_868_800_000));
+        for ms in [0, now, now + 250, 951_868_800_000, 4_102_444_799_999] {
+            assert_eq!(parse_time(&rfc3339(ms), 0), Ok(ms), "{}", rfc3339(ms));
+        }
+        assert_eq!(rfc3339(now + 250), "2025-12-02T14:00:00.250Z");
+        for bad in ["", "2", "yesterday", "2025-12-02", "2025-12-02T14:00:00"] {
+            assert!(parse_time(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_filter_keeps_what_matches_every_condition() {
+        let mut record = Record::claimed("t", "sha", 1, 1_000);
+        record.updated_ms = 5_000;
+        record.last_error = Some(LastError {
+            class: FailureClass::Refused,
+            status: Some(503),
+            at_ms: 5_000,
+        });
+        let keeps = |filter: Filter| filter.keeps(&record);
+        assert!(keeps(Filter::default()));
+        assert!(keeps(Filter {
+            since_ms: Some(5_000),
+            until_ms: Some(5_000),
+            status: Some(503),
+            error: Some(FailureClass::Refused),
+        }));
+        assert!(!keeps(Filter {
+            since_ms: Some(5_001),
+            ..Filter::default()
+        }));
+        assert!(!keeps(Filter {
+            until_ms: Some(4_999),
+            ..Filter::default()
+        }));
+        assert!(!keeps(Filter {
+            status: Some(500),
+            ..Filter::default()
+        }));
+        assert!(!keeps(Filter {
+            error: Some(FailureClass::Unknown),
+            ..Filter::default()
+        }));
+        record.last_error = None;
+        let by_status = Filter {
+            status: Some(503),
+            ..Filter::default()
+        };
+        assert!(!by_status.keeps(&record));
+    }
+}

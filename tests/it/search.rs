@@ -1,0 +1,179 @@
+//! Finding the events an incident touched: `GET /admin/events` and
+//! `hookgate events list` filtered by time of last change (`since`,
+//! `until`), last upstream status and last error class, on every backend,
+//! paged with a cursor, each match once.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// Ids of every page of `GET /admin/events?{query}`, `limit` a page.
+async fn walk(gateway: &TestGateway, query: &str, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/admin/events?{query}&limit={limit}");
+        if let Some(cursor) = &cursor {
+            path += &format!("&cursor={cursor}");
+        }
+        let page = get(&gateway.admin_url(&path), Some(ADMIN_TOKEN)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {:?}", page.body);
+        let page = page.json();
+        for event in page["events"].as_array().unwrap() {
+            ids.push(event["key"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return ids,
+        }
+    }
+}
+
+fn set(ids: &[String]) -> BTreeSet<String> {
+    let unique: BTreeSet<String> = ids.iter().cloned().collect();
+    assert_eq!(unique.len(), ids.len(), "each match once: {ids:?}");
+    unique
+}
+
+fn named(prefix: &str, statuses: &[&str]) -> BTreeSet<String> {
+    (statuses.iter())
+        .flat_map(|status| (0..4).map(move |i| format!("evt_{prefix}_{status}_{i}")))
+        .collect()
+}
+
+/// Two batches of events, 300 ms apart, each with 4 answered 200, 4
+/// refused 503 and 4 refused 500 (one attempt each: the refused are dead).
+async fn filters_find_what_an_incident_touched(backend: Backend) {
+    let upstream = Upstream::with(|seen| {
+        let key = seen.key();
+        let status = if key.contains("_503_") {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else if key.contains("_500_") {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        Plan {
+            status,
+            ..ok_plan(seen)
+        }
+    })
+    .await;
+    let text = config_text(&upstream.url("/hook"), &backend, "max_attempts = 1", "");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let url = gateway.url("/hook");
+    let sender = Sender::new();
+    let clock = || hookgate::clock::Clock::system().now_ms();
+    let mut between = 0;
+    for batch in ["a", "b"] {
+        for status in ["ok", "503", "500"] {
+            for i in 0..4 {
+                let id = format!("evt_{batch}_{status}_{i}");
+                sender.deliver(&url, &event(&id)).await;
+            }
+        }
+        if batch == "a" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            between = clock();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+    // A walk's window is fixed: as an absolute time (a duration ago would
+    // move with each page).
+    let at = hookgate::ops::filter::rfc3339(between);
+
+    let dead_503 = walk(&gateway, "state=dead&status=503", 3).await;
+    assert_eq!(
+        set(&dead_503),
+        &named("a", &["503"]) | &named("b", &["503"])
+    );
+    let refused = walk(&gateway, "error=refused", 5).await;
+    assert_eq!(
+        set(&refused),
+        &named("a", &["503", "500"]) | &named("b", &["503", "500"])
+    );
+    // The window: after the first batch, and up to it.
+    let later = walk(&gateway, &format!("since={at}"), 4).await;
+    assert_eq!(set(&later), named("b", &["ok", "503", "500"]));
+    let earlier = walk(&gateway, &format!("until={at}&status=500"), 2).await;
+    assert_eq!(set(&earlier), named("a", &["500"]));
+    // Filters beside the route and a state that has none of them.
+    let none = walk(&gateway, "route=hook&state=completed&status=503", 10).await;
+    assert!(none.is_empty(), "{none:?}");
+
+    // The CLI: the same filter, every page as one array.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["events", "list", "--status", "503", "--since"])
+        .arg(format!("{}ms", clock() - between))
+        .args(["--all", "--json", "--limit", "3", "--admin"])
+        .arg(gateway.admin_url(""))
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let keys: Vec<String> = (listed.as_array().unwrap().iter())
+        .map(|event| event["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(set(&keys), named("b", &["503"]));
+
+    for bad in [
+        "status=abc",
+        "status=42",
+        "error=nope",
+        "since=yesterday",
+        "until=2026-12-02",
+    ] {
+        let answer = get(
+            &gateway.admin_url(&format!("/admin/events?{bad}")),
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(answer.code(), "bad_request", "{bad}");
+    }
+    let rfc3339 = request(
+        Method::GET,
+        &gateway.admin_url("/admin/events?since=2020-01-01T00:00:00.000Z&status=503"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(rfc3339.json()["events"].as_array().unwrap().len(), 8);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_memory() {
+    filters_find_what_an_incident_touched(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    filters_find_what_an_incident_touched(Backend::Embedded(dir.path().join("h.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    filters_find_what_an_incident_touched(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_a_redis_cluster() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    filters_find_what_an_incident_touched(Backend::RedisCluster(cluster.toml())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_postgres() {
+    let database = TestDatabase::create().await;
+    filters_find_what_an_incident_touched(Backend::Postgres(database.url())).await;
+}
