@@ -241,6 +241,8 @@ pub enum AdminError {
     ReadOnly,
     #[error("no route of that name")]
     UnknownRoute,
+    #[error("no bulk action of that id on this instance (a bulk action runs on the instance that took it, and stops if that instance stops)")]
+    BulkNotFound,
     #[error("the key is not valid percent-encoding")]
     KeyEncoding,
     #[error("bad query parameter: {0}")]
@@ -257,9 +259,10 @@ pub enum AdminError {
 impl AdminError {
     pub fn status(&self) -> StatusCode {
         match self {
-            AdminError::NotFound | AdminError::Off | AdminError::UnknownRoute => {
-                StatusCode::NOT_FOUND
-            }
+            AdminError::NotFound
+            | AdminError::Off
+            | AdminError::UnknownRoute
+            | AdminError::BulkNotFound => StatusCode::NOT_FOUND,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::Csrf | AdminError::ReadOnly => StatusCode::FORBIDDEN,
             AdminError::KeyEncoding | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
@@ -277,6 +280,7 @@ impl AdminError {
             AdminError::Csrf => "csrf_token_invalid",
             AdminError::ReadOnly => "read_only",
             AdminError::UnknownRoute => "route_not_found",
+            AdminError::BulkNotFound => "bulk_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::BadQuery(_) => "bad_request",
             AdminError::MethodNotAllowed => "method_not_allowed",
@@ -447,6 +451,7 @@ mod tests {
             (AdminError::Ops(OpsError::Ended), 503, "store_unavailable"),
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
+            (AdminError::BulkNotFound, 404, "bulk_not_found"),
             (AdminError::Ops(OpsError::RoutePaused), 409, "route_paused"),
             (
                 AdminError::Ops(OpsError::UpstreamHeld {

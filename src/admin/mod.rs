@@ -50,10 +50,11 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+mod bulk;
 mod query;
 mod views;
 
-use self::query::{filter, percent_decode, query_flag, query_param};
+use self::query::{percent_decode, query_flag, query_param};
 
 use self::views::{
     add_preview, headers_json, pause_json, record_json, request_json, sent_json, text,
@@ -62,11 +63,12 @@ use crate::access::Tokens;
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
+use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, RouteView};
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::server::{accept_loop, Limits};
-use crate::store::{Cursor, RecordState};
+use crate::store::Cursor;
 use crate::traffic::Pause;
 
 /// Admin connections are few (a scraper, a probe, an operator).
@@ -84,6 +86,8 @@ pub struct Admin {
     risks: Vec<String>,
     /// The operator console's sessions (`/ui`).
     console: Console,
+    /// The bulk actions this instance took.
+    bulks: Bulks,
 }
 
 impl Admin {
@@ -99,6 +103,7 @@ impl Admin {
             tokens,
             risks,
             console: Console::default(),
+            bulks: Bulks::default(),
         }
     }
 
@@ -215,6 +220,17 @@ impl Admin {
             }
             return self.events(request).await;
         }
+        match segments.as_slice() {
+            ["admin", "events", action] => {
+                let by = bulk::caller(peer, via, role);
+                return self.bulk_start(request, action, by).await;
+            }
+            ["admin", "bulk"] => return self.bulk_view(&method, None, via),
+            ["admin", "bulk", id] => {
+                return self.bulk_view(&method, Some(id), &bulk::caller(peer, via, role))
+            }
+            _ => {}
+        }
         if segments == ["admin", "reload"] {
             if method != Method::POST {
                 return Err(AdminError::MethodNotAllowed);
@@ -267,29 +283,10 @@ impl Admin {
                 if method != Method::POST {
                     return Err(AdminError::MethodNotAllowed);
                 }
-                let rate = match query_param(request, "rate") {
-                    None => DEFAULT_REDRIVE_RATE,
-                    Some(rate) => rate
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|rate| (1..=10_000).contains(rate))
-                        .ok_or_else(|| {
-                            AdminError::BadQuery("rate must be 1-10000 a second".into())
-                        })?,
-                };
-                tracing::info!(target: "hookgate::admin", %peer, via, role, route = %route.name, rate, "admin action: redrive dead letters");
-                let done = self.gateway.redrive(Arc::clone(&route), rate).await?;
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &json!({
-                        "route": route.name,
-                        "dead_letters": done.dead_letters,
-                        "completed": done.completed,
-                        "failed": done.failed,
-                        "dead": done.dead,
-                        "skipped": done.skipped,
-                    }),
-                ));
+                tracing::info!(target: "hookgate::admin", %peer, via, role, route = %route.name, "admin action: redrive dead letters");
+                return self
+                    .redrive(request, route, bulk::caller(peer, via, role))
+                    .await;
             }
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
@@ -450,12 +447,7 @@ impl Admin {
         &self,
         request: &Request<Incoming>,
     ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let state = match query_param(request, "state") {
-            None => None,
-            Some(state) => Some(RecordState::parse(&state).ok_or_else(|| {
-                AdminError::BadQuery(format!("state must be {}", RecordState::names()))
-            })?),
-        };
+        let selection = self.selection(request)?;
         let limit = match query_param(request, "limit") {
             None => DEFAULT_PAGE,
             Some(limit) => limit
@@ -471,14 +463,10 @@ impl Admin {
                     AdminError::BadQuery("cursor is not one this API gave".into())
                 })?),
             };
-        let route = match query_param(request, "route") {
-            Some(name) => Some(self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?),
-            None => None,
-        };
         let query = EventsQuery {
-            route,
-            state,
-            filter: filter(request, self.gateway.clock().now_ms())?,
+            route: selection.route,
+            state: selection.state,
+            filter: selection.filter,
             limit,
             cursor,
         };
@@ -507,8 +495,6 @@ enum Target<'a> {
 /// Records a page of `GET /admin/events` holds unless `limit` says.
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
-/// Redeliveries a second of a redrive unless `rate` says.
-const DEFAULT_REDRIVE_RATE: u32 = 20;
 
 /// The credentials of an `Authorization: Bearer …` value; the scheme's
 /// name is case-insensitive (RFC 9110 §11.1).

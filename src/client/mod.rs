@@ -26,18 +26,20 @@ macro_rules! say_err {
     };
 }
 
+mod bulk;
 mod render;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
+use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use self::bulk::{BulkArgs, BulkCommand};
 use self::render::{paused_text, pretty, print_record, print_routes, print_sent, print_table};
 use crate::ops::filter::rfc3339;
 
@@ -184,30 +186,49 @@ enum EventsCommand {
         #[arg(long)]
         body: bool,
     },
-    /// Send the stored request again with the same key (a retry).
+    /// Send the stored request again with the same key (a retry): one
+    /// event (ROUTE KEY), or every event the filters match, as a bulk
+    /// action in the gateway.
     Redeliver {
-        route: String,
-        key: String,
-        /// Also when the event already completed.
+        route: Option<String>,
+        key: Option<String>,
+        /// Also when the event already completed (one event only).
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
-    /// Send the stored request as a new event with a new key.
-    Replay { route: String, key: String },
-    /// Redeliver every dead letter of a route.
+    /// Send the stored request as a new event with a new key: one event
+    /// (ROUTE KEY), or every event the filters match.
+    Replay {
+        route: Option<String>,
+        key: Option<String>,
+        #[command(flatten)]
+        bulk: BulkArgs,
+    },
+    /// Redeliver every dead letter of a route (a bulk action; the command
+    /// waits for its tally).
     Redrive {
         route: String,
-        /// Redeliveries per second.
-        #[arg(long, default_value_t = 20)]
-        rate: u32,
+        /// Redeliveries per second (or like `300/m`).
+        #[arg(long, default_value = "20")]
+        rate: String,
     },
-    /// Forget an event, so its next delivery is processed again.
+    /// Forget an event, so its next delivery is processed again: one event
+    /// (ROUTE KEY), or every event the filters match.
     Forget {
-        route: String,
-        key: String,
-        /// Also while a delivery of it is running.
+        route: Option<String>,
+        key: Option<String>,
+        /// Also while a delivery of it is running (one event only).
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        bulk: BulkArgs,
+    },
+    /// The gateway's bulk actions: list, status ID, cancel ID.
+    Bulk {
+        #[command(subcommand)]
+        command: BulkCommand,
     },
 }
 
@@ -401,7 +422,15 @@ impl AdminClient {
                 }
                 Ok(())
             }
-            EventsCommand::Redeliver { route, key, force } => {
+            EventsCommand::Redeliver {
+                route,
+                key,
+                force,
+                bulk,
+            } => {
+                let Some((route, key)) = one(route, key)? else {
+                    return self.bulk("redeliver", bulk, json).await;
+                };
                 let path = format!(
                     "{}/redeliver{}",
                     key_path(&route, &key),
@@ -411,7 +440,10 @@ impl AdminClient {
                 print_sent(&sent, json, "redelivered");
                 Ok(())
             }
-            EventsCommand::Replay { route, key } => {
+            EventsCommand::Replay { route, key, bulk } => {
+                let Some((route, key)) = one(route, key)? else {
+                    return self.bulk("replay", bulk, json).await;
+                };
                 let path = format!("{}/replay", key_path(&route, &key));
                 let sent = self.call(Method::POST, &path, TIMEOUT).await?;
                 print_sent(&sent, json, "replayed");
@@ -419,8 +451,9 @@ impl AdminClient {
             }
             EventsCommand::Redrive { route, rate } => {
                 let path = format!(
-                    "/admin/routes/{}/dead-letters/redeliver?rate={rate}",
-                    encode(&route)
+                    "/admin/routes/{}/dead-letters/redeliver?rate={}",
+                    encode(&route),
+                    encode(&rate)
                 );
                 let done = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
                 if json {
@@ -433,7 +466,15 @@ impl AdminClient {
                 }
                 Ok(())
             }
-            EventsCommand::Forget { route, key, force } => {
+            EventsCommand::Forget {
+                route,
+                key,
+                force,
+                bulk,
+            } => {
+                let Some((route, key)) = one(route, key)? else {
+                    return self.bulk("forget", bulk, json).await;
+                };
                 let path = format!(
                     "{}{}",
                     key_path(&route, &key),
@@ -447,6 +488,7 @@ impl AdminClient {
                 }
                 Ok(())
             }
+            EventsCommand::Bulk { command } => self.bulk_command(command, json).await,
         }
     }
 
@@ -492,7 +534,7 @@ impl AdminClient {
             .map_err(|_| format!("no answer from {} in {}s", self.base, timeout.as_secs()))??;
         let value: Value = serde_json::from_slice(&body)
             .map_err(|_| format!("{status}: {}", String::from_utf8_lossy(&body)))?;
-        if status == StatusCode::OK {
+        if status.is_success() {
             Ok(value)
         } else {
             let error = &value["error"];
@@ -503,6 +545,19 @@ impl AdminClient {
                 status.as_u16()
             ))
         }
+    }
+}
+
+/// ROUTE and KEY of one event, or neither (a bulk action over filters).
+fn one(route: Option<String>, key: Option<String>) -> Result<Option<(String, String)>, String> {
+    match (route, key) {
+        (Some(route), Some(key)) => Ok(Some((route, key))),
+        (None, None) => Ok(None),
+        _ => Err(
+            "give both ROUTE and KEY for one event, or neither and filters \
+             (--route, --state, --since, --status, …) for every event they match"
+                .into(),
+        ),
     }
 }
 

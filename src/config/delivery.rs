@@ -100,16 +100,7 @@ impl Validator<'_> {
         };
         let key = at.key("upstream_rate");
         let text = self.string(&key, text)?;
-        let parsed = text.split_once('/').and_then(|(count, per)| {
-            let count: f64 = count.trim().parse().ok()?;
-            let seconds = match per.trim() {
-                "s" => 1.0,
-                "m" => 60.0,
-                "h" => 3600.0,
-                _ => return None,
-            };
-            (count.is_finite() && count > 0.0 && count <= 1e6).then_some(count / seconds)
-        });
+        let parsed = super::value::parse_rate(&text);
         let Some(per_second) = parsed else {
             self.fail(
                 &key,

@@ -38,7 +38,7 @@ pub use self::settings::{
     StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
 pub use self::summary::humanize;
-pub use self::value::{interpolate, parse_duration};
+pub use self::value::{interpolate, parse_duration, parse_rate};
 pub use crate::key::OnMissingKey;
 
 /// The validated configuration of one gateway process.

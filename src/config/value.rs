@@ -89,6 +89,20 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{input:?} is too long"))
 }
 
+/// Parse a rate like `"50/s"`, `"300/m"` or `"10/h"` (at most 1,000,000
+/// per unit): events a second.
+pub fn parse_rate(text: &str) -> Option<f64> {
+    let (count, per) = text.split_once('/')?;
+    let count: f64 = count.trim().parse().ok()?;
+    let seconds = match per.trim() {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    };
+    (count.is_finite() && count > 0.0 && count <= 1e6).then_some(count / seconds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,11 @@
 //! the console and the CLI only parse what was asked and render what these
 //! answer; the rules live here.
 //!
-//! Actions that send run as tasks of the gateway ([`redeliver`]): a caller
-//! that hangs up does not stop them.
+//! Actions that send run as tasks of the gateway ([`redeliver`], and
+//! [`bulk`] for every match of a filter): a caller that hangs up does not
+//! stop them.
 
+pub mod bulk;
 pub mod filter;
 pub mod redeliver;
 

@@ -2,8 +2,8 @@
 //! events and dead letters"): a **redelivery** forwards the stored request
 //! under the **same** key (a retry: the upstream may recognise it), a
 //! **replay** under a **new** key derived from the original,
-//! `{key}.replay-{n}` (a new event, done again on purpose), and a
-//! **redrive** redelivers every dead letter of a route, paced.
+//! `{key}.replay-{n}` (a new event, done again on purpose). A bulk action
+//! (`bulk`), a redrive among them, does one of these to each match.
 //!
 //! Each runs as a task of the gateway, not of the caller's connection: a
 //! caller that hangs up (a CLI timeout, a closed console tab) does not stop
@@ -11,7 +11,7 @@
 //! [`Attempt`] — the claim with a fencing token, the call renewing it, the
 //! outcome settled by the same rules as every other entrance — and is
 //! governed like every call to the upstream: a paused route, an open
-//! breaker or a spent rate refuse a single action and hold a redrive until
+//! breaker or a spent rate refuse a single action and hold a bulk action until
 //! they clear, and an async route's `max_in_flight` bounds them too. A
 //! redelivery never runs beside a live claim; a completed event is only
 //! sent again when forced; a queued event is made due now, for its
@@ -19,8 +19,6 @@
 //! record stays failed, a dead letter is dead again.
 
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
 
 use http::StatusCode;
 
@@ -54,18 +52,6 @@ pub struct Sent {
     pub upstream_status: Option<StatusCode>,
     /// Why it did not answer.
     pub upstream_error: Option<String>,
-}
-
-/// What a redrive did.
-#[derive(Debug, Default)]
-pub struct Redrive {
-    pub dead_letters: usize,
-    pub completed: usize,
-    pub failed: usize,
-    pub dead: usize,
-    /// Left alone: in flight, completed meanwhile, forgotten, or keeping
-    /// no request.
-    pub skipped: usize,
 }
 
 impl Sent {
@@ -114,7 +100,7 @@ impl Engine {
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
 
-    async fn redeliver_now(
+    pub(super) async fn redeliver_now(
         &self,
         route: &Arc<Route>,
         key: &str,
@@ -200,7 +186,7 @@ impl Engine {
         detached(async move { gateway.replay_now(&route, &key).await }).await
     }
 
-    async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, OpsError> {
+    pub(super) async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, OpsError> {
         if self.pauses().is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
@@ -261,80 +247,6 @@ impl Engine {
         Ok(found)
     }
 
-    /// Redeliver every dead letter of `route`, however many, at most
-    /// `rate` a second, newest first; progress goes to the log. A pause,
-    /// an open breaker or a spent rate made while it runs hold it until
-    /// they clear.
-    pub async fn redrive(
-        self: &Arc<Self>,
-        route: Arc<Route>,
-        rate: u32,
-    ) -> Result<Redrive, OpsError> {
-        let gateway = Arc::clone(self);
-        detached(async move { gateway.redrive_now(&route, rate).await }).await
-    }
-
-    async fn redrive_now(&self, route: &Arc<Route>, rate: u32) -> Result<Redrive, OpsError> {
-        let store = self.store();
-        // Collect first: each redelivery moves its record out of the
-        // dead-letter listing being paged through.
-        let mut keys = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = store
-                .list(
-                    &[&route.scope],
-                    Some(RecordState::Dead),
-                    500,
-                    cursor.as_ref(),
-                )
-                .await
-                .map_err(unavailable)?;
-            keys.extend(
-                page.records
-                    .into_iter()
-                    .filter(|listed| listed.record.route.as_deref() == Some(&route.name))
-                    .map(|listed| listed.id),
-            );
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        let mut done = Redrive {
-            dead_letters: keys.len(),
-            ..Redrive::default()
-        };
-        tracing::info!(target: "hookgate::admin", route = %route.name, dead_letters = keys.len(), rate, "redrive started");
-        let started = Instant::now();
-        let mut pace = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
-        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        for (i, key) in keys.iter().enumerate() {
-            pace.tick().await;
-            self.wait_for_leave(route).await;
-            match self.redeliver_now(route, key, false).await {
-                Ok(sent) => match sent.settled {
-                    Settled::Completed(_) => done.completed += 1,
-                    Settled::Dead => done.dead += 1,
-                    _ => done.failed += 1,
-                },
-                Err(OpsError::StoreUnavailable(error)) => {
-                    tracing::warn!(target: "hookgate::admin", route = %route.name, %error, sent = i, of = keys.len(), "redrive stopped: the store is unavailable");
-                    return Err(OpsError::StoreUnavailable(error));
-                }
-                Err(_) => done.skipped += 1,
-            }
-            if (i + 1) % 100 == 0 {
-                tracing::info!(target: "hookgate::admin", route = %route.name, sent = i + 1, of = keys.len(),
-                    completed = done.completed, "redrive progress");
-            }
-        }
-        tracing::info!(target: "hookgate::admin", route = %route.name, dead_letters = done.dead_letters,
-            completed = done.completed, failed = done.failed, dead = done.dead, skipped = done.skipped,
-            elapsed_ms = started.elapsed().as_millis() as u64, "redrive finished");
-        Ok(done)
-    }
-
     /// Leave for one operator call now, or the error that says why not.
     fn leave(&self, route: &Route) -> Result<Leave, OpsError> {
         let admission = self.admit(route).map_err(|held| match held {
@@ -357,8 +269,9 @@ impl Engine {
         Ok(Leave { admission, place })
     }
 
-    /// Wait until traffic control would let a call of `route` through.
-    async fn wait_for_leave(&self, route: &Route) {
+    /// Wait until traffic control would let a call of `route` through
+    /// (for the bulk action `bulk`).
+    pub(super) async fn wait_for_leave(&self, route: &Route, bulk: &str) {
         let mut said = false;
         loop {
             let wait = match self.admit(route) {
@@ -371,7 +284,7 @@ impl Engine {
                 Err(_) => PAUSE_POLL,
             };
             if !said {
-                tracing::info!(target: "hookgate::admin", route = %route.name, "redrive waits: the route is paused, its breaker open or its rate spent");
+                tracing::info!(target: "hookgate::admin", bulk, route = %route.name, "bulk action waits: the route is paused, its breaker open or its rate spent");
                 said = true;
             }
             tokio::time::sleep(wait.min(PAUSE_POLL)).await;

@@ -3,6 +3,7 @@
 
 mod async_delivery;
 mod backup;
+mod bulk;
 mod cli;
 mod cluster_spread;
 mod conformance;

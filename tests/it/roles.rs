@@ -28,6 +28,8 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
         "/admin/events".to_owned(),
         "/admin/events?state=dead&route=hook".to_owned(),
         "/admin/routes".to_owned(),
+        "/admin/events?since=1h&status=503&error=refused".to_owned(),
+        "/admin/bulk".to_owned(),
         key.to_owned(),
         format!("{key}?body=true"),
     ] {
@@ -51,6 +53,17 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
         (Method::POST, "/admin/routes/hook/resume".to_owned()),
         (Method::POST, "/admin/reload".to_owned()),
         (Method::PUT, "/admin/events".to_owned()),
+        (
+            Method::POST,
+            "/admin/events/redeliver?route=hook&dry_run=true".to_owned(),
+        ),
+        (
+            Method::POST,
+            "/admin/events/redeliver?route=hook".to_owned(),
+        ),
+        (Method::POST, "/admin/events/replay?route=hook".to_owned()),
+        (Method::POST, "/admin/events/forget?route=hook".to_owned()),
+        (Method::DELETE, "/admin/bulk/b_0000000000000000".to_owned()),
     ];
     for (method, path) in &changes {
         let refused = request(method.clone(), &gateway.admin_url(path), Some(READ_TOKEN)).await;

@@ -41,6 +41,13 @@ impl Seen {
     }
 }
 
+/// Every request the upstream took, and the calls per idempotency key.
+#[derive(Default)]
+struct Log {
+    all: Vec<Seen>,
+    per_key: HashMap<String, usize>,
+}
+
 /// What the upstream does with a request.
 pub struct Plan {
     pub status: StatusCode,
@@ -71,7 +78,7 @@ pub fn ok_plan(seen: &Seen) -> Plan {
 /// effects per idempotency key, the way a double charge would show.
 pub struct Upstream {
     pub addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: Arc<Mutex<Log>>,
     /// TCP connections accepted so far (keep-alive reuse shows here).
     connections: Arc<AtomicUsize>,
     _stop: oneshot::Sender<()>,
@@ -117,7 +124,7 @@ impl Upstream {
         let behaviour: Arc<Behaviour> = Arc::new(behaviour);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let seen: Arc<Mutex<Log>> = Arc::default();
         let (stop, mut stopped) = oneshot::channel::<()>();
         let log = Arc::clone(&seen);
         let connections: Arc<AtomicUsize> = Arc::default();
@@ -151,10 +158,12 @@ impl Upstream {
                                     status: StatusCode::OK,
                                 };
                                 let key = seen.key();
-                                seen.nth = 1 + log.iter().filter(|s| s.key() == key).count();
+                                let calls = log.per_key.entry(key).or_default();
+                                *calls += 1;
+                                seen.nth = *calls;
                                 let plan = behaviour(&seen);
                                 seen.status = plan.status;
-                                log.push(seen);
+                                log.all.push(seen);
                                 plan
                             };
                             tokio::time::sleep(plan.delay).await;
@@ -199,12 +208,13 @@ impl Upstream {
     }
 
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().unwrap().all.clone()
     }
 
     /// How many times the upstream processed `key`.
     pub fn count(&self, key: &str) -> usize {
-        self.seen().iter().filter(|s| s.key() == key).count()
+        let log = self.seen.lock().unwrap();
+        log.per_key.get(key).copied().unwrap_or(0)
     }
 
     /// Wait until every one of `ids` reached the upstream (answered or not).
@@ -216,15 +226,11 @@ impl Upstream {
     }
 
     pub fn total(&self) -> usize {
-        self.seen.lock().unwrap().len()
+        self.seen.lock().unwrap().all.len()
     }
 
     /// Calls per key.
     pub fn counts(&self) -> HashMap<String, usize> {
-        let mut counts = HashMap::new();
-        for seen in self.seen() {
-            *counts.entry(seen.key()).or_default() += 1;
-        }
-        counts
+        self.seen.lock().unwrap().per_key.clone()
     }
 }

@@ -1,0 +1,229 @@
+//! The admin API's bulk actions (README, "Bulk actions"):
+//! `POST /admin/events/{redeliver,replay,forget}` over a listing's filters
+//! (`dry_run=true` answers the count), `GET /admin/bulk` and
+//! `GET`/`DELETE /admin/bulk/{id}`, and the redrive of a route's dead
+//! letters, which is one such action the caller waits for.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::query::{filter, query_flag, query_param};
+use super::Admin;
+use crate::error::{json_response, AdminError};
+use crate::ops::bulk::{Action, Bulk, Selection, Start};
+use crate::ops::filter::rfc3339;
+use crate::route::Route;
+use crate::store::RecordState;
+
+/// Events a second of a bulk action (and a redrive) unless `rate` says.
+const DEFAULT_RATE: f64 = 20.0;
+/// The fastest `rate` taken, events a second.
+const MAX_RATE: f64 = 10_000.0;
+
+impl Admin {
+    /// The route, state and filter a listing or a bulk action asks for.
+    pub(super) fn selection(&self, request: &Request<Incoming>) -> Result<Selection, AdminError> {
+        let state = match query_param(request, "state") {
+            None => None,
+            Some(state) => Some(RecordState::parse(&state).ok_or_else(|| {
+                AdminError::BadQuery(format!("state must be {}", RecordState::names()))
+            })?),
+        };
+        let route = match query_param(request, "route") {
+            Some(name) => Some(self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?),
+            None => None,
+        };
+        Ok(Selection {
+            route,
+            state,
+            filter: filter(request, self.gateway.clock().now_ms())?,
+        })
+    }
+
+    /// `POST /admin/events/{action}`: the count of a dry run, or a bulk
+    /// action started (202 with its id).
+    pub(super) async fn bulk_start(
+        &self,
+        request: &Request<Incoming>,
+        action: &str,
+        by: String,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let action = Action::parse(action).ok_or(AdminError::NotFound)?;
+        if request.method() != Method::POST {
+            return Err(AdminError::MethodNotAllowed);
+        }
+        let selection = self.selection(request)?;
+        let rate = rate(request)?;
+        let narrowed = selection.route.is_some() || selection.state.is_some();
+        if action == Action::Forget && !narrowed && !selection.filter.narrows() {
+            return Err(AdminError::BadQuery(
+                "a bulk forget needs a route, a state or a filter".into(),
+            ));
+        }
+        let matches = self.gateway.matches(&selection).await?;
+        let described = describe(&selection);
+        if query_flag(request, "dry_run") {
+            tracing::info!(target: "hookgate::admin", by, action = action.as_str(), selection = %described,
+                matched = matches.len(), "admin action: bulk dry run");
+            return Ok(json_response(
+                StatusCode::OK,
+                &json!({ "dry_run": true, "action": action.as_str(), "matched": matches.len() }),
+            ));
+        }
+        let start = Start {
+            action,
+            by,
+            selection: described,
+            rate,
+        };
+        let bulk = self.gateway.start_bulk(&self.bulks, start, matches);
+        Ok(json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "id": bulk.id, "action": action.as_str(), "matched": bulk.matched }),
+        ))
+    }
+
+    /// `GET /admin/bulk`, `GET /admin/bulk/{id}` and `DELETE /admin/bulk/{id}`.
+    pub(super) fn bulk_view(
+        &self,
+        method: &Method,
+        id: Option<&str>,
+        by: &str,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let Some(id) = id else {
+            if method != Method::GET {
+                return Err(AdminError::MethodNotAllowed);
+            }
+            let all: Vec<_> = self.bulks.list().iter().map(|b| bulk_json(b)).collect();
+            return Ok(json_response(StatusCode::OK, &json!({ "bulk": all })));
+        };
+        let bulk = self.bulks.get(id).ok_or(AdminError::BulkNotFound)?;
+        match *method {
+            Method::GET => Ok(json_response(StatusCode::OK, &bulk_json(&bulk))),
+            Method::DELETE => {
+                let stopped = bulk.cancel("operator");
+                tracing::warn!(target: "hookgate::admin", by, bulk = %bulk.id, stopped, "admin action: bulk action cancelled");
+                Ok(json_response(StatusCode::OK, &bulk_json(&bulk)))
+            }
+            _ => Err(AdminError::MethodNotAllowed),
+        }
+    }
+
+    /// `POST /admin/routes/{route}/dead-letters/redeliver?rate=`: every
+    /// dead letter of the route redelivered as one bulk action, answered
+    /// with its tally when it ends (the action runs on if the caller hangs
+    /// up).
+    pub(super) async fn redrive(
+        &self,
+        request: &Request<Incoming>,
+        route: Arc<Route>,
+        by: String,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let rate = rate(request)?;
+        let selection = Selection {
+            route: Some(Arc::clone(&route)),
+            state: Some(RecordState::Dead),
+            filter: Default::default(),
+        };
+        let matches = self.gateway.matches(&selection).await?;
+        let start = Start {
+            action: Action::Redeliver,
+            by,
+            selection: describe(&selection),
+            rate,
+        };
+        let bulk = self.gateway.start_bulk(&self.bulks, start, matches);
+        let done = bulk.finished().await;
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "route": route.name,
+                "bulk": bulk.id,
+                "dead_letters": bulk.matched,
+                "completed": done.delivered,
+                "failed": done.failed - done.dead,
+                "dead": done.dead,
+                "skipped": done.skipped + done.queued,
+            }),
+        ))
+    }
+}
+
+/// Who asked, for a bulk action's record and the log.
+pub(super) fn caller(peer: SocketAddr, via: &str, role: &str) -> String {
+    format!("{peer} via {via} as {role}")
+}
+
+/// `rate`: `N/s`, `N/m` or `N/h` as `upstream_rate` has it, or a plain
+/// number a second.
+fn rate(request: &Request<Incoming>) -> Result<f64, AdminError> {
+    let Some(text) = query_param(request, "rate") else {
+        return Ok(DEFAULT_RATE);
+    };
+    let per_second = text.trim().parse::<f64>().ok().filter(|r| r.is_finite());
+    per_second
+        .or_else(|| crate::config::parse_rate(&text))
+        .filter(|rate| *rate > 0.0 && *rate <= MAX_RATE)
+        .ok_or_else(|| {
+            AdminError::BadQuery(format!(
+                "rate must be like \"50/s\", \"300/m\" or \"10/h\", at most {MAX_RATE}/s"
+            ))
+        })
+}
+
+/// A selection as an operator wrote it, to read back.
+fn describe(selection: &Selection) -> String {
+    let mut parts = Vec::new();
+    if let Some(route) = &selection.route {
+        parts.push(format!("route={}", route.name));
+    }
+    if let Some(state) = selection.state {
+        parts.push(format!("state={}", state.as_str()));
+    }
+    let filter = &selection.filter;
+    if let Some(since) = filter.since_ms {
+        parts.push(format!("since={}", rfc3339(since)));
+    }
+    if let Some(until) = filter.until_ms {
+        parts.push(format!("until={}", rfc3339(until)));
+    }
+    if let Some(status) = filter.status {
+        parts.push(format!("status={status}"));
+    }
+    if let Some(class) = filter.error {
+        parts.push(format!("error={}", class.as_str()));
+    }
+    match parts.is_empty() {
+        true => "every event".to_owned(),
+        false => parts.join(" "),
+    }
+}
+
+fn bulk_json(bulk: &Bulk) -> serde_json::Value {
+    let progress = bulk.progress();
+    json!({
+        "id": bulk.id,
+        "action": bulk.action.as_str(),
+        "state": progress.state.as_str(),
+        "selection": bulk.selection,
+        "by": bulk.by,
+        "rate": bulk.rate,
+        "matched": bulk.matched,
+        "done": progress.done(),
+        "delivered": progress.delivered,
+        "failed": progress.failed,
+        "dead": progress.dead,
+        "queued": progress.queued,
+        "skipped": progress.skipped,
+        "started_at": bulk.started_ms,
+        "finished_at": progress.finished_ms,
+        "cancelled_by": progress.cancelled_by,
+        "last_error": progress.last_error,
+    })
+}
