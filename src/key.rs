@@ -140,6 +140,24 @@ pub fn extract(
     Err(KeyError::Missing)
 }
 
+/// The raw value `source` finds in a stored request (every header
+/// counts), for an operator's search (`q=json:/data/object/customer=cus_1`).
+pub fn value_of(
+    source: &KeySource,
+    headers: &HeaderMap,
+    body: &[u8],
+    body_sha256: &str,
+) -> Option<Vec<u8>> {
+    let mut delivery = Delivery {
+        headers,
+        body,
+        body_sha256,
+        header_allowed: &|_| true,
+        json: None,
+    };
+    delivery.find(source).ok().flatten()
+}
+
 /// One delivery, as the key sources read it.
 struct Delivery<'a> {
     headers: &'a HeaderMap,

@@ -16,15 +16,18 @@
 //!   `admin.read_token` reads everything and changes nothing: any other
 //!   method than `GET` and `HEAD` is 403 `read_only` ([`crate::access`]).
 //!   README, "Failed events and dead letters":
-//!   - `GET /admin/events?route=&state=&since=&until=&status=&error=&limit=&cursor=`
+//!   - `GET /admin/events?route=&state=&since=&until=&status=&error=&q=&limit=&cursor=`
 //!     pages through records, newest first (`ops::filter`);
 //!   - `/admin/routes/{route}/keys/{key}`: `GET` shows the record (its
 //!     request with `?body=true`), `DELETE` forgets it (the next delivery is
 //!     processed again), `POST …/release` force-releases a stuck in-flight
 //!     claim, `POST …/redeliver` sends the stored request again under the
 //!     same key, `POST …/replay` as a new event under a new key;
+//!   - `POST /admin/events/{redeliver,replay,forget}` over the same filters
+//!     starts a bulk action (`dry_run=true` counts), `GET /admin/bulk` and
+//!     `GET`/`DELETE /admin/bulk/{id}` follow and cancel it ([`bulk`]);
 //!   - `POST /admin/routes/{route}/dead-letters/redeliver?rate=` redrives
-//!     every dead letter of the route;
+//!     every dead letter of the route (a bulk action it waits for);
 //!   - `GET /admin/routes` lists the routes with their traffic controls;
 //!     `POST /admin/routes/{route}/pause?by=&reason=` and `…/resume` pause
 //!     and resume a route for the whole fleet (README, "Traffic control"). Redeliveries,

@@ -1,11 +1,15 @@
 //! Reading an admin request's query string: parameters, flags, `%XX`
-//! escapes, and the listing filter (`since`, `until`, `status`, `error`).
+//! escapes, and the listing filter (`since`, `until`, `status`, `error`,
+//! `q`).
 
 use http::Request;
 use hyper::body::Incoming;
 
 use crate::error::AdminError;
-use crate::ops::filter::{parse_time, Filter};
+use crate::ops::filter::{parse_time, ContentMatch, Filter};
+
+/// Content matches (`q`) one listing takes, at most.
+const MAX_CONTENT_MATCHES: usize = 8;
 use crate::store::FailureClass;
 
 /// The listing filter a request's `since`, `until`, `status` and
@@ -32,27 +36,46 @@ pub(super) fn filter(request: &Request<Incoming>, now_ms: u64) -> Result<Filter,
             AdminError::BadQuery("error must be refused, not_delivered or unknown".into())
         })?),
     };
+    let content = query_params(request, "q")
+        .iter()
+        .map(|text| {
+            ContentMatch::parse(text)
+                .map_err(|problem| AdminError::BadQuery(format!("q: {problem}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if content.len() > MAX_CONTENT_MATCHES {
+        return Err(AdminError::BadQuery(format!(
+            "at most {MAX_CONTENT_MATCHES} q a request"
+        )));
+    }
     Ok(Filter {
         since_ms: time("since")?,
         until_ms: time("until")?,
         status,
         error,
+        content,
     })
 }
 
 /// The value of query parameter `name`, percent-decoded (as sent when it
 /// does not decode, so that it fails validation instead of vanishing).
 pub(super) fn query_param(request: &Request<Incoming>, name: &str) -> Option<String> {
-    request
-        .uri()
-        .query()?
-        .split('&')
+    query_params(request, name).into_iter().next()
+}
+
+/// Every value of query parameter `name`, in order.
+pub(super) fn query_params(request: &Request<Incoming>, name: &str) -> Vec<String> {
+    let Some(query) = request.uri().query() else {
+        return Vec::new();
+    };
+    (query.split('&'))
         .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == name)
+        .filter(|(key, _)| *key == name)
         .map(|(_, value)| {
             let value = value.replace('+', " ");
             percent_decode(&value).unwrap_or(value)
         })
+        .collect()
 }
 
 /// Whether the query string sets `name=true`.

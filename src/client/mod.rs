@@ -127,6 +127,11 @@ struct FilterArgs {
     /// The last failed attempt's class: refused, not_delivered or unknown.
     #[arg(long)]
     error: Option<String>,
+    /// SOURCE=VALUE on the stored request, like
+    /// `json:/data/object/customer=cus_123` or `header:X-Shop-Domain=a.example`;
+    /// repeatable, every one must hold.
+    #[arg(long)]
+    q: Vec<String>,
 }
 
 impl FilterArgs {
@@ -152,6 +157,7 @@ impl FilterArgs {
         );
         query.extend(self.status.map(|status| format!("status={status}")));
         query.extend(self.error.as_ref().map(|e| format!("error={}", encode(e))));
+        query.extend(self.q.iter().map(|q| format!("q={}", encode(q))));
         query
     }
 }

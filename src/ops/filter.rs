@@ -1,10 +1,13 @@
 //! Which events a listing keeps beyond route and state (README, "Failed
 //! events and dead letters"): a window of last change (`since`, `until`),
-//! the last upstream status and the last error class. The store lists
-//! newest first by last change, so `until` is where a listing starts and
-//! `since` where it stops; status and class are checked on each record.
+//! the last upstream status, the last error class, and matches on the
+//! stored request's content (`q`). The store lists newest first by last
+//! change, so `until` is where a listing starts and `since` where it stops;
+//! status and class are checked on each record, and content only on the
+//! records that pass the rest (it reads the stored request).
 
-use crate::store::{FailureClass, Record};
+use crate::key::{value_of, KeySource};
+use crate::store::{FailureClass, Record, StoredRequest};
 
 /// What a listing keeps; the default keeps everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +20,35 @@ pub struct Filter {
     pub status: Option<u16>,
     /// The last failed attempt's class.
     pub error: Option<FailureClass>,
+    /// Matches on the stored request, every one must hold.
+    pub content: Vec<ContentMatch>,
+}
+
+/// `SOURCE=VALUE`: what a key source (`json:/data/object/customer`,
+/// `header:X-Shop-Domain`, `form:From`) finds in the stored request equals
+/// `VALUE` — a JSON string, or a JSON integer as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentMatch {
+    pub source: KeySource,
+    pub value: String,
+}
+
+impl ContentMatch {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (source, value) = text.split_once('=').ok_or_else(|| {
+            format!("{text:?} is not SOURCE=VALUE, like json:/data/object/customer=cus_123")
+        })?;
+        Ok(ContentMatch {
+            source: KeySource::parse(source.trim())?,
+            value: value.to_owned(),
+        })
+    }
+
+    /// Whether `request` (of a body with digest `body_sha256`) holds it.
+    pub fn holds(&self, request: &StoredRequest, body_sha256: &str) -> bool {
+        value_of(&self.source, &request.headers, &request.body, body_sha256)
+            .is_some_and(|found| found == self.value.as_bytes())
+    }
 }
 
 impl Filter {
@@ -25,7 +57,16 @@ impl Filter {
         *self != Filter::default()
     }
 
-    /// Whether `record` passes every condition set.
+    /// Whether `record`, with its stored request, holds every content
+    /// match (a record that keeps no request holds none).
+    pub fn holds(&self, record: &Record) -> bool {
+        (self.content.iter()).all(|each| {
+            (record.request.as_ref())
+                .is_some_and(|request| each.holds(request, &record.body_sha256))
+        })
+    }
+
+    /// Whether `record` passes every condition set but content.
     pub fn keeps(&self, record: &Record) -> bool {
         let last = record.last_error.as_ref();
         self.since_ms.is_none_or(|since| record.updated_ms >= since)
@@ -136,6 +177,38 @@ mod tests {
     }
 
     #[test]
+    fn content_matches_read_the_stored_request() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-shop-domain", "a.myshopify.com".parse().unwrap());
+        let request = StoredRequest {
+            method: http::Method::POST,
+            query: None,
+            headers,
+            body: bytes::Bytes::from_static(br#"{"data":{"object":{"customer":"cus_1","n":42}}}"#),
+        };
+        let holds = |text: &str| ContentMatch::parse(text).unwrap().holds(&request, "abc");
+        assert!(holds("json:/data/object/customer=cus_1"));
+        assert!(holds("json:/data/object/n=42"));
+        assert!(holds("header:X-Shop-Domain=a.myshopify.com"));
+        assert!(holds("body-sha256=abc"));
+        assert!(!holds("json:/data/object/customer=cus_2"));
+        assert!(!holds("json:/data/object/customer=cus_"));
+        assert!(!holds("json:/data/missing=cus_1"));
+        assert!(!holds("header:X-Shop-Domain=b.myshopify.com"));
+        for bad in ["json:/data", "nope=1", "json:data=1"] {
+            assert!(ContentMatch::parse(bad).is_err(), "{bad}");
+        }
+        let mut record = Record::claimed("t", "abc", 1, 1_000);
+        let filter = Filter {
+            content: vec![ContentMatch::parse("json:/data/object/n=42").unwrap()],
+            ..Filter::default()
+        };
+        assert!(!filter.holds(&record), "no stored request, no match");
+        record.request = Some(request);
+        assert!(filter.holds(&record));
+    }
+
+    #[test]
     fn a_filter_keeps_what_matches_every_condition() {
         let mut record = Record::claimed("t", "sha", 1, 1_000);
         record.updated_ms = 5_000;
@@ -151,6 +224,7 @@ mod tests {
             until_ms: Some(5_000),
             status: Some(503),
             error: Some(FailureClass::Refused),
+            content: Vec::new(),
         }));
         assert!(!keeps(Filter {
             since_ms: Some(5_001),

@@ -132,7 +132,7 @@ impl Engine {
                     });
                 }
                 let cursor = listed.cursor();
-                if filter.keeps(&listed.record) {
+                if filter.keeps(&listed.record) && self.holds(&filter, &listed).await? {
                     kept.push((route, listed));
                 }
                 if kept.len() == limit || scanned >= SCAN_BUDGET {
@@ -151,6 +151,17 @@ impl Engine {
             }
             query.cursor = page.next;
         }
+    }
+
+    /// Whether the listed record's stored request holds the filter's
+    /// content matches (read from the store: listings leave requests out).
+    async fn holds(&self, filter: &Filter, listed: &Listed) -> Result<bool, OpsError> {
+        if filter.content.is_empty() {
+            return Ok(true);
+        }
+        let store = self.store();
+        let record = store.get(&store.key(&listed.scope, &listed.id)).await?;
+        Ok(record.is_some_and(|record| filter.holds(&record)))
     }
 
     /// One page of the store's listing for `query`, without its filter.

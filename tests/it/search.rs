@@ -1,7 +1,8 @@
 //! Finding the events an incident touched: `GET /admin/events` and
 //! `hookgate events list` filtered by time of last change (`since`,
-//! `until`), last upstream status and last error class, on every backend,
-//! paged with a cursor, each match once.
+//! `until`), last upstream status, last error class and the stored
+//! request's content (`q`), on every backend, paged with a cursor, each
+//! match once.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -72,7 +73,11 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
         for status in ["ok", "503", "500"] {
             for i in 0..4 {
                 let id = format!("evt_{batch}_{status}_{i}");
-                sender.deliver(&url, &event(&id)).await;
+                let customer = format!("cus_{}", i % 2);
+                let body = format!(
+                    r#"{{"id":"{id}","type":"charge.failed","data":{{"object":{{"customer":"{customer}","n":{i}}}}}}}"#
+                );
+                sender.deliver(&url, &body).await;
             }
         }
         if batch == "a" {
@@ -100,6 +105,30 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
     assert_eq!(set(&later), named("b", &["ok", "503", "500"]));
     let earlier = walk(&gateway, &format!("until={at}&status=500"), 2).await;
     assert_eq!(set(&earlier), named("a", &["500"]));
+    // Content: the stored request (failed and dead events keep it; the
+    // completed keep none). Every `q` must hold.
+    let odd = |prefix| {
+        (["503", "500"].iter())
+            .flat_map(move |status| [1, 3].map(|i| format!("evt_{prefix}_{status}_{i}")))
+            .collect::<BTreeSet<String>>()
+    };
+    let customer = walk(&gateway, "q=json:/data/object/customer%3Dcus_1", 3).await;
+    assert_eq!(set(&customer), &odd("a") | &odd("b"));
+    let both = walk(
+        &gateway,
+        "q=json:/data/object/customer%3Dcus_1&q=json:/data/object/n%3D3&status=500",
+        50,
+    )
+    .await;
+    assert_eq!(
+        set(&both),
+        ["evt_a_500_3", "evt_b_500_3"].map(String::from).into()
+    );
+    let header = walk(&gateway, "q=header:Content-Type%3Dapplication/json", 50).await;
+    assert_eq!(
+        set(&header),
+        &named("a", &["503", "500"]) | &named("b", &["503", "500"])
+    );
     // Filters beside the route and a state that has none of them.
     let none = walk(&gateway, "route=hook&state=completed&status=503", 10).await;
     assert!(none.is_empty(), "{none:?}");
@@ -119,6 +148,16 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
         .map(|event| event["key"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(set(&keys), named("b", &["503"]));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["events", "list", "--q", "json:/data/object/customer=cus_0"])
+        .args(["--q", "json:/data/object/n=2", "--all", "--json", "--admin"])
+        .arg(gateway.admin_url(""))
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 4, "{listed}");
 
     for bad in [
         "status=abc",
@@ -126,6 +165,8 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
         "error=nope",
         "since=yesterday",
         "until=2026-12-02",
+        "q=json:/data",
+        "q=nowhere%3D1",
     ] {
         let answer = get(
             &gateway.admin_url(&format!("/admin/events?{bad}")),
