@@ -66,9 +66,9 @@ impl Admin {
                 "a bulk forget needs a route, a state or a filter".into(),
             ));
         }
-        let matches = self.gateway.matches(&selection).await?;
         let described = describe(&selection);
         if query_flag(request, "dry_run") {
+            let matches = self.gateway.matches(&selection).await?;
             tracing::info!(target: "hookgate::admin", by, action = action.as_str(), selection = %described,
                 matched = matches.len(), "admin action: bulk dry run");
             return Ok(json_response(
@@ -82,7 +82,7 @@ impl Admin {
             selection: described,
             rate,
         };
-        let bulk = self.gateway.start_bulk(&self.bulks, start, matches);
+        let bulk = self.gateway.bulk(&self.bulks, selection, start).await?;
         Ok(json_response(
             StatusCode::ACCEPTED,
             &json!({ "id": bulk.id, "action": action.as_str(), "matched": bulk.matched }),
@@ -131,14 +131,13 @@ impl Admin {
             state: Some(RecordState::Dead),
             filter: Default::default(),
         };
-        let matches = self.gateway.matches(&selection).await?;
         let start = Start {
             action: Action::Redeliver,
             by,
             selection: describe(&selection),
             rate,
         };
-        let bulk = self.gateway.start_bulk(&self.bulks, start, matches);
+        let bulk = self.gateway.bulk(&self.bulks, selection, start).await?;
         let done = bulk.finished().await;
         Ok(json_response(
             StatusCode::OK,

@@ -90,7 +90,7 @@ pub struct Admin {
     /// The operator console's sessions (`/ui`).
     console: Console,
     /// The bulk actions this instance took.
-    bulks: Bulks,
+    bulks: Arc<Bulks>,
 }
 
 impl Admin {
@@ -106,7 +106,7 @@ impl Admin {
             tokens,
             risks,
             console: Console::default(),
-            bulks: Bulks::default(),
+            bulks: Arc::default(),
         }
     }
 
@@ -450,6 +450,9 @@ impl Admin {
         &self,
         request: &Request<Incoming>,
     ) -> Result<Response<Full<Bytes>>, AdminError> {
+        // Before the listing is read: a walk goes on from here over what
+        // changed while it ran (`since=as_of`).
+        let as_of = self.gateway.clock().now_ms();
         let selection = self.selection(request)?;
         let limit = match query_param(request, "limit") {
             None => DEFAULT_PAGE,
@@ -482,6 +485,7 @@ impl Admin {
             &json!({
                 "events": events,
                 "next_cursor": page.next.map(|cursor| cursor.encode()),
+                "as_of": as_of,
             }),
         ))
     }

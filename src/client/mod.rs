@@ -27,6 +27,7 @@ macro_rules! say_err {
 }
 
 mod bulk;
+mod list;
 mod render;
 
 use std::process::ExitCode;
@@ -40,7 +41,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use self::bulk::{BulkArgs, BulkCommand};
-use self::render::{paused_text, pretty, print_record, print_routes, print_sent, print_table};
+use self::list::Listing;
+use self::render::{paused_text, pretty, print_record, print_routes, print_sent};
 use crate::ops::filter::rfc3339;
 
 /// How long one admin call may take (a redrive of many dead letters is
@@ -165,25 +167,7 @@ impl FilterArgs {
 #[derive(clap::Subcommand)]
 enum EventsCommand {
     /// List stored events, newest first.
-    List {
-        /// Only this route's events.
-        #[arg(long)]
-        route: Option<String>,
-        /// processing, queued, failed, dead or completed.
-        #[arg(long)]
-        state: Option<String>,
-        /// Events per page.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// Go on from a page's `next` cursor.
-        #[arg(long)]
-        cursor: Option<String>,
-        /// Follow every page to the end.
-        #[arg(long)]
-        all: bool,
-        #[command(flatten)]
-        filter: FilterArgs,
-    },
+    List(Listing),
     /// Show one event: state, attempts, last error, the stored request.
     Show {
         route: String,
@@ -368,52 +352,7 @@ impl AdminClient {
 
     async fn events(&self, command: EventsCommand, json: bool) -> Result<(), String> {
         match command {
-            EventsCommand::List {
-                route,
-                state,
-                limit,
-                cursor,
-                all,
-                filter,
-            } => {
-                if !json {
-                    self.print_paused(route.as_deref()).await;
-                }
-                let mut cursor = cursor;
-                let mut first = true;
-                // `--all --json`: every page's events, printed once as one
-                // array (what `json.load` and `jq` read whole).
-                let mut every = Vec::new();
-                loop {
-                    let mut query = vec![format!("limit={limit}")];
-                    query.extend(route.as_ref().map(|r| format!("route={}", encode(r))));
-                    query.extend(state.as_ref().map(|s| format!("state={}", encode(s))));
-                    query.extend(cursor.as_ref().map(|c| format!("cursor={}", encode(c))));
-                    query.extend(filter.query());
-                    let path = format!("/admin/events?{}", query.join("&"));
-                    let page = self.call(Method::GET, &path, TIMEOUT).await?;
-                    if json && all {
-                        every.extend(page["events"].as_array().cloned().unwrap_or_default());
-                    } else if json {
-                        say!("{}", pretty(&page));
-                    } else {
-                        print_table(&page, first);
-                    }
-                    first = false;
-                    cursor = page["next_cursor"].as_str().map(str::to_owned);
-                    match (&cursor, all) {
-                        (Some(_), true) => continue,
-                        (Some(next), false) if !json => {
-                            say!("more: --cursor {next}");
-                        }
-                        _ => {}
-                    }
-                    if json && all {
-                        say!("{}", pretty(&Value::Array(every)));
-                    }
-                    return Ok(());
-                }
-            }
+            EventsCommand::List(listing) => self.list(listing, json).await,
             EventsCommand::Show { route, key, body } => {
                 let path = format!(
                     "{}{}",

@@ -228,13 +228,6 @@ impl Bulks {
         all.iter().rev().cloned().collect()
     }
 
-    /// Cancel every running one (shutdown).
-    pub fn cancel_all(&self, by: &'static str) {
-        for bulk in self.list() {
-            bulk.cancel(by);
-        }
-    }
-
     fn add(&self, bulk: Arc<Bulk>) {
         let mut all = self.all.lock().expect("poisoned");
         all.push_back(bulk);
@@ -322,14 +315,26 @@ impl Engine {
         }
     }
 
-    /// Start `start.action` over `matches` as a task of the gateway,
-    /// registered in `bulks`; it answers at once.
-    pub fn start_bulk(
+    /// Collect what `selection` matches and start `start.action` over it,
+    /// registered in `bulks` — both in a task of the gateway, so a caller
+    /// that hangs up while the matches are collected does not stop it.
+    pub async fn bulk(
         self: &Arc<Self>,
-        bulks: &Bulks,
+        bulks: &Arc<Bulks>,
+        selection: Selection,
         start: Start,
-        matches: Vec<Match>,
-    ) -> Arc<Bulk> {
+    ) -> Result<Arc<Bulk>, OpsError> {
+        let (gateway, bulks) = (Arc::clone(self), Arc::clone(bulks));
+        let task = tokio::spawn(async move {
+            let matches = gateway.matches(&selection).await?;
+            Ok(gateway.start_bulk(&bulks, start, matches))
+        });
+        task.await.unwrap_or(Err(OpsError::Ended))
+    }
+
+    /// Start `start.action` over `matches` as a task of the gateway,
+    /// registered in `bulks`.
+    fn start_bulk(self: &Arc<Self>, bulks: &Bulks, start: Start, matches: Vec<Match>) -> Arc<Bulk> {
         let bulk = Arc::new(Bulk {
             id: new_id(),
             action: start.action,

@@ -59,6 +59,21 @@ async fn one_attempt_gateway(upstream: &Upstream) -> TestGateway {
     TestGateway::start(&with_admin(&text, true)).await
 }
 
+/// Deliver each of `ids` once, 16 senders at a time.
+async fn deliver_all(gateway: &TestGateway, ids: &[String]) {
+    let url = gateway.url("/hook");
+    let mut senders = tokio::task::JoinSet::new();
+    for part in ids.chunks(ids.len().div_ceil(16)) {
+        let (part, url, sender) = (part.to_vec(), url.clone(), Sender::new());
+        senders.spawn(async move {
+            for id in part {
+                sender.deliver(&url, &event(&id)).await;
+            }
+        });
+    }
+    while senders.join_next().await.is_some() {}
+}
+
 fn cli(gateway: &TestGateway, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
         .arg("events")
@@ -91,18 +106,8 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     })
     .await;
     let gateway = one_attempt_gateway(&upstream).await;
-    let url = gateway.url("/hook");
-    let mut senders = tokio::task::JoinSet::new();
     let all: Vec<String> = [keys("503"), keys("500")].concat();
-    for part in all.chunks(all.len() / 16) {
-        let (part, url, sender) = (part.to_vec(), url.clone(), Sender::new());
-        senders.spawn(async move {
-            for id in part {
-                sender.deliver(&url, &event(&id)).await;
-            }
-        });
-    }
-    while senders.join_next().await.is_some() {}
+    deliver_all(&gateway, &all).await;
     assert_eq!(
         matched(&gateway, "route=hook&state=dead").await,
         2 * EACH as u64
@@ -116,7 +121,7 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     );
     assert_eq!(upstream.total(), 2 * EACH);
 
-    // The caller hangs up as soon as it has asked: the action runs on.
+    // The caller hangs up once it has asked: the action runs on.
     let addr = gateway
         .admin_url("")
         .trim_start_matches("http://")
@@ -127,7 +132,6 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
          host: {addr}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-length: 0\r\n\r\n"
     );
     caller.write_all(ask.as_bytes()).await.unwrap();
-    drop(caller);
     let id = {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -142,6 +146,8 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
+    // Gone without reading the answer, long before the action ends.
+    drop(caller);
     let bulk = ended(&gateway, &id).await;
     assert_eq!(bulk["state"], "finished", "{bulk}");
     assert_eq!(bulk["matched"], EACH, "{bulk}");
@@ -345,5 +351,60 @@ async fn a_bulk_action_waits_for_a_paused_route() {
     let forget = ended(&gateway, forget.json()["id"].as_str().unwrap()).await;
     assert_eq!(forget["delivered"], 20, "{forget}");
     assert_eq!(matched(&gateway, "route=hook").await, 0);
+    gateway.shutdown().await;
+}
+
+/// `events list --all` while a bulk action retries the very records it
+/// lists (each moves to the front of the listing, behind the walk's
+/// cursor): every record is shown, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_listing_holds_still_while_its_records_are_retried() {
+    let upstream = Upstream::with(|seen| Plan {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        ..ok_plan(seen)
+    })
+    .await;
+    let gateway = one_attempt_gateway(&upstream).await;
+    let all: Vec<String> = (0..2 * EACH).map(|i| format!("evt_{i}")).collect();
+    deliver_all(&gateway, &all).await;
+    let retry = admin(
+        &gateway,
+        Method::POST,
+        "/admin/events/redeliver?route=hook&state=dead&rate=10000/s",
+    )
+    .await;
+    let id = retry.json()["id"].as_str().unwrap().to_owned();
+    let listed = {
+        let admin_url = gateway.admin_url("");
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .args(["events", "list", "--state", "dead", "--all", "--json"])
+                .args(["--limit", "10", "--admin", &admin_url])
+                .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert!(listed.status.success(), "{listed:?}");
+    let bulk = admin(&gateway, Method::GET, &format!("/admin/bulk/{id}"))
+        .await
+        .json();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let mut keys: Vec<&str> = (listed.as_array().unwrap().iter())
+        .map(|event| event["key"].as_str().unwrap())
+        .collect();
+    keys.sort_unstable();
+    let shown = keys.len();
+    keys.dedup();
+    assert_eq!(shown, keys.len(), "a record shown twice");
+    assert_eq!(
+        keys.len(),
+        2 * EACH,
+        "every record, while {} were retried",
+        bulk["done"]
+    );
+    ended(&gateway, &id).await;
     gateway.shutdown().await;
 }

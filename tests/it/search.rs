@@ -33,6 +33,28 @@ async fn walk(gateway: &TestGateway, query: &str, limit: usize) -> Vec<String> {
     }
 }
 
+/// Keys of `hookgate events list ARGS --all --json`.
+fn cli_list(gateway: &TestGateway, args: &[&str]) -> Vec<String> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "events",
+            "list",
+            "--all",
+            "--json",
+            "--admin",
+            &gateway.admin_url(""),
+        ])
+        .args(args)
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    (listed.as_array().unwrap().iter())
+        .map(|event| event["key"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn set(ids: &[String]) -> BTreeSet<String> {
     let unique: BTreeSet<String> = ids.iter().cloned().collect();
     assert_eq!(unique.len(), ids.len(), "each match once: {ids:?}");
@@ -134,30 +156,21 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
     assert!(none.is_empty(), "{none:?}");
 
     // The CLI: the same filter, every page as one array.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["events", "list", "--status", "503", "--since"])
-        .arg(format!("{}ms", clock() - between))
-        .args(["--all", "--json", "--limit", "3", "--admin"])
-        .arg(gateway.admin_url(""))
-        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let keys: Vec<String> = (listed.as_array().unwrap().iter())
-        .map(|event| event["key"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(set(&keys), named("b", &["503"]));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["events", "list", "--q", "json:/data/object/customer=cus_0"])
-        .args(["--q", "json:/data/object/n=2", "--all", "--json", "--admin"])
-        .arg(gateway.admin_url(""))
-        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(listed.as_array().unwrap().len(), 4, "{listed}");
+    let since = format!("{}ms", clock() - between);
+    let args = ["--status", "503", "--since", &since, "--limit", "3"];
+    assert_eq!(set(&cli_list(&gateway, &args)), named("b", &["503"]));
+    let args = [
+        "--q",
+        "json:/data/object/customer=cus_0",
+        "--q",
+        "json:/data/object/n=2",
+    ];
+    let expected =
+        ["a", "b"].map(|batch| ["503", "500"].map(|status| format!("evt_{batch}_{status}_2")));
+    assert_eq!(
+        set(&cli_list(&gateway, &args)),
+        expected.concat().into_iter().collect()
+    );
 
     for bad in [
         "status=abc",
