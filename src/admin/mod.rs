@@ -34,6 +34,9 @@
 //!     replays and redrives of a paused route are refused (409
 //!     `route_paused`): a paused upstream is not called.
 //!
+//!   - `GET /admin/audit`: the operator actions asked of this instance
+//!     ([`audit`]); `GET /admin/history`: each route's outcomes over the
+//!     last 24 hours ([`history`]);
 //!   - `POST /admin/reload` reloads the config file as SIGHUP does, and
 //!     says whether it was applied (422 `config_invalid` with the problems
 //!     when not): what `hookgate reload` sends.
@@ -53,10 +56,14 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+mod audit;
 mod bulk;
+mod history;
 mod query;
 mod views;
 
+use self::audit::{Audit, Entry};
+use self::history::History;
 use self::query::{percent_decode, query_flag, query_param};
 
 use self::views::{
@@ -91,6 +98,10 @@ pub struct Admin {
     console: Console,
     /// The bulk actions this instance took.
     bulks: Arc<Bulks>,
+    /// The operator actions asked of this instance.
+    audit: Audit,
+    /// The routes' outcomes over the last 24 hours.
+    history: Arc<History>,
 }
 
 impl Admin {
@@ -107,6 +118,8 @@ impl Admin {
             risks,
             console: Console::default(),
             bulks: Arc::default(),
+            audit: Audit::default(),
+            history: Arc::default(),
         }
     }
 
@@ -116,6 +129,7 @@ impl Admin {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
+        self.history.keep(Arc::clone(&self.gateway));
         let open = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
             let admin = Arc::clone(&self);
             move |request: Request<Incoming>| {
@@ -214,7 +228,42 @@ impl Admin {
             return Err(AdminError::ReadOnly);
         }
         let role = role.as_str();
+        if matches!(*request.method(), Method::GET | Method::HEAD) {
+            return self.act(request, path, peer, (via, role)).await;
+        }
+        // A change: audited with its answer, or as abandoned (status 0)
+        // when the caller hangs up before it.
+        let mut audited = Audited {
+            audit: &self.audit,
+            entry: Some(Entry {
+                at_ms: self.gateway.clock().now_ms(),
+                peer: peer.to_string(),
+                via,
+                role,
+                method: request.method().to_string(),
+                path: (request.uri().path_and_query()).map_or(path.to_owned(), ToString::to_string),
+                status: 0,
+            }),
+        };
+        let answer = self.act(request, path, peer, (via, role)).await;
+        if let Some(entry) = audited.entry.as_mut() {
+            entry.status = match &answer {
+                Ok(response) => response.status(),
+                Err(error) => error.status(),
+            }
+            .as_u16();
+        }
+        answer
+    }
 
+    /// An authorised admin request, by path.
+    async fn act(
+        &self,
+        request: &Request<Incoming>,
+        path: &str,
+        peer: SocketAddr,
+        (via, role): (&'static str, &'static str),
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let method = request.method().clone();
         if segments == ["admin", "events"] {
@@ -222,6 +271,17 @@ impl Admin {
                 return Err(AdminError::MethodNotAllowed);
             }
             return self.events(request).await;
+        }
+        match (segments.as_slice(), &method) {
+            (["admin", "audit"], &Method::GET) => {
+                return Ok(json_response(StatusCode::OK, &self.audit.json()))
+            }
+            (["admin", "history"], &Method::GET) => {
+                let totals = history::totals(&self.gateway);
+                return Ok(json_response(StatusCode::OK, &self.history.json(&totals)));
+            }
+            (["admin", "audit" | "history"], _) => return Err(AdminError::MethodNotAllowed),
+            _ => {}
         }
         match segments.as_slice() {
             ["admin", "events", action] => {
@@ -488,6 +548,21 @@ impl Admin {
                 "as_of": as_of,
             }),
         ))
+    }
+}
+
+/// An audit entry written when dropped: with the answer's status, or 0
+/// when the caller hung up first.
+struct Audited<'a> {
+    audit: &'a Audit,
+    entry: Option<Entry>,
+}
+
+impl Drop for Audited<'_> {
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            self.audit.record(entry);
+        }
     }
 }
 

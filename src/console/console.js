@@ -9,7 +9,7 @@ const csrf = document.querySelector('meta[name="csrf-token"]').content;
 // changes nothing: no action button is shown to it.
 const READ_ONLY = document.querySelector('meta[name="role"]').content === "reader";
 if (READ_ONLY) document.getElementById("who").textContent = "operator console (read only)";
-const ROUTES_EVERY_MS = 2000;
+const ROUTES_EVERY_MS = 5000;
 const STATES = ["", "processing", "queued", "failed", "dead", "completed"];
 
 // --- the admin API --------------------------------------------------------
@@ -50,9 +50,15 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Times in the browser's zone, named ("14:02:07 CET").
 function when(ms) {
-  return ms ? new Date(ms).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" }) : "";
+  if (!ms) return "";
+  return new Date(ms).toLocaleString(undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+  });
 }
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone;
 
 function stateBadge(state) {
   return el("span", { class: "state state-" + state, "data-state": state }, state);
@@ -66,19 +72,37 @@ function say(text, error) {
   say.timer = setTimeout(() => (status.textContent = ""), error ? 10000 : 5000);
 }
 
-// --- routes, with live rates per outcome -------------------------------------
+// --- routes, and their outcomes from the gateway's own history ------------------
 
-let previous = null;
+// The outcomes of a bucket, as the chart groups them.
+const GROUPS = {
+  ok: ["forwarded", "forwarded_unkeyed", "accepted", "handshake"],
+  replayed: ["replayed", "in_flight", "route_paused", "rate_limited", "upstream_circuit_open"],
+  failed: ["upstream_error", "upstream_timeout", "upstream_body_incomplete", "dead_letter", "store_unavailable", "internal_error"],
+};
+const group = (outcome) => Object.keys(GROUPS).find((name) => GROUPS[name].includes(outcome)) || "refused";
+let history = { step_ms: 300000, routes: {} };
+
+// The route's outcomes over the last hour (twelve five-minute buckets).
+function lastHour(route) {
+  const buckets = (history.routes[route] || []).filter((b) => b.at > Date.now() - 3600000 - history.step_ms);
+  const sums = {};
+  for (const bucket of buckets) {
+    for (const [outcome, n] of Object.entries(bucket)) if (outcome !== "at") sums[outcome] = (sums[outcome] || 0) + n;
+  }
+  const parts = Object.entries(sums).sort((a, b) => b[1] - a[1])
+    .map(([outcome, n]) => el("span", { "data-outcome": outcome }, el("b", {}, String(n)), " " + outcome));
+  return parts.length ? parts.flatMap((part, i) => (i ? [" · ", part] : [part])) : ["no traffic"];
+}
 
 async function loadRoutes() {
   let data;
   try {
-    data = await api("GET", "/admin/routes");
+    [data, history] = await Promise.all([api("GET", "/admin/routes"), api("GET", "/admin/history")]);
   } catch (error) {
     say("routes: " + error.message, true);
     return;
   }
-  const now = Date.now();
   const body = document.getElementById("routes-body");
   body.replaceChildren();
   const select = document.getElementById("filter-route");
@@ -88,15 +112,6 @@ async function loadRoutes() {
     select.value = chosen;
   }
   for (const route of data.routes) {
-    const rates = [];
-    const before = previous && previous.routes[route.name];
-    for (const [outcome, count] of Object.entries(route.outcomes || {})) {
-      if (!count) continue;
-      const rate = before ? ((count - (before[outcome] || 0)) * 1000) / (now - previous.at) : null;
-      rates.push(el("span", { "data-outcome": outcome },
-        el("b", {}, rate === null ? "…" : rate.toFixed(1) + "/s"), " " + outcome + " (" + count + ")"));
-    }
-    const shownRates = rates.length ? rates.flatMap((r, i) => (i ? [" · ", r] : [r])) : ["no traffic yet"];
     const redrive = route.dead_letters && !READ_ONLY
       ? el("button", { class: "danger", "data-redrive": route.name, onclick: () => redriveRoute(route.name, route.dead_letters) },
           "Redrive " + route.dead_letters + " dead letter" + (route.dead_letters === 1 ? "" : "s"))
@@ -106,12 +121,49 @@ async function loadRoutes() {
         el("td", {}, el("b", {}, route.name)),
         el("td", {}, el("code", {}, route.path)),
         el("td", {}, route.delivery, route.paused ? el("span", { class: "state state-failed" }, " paused") : null),
-        el("td", { class: "rates" }, shownRates),
+        el("td", { class: "rates" }, lastHour(route.name)),
         el("td", {}, route.queued === null || route.queued === undefined ? "" : String(route.queued)),
         el("td", {}, String(route.dead_letters || 0)),
         el("td", {}, redrive)));
   }
-  previous = { at: now, routes: Object.fromEntries(data.routes.map((r) => [r.name, r.outcomes || {}])) };
+  drawCharts(data.routes.map((route) => route.name));
+}
+
+// One stacked bar per five minutes over 24 hours, per route: SVG built
+// node by node (no markup), coloured by class (no inline style).
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  node.append(...children);
+  return node;
+}
+
+function drawCharts(routes) {
+  const charts = document.getElementById("charts");
+  charts.replaceChildren();
+  document.getElementById("history-zone").textContent = "(five-minute bars, times in " + ZONE + ")";
+  const slots = Math.round(86400000 / history.step_ms);
+  const end = Date.now();
+  for (const route of routes) {
+    const buckets = history.routes[route] || [];
+    const totals = buckets.map((b) => Object.entries(b).reduce((sum, [k, n]) => (k === "at" ? sum : sum + n), 0));
+    const top = Math.max(1, ...totals);
+    const chart = svg("svg", { viewBox: "0 0 " + slots * 4 + " 48", preserveAspectRatio: "none", "data-chart": route });
+    buckets.forEach((bucket, i) => {
+      const x = (slots - 1 - Math.floor((end - bucket.at) / history.step_ms)) * 4;
+      if (x < 0) return;
+      let y = 48;
+      for (const name of ["ok", "replayed", "failed", "refused"]) {
+        const n = Object.entries(bucket).reduce((sum, [k, v]) => (k !== "at" && group(k) === name ? sum + v : sum), 0);
+        if (!n) continue;
+        const h = Math.max(1, (n / top) * 46);
+        y -= h;
+        chart.append(svg("rect", { x, y, width: 3, height: h, class: name }, svg("title", {}, when(bucket.at) + ": " + n + " " + name)));
+      }
+    });
+    charts.append(el("div", { class: "chart" }, el("span", {}, el("b", {}, route), " (" + totals.reduce((a, b) => a + b, 0) + ")"), chart));
+  }
 }
 
 async function redriveRoute(route, count) {
@@ -126,16 +178,31 @@ async function redriveRoute(route, count) {
   loadEvents();
 }
 
-// --- events by route and state, search by key --------------------------------
+// --- events by filters, search by key, selection ---------------------------------
 
 let cursor = null;
+const selected = new Map(); // "route key" -> [route, key]
+
+// The listing's filters as query parameters (the same for a bulk action).
+function filterParams() {
+  const params = new URLSearchParams();
+  const value = (id) => document.getElementById(id).value.trim();
+  for (const [name, id] of [["route", "filter-route"], ["state", "filter-state"], ["since", "filter-since"],
+    ["until", "filter-until"], ["status", "filter-status"], ["error", "filter-error"], ["q", "filter-q"]]) {
+    if (value(id)) params.set(name, value(id));
+  }
+  return params;
+}
+
+function showScope() {
+  document.getElementById("bulk-scope").textContent = selected.size
+    ? selected.size + " selected event" + (selected.size === 1 ? "" : "s")
+    : "every event the filters match";
+}
 
 async function loadEvents(more) {
-  const route = document.getElementById("filter-route").value;
-  const state = document.getElementById("filter-state").value;
-  const params = new URLSearchParams({ limit: "50" });
-  if (route) params.set("route", route);
-  if (state) params.set("state", state);
+  const params = filterParams();
+  params.set("limit", "50");
   if (more && cursor) params.set("cursor", cursor);
   let page;
   try {
@@ -145,10 +212,24 @@ async function loadEvents(more) {
     return;
   }
   const body = document.getElementById("events-body");
-  if (!more) body.replaceChildren();
+  if (!more) {
+    body.replaceChildren();
+    selected.clear();
+    document.getElementById("select-all").checked = false;
+    showScope();
+  }
   for (const event of page.events) {
+    const id = event.route + " " + event.key;
+    const check = el("input", { type: "checkbox", "data-select": event.key });
+    check.addEventListener("click", (click) => {
+      click.stopPropagation();
+      if (check.checked) selected.set(id, [event.route, event.key]);
+      else selected.delete(id);
+      showScope();
+    });
     body.append(
       el("tr", { class: "event", "data-key": event.key, onclick: () => showEvent(event.route, event.key) },
+        el("td", { class: "check" }, READ_ONLY ? null : check),
         el("td", { class: "when" }, when(event.updated)),
         el("td", {}, event.route),
         el("td", { class: "mono" }, event.key),
@@ -156,9 +237,16 @@ async function loadEvents(more) {
         el("td", {}, String(event.attempts)),
         el("td", {}, event.last_error ? event.last_error.class + (event.last_error.status ? " " + event.last_error.status : "") : "")));
   }
-  if (!body.children.length) body.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No events.")));
+  if (!body.children.length) body.append(el("tr", {}, el("td", { colspan: "7", class: "empty" }, "No events.")));
   cursor = page.next_cursor;
   document.getElementById("more").hidden = !cursor;
+}
+
+function selectAll() {
+  const on = document.getElementById("select-all").checked;
+  for (const check of document.querySelectorAll("#events-body input[data-select]")) {
+    if (check.checked !== on) check.click();
+  }
 }
 
 async function searchKey(submit) {
@@ -239,7 +327,7 @@ async function showEvent(route, key) {
   const response = record.response;
   const request = record.request;
   const act = (label, cls, question, method, suffix) =>
-    el("button", { class: cls, "data-action": label.toLowerCase(), onclick: () => perform(label, question, method, route, key, suffix) }, label);
+    el("button", { class: cls, "data-action": label.toLowerCase().replace(" ", "-"), onclick: () => perform(label, question, method, route, key, suffix) }, label);
   section.replaceChildren(...[
     el("h2", {}, "Event"),
     details,
@@ -253,12 +341,29 @@ async function showEvent(route, key) {
     request
       ? [el("p", { class: "mono" }, request.method + (request.query ? " ?" + request.query : "")), headerTable(request.headers), preview(request)]
       : el("p", { class: "empty" }, "not kept (only failed, dead and replayed events keep their request)"),
-    READ_ONLY ? null : el("div", { class: "actions" },
-      request ? act("Redeliver", "primary", "Send the stored request of " + key + " to the upstream again, under the same key?", "POST", "/redeliver") : null,
-      request ? act("Replay", "", "Send the stored request of " + key + " again as a new event, under a new key?", "POST", "/replay") : null,
-      act("Forget", "danger", "Forget " + key + "? The sender's next delivery of it is processed again.", "DELETE", "")),
+    READ_ONLY ? null : el("div", { class: "actions" }, actionsFor(record, act)),
   ].flat(Infinity).filter((part) => part !== null && part !== undefined));
   section.scrollIntoView({ block: "start" });
+}
+
+// Only the actions that can work on the record as it is: a redelivery of
+// a failed or dead event; "retry now" of a queued one (its workers deliver
+// it at once); no send and no forget while a delivery holds it or it is
+// queued; a replay of what keeps its request.
+function actionsFor(record, act) {
+  const key = record.key;
+  const state = record.state;
+  const kept = !!record.request;
+  return [
+    kept && (state === "failed" || state === "dead")
+      ? act("Redeliver", "primary", "Send the stored request of " + key + " to the upstream again, under the same key?", "POST", "/redeliver") : null,
+    state === "queued"
+      ? act("Retry now", "primary", "Make " + key + " due now? Its workers deliver it at once.", "POST", "/redeliver") : null,
+    kept && state !== "processing"
+      ? act("Replay", "", "Send the stored request of " + key + " again as a new event, under a new key?", "POST", "/replay") : null,
+    state !== "processing" && state !== "queued"
+      ? act("Forget", "danger", "Forget " + key + "? The sender's next delivery of it is processed again.", "DELETE", "") : null,
+  ];
 }
 
 async function perform(label, question, method, route, key, suffix) {
@@ -279,15 +384,163 @@ async function perform(label, question, method, route, key, suffix) {
   loadRoutes();
 }
 
+// --- bulk actions: a selection, or every event the filters match ---------------
+
+const VERBS = { redeliver: "Redeliver", replay: "Replay", forget: "Forget" };
+let following = null;
+
+async function bulk(action) {
+  if (following) {
+    say("a bulk action is running; wait for it or cancel it", true);
+    return;
+  }
+  if (selected.size) return bulkSelection(action);
+  const params = filterParams();
+  let count;
+  try {
+    params.set("dry_run", "true");
+    count = await api("POST", "/admin/events/" + action + "?" + params);
+  } catch (error) {
+    say(action + ": " + error.message, true);
+    return;
+  }
+  if (!count.matched) {
+    say("No event matches the filters.");
+    return;
+  }
+  params.delete("dry_run");
+  const shown = [...params].map(([k, v]) => k + "=" + v).join(" ") || "no filter";
+  if (!confirm(VERBS[action] + " " + count.matched + " event" + (count.matched === 1 ? "" : "s") + " matching " + shown + "?" +
+    (action === "forget" ? " Their next deliveries are processed again." : " Each is sent to the upstream once more, paced."))) return;
+  let started;
+  try {
+    started = await api("POST", "/admin/events/" + action + "?" + params);
+  } catch (error) {
+    say(action + ": " + error.message, true);
+    return;
+  }
+  follow(started.id);
+}
+
+// Follow a bulk action of the gateway until it ends.
+async function follow(id) {
+  following = id;
+  const box = document.getElementById("bulk-progress");
+  box.hidden = false;
+  document.getElementById("bulk-cancel").hidden = false;
+  for (;;) {
+    let bulk;
+    try {
+      bulk = await api("GET", "/admin/bulk/" + enc(id));
+    } catch (error) {
+      say("bulk " + id + ": " + error.message, true);
+      break;
+    }
+    showProgress(bulk.done, bulk.matched, VERBS[bulk.action] + " " + bulk.state + ": " + bulk.done + " of " + bulk.matched +
+      " — " + bulk.delivered + " delivered, " + bulk.failed + " failed, " + bulk.skipped + " skipped" +
+      (bulk.cancelled_by ? " (cancelled by " + bulk.cancelled_by + ")" : ""), bulk.state);
+    if (bulk.state !== "running") break;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  following = null;
+  document.getElementById("bulk-cancel").hidden = true;
+  loadEvents();
+  loadRoutes();
+}
+
+function showProgress(done, of, text, state) {
+  const meter = document.getElementById("bulk-meter");
+  meter.max = Math.max(1, of);
+  meter.value = done;
+  const line = document.getElementById("bulk-text");
+  line.textContent = text;
+  line.dataset.state = state;
+}
+
+// A selection: one call a key, in turn, with the same progress.
+async function bulkSelection(action) {
+  const events = [...selected.values()];
+  if (!confirm(VERBS[action] + " the " + events.length + " selected event" + (events.length === 1 ? "" : "s") + "?")) return;
+  following = "selection";
+  document.getElementById("bulk-progress").hidden = false;
+  document.getElementById("bulk-cancel").hidden = true;
+  let done = 0, failed = 0;
+  for (const [route, key] of events) {
+    try {
+      if (action === "forget") await api("DELETE", keyPath(route, key));
+      else {
+        const sent = await api("POST", keyPath(route, key) + "/" + action);
+        if (sent.state !== "completed" && sent.state !== "queued") failed++;
+      }
+    } catch (error) {
+      failed++;
+    }
+    done++;
+    showProgress(done, events.length, VERBS[action] + ": " + done + " of " + events.length + ", " + failed + " not completed", "running");
+  }
+  showProgress(done, events.length, VERBS[action] + " finished: " + done + " of " + events.length + ", " + failed + " not completed", "finished");
+  following = null;
+  loadEvents();
+  loadRoutes();
+}
+
+async function cancelBulk() {
+  if (!following || following === "selection") return;
+  try {
+    await api("DELETE", "/admin/bulk/" + enc(following));
+  } catch (error) {
+    say("cancel: " + error.message, true);
+  }
+}
+
+// --- the audit: operator actions, on a page of their own ---------------------------
+
+async function loadAudit() {
+  let audit;
+  try {
+    audit = await api("GET", "/admin/audit");
+  } catch (error) {
+    say("audit: " + error.message, true);
+    return;
+  }
+  const body = document.getElementById("audit-body");
+  body.replaceChildren(...audit.actions.map((action) => el("tr", { "data-audit": action.method + " " + action.path },
+    el("td", { class: "when" }, when(action.at)),
+    el("td", { class: "mono" }, action.peer),
+    el("td", {}, action.via),
+    el("td", {}, action.role),
+    el("td", { class: "mono" }, action.method + " " + action.path),
+    el("td", {}, action.status ? String(action.status) : "caller left"))));
+  if (!audit.actions.length) body.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No action yet.")));
+}
+
+function showPage() {
+  const audit = location.hash === "#audit";
+  document.getElementById("overview").hidden = audit;
+  document.getElementById("audit-section").hidden = !audit;
+  document.getElementById("nav-audit").classList.toggle("current", audit);
+  document.getElementById("nav-overview").classList.toggle("current", !audit);
+  if (audit) loadAudit();
+}
+
 // --- start ------------------------------------------------------------------
 
 document.getElementById("filters").addEventListener("submit", searchKey);
 document.getElementById("filter-route").addEventListener("change", () => loadEvents());
 document.getElementById("filter-state").addEventListener("change", () => loadEvents());
+document.getElementById("filter-error").addEventListener("change", () => loadEvents());
 document.getElementById("more").addEventListener("click", () => loadEvents(true));
 document.getElementById("refresh").addEventListener("click", () => loadEvents());
 for (const state of STATES) {
   document.getElementById("filter-state").append(el("option", { value: state }, state || "any state"));
 }
+document.getElementById("select-all").addEventListener("click", selectAll);
+document.getElementById("bulk-cancel").addEventListener("click", cancelBulk);
+for (const button of document.querySelectorAll("button[data-bulk]")) {
+  button.addEventListener("click", () => bulk(button.dataset.bulk));
+}
+if (READ_ONLY) document.getElementById("bulk-bar").hidden = true;
+window.addEventListener("hashchange", showPage);
+showPage();
 loadRoutes().then(() => loadEvents());
 setInterval(loadRoutes, ROUTES_EVERY_MS);

@@ -302,6 +302,11 @@ async fn a_bulk_action_waits_for_a_paused_route() {
             .await;
     }
     healed.store(true, Ordering::SeqCst);
+    // The gateway's own history has them, in its live bucket.
+    let history = admin(&gateway, Method::GET, "/admin/history").await.json();
+    assert_eq!(history["step_ms"], 300_000);
+    let buckets = history["routes"]["hook"].as_array().unwrap();
+    assert_eq!(buckets.last().unwrap()["upstream_error"], 20, "{history}");
     let paused = admin(&gateway, Method::POST, "/admin/routes/hook/pause?by=test").await;
     assert_eq!(paused.status, StatusCode::OK);
     let started = admin(
@@ -351,6 +356,29 @@ async fn a_bulk_action_waits_for_a_paused_route() {
     let forget = ended(&gateway, forget.json()["id"].as_str().unwrap()).await;
     assert_eq!(forget["delivered"], 20, "{forget}");
     assert_eq!(matched(&gateway, "route=hook").await, 0);
+    // The audit names each change, who asked and how it was answered.
+    let audit = admin(&gateway, Method::GET, "/admin/audit").await.json();
+    let actions = audit["actions"].as_array().unwrap();
+    let asked = |path: &str| {
+        actions
+            .iter()
+            .find(|a| a["path"].as_str().unwrap().starts_with(path))
+            .cloned()
+    };
+    let forget = asked("/admin/events/forget?route=hook&state=completed").expect("the bulk forget");
+    assert_eq!(
+        (forget["method"].as_str(), forget["status"].as_u64()),
+        (Some("POST"), Some(202))
+    );
+    assert_eq!(
+        (forget["via"].as_str(), forget["role"].as_str()),
+        (Some("token"), Some("operator"))
+    );
+    assert_eq!(
+        asked("/admin/events/redeliver?rate=fast").unwrap()["status"],
+        400
+    );
+    assert!(asked("/admin/history").is_none(), "reads are not actions");
     gateway.shutdown().await;
 }
 

@@ -3,16 +3,12 @@
 //! driven through chromedriver (WebDriver), with screenshots in
 //! `target/console/`.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 
-use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::Full;
-use serde_json::{json, Value};
+use http::{Method, StatusCode};
+use serde_json::json;
 
 use crate::support::*;
 
@@ -267,212 +263,6 @@ async fn a_record_shows_its_recorded_response_and_routes_count_their_outcomes() 
     gateway.shutdown().await;
 }
 
-// --- a real browser -----------------------------------------------------------
-
-/// chromedriver driving a headless Chromium, through WebDriver's HTTP API.
-struct Browser {
-    driver: Child,
-    base: String,
-    session: String,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // Ending the session makes chromedriver close Chromium; killing the
-        // driver alone leaves the browser's processes running.
-        if !self.session.is_empty() {
-            let _ = self.end_session();
-        }
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-impl Browser {
-    /// `None` (the test skips) where Chromium is not installed, except on
-    /// CI, where that fails.
-    async fn start() -> Option<Browser> {
-        let installed = ["/usr/bin/chromium", "/usr/bin/chromedriver"]
-            .iter()
-            .all(|path| std::path::Path::new(path).exists());
-        if !installed {
-            assert!(
-                std::env::var("CI").is_err(),
-                "chromium and chromium-driver are required on CI (.ci/run installs them)"
-            );
-            eprintln!("skipping: chromium / chromedriver not installed");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = Command::new("/usr/bin/chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
-        let mut browser = Browser {
-            driver,
-            base: format!("http://127.0.0.1:{port}"),
-            session: String::new(),
-        };
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                         "--disable-gpu", "--window-size=1360,1000"],
-            },
-        }}});
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let session = loop {
-            match browser
-                .try_call(Method::POST, "/session", Some(&capabilities))
-                .await
-            {
-                Ok(value) if value["sessionId"].is_string() => break value,
-                _ if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await
-                }
-                other => panic!("no WebDriver session: {other:?}"),
-            }
-        };
-        browser.session = session["sessionId"].as_str().unwrap().to_owned();
-        Some(browser)
-    }
-
-    /// `DELETE /session/{id}`, blocking (from `drop`).
-    fn end_session(&self) -> std::io::Result<()> {
-        use std::io::{Read, Write};
-        let address = self.base.trim_start_matches("http://");
-        let mut stream = std::net::TcpStream::connect(address)?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "DELETE /session/{} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\n\
-             Connection: close\r\n\r\n",
-            self.session
-        )?;
-        stream.read_to_end(&mut Vec::new()).map(drop)
-    }
-
-    async fn try_call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Value, String> {
-        let url = if path == "/session" {
-            format!("{}{path}", self.base)
-        } else {
-            format!("{}/session/{}{path}", self.base, self.session)
-        };
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let request = Request::builder()
-            .method(method)
-            .uri(url)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        let answer = Sender::new().try_send(request).await?;
-        let value: Value = serde_json::from_slice(&answer.body).map_err(|e| e.to_string())?;
-        if answer.status.is_success() {
-            Ok(value["value"].clone())
-        } else {
-            Err(value["value"].to_string())
-        }
-    }
-
-    async fn call(&self, method: Method, path: &str, body: Value) -> Value {
-        let body = (!body.is_null()).then_some(&body);
-        self.try_call(method, path, body)
-            .await
-            .unwrap_or_else(|error| panic!("WebDriver {path}: {error}"))
-    }
-
-    async fn goto(&self, url: &str) {
-        self.call(Method::POST, "/url", json!({ "url": url })).await;
-    }
-
-    /// Run `script` in the page; its return value.
-    async fn run(&self, script: &str) -> Value {
-        self.call(
-            Method::POST,
-            "/execute/sync",
-            json!({ "script": script, "args": [] }),
-        )
-        .await
-    }
-
-    /// Wait (up to 10 s) until `script` returns something truthy.
-    async fn wait_for(&self, what: &str, script: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let value = self.run(script).await;
-            if !(value.is_null() || value == false || value == "") {
-                return value;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn element(&self, css: &str) -> String {
-        let found = self
-            .call(
-                Method::POST,
-                "/element",
-                json!({ "using": "css selector", "value": css }),
-            )
-            .await;
-        found[ELEMENT].as_str().unwrap().to_owned()
-    }
-
-    async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.call(Method::POST, &format!("/element/{id}/click"), json!({}))
-            .await;
-    }
-
-    async fn type_into(&self, css: &str, text: &str) {
-        let id = self.element(css).await;
-        self.call(
-            Method::POST,
-            &format!("/element/{id}/value"),
-            json!({ "text": text }),
-        )
-        .await;
-    }
-
-    /// Accept the open `confirm()` dialog, waiting for it to open.
-    async fn confirm(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while let Err(error) = self
-            .try_call(Method::POST, "/alert/accept", Some(&json!({})))
-            .await
-        {
-            assert!(Instant::now() < deadline, "no confirmation asked: {error}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn screenshot(&self, name: &str) {
-        use base64::Engine;
-        let png = self.call(Method::GET, "/screenshot", Value::Null).await;
-        let png = base64::engine::general_purpose::STANDARD
-            .decode(png.as_str().unwrap())
-            .unwrap();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-    }
-}
-
 #[tokio::test]
 async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
     let Some(browser) = Browser::start().await else {
@@ -494,6 +284,11 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
             .as_str(),
         "dead"
     );
+    // Five more, for a bulk redelivery.
+    for i in 0..5 {
+        let answer = sender.deliver(&url, &event(&format!("evt_bulk_{i}"))).await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
     healthy.store(true, Ordering::SeqCst);
     // Visible ASCII only (no spaces), so it is kept as the key itself.
     let hostile =
@@ -528,13 +323,24 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
             "return document.querySelector('#routes-body tr[data-route=hook]')",
         )
         .await;
-    // Rates appear from the second poll on.
+    // The last hour's outcomes and the 24-hour chart, both kept in the
+    // gateway, with the zone the times are in.
     browser
         .wait_for(
-            "live rates",
-            "return /\\/s/.test(document.querySelector('#routes-body').textContent)",
+            "the last hour",
+            "return document.querySelector('#routes-body [data-outcome=replayed]')",
         )
         .await;
+    browser
+        .wait_for(
+            "the chart",
+            "return document.querySelectorAll('[data-chart=hook] rect').length > 0",
+        )
+        .await;
+    let zone = browser
+        .run("return document.querySelector('#history-zone').textContent")
+        .await;
+    assert!(zone.as_str().unwrap().contains("times in"), "{zone}");
 
     // The events just sent, the hostile key shown as text, never as markup.
     browser
@@ -544,7 +350,7 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
         )
         .await;
     let shown = browser
-        .run("return [...document.querySelectorAll('#events-body tr')].map(r => r.children[2].textContent)")
+        .run("return [...document.querySelectorAll('#events-body tr')].map(r => r.children[3].textContent)")
         .await;
     assert!(
         shown.as_array().unwrap().iter().any(|key| key == hostile),
@@ -560,7 +366,7 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
     // Only the dead letters.
     browser.run("const s = document.querySelector('#filter-state'); s.value = 'dead'; s.dispatchEvent(new Event('change'));").await;
     browser
-        .wait_for("the dead filter", "const rows = document.querySelectorAll('#events-body tr'); return rows.length === 1 && rows[0].dataset.key === 'evt_dead'")
+        .wait_for("the dead filter", "const rows = document.querySelectorAll('#events-body tr'); return rows.length === 6 && [...rows].every(r => r.querySelector('[data-state=dead]'))")
         .await;
 
     // Its record, then a redelivery: confirmed, and the state changes.
@@ -575,6 +381,21 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
         .run("return document.querySelector('#event').textContent")
         .await;
     assert!(masked.as_str().unwrap().contains("[redacted]"), "{masked}");
+    // Its failed attempt, with the upstream's status; a time with its zone.
+    let history = browser
+        .run("return document.querySelector('#event-history tbody').textContent")
+        .await;
+    assert!(
+        history.as_str().unwrap().contains("refused 503"),
+        "{history}"
+    );
+    let buttons = browser
+        .run("return [...document.querySelectorAll('#event button[data-action]')].map(b => b.dataset.action).join(' ')")
+        .await;
+    assert_eq!(
+        buttons, "redeliver replay forget",
+        "what a dead letter can be asked"
+    );
     browser.screenshot("dead-letter").await;
     browser.click("button[data-action=redeliver]").await;
     browser.confirm().await;
@@ -599,6 +420,63 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
         2,
         "the refused attempt and the redelivery"
     );
+
+    // The incident's window and status: the other five dead letters, then
+    // all of them redelivered in one action, confirmed with the dry run's
+    // count, its progress followed to the end.
+    browser.type_into("#filter-since", "1h").await;
+    browser.type_into("#filter-status", "503").await;
+    browser.click("#search").await;
+    browser
+        .wait_for("the window", "const rows = document.querySelectorAll('#events-body tr.event'); return rows.length === 5 && [...rows].every(r => r.dataset.key.startsWith('evt_bulk_'))")
+        .await;
+    browser.screenshot("filtered").await;
+    browser.click("button[data-bulk=redeliver]").await;
+    let asked = browser.confirm().await;
+    assert!(asked.contains("Redeliver 5 events matching"), "{asked}");
+    assert!(asked.contains("status=503"), "{asked}");
+    browser
+        .wait_for(
+            "the bulk action's end",
+            "return document.querySelector('#bulk-text').dataset.state === 'finished'",
+        )
+        .await;
+    let progress = browser
+        .run("return [document.querySelector('#bulk-meter').value, document.querySelector('#bulk-text').textContent]")
+        .await;
+    assert_eq!(progress[0], 5, "{progress}");
+    assert!(
+        progress[1].as_str().unwrap().contains("5 delivered"),
+        "{progress}"
+    );
+    browser.screenshot("bulk-redelivered").await;
+    for i in 0..5 {
+        assert_eq!(upstream.count(&format!("evt_bulk_{i}")), 2, "evt_bulk_{i}");
+    }
+    browser
+        .run("for (const id of ['filter-since', 'filter-status']) document.getElementById(id).value = '';")
+        .await;
+
+    // The audit, on its own page: who did what, when.
+    browser.click("#nav-audit").await;
+    browser
+        .wait_for(
+            "the audit",
+            "return document.querySelector('#audit-body tr[data-audit^=\"POST /admin/events/redeliver\"]')",
+        )
+        .await;
+    let audit = browser
+        .run("return document.querySelector('#audit-body').textContent")
+        .await;
+    let audit = audit.as_str().unwrap();
+    assert!(
+        audit.contains("console")
+            && audit.contains("operator")
+            && audit.contains("/admin/routes/hook/keys/evt_dead/redeliver"),
+        "{audit}"
+    );
+    browser.screenshot("audit").await;
+    browser.click("#nav-overview").await;
 
     // Search by key finds it on its route.
     browser.run("const s = document.querySelector('#filter-state'); s.value = ''; s.dispatchEvent(new Event('change'));").await;
@@ -641,7 +519,7 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
         )
         .await;
     let buttons = browser
-        .run("return document.querySelectorAll('main button[data-action], main button[data-redrive]').length")
+        .run("return [...document.querySelectorAll('main button[data-action], main button[data-redrive], main button[data-bulk], main input[data-select]')].filter(b => b.offsetParent !== null).length")
         .await;
     assert_eq!(buttons, 0, "a read-only session is shown no action");
     browser.screenshot("read-only").await;

@@ -30,6 +30,8 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
         "/admin/routes".to_owned(),
         "/admin/events?since=1h&status=503&error=refused".to_owned(),
         "/admin/bulk".to_owned(),
+        "/admin/audit".to_owned(),
+        "/admin/history".to_owned(),
         key.to_owned(),
         format!("{key}?body=true"),
     ] {

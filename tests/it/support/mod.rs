@@ -6,6 +6,7 @@
 //! test database.
 
 mod admin;
+mod browser;
 mod gateway;
 mod metrics;
 mod pgbouncer;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::admin::*;
+pub use self::browser::*;
 pub use self::gateway::*;
 pub use self::metrics::*;
 pub use self::pgbouncer::*;
