@@ -436,3 +436,78 @@ async fn a_full_listing_holds_still_while_its_records_are_retried() {
     ended(&gateway, &id).await;
     gateway.shutdown().await;
 }
+
+/// Two bulk redeliveries of the same filtered dead letters at once, on
+/// each store: the matches are sent once each, the rest left alone.
+async fn two_bulk_actions_at_once(backend: Backend) {
+    let healed = Arc::new(AtomicBool::new(false));
+    let upstream = Upstream::with({
+        let healed = Arc::clone(&healed);
+        move |seen| Plan {
+            status: match (healed.load(Ordering::SeqCst), seen.key().contains("_503_")) {
+                (true, _) => StatusCode::OK,
+                (false, true) => StatusCode::SERVICE_UNAVAILABLE,
+                (false, false) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            ..ok_plan(seen)
+        }
+    })
+    .await;
+    let text = config_text(&upstream.url("/hook"), &backend, "max_attempts = 1", "");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let ids: Vec<String> = (0..40)
+        .map(|i| format!("evt_{}_{i}", if i % 2 == 0 { "503" } else { "500" }))
+        .collect();
+    deliver_all(&gateway, &ids).await;
+    healed.store(true, Ordering::SeqCst);
+    let path = "/admin/events/redeliver?route=hook&state=dead&status=503&rate=1000/s";
+    let (a, b) = tokio::join!(
+        admin(&gateway, Method::POST, path),
+        admin(&gateway, Method::POST, path)
+    );
+    let mut delivered = 0;
+    for started in [a, b] {
+        assert_eq!(started.status, StatusCode::ACCEPTED, "{:?}", started.body);
+        let bulk = ended(&gateway, started.json()["id"].as_str().unwrap()).await;
+        assert_eq!(bulk["failed"], 0, "{bulk}");
+        delivered += bulk["delivered"].as_u64().unwrap();
+    }
+    assert_eq!(delivered, 20);
+    for id in &ids {
+        let expected = if id.contains("_503_") { 2 } else { 1 };
+        assert_eq!(upstream.count(id), expected, "{id}");
+    }
+    assert_eq!(
+        matched(&gateway, "route=hook&state=dead&status=500").await,
+        20
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bulk_actions_at_once_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    two_bulk_actions_at_once(Backend::Embedded(dir.path().join("h.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bulk_actions_at_once_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    two_bulk_actions_at_once(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bulk_actions_at_once_on_a_redis_cluster() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    two_bulk_actions_at_once(Backend::RedisCluster(cluster.toml())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bulk_actions_at_once_on_postgres() {
+    let database = TestDatabase::create().await;
+    two_bulk_actions_at_once(Backend::Postgres(database.url())).await;
+}
