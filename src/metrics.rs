@@ -19,8 +19,9 @@ pub const UNMATCHED: &str = "_unmatched";
 /// series start at 0 at start-up and at every reload, so a rate or a ratio
 /// over them is defined before the first such request (and after a
 /// restart).
-pub const OUTCOMES: [&str; 26] = [
+pub const OUTCOMES: [&str; 27] = [
     "forwarded",
+    "filtered",
     "forwarded_unkeyed",
     "handshake",
     "replayed",

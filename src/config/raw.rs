@@ -115,6 +115,8 @@ pub struct RawRoute {
     pub upstream_rate: Option<String>,
     pub upstream_burst: Option<u64>,
     pub verify: Option<RawVerify>,
+    /// Which events the route takes (`crate::filter`).
+    pub filter: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -306,6 +306,19 @@ impl Validator<'_> {
             }
         });
         let upstream_rate = self.rate(at, &raw);
+        let filter = raw.filter.as_ref().and_then(|table| {
+            crate::filter::EventFilter::compile(table)
+                .map_err(|problems| {
+                    for (source, problem) in problems {
+                        let at = match source.is_empty() {
+                            true => at.key("filter"),
+                            false => at.key("filter").key(&source),
+                        };
+                        self.fail(&at, problem);
+                    }
+                })
+                .ok()
+        });
 
         RouteConfig {
             name,
@@ -333,6 +346,7 @@ impl Validator<'_> {
             upstream_rate,
             scheme,
             verifier,
+            filter,
         }
     }
 

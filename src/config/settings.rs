@@ -324,6 +324,9 @@ pub struct RouteConfig {
     pub upstream_rate: Option<RateSettings>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
+    /// Which events the route takes; the others are answered and recorded
+    /// as filtered, never forwarded.
+    pub filter: Option<crate::filter::EventFilter>,
 }
 
 /// A route's `upstream_ca`.

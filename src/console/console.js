@@ -77,7 +77,7 @@ function say(text, error) {
 // The outcomes of a bucket, as the chart groups them.
 const GROUPS = {
   ok: ["forwarded", "forwarded_unkeyed", "accepted", "handshake"],
-  replayed: ["replayed", "in_flight", "route_paused", "rate_limited", "upstream_circuit_open"],
+  replayed: ["replayed", "filtered", "in_flight", "route_paused", "rate_limited", "upstream_circuit_open"],
   failed: ["upstream_error", "upstream_timeout", "upstream_body_incomplete", "dead_letter", "store_unavailable", "internal_error"],
 };
 const group = (outcome) => Object.keys(GROUPS).find((name) => GROUPS[name].includes(outcome)) || "refused";

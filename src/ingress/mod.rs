@@ -13,6 +13,7 @@
 //! id); [`answer`] builds what hookgate answers itself.
 
 mod answer;
+mod filtered;
 mod request;
 
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub enum Outcome {
     Accepted,
     /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
     UpstreamError,
+    /// The route's filter did not take it: answered, never forwarded.
+    Filtered,
     Rejected(&'static str),
 }
 
@@ -73,6 +76,7 @@ impl Outcome {
             Outcome::DeadLetter => "dead_letter",
             Outcome::Accepted => "accepted",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::Filtered => "filtered",
             Outcome::Rejected(code) => code,
         }
     }
@@ -245,6 +249,14 @@ impl Gateway {
             Err(error) => return Err(error.into()),
         };
         log.key = key.clone();
+
+        // 4a. The route's filter, on the verified body: an event it does
+        //     not take is answered and recorded, never forwarded.
+        if let (Some(filter), Some(key)) = (&route.filter, &key) {
+            if !filter.passes(&parts.headers, &body, &body_sha256) {
+                return self.filtered(runtime, route, key, &body_sha256).await;
+            }
+        }
 
         // What is forwarded, built once: stored by an async route, sent by
         // a sync one.

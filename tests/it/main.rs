@@ -16,6 +16,7 @@ mod entrances;
 mod evidence;
 mod fault_run;
 mod faults;
+mod filters;
 mod fleet;
 mod full_disk;
 mod hostile;

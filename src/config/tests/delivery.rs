@@ -247,3 +247,38 @@ fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
         assert!(found.contains(expected), "{bad}: {found}");
     }
 }
+
+#[test]
+fn filters_compile_at_load_with_located_problems() {
+    let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
+    let config = parse(&route_with(
+        verify,
+        "filter = { \"json:/type\" = [\"invoice.*\", \"charge.succeeded\"] }",
+    ))
+    .unwrap();
+    let filter = config.live.routes[0].filter.as_ref().unwrap();
+    let passes = |body: &str| filter.passes(&HeaderMap::new(), body.as_bytes(), "");
+    assert!(passes(r#"{"type":"invoice.paid"}"#));
+    assert!(!passes(r#"{"type":"customer.created"}"#));
+    for (bad, expected) in [
+        (
+            "filter = { \"jsn:/type\" = \"x\" }",
+            "routes[0].filter.jsn:/type: \"jsn:/type\" is not a key source",
+        ),
+        (
+            "filter = { \"json:/type\" = 3 }",
+            "routes[0].filter.json:/type: patterns are strings",
+        ),
+        (
+            "filter = { \"json:/type\" = [] }",
+            "routes[0].filter.json:/type: give 1 to 100 patterns",
+        ),
+        (
+            "filter = {}",
+            "routes[0].filter: name at least one key source",
+        ),
+    ] {
+        let found = problems(&route_with(verify, bad)).join("\n");
+        assert!(found.contains(expected), "{bad}: {found}");
+    }
+}

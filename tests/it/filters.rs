@@ -1,0 +1,127 @@
+//! A route's filter: the events it takes are forwarded once each; the
+//! others are answered, recorded and never forwarded, and their duplicates
+//! are answered as duplicates — on a sync route and an async one.
+
+use std::collections::HashMap;
+
+use http::StatusCode;
+
+use crate::support::*;
+
+const FILTER: &str = r#"filter = { "json:/type" = ["invoice.*", "charge.succeeded"] }"#;
+const TYPES: [&str; 3] = ["invoice.paid", "charge.succeeded", "customer.created"];
+
+fn body(i: usize) -> String {
+    format!(
+        r#"{{"id":"evt_{i}","type":"{}","amount":4200}}"#,
+        TYPES[i % 3]
+    )
+}
+
+/// 30 events, each delivered 3 times at once (a 409 retried like a
+/// sender): the answers per key.
+async fn deliver_thrice(gateway: &TestGateway) -> HashMap<usize, Vec<Answer>> {
+    let url = gateway.url("/hook");
+    let mut all = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        for _ in 0..3 {
+            let (url, sender) = (url.clone(), Sender::new());
+            all.spawn(async move { (i, sender.deliver_until_settled(&url, &body(i)).await) });
+        }
+    }
+    let mut answers: HashMap<usize, Vec<Answer>> = HashMap::new();
+    while let Some(done) = all.join_next().await {
+        let (i, answer) = done.unwrap();
+        answers.entry(i).or_default().push(answer);
+    }
+    answers
+}
+
+async fn a_filter_forwards_only_what_it_takes(
+    backend: Backend,
+    delivery: &str,
+    accept: StatusCode,
+) {
+    let upstream = Upstream::start().await;
+    let extra = format!("{delivery}\n{FILTER}");
+    let text = config_text(&upstream.url("/hook"), &backend, &extra, "");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let answers = deliver_thrice(&gateway).await;
+    let passing: Vec<String> = (0..30)
+        .filter(|i| i % 3 != 2)
+        .map(|i| format!("evt_{i}"))
+        .collect();
+    assert!(
+        upstream
+            .all_reached(&passing, std::time::Duration::from_secs(30))
+            .await
+    );
+    for (i, answers) in &answers {
+        let key = format!("evt_{i}");
+        let first = answers.iter().filter(|a| !a.replayed()).count();
+        assert_eq!(
+            first, 1,
+            "{key}: one first answer, the others replayed: {answers:?}"
+        );
+        if i % 3 == 2 {
+            assert_eq!(
+                upstream.count(&key),
+                0,
+                "{key} is filtered: never forwarded"
+            );
+            for answer in answers {
+                assert_eq!(answer.status, accept, "{key}");
+                assert_eq!(
+                    answer.json(),
+                    serde_json::json!({ "filtered": true }),
+                    "{key}"
+                );
+            }
+            let record = gateway
+                .record("hook", &key)
+                .await
+                .expect("a filtered event is recorded");
+            assert_eq!(record.state.as_str(), "completed");
+        } else {
+            assert_eq!(upstream.count(&key), 1, "{key} passes: forwarded once");
+            assert!(
+                answers.iter().all(|a| a.status == accept),
+                "{key}: {answers:?}"
+            );
+        }
+    }
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let labels = [("route", "hook"), ("outcome", "filtered")];
+    let filtered = sample(&metrics, "hookgate_requests_total", &labels);
+    assert_eq!(filtered, Some(10.0));
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_route_filters_on_memory() {
+    a_filter_forwards_only_what_it_takes(Backend::Memory, "", StatusCode::OK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_route_filters_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    a_filter_forwards_only_what_it_takes(Backend::Redis(redis.url()), "", StatusCode::OK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_route_filters_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Embedded(dir.path().join("h.db"));
+    a_filter_forwards_only_what_it_takes(backend, "delivery = \"async\"", StatusCode::ACCEPTED)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_route_filters_on_postgres() {
+    let database = TestDatabase::create().await;
+    let backend = Backend::Postgres(database.url());
+    a_filter_forwards_only_what_it_takes(backend, "delivery = \"async\"", StatusCode::ACCEPTED)
+        .await;
+}
