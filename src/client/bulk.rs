@@ -43,7 +43,7 @@ pub(super) struct BulkArgs {
 
 impl BulkArgs {
     /// Whether anything narrows the selection.
-    fn narrows(&self) -> bool {
+    pub(super) fn narrows(&self) -> bool {
         self.route.is_some() || self.state.is_some() || !self.filter.query().is_empty()
     }
 }
@@ -67,12 +67,6 @@ impl AdminClient {
         args: BulkArgs,
         json: bool,
     ) -> Result<(), String> {
-        if !args.narrows() {
-            return Err(format!(
-                "give ROUTE KEY for one event, or filters (--route, --state, --since, --status, …) \
-                 to {action} every event they match"
-            ));
-        }
         let mut query = Vec::new();
         query.extend(args.route.as_ref().map(|r| format!("route={}", encode(r))));
         query.extend(args.state.as_ref().map(|s| format!("state={}", encode(s))));

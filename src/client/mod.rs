@@ -222,11 +222,45 @@ enum EventsCommand {
     },
 }
 
+impl EventsCommand {
+    /// What clap cannot say: one event is ROUTE and KEY, a bulk action
+    /// needs a filter.
+    fn check(&self) -> Result<(), String> {
+        let (route, key, bulk, action) = match self {
+            EventsCommand::Redeliver {
+                route, key, bulk, ..
+            } => (route, key, bulk, "redeliver"),
+            EventsCommand::Replay { route, key, bulk } => (route, key, bulk, "replay"),
+            EventsCommand::Forget {
+                route, key, bulk, ..
+            } => (route, key, bulk, "forget"),
+            _ => return Ok(()),
+        };
+        match (route, key) {
+            (Some(_), Some(_)) => Ok(()),
+            (None, None) if bulk.narrows() => Ok(()),
+            (None, None) => Err(format!(
+                "give ROUTE KEY for one event, or filters (--route, --state, --since, --status, …) \
+                 to {action} every event they match"
+            )),
+            _ => Err(
+                "give both ROUTE and KEY for one event, or neither and filters \
+                 (--route, --state, --since, --status, …) for every event they match"
+                    .into(),
+            ),
+        }
+    }
+}
+
 /// Exit code for a bad command line (README, "Configuration").
 const EXIT_USAGE: u8 = 2;
 
 /// Run one `hookgate events` command.
 pub fn events(args: EventsArgs) -> ExitCode {
+    if let Err(usage) = args.command.check() {
+        say_err!("error: {usage}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let json = args.admin.json;
     run(&args.admin, |client| async move {
         client.events(args.command, json).await
@@ -373,7 +407,7 @@ impl AdminClient {
                 force,
                 bulk,
             } => {
-                let Some((route, key)) = one(route, key)? else {
+                let Some((route, key)) = one(route, key) else {
                     return self.bulk("redeliver", bulk, json).await;
                 };
                 let path = format!(
@@ -386,7 +420,7 @@ impl AdminClient {
                 Ok(())
             }
             EventsCommand::Replay { route, key, bulk } => {
-                let Some((route, key)) = one(route, key)? else {
+                let Some((route, key)) = one(route, key) else {
                     return self.bulk("replay", bulk, json).await;
                 };
                 let path = format!("{}/replay", key_path(&route, &key));
@@ -417,7 +451,7 @@ impl AdminClient {
                 force,
                 bulk,
             } => {
-                let Some((route, key)) = one(route, key)? else {
+                let Some((route, key)) = one(route, key) else {
                     return self.bulk("forget", bulk, json).await;
                 };
                 let path = format!(
@@ -493,17 +527,10 @@ impl AdminClient {
     }
 }
 
-/// ROUTE and KEY of one event, or neither (a bulk action over filters).
-fn one(route: Option<String>, key: Option<String>) -> Result<Option<(String, String)>, String> {
-    match (route, key) {
-        (Some(route), Some(key)) => Ok(Some((route, key))),
-        (None, None) => Ok(None),
-        _ => Err(
-            "give both ROUTE and KEY for one event, or neither and filters \
-             (--route, --state, --since, --status, …) for every event they match"
-                .into(),
-        ),
-    }
+/// ROUTE and KEY of one event, or neither (a bulk action over filters;
+/// [`EventsCommand::check`] refused the rest).
+fn one(route: Option<String>, key: Option<String>) -> Option<(String, String)> {
+    route.zip(key)
 }
 
 fn key_path(route: &str, key: &str) -> String {

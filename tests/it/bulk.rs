@@ -340,6 +340,14 @@ async fn a_bulk_action_waits_for_a_paused_route() {
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}");
         assert_eq!(answer.code(), "bad_request", "{bad}");
     }
+    for usage in [
+        &["redeliver", "hook"][..],
+        &["forget"],
+        &["replay", "--status", "503", "hook"],
+    ] {
+        let refused = cli(&gateway, usage);
+        assert_eq!(refused.status.code(), Some(2), "{usage:?}: {refused:?}");
+    }
     let nothing = admin(&gateway, Method::POST, "/admin/events/resend").await;
     assert_eq!(nothing.status, StatusCode::NOT_FOUND);
     let wrong = admin(&gateway, Method::GET, "/admin/events/redeliver").await;

@@ -174,3 +174,46 @@ async fn a_refused_connection_is_on_the_record_and_in_the_logs_with_its_key() {
     }
     process.stop("TERM");
 }
+
+/// "Retry now": a redelivery of a queued event makes it due at once, and
+/// its workers deliver it instead of waiting for the planned attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_now_delivers_a_queued_event_at_once() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let route = r#"delivery = "async"
+retry_backoff = { initial = "1h", max = "1h" }"#;
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, route, "");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_now"))
+        .await;
+    assert!(
+        upstream
+            .all_reached(&["evt_now".to_owned()], Duration::from_secs(10))
+            .await
+    );
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let retried = request(
+        Method::POST,
+        &gateway.admin_url("/admin/routes/hook/keys/evt_now/redeliver"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(retried.status, StatusCode::OK, "{:?}", retried.body);
+    assert_eq!(
+        retried.json()["state"],
+        "queued",
+        "made due, for its workers"
+    );
+    let delivered = eventually(Duration::from_secs(10), || async {
+        (gateway.record("hook", "evt_now").await)
+            .is_some_and(|record| record.state.as_str() == "completed")
+    });
+    assert!(delivered.await, "delivered at once, not in an hour");
+    assert_eq!(
+        upstream.count("evt_now"),
+        2,
+        "the refused attempt and one more"
+    );
+    gateway.shutdown().await;
+}
