@@ -198,6 +198,9 @@ fn describe(selection: &Selection) -> String {
     if let Some(class) = filter.error {
         parts.push(format!("error={}", class.as_str()));
     }
+    for each in &filter.content {
+        parts.push(format!("q={}={}", each.source, each.value));
+    }
     match parts.is_empty() {
         true => "every event".to_owned(),
         false => parts.join(" "),

@@ -153,6 +153,7 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     assert_eq!(bulk["matched"], EACH, "{bulk}");
     assert_eq!(bulk["delivered"], EACH, "{bulk}");
     assert_eq!(bulk["action"], "redeliver");
+    assert_eq!(bulk["selection"], "route=hook state=dead status=503");
     assert!(
         bulk["by"].as_str().unwrap().contains("as operator"),
         "{bulk}"
