@@ -125,3 +125,65 @@ async fn an_async_route_filters_on_postgres() {
     a_filter_forwards_only_what_it_takes(backend, "delivery = \"async\"", StatusCode::ACCEPTED)
         .await;
 }
+
+/// A reload's new filter judges the events that arrive after it; an event
+/// judged before keeps its answer (a duplicate of a filtered event is still
+/// answered as one, never forwarded later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_filter_applies_to_new_events() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let filter = |pattern: &str| format!(r#"filter = {{ "json:/type" = "{pattern}" }}"#);
+    let text = |pattern: &str| {
+        let text = config_text(
+            &upstream.url("/hook"),
+            &Backend::Memory,
+            &filter(pattern),
+            "",
+        );
+        with_admin_on(&text, admin_port)
+    };
+    let (path, port) = write_config(dir.path(), &text("invoice.*"));
+    let gateway = GatewayProcess::start(&path, port).await;
+    let sender = Sender::new();
+    let deliver = |id: &str, kind: &str| {
+        let body = format!(r#"{{"id":"{id}","type":"{kind}"}}"#);
+        let (sender, url) = (sender.clone(), gateway.url("/hook"));
+        async move { sender.deliver(&url, &body).await }
+    };
+    assert!(!deliver("evt_i1", "invoice.paid").await.replayed());
+    let filtered = deliver("evt_c1", "customer.created").await;
+    assert_eq!(filtered.json(), serde_json::json!({ "filtered": true }));
+
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(&filter("invoice.*"), &filter("customer.*")),
+    )
+    .unwrap();
+    let reloaded = request(
+        http::Method::POST,
+        &format!("http://127.0.0.1:{admin_port}/admin/reload"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(reloaded.status, StatusCode::OK, "{:?}", reloaded.body);
+
+    let again = deliver("evt_c1", "customer.created").await;
+    assert!(again.replayed(), "judged before the reload: a duplicate");
+    assert_eq!(again.json(), serde_json::json!({ "filtered": true }));
+    assert!(!deliver("evt_c2", "customer.created").await.replayed());
+    let now_filtered = deliver("evt_i2", "invoice.paid").await;
+    assert_eq!(now_filtered.json(), serde_json::json!({ "filtered": true }));
+    assert_eq!(
+        (
+            upstream.count("evt_i1"),
+            upstream.count("evt_c1"),
+            upstream.count("evt_c2"),
+            upstream.count("evt_i2")
+        ),
+        (1, 0, 1, 0)
+    );
+}
