@@ -60,8 +60,7 @@ impl Admin {
         }
         let selection = self.selection(request)?;
         let rate = rate(request)?;
-        let narrowed = selection.route.is_some() || selection.state.is_some();
-        if action == Action::Forget && !narrowed && !selection.filter.narrows() {
+        if action == Action::Forget && !selection.narrows() {
             return Err(AdminError::BadQuery(
                 "a bulk forget needs a route, a state or a filter".into(),
             ));

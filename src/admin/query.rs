@@ -7,13 +7,13 @@ use hyper::body::Incoming;
 
 use crate::error::AdminError;
 use crate::ops::filter::{parse_time, ContentMatch, Filter};
+use crate::store::FailureClass;
 
 /// Content matches (`q`) one listing takes, at most.
 const MAX_CONTENT_MATCHES: usize = 8;
-use crate::store::FailureClass;
 
-/// The listing filter a request's `since`, `until`, `status` and
-/// `error` ask for.
+/// The listing filter a request's `since`, `until`, `status`, `error`
+/// and `q` ask for.
 pub(super) fn filter(request: &Request<Incoming>, now_ms: u64) -> Result<Filter, AdminError> {
     let time = |name: &str| {
         query_param(request, name)

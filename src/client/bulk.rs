@@ -11,7 +11,7 @@ use http::Method;
 use serde_json::Value;
 
 use super::render::pretty;
-use super::{encode, AdminClient, FilterArgs, TIMEOUT};
+use super::{encode, selection_query, AdminClient, FilterArgs, TIMEOUT};
 
 /// How often a followed bulk action is asked for its progress.
 const POLL: Duration = Duration::from_millis(500);
@@ -44,7 +44,7 @@ pub(super) struct BulkArgs {
 impl BulkArgs {
     /// Whether anything narrows the selection.
     pub(super) fn narrows(&self) -> bool {
-        self.route.is_some() || self.state.is_some() || !self.filter.query().is_empty()
+        self.route.is_some() || self.state.is_some() || !self.filter.is_empty()
     }
 }
 
@@ -67,9 +67,7 @@ impl AdminClient {
         args: BulkArgs,
         json: bool,
     ) -> Result<(), String> {
-        let mut query = Vec::new();
-        query.extend(args.route.as_ref().map(|r| format!("route={}", encode(r))));
-        query.extend(args.state.as_ref().map(|s| format!("state={}", encode(s))));
+        let mut query = selection_query(args.route.as_ref(), args.state.as_ref());
         query.extend(args.filter.query());
         query.extend(args.rate.as_ref().map(|r| format!("rate={}", encode(r))));
         if args.dry_run {

@@ -9,7 +9,7 @@ use http::Method;
 use serde_json::Value;
 
 use super::render::{pretty, print_table};
-use super::{encode, AdminClient, FilterArgs, TIMEOUT};
+use super::{encode, selection_query, AdminClient, FilterArgs, TIMEOUT};
 use crate::ops::filter::rfc3339;
 
 /// Walks over what changed meanwhile after the first, at most: each covers
@@ -44,17 +44,9 @@ impl AdminClient {
             self.print_paused(listing.route.as_deref()).await;
         }
         let mut base = vec![format!("limit={}", listing.limit)];
-        (base.extend(
-            listing
-                .route
-                .as_ref()
-                .map(|r| format!("route={}", encode(r))),
-        ));
-        (base.extend(
-            listing
-                .state
-                .as_ref()
-                .map(|s| format!("state={}", encode(s))),
+        base.extend(selection_query(
+            listing.route.as_ref(),
+            listing.state.as_ref(),
         ));
         let filter = listing.filter.query();
         if !listing.all {

@@ -136,7 +136,23 @@ struct FilterArgs {
     q: Vec<String>,
 }
 
+/// `route=` and `state=` of a listing or a bulk action, as query parameters.
+fn selection_query(route: Option<&String>, state: Option<&String>) -> Vec<String> {
+    let route = route.map(|r| format!("route={}", encode(r)));
+    let state = state.map(|s| format!("state={}", encode(s)));
+    route.into_iter().chain(state).collect()
+}
+
 impl FilterArgs {
+    /// Whether any filter is given.
+    fn is_empty(&self) -> bool {
+        self.since.is_none()
+            && self.until.is_none()
+            && self.status.is_none()
+            && self.error.is_none()
+            && self.q.is_empty()
+    }
+
     /// As query parameters of `GET /admin/events`. A time given as a
     /// duration ago is resolved here, once, so every page of a walk has
     /// the same window.

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::filter::Filter;
+use super::redeliver::detached;
 use super::{EventsQuery, OpsError};
 use crate::delivery::{Engine, Settled};
 use crate::route::Route;
@@ -73,6 +74,13 @@ pub struct Selection {
     pub route: Option<Arc<Route>>,
     pub state: Option<RecordState>,
     pub filter: Filter,
+}
+
+impl Selection {
+    /// Whether it leaves out any event at all.
+    pub fn narrows(&self) -> bool {
+        self.route.is_some() || self.state.is_some() || self.filter.narrows()
+    }
 }
 
 /// One match: the route that owns it and its key.
@@ -325,11 +333,11 @@ impl Engine {
         start: Start,
     ) -> Result<Arc<Bulk>, OpsError> {
         let (gateway, bulks) = (Arc::clone(self), Arc::clone(bulks));
-        let task = tokio::spawn(async move {
+        detached(async move {
             let matches = gateway.matches(&selection).await?;
             Ok(gateway.start_bulk(&bulks, start, matches))
-        });
-        task.await.unwrap_or(Err(OpsError::Ended))
+        })
+        .await
     }
 
     /// Start `start.action` over `matches` as a task of the gateway,

@@ -73,7 +73,7 @@ fn unavailable(error: StoreError) -> OpsError {
 
 /// A task of the gateway's, awaited: its caller may go away, the task
 /// runs on.
-async fn detached<T: Send + 'static>(
+pub(super) async fn detached<T: Send + 'static>(
     work: impl std::future::Future<Output = Result<T, OpsError>> + Send + 'static,
 ) -> Result<T, OpsError> {
     tokio::spawn(work).await.unwrap_or(Err(OpsError::Ended))
