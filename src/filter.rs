@@ -83,6 +83,19 @@ impl EventFilter {
     }
 }
 
+/// `json:/type = invoice.* | charge.succeeded, header:stripe-account = acct_1`,
+/// as `check` prints it.
+impl std::fmt::Display for EventFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (source, globs)) in self.entries.iter().enumerate() {
+            let patterns: Vec<&str> = globs.iter().map(|glob| glob.0.as_str()).collect();
+            let and = if i == 0 { "" } else { ", " };
+            write!(f, "{and}{source} = {}", patterns.join(" | "))?;
+        }
+        Ok(())
+    }
+}
+
 fn globs(value: &toml::Value) -> Result<Vec<Glob>, String> {
     let texts: Vec<&toml::Value> = match value {
         toml::Value::Array(list) => list.iter().collect(),

@@ -124,6 +124,9 @@ impl Config {
             if !traffic.is_empty() {
                 out += &format!("  {:<16} {}\n", "", traffic.join(", "));
             }
+            if let Some(filter) = &route.filter {
+                out += &format!("  {:<16} forwards only {filter}\n", "");
+            }
         }
         for warning in &self.warnings {
             out += &format!("warning: {warning}\n");

@@ -260,6 +260,11 @@ fn filters_compile_at_load_with_located_problems() {
     let passes = |body: &str| filter.passes(&HeaderMap::new(), body.as_bytes(), "");
     assert!(passes(r#"{"type":"invoice.paid"}"#));
     assert!(!passes(r#"{"type":"customer.created"}"#));
+    assert!(
+        (config.summary()).contains("forwards only json:/type = invoice.* | charge.succeeded"),
+        "{}",
+        config.summary()
+    );
     for (bad, expected) in [
         (
             "filter = { \"jsn:/type\" = \"x\" }",
