@@ -30,10 +30,10 @@ pub async fn copy_between(from: &Config, to: &Config) -> Result<CopiedRecords, S
         }
     }
     let mut scopes: BTreeMap<&str, bool> = BTreeMap::new();
-    for route in &from.live.routes {
+    for route in from.live.deliveries() {
         *scopes.entry(&route.scope).or_default() |= route.replay_guard;
     }
-    for route in &to.live.routes {
+    for route in to.live.deliveries() {
         if let Some(guard) = scopes.get_mut(route.scope.as_str()) {
             *guard |= route.replay_guard;
         }

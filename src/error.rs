@@ -179,13 +179,17 @@ pub enum OpsError {
     StoreUnavailable(String),
     #[error("the action's task ended before it answered")]
     Ended,
+    #[error("the route has several destinations; name one with ?destination= (--destination)")]
+    DestinationRequired,
 }
 
 impl OpsError {
     pub fn status(&self) -> StatusCode {
         match self {
             OpsError::KeyNotFound => StatusCode::NOT_FOUND,
-            OpsError::KeyInvalid | OpsError::TooManyReplays { .. } => StatusCode::BAD_REQUEST,
+            OpsError::KeyInvalid
+            | OpsError::TooManyReplays { .. }
+            | OpsError::DestinationRequired => StatusCode::BAD_REQUEST,
             OpsError::NotInFlight
             | OpsError::InFlight
             | OpsError::Completed
@@ -210,6 +214,7 @@ impl OpsError {
             OpsError::RoutePaused => "route_paused",
             OpsError::UpstreamHeld { code, .. } => code,
             OpsError::StoreUnavailable(_) | OpsError::Ended => "store_unavailable",
+            OpsError::DestinationRequired => "destination_required",
         }
     }
 
@@ -241,6 +246,8 @@ pub enum AdminError {
     ReadOnly,
     #[error("no route of that name")]
     UnknownRoute,
+    #[error("the route has no destination of that name")]
+    UnknownDestination,
     #[error("no bulk action of that id on this instance (a bulk action runs on the instance that took it, and stops if that instance stops)")]
     BulkNotFound,
     #[error("the key is not valid percent-encoding")]
@@ -262,6 +269,7 @@ impl AdminError {
             AdminError::NotFound
             | AdminError::Off
             | AdminError::UnknownRoute
+            | AdminError::UnknownDestination
             | AdminError::BulkNotFound => StatusCode::NOT_FOUND,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::Csrf | AdminError::ReadOnly => StatusCode::FORBIDDEN,
@@ -280,6 +288,7 @@ impl AdminError {
             AdminError::Csrf => "csrf_token_invalid",
             AdminError::ReadOnly => "read_only",
             AdminError::UnknownRoute => "route_not_found",
+            AdminError::UnknownDestination => "destination_not_found",
             AdminError::BulkNotFound => "bulk_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::BadQuery(_) => "bad_request",
@@ -432,6 +441,12 @@ mod tests {
             (AdminError::Csrf, 403, "csrf_token_invalid"),
             (AdminError::ReadOnly, 403, "read_only"),
             (AdminError::UnknownRoute, 404, "route_not_found"),
+            (AdminError::UnknownDestination, 404, "destination_not_found"),
+            (
+                AdminError::Ops(OpsError::DestinationRequired),
+                400,
+                "destination_required",
+            ),
             (AdminError::KeyEncoding, 400, "key_encoding_invalid"),
             (AdminError::Ops(OpsError::KeyNotFound), 404, "key_not_found"),
             (AdminError::Ops(OpsError::NotInFlight), 409, "not_in_flight"),

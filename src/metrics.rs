@@ -61,6 +61,13 @@ pub const UPSTREAM_CLASSES: [&str; 7] = [
     "broken",
 ];
 
+/// The `route` and `destination` labels of a delivery's name: a
+/// destination's delivery is named `route/destination`; a route with one
+/// upstream has the destination `""`.
+pub fn delivery_labels(name: &str) -> (&str, &str) {
+    name.split_once('/').unwrap_or((name, ""))
+}
+
 /// Every collector hookgate exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -211,7 +218,7 @@ impl Metrics {
                 "Time of the upstream call, body included, by route.",
             )
             .buckets(exponential_buckets(0.001, 2.0, 17).expect("valid buckets")),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let upstream_responses = IntCounterVec::new(
@@ -219,7 +226,7 @@ impl Metrics {
                 "hookgate_upstream_responses_total",
                 "Upstream answers by status class.",
             ),
-            &["route", "class"],
+            &["route", "destination", "class"],
         )
         .expect("valid metric");
         let in_flight = IntGaugeVec::new(
@@ -235,7 +242,7 @@ impl Metrics {
                 "hookgate_leases_lost_total",
                 "Claims taken over by another delivery while their upstream call ran.",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
@@ -275,7 +282,7 @@ impl Metrics {
                 "hookgate_dead_letters_total",
                 "Events parked as dead letters after max_attempts.",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let dead_letters = IntGaugeVec::new(
@@ -283,7 +290,7 @@ impl Metrics {
                 "hookgate_dead_letters",
                 "Dead letters held in the store now.",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let redeliveries = IntCounterVec::new(
@@ -291,7 +298,7 @@ impl Metrics {
                 "hookgate_redeliveries_total",
                 "Operator redeliveries (same key) and replays (new key), by how the attempt ended.",
             ),
-            &["route", "kind", "result"],
+            &["route", "destination", "kind", "result"],
         )
         .expect("valid metric");
         let delivery_attempts = IntCounterVec::new(
@@ -299,7 +306,7 @@ impl Metrics {
                 "hookgate_delivery_attempts_total",
                 "Async delivery attempts by how they ended: completed, retrying, dead.",
             ),
-            &["route", "result"],
+            &["route", "destination", "result"],
         )
         .expect("valid metric");
         let queue_depth = IntGaugeVec::new(
@@ -307,7 +314,7 @@ impl Metrics {
                 "hookgate_queue_depth",
                 "Async events waiting in the store (queued, fleet-wide) or being delivered by this instance (delivering).",
             ),
-            &["route", "state"],
+            &["route", "destination", "state"],
         )
         .expect("valid metric");
         let oldest_queued = prometheus::GaugeVec::new(
@@ -315,7 +322,7 @@ impl Metrics {
                 "hookgate_oldest_queued_seconds",
                 "Age of the oldest queued async event of the route (0 when none).",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let route_paused = IntGaugeVec::new(
@@ -323,7 +330,7 @@ impl Metrics {
                 "hookgate_route_paused",
                 "1 while an operator has paused the route (fleet-wide, kept in the store).",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let breaker_open = IntGaugeVec::new(
@@ -331,7 +338,7 @@ impl Metrics {
                 "hookgate_circuit_breaker_open",
                 "1 while this instance's circuit breaker holds the route's upstream calls (open or probing).",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let breaker_opened = IntCounterVec::new(
@@ -339,7 +346,7 @@ impl Metrics {
                 "hookgate_circuit_breaker_opened_total",
                 "Times the route's circuit breaker opened (a failed probe opens it again).",
             ),
-            &["route"],
+            &["route", "destination"],
         )
         .expect("valid metric");
         let route_control_changes = IntCounterVec::new(
@@ -347,7 +354,7 @@ impl Metrics {
                 "hookgate_route_control_changes_total",
                 "Operator pauses and resumes through this instance's admin API.",
             ),
-            &["route", "action"],
+            &["route", "destination", "action"],
         )
         .expect("valid metric");
         let config_last_reload_ok = prometheus::IntGauge::new(
@@ -489,11 +496,12 @@ impl Metrics {
     /// `class` (see [`UPSTREAM_CLASSES`]): every attempt is timed, those
     /// that timed out or never reached the upstream included.
     pub fn upstream_attempt(&self, route: &str, class: &str, elapsed: Duration) {
+        let (route, destination) = delivery_labels(route);
         self.upstream_responses
-            .with_label_values(&[route, class])
+            .with_label_values(&[route, destination, class])
             .inc();
         self.upstream_duration
-            .with_label_values(&[route])
+            .with_label_values(&[route, destination])
             .observe(elapsed.as_secs_f64());
     }
 
@@ -511,16 +519,22 @@ impl Metrics {
 
     /// Create `route`'s series at 0 (start-up, reload): see [`OUTCOMES`].
     pub fn init_route(&self, route: &str) {
-        for outcome in OUTCOMES {
-            self.requests.with_label_values(&[route, outcome]);
+        let (route, destination) = delivery_labels(route);
+        if destination.is_empty() {
+            for outcome in OUTCOMES {
+                self.requests.with_label_values(&[route, outcome]);
+            }
+            self.in_flight.with_label_values(&[route]);
         }
         for class in UPSTREAM_CLASSES {
-            self.upstream_responses.with_label_values(&[route, class]);
+            self.upstream_responses
+                .with_label_values(&[route, destination, class]);
         }
-        self.upstream_duration.with_label_values(&[route]);
-        self.in_flight.with_label_values(&[route]);
-        self.leases_lost.with_label_values(&[route]);
-        self.dead_letters_total.with_label_values(&[route]);
+        self.upstream_duration
+            .with_label_values(&[route, destination]);
+        self.leases_lost.with_label_values(&[route, destination]);
+        self.dead_letters_total
+            .with_label_values(&[route, destination]);
     }
 
     /// The served certificate expires at `not_after` (Unix seconds).

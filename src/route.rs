@@ -43,9 +43,12 @@ impl Deref for Route {
     }
 }
 
-/// Routes by exact path; built once per loaded (or reloaded) config.
+/// Routes by exact path, and the deliveries of their destinations (by
+/// name, `route/destination`, never by path: no sender reaches them);
+/// built once per loaded (or reloaded) config.
 pub struct RouteTable {
     by_path: HashMap<String, Arc<Route>>,
+    destinations: Vec<Arc<Route>>,
 }
 
 /// The pooled upstream clients, one per set of trusted roots (the Mozilla
@@ -94,40 +97,53 @@ impl RouteTable {
         controls: &Controls,
         metrics: &Metrics,
     ) -> Self {
-        let clients = upstreams.for_routes(routes);
-        let controls = controls.for_routes(routes, metrics);
-        let by_path = routes
-            .iter()
-            .zip(clients)
-            .zip(controls)
-            .map(|((config, upstream), controls)| {
-                metrics.init_route(&config.name);
-                let route = Route {
-                    config: Arc::clone(config),
-                    label: Arc::from(config.name.as_str()),
-                    upstream,
-                    leases_lost: metrics.leases_lost.with_label_values(&[&config.name]),
-                    dead_letters: metrics
-                        .dead_letters_total
-                        .with_label_values(&[&config.name]),
-                    controls,
-                };
-                (config.path.clone(), Arc::new(route))
-            })
+        let deliveries: Vec<Arc<RouteConfig>> = (routes.iter())
+            .flat_map(|route| std::iter::once(route).chain(&route.destinations))
+            .cloned()
             .collect();
-        Self { by_path }
+        let clients = upstreams.for_routes(&deliveries);
+        let controls = controls.for_routes(&deliveries, metrics);
+        let (mut by_path, mut destinations) = (HashMap::new(), Vec::new());
+        for ((config, upstream), controls) in deliveries.iter().zip(clients).zip(controls) {
+            metrics.init_route(&config.name);
+            let labels = [config.route_name(), config.destination_name()];
+            let route = Arc::new(Route {
+                config: Arc::clone(config),
+                label: Arc::from(config.name.as_str()),
+                upstream,
+                leases_lost: metrics.leases_lost.with_label_values(&labels),
+                dead_letters: metrics.dead_letters_total.with_label_values(&labels),
+                controls,
+            });
+            match config.destination_of {
+                Some(_) => destinations.push(route),
+                None => {
+                    by_path.insert(config.path.clone(), route);
+                }
+            }
+        }
+        Self {
+            by_path,
+            destinations,
+        }
     }
 
-    /// Every route, sorted by name.
+    /// Every route and every destination's delivery, sorted by name (a
+    /// route's destinations right after it).
     pub fn all(&self) -> Vec<Arc<Route>> {
-        let mut routes: Vec<Arc<Route>> = self.by_path.values().cloned().collect();
+        let mut routes: Vec<Arc<Route>> = (self.by_path.values())
+            .chain(&self.destinations)
+            .cloned()
+            .collect();
         routes.sort_by(|a, b| a.name.cmp(&b.name));
         routes
     }
 
-    /// The route named `name` (admin API).
+    /// The route or destination delivery named `name` (admin API).
     pub fn named(&self, name: &str) -> Option<&Arc<Route>> {
-        self.by_path.values().find(|route| route.name == name)
+        (self.by_path.values())
+            .chain(&self.destinations)
+            .find(|route| route.name == name)
     }
 
     /// The route for `path`, if `method` is one it accepts.
@@ -187,9 +203,21 @@ impl LiveRoutes {
         }
     }
 
-    /// Swap in `live`; requests already running keep the old snapshot.
+    /// Swap in `live`; requests already running keep the old snapshot. A
+    /// destination the new config removed is retired: it takes no new
+    /// event, and goes on delivering the events already handed to it, with
+    /// its last settings, until this gateway restarts (docs/operations.md,
+    /// "Removing a destination").
     pub fn swap(&self, live: &Live, metrics: &Metrics) {
-        let runtime = Runtime::new(live, &self.upstreams, &self.controls, metrics);
+        let mut runtime = Runtime::new(live, &self.upstreams, &self.controls, metrics);
+        let old = self.runtime.load();
+        for retired in &old.routes.destinations {
+            if runtime.routes.named(&retired.name).is_none() {
+                tracing::warn!(destination = %retired.name,
+                    "destination removed: it takes no new event, and delivers those already handed to it until this gateway restarts");
+                runtime.routes.destinations.push(Arc::clone(retired));
+            }
+        }
         self.runtime.store(Arc::new(runtime));
     }
 

@@ -183,6 +183,10 @@ async fn deliver(
     let key = gateway.store().key(&route.scope, &due.id);
     let first_seen_ms = due.record.first_seen_ms;
     let claim = gateway.claim_for(&route, key, due.lease);
+    if route.fans_out() {
+        // Not a call: the event is handed to each destination it passed.
+        return crate::fanout::fan_out(gateway, route, (due.id, due.record), claim).await;
+    }
     let Some(request) = due.record.request else {
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
         return;
@@ -220,7 +224,11 @@ async fn deliver(
         gateway
             .metrics()
             .delivery_attempts
-            .with_label_values(&[&route.name, Settled::Dead.as_str()])
+            .with_label_values(&[
+                route.route_name(),
+                route.destination_name(),
+                Settled::Dead.as_str(),
+            ])
             .inc();
         return;
     }
@@ -250,7 +258,11 @@ async fn deliver(
     gateway
         .metrics()
         .delivery_attempts
-        .with_label_values(&[&route.name, settled.as_str()])
+        .with_label_values(&[
+            route.route_name(),
+            route.destination_name(),
+            settled.as_str(),
+        ])
         .inc();
     // A permit comes free with this task's end: look for more at once
     // rather than at the next poll.

@@ -36,7 +36,10 @@ impl Admin {
             })?),
         };
         let route = match query_param(request, "route") {
-            Some(name) => Some(self.gateway.route(&name).ok_or(AdminError::UnknownRoute)?),
+            Some(name) => Some(self.target(request, &name)?),
+            None if query_param(request, "destination").is_some() => {
+                return Err(AdminError::BadQuery("destination needs a route".into()))
+            }
             None => None,
         };
         Ok(Selection {

@@ -58,6 +58,7 @@ use tokio::net::TcpListener;
 
 mod audit;
 mod bulk;
+mod destinations;
 mod history;
 mod query;
 mod views;
@@ -72,7 +73,7 @@ use self::views::{
 use crate::access::Tokens;
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
-use crate::error::{json_response, AdminError};
+use crate::error::{json_response, AdminError, OpsError};
 use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, RouteView};
 use crate::reload::Reloader;
@@ -330,10 +331,7 @@ impl Admin {
             ["admin", "routes", route, "resume"] => (*route, Target::Pause(false)),
             _ => return Err(AdminError::NotFound),
         };
-        let route = self
-            .gateway
-            .route(route_name)
-            .ok_or(AdminError::UnknownRoute)?;
+        let route = self.target(request, route_name)?;
         let (raw_key, action) = match target {
             Target::Key(raw_key, action) => (raw_key, action),
             Target::Pause(pause) => {
@@ -353,6 +351,10 @@ impl Admin {
             }
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
+        if route.fans_out() && !(method == Method::GET && action.is_none()) {
+            // Each destination's delivery is its own: say which.
+            return Err(OpsError::DestinationRequired.into());
+        }
         let force = query_flag(request, "force");
         tracing::info!(target: "hookgate::admin", %peer, via, role, %method, route = %route.name, key, action, force, "admin action");
 
@@ -362,6 +364,9 @@ impl Admin {
                 let record = &event.record;
                 let mut shown = record_json(&route.name, &key, record);
                 shown["replays"] = json!(event.replays);
+                if route.fans_out() {
+                    shown["destinations"] = self.destination_states(&route, &key).await;
+                }
                 shown["response"] =
                     record
                         .response

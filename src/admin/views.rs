@@ -21,8 +21,11 @@ pub(super) fn pause_json(pause: &Pause) -> serde_json::Value {
 /// The admin view of a record. Times are Unix milliseconds. `history` is
 /// the last failed attempts, oldest first (empty in listings).
 pub(super) fn record_json(route: &str, key: &str, record: &Record) -> serde_json::Value {
+    // A destination's delivery is named `route/destination`.
+    let (route, destination) = crate::metrics::delivery_labels(route);
     json!({
         "route": route,
+        "destination": (!destination.is_empty()).then_some(destination),
         "key": key,
         "state": record.state.as_str(),
         "attempts": record.attempts,

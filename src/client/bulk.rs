@@ -42,6 +42,11 @@ pub(super) struct BulkArgs {
 }
 
 impl BulkArgs {
+    /// `--destination`, for one event's action too.
+    pub(super) fn destination(&self) -> &super::DestinationArg {
+        &self.filter.destination
+    }
+
     /// Whether anything narrows the selection.
     pub(super) fn narrows(&self) -> bool {
         self.route.is_some() || self.state.is_some() || !self.filter.is_empty()

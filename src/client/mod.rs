@@ -98,6 +98,8 @@ enum RoutesCommand {
     /// holds its deliveries.
     Pause {
         route: String,
+        #[command(flatten)]
+        destination: DestinationArg,
         /// Why, for the log and for whoever looks next.
         #[arg(long)]
         reason: Option<String>,
@@ -108,15 +110,43 @@ enum RoutesCommand {
     /// Resume a paused route: its backlog is delivered at the route's pace.
     Resume {
         route: String,
+        #[command(flatten)]
+        destination: DestinationArg,
         /// Who resumes it [default: $USER].
         #[arg(long)]
         by: Option<String>,
     },
 }
 
+/// One destination's deliveries, of a route with several (README,
+/// "Several destinations").
+#[derive(clap::Args)]
+struct DestinationArg {
+    /// The destination (of a route with [[routes.destinations]]).
+    #[arg(long)]
+    destination: Option<String>,
+}
+
+impl DestinationArg {
+    fn query(&self) -> Option<String> {
+        (self.destination.as_ref()).map(|d| format!("destination={}", encode(d)))
+    }
+}
+
+/// `path` with the query parameters `query`, if any.
+fn with_query(path: String, query: impl IntoIterator<Item = String>) -> String {
+    let query: Vec<String> = query.into_iter().collect();
+    match query.is_empty() {
+        true => path,
+        false => format!("{path}?{}", query.join("&")),
+    }
+}
+
 /// Which events a listing keeps (README, "Failed events and dead letters").
 #[derive(clap::Args)]
 struct FilterArgs {
+    #[command(flatten)]
+    destination: DestinationArg,
     /// Changed since: a duration ago (`2h`, `30m`) or an RFC 3339 time.
     #[arg(long)]
     since: Option<String>,
@@ -146,7 +176,8 @@ fn selection_query(route: Option<&String>, state: Option<&String>) -> Vec<String
 impl FilterArgs {
     /// Whether any filter is given.
     fn is_empty(&self) -> bool {
-        self.since.is_none()
+        self.destination.destination.is_none()
+            && self.since.is_none()
             && self.until.is_none()
             && self.status.is_none()
             && self.error.is_none()
@@ -163,6 +194,7 @@ impl FilterArgs {
             Err(_) => text.clone(),
         };
         let mut query = Vec::new();
+        query.extend(self.destination.query());
         query.extend(
             self.since
                 .as_ref()
@@ -188,6 +220,8 @@ enum EventsCommand {
     Show {
         route: String,
         key: String,
+        #[command(flatten)]
+        destination: DestinationArg,
         /// Include the stored request body (base64 in --json).
         #[arg(long)]
         body: bool,
@@ -216,6 +250,8 @@ enum EventsCommand {
     /// waits for its tally).
     Redrive {
         route: String,
+        #[command(flatten)]
+        destination: DestinationArg,
         /// Redeliveries per second (or like `300/m`).
         #[arg(long, default_value = "20")]
         rate: String,
@@ -360,7 +396,7 @@ struct AdminClient {
 
 impl AdminClient {
     async fn routes(&self, command: RoutesCommand, json: bool) -> Result<(), String> {
-        let (route, pause, by, reason) = match command {
+        let (route, destination, pause, by, reason) = match command {
             RoutesCommand::List => {
                 let routes = self.call(Method::GET, "/admin/routes", TIMEOUT).await?;
                 if json {
@@ -370,8 +406,17 @@ impl AdminClient {
                 }
                 return Ok(());
             }
-            RoutesCommand::Pause { route, reason, by } => (route, true, by, reason),
-            RoutesCommand::Resume { route, by } => (route, false, by, None),
+            RoutesCommand::Pause {
+                route,
+                destination,
+                reason,
+                by,
+            } => (route, destination, true, by, reason),
+            RoutesCommand::Resume {
+                route,
+                destination,
+                by,
+            } => (route, destination, false, by, None),
         };
         let by = by
             .or_else(|| std::env::var("USER").ok())
@@ -384,6 +429,9 @@ impl AdminClient {
         );
         if let Some(reason) = reason {
             path.push_str(&format!("&reason={}", encode(&reason)));
+        }
+        if let Some(destination) = destination.query() {
+            path.push_str(&format!("&{destination}"));
         }
         let done = self.call(Method::POST, &path, TIMEOUT).await?;
         if json {
@@ -403,11 +451,16 @@ impl AdminClient {
     async fn events(&self, command: EventsCommand, json: bool) -> Result<(), String> {
         match command {
             EventsCommand::List(listing) => self.list(listing, json).await,
-            EventsCommand::Show { route, key, body } => {
-                let path = format!(
-                    "{}{}",
+            EventsCommand::Show {
+                route,
+                key,
+                destination,
+                body,
+            } => {
+                let query = destination.query().into_iter();
+                let path = with_query(
                     key_path(&route, &key),
-                    if body { "?body=true" } else { "" }
+                    query.chain(body.then(|| "body=true".to_owned())),
                 );
                 let record = self.call(Method::GET, &path, TIMEOUT).await?;
                 if json {
@@ -426,10 +479,10 @@ impl AdminClient {
                 let Some((route, key)) = one(route, key) else {
                     return self.bulk("redeliver", bulk, json).await;
                 };
-                let path = format!(
-                    "{}/redeliver{}",
-                    key_path(&route, &key),
-                    if force { "?force=true" } else { "" }
+                let query = bulk.destination().query().into_iter();
+                let path = with_query(
+                    format!("{}/redeliver", key_path(&route, &key)),
+                    query.chain(force.then(|| "force=true".to_owned())),
                 );
                 let sent = self.call(Method::POST, &path, TIMEOUT).await?;
                 print_sent(&sent, json, "redelivered");
@@ -439,16 +492,22 @@ impl AdminClient {
                 let Some((route, key)) = one(route, key) else {
                     return self.bulk("replay", bulk, json).await;
                 };
-                let path = format!("{}/replay", key_path(&route, &key));
+                let path = with_query(
+                    format!("{}/replay", key_path(&route, &key)),
+                    bulk.destination().query(),
+                );
                 let sent = self.call(Method::POST, &path, TIMEOUT).await?;
                 print_sent(&sent, json, "replayed");
                 Ok(())
             }
-            EventsCommand::Redrive { route, rate } => {
-                let path = format!(
-                    "/admin/routes/{}/dead-letters/redeliver?rate={}",
-                    encode(&route),
-                    encode(&rate)
+            EventsCommand::Redrive {
+                route,
+                destination,
+                rate,
+            } => {
+                let path = with_query(
+                    format!("/admin/routes/{}/dead-letters/redeliver", encode(&route)),
+                    std::iter::once(format!("rate={}", encode(&rate))).chain(destination.query()),
                 );
                 let done = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
                 if json {
@@ -470,10 +529,10 @@ impl AdminClient {
                 let Some((route, key)) = one(route, key) else {
                     return self.bulk("forget", bulk, json).await;
                 };
-                let path = format!(
-                    "{}{}",
+                let query = bulk.destination().query().into_iter();
+                let path = with_query(
                     key_path(&route, &key),
-                    if force { "?force=true" } else { "" }
+                    query.chain(force.then(|| "force=true".to_owned())),
                 );
                 let forgotten = self.call(Method::DELETE, &path, TIMEOUT).await?;
                 if json {

@@ -48,8 +48,13 @@ pub(super) fn print_table(page: &Value, header: bool) {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|event| {
+            let route = event["route"].as_str().unwrap_or("");
             vec![
-                event["route"].as_str().unwrap_or("").to_owned(),
+                // A destination's delivery shows as `route/destination`.
+                match event["destination"].as_str() {
+                    Some(destination) => format!("{route}/{destination}"),
+                    None => route.to_owned(),
+                },
                 event["key"].as_str().unwrap_or("").to_owned(),
                 event["state"].as_str().unwrap_or("").to_owned(),
                 event["attempts"].to_string(),

@@ -91,9 +91,14 @@ impl Validator<'_> {
 
     /// `upstream_rate = "N/s"` (or `/m`, `/h`) and `upstream_burst`, by
     /// default the calls of one second (at least 1).
-    pub(super) fn rate(&mut self, at: &KeyPath, raw: &RawRoute) -> Option<RateSettings> {
-        let Some(text) = &raw.upstream_rate else {
-            if raw.upstream_burst.is_some() {
+    pub(super) fn rate(
+        &mut self,
+        at: &KeyPath,
+        rate: &Option<String>,
+        upstream_burst: Option<u64>,
+    ) -> Option<RateSettings> {
+        let Some(text) = rate else {
+            if upstream_burst.is_some() {
                 self.fail(&at.key("upstream_burst"), "only with upstream_rate");
             }
             return None;
@@ -111,7 +116,7 @@ impl Validator<'_> {
         let default_burst = per_second.ceil().max(1.0) as u64;
         let burst = self.size(
             &at.key("upstream_burst"),
-            raw.upstream_burst,
+            upstream_burst,
             default_burst,
             1_000_000,
         );

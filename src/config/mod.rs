@@ -15,6 +15,7 @@
 //! - `summary` — what `hookgate check` prints.
 
 mod delivery;
+mod destinations;
 mod locate;
 mod raw;
 mod routes;
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use self::raw::RawConfig;
 use self::validate::Validator;
 
+pub use self::destinations::delivery_name;
 pub use self::settings::{
     AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, OnMismatch,
     OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,

@@ -86,7 +86,8 @@ pub struct RawRoute {
     pub name: String,
     pub path: String,
     pub methods: Option<Vec<String>>,
-    pub upstream: String,
+    /// One upstream, or `destinations`.
+    pub upstream: Option<String>,
     pub upstream_timeout: Option<String>,
     pub upstream_ca: Option<String>,
     /// URL-signing schemes: the URL the sender posts to, as it signed it.
@@ -117,6 +118,27 @@ pub struct RawRoute {
     pub verify: Option<RawVerify>,
     /// Which events the route takes (`crate::filter`).
     pub filter: Option<toml::Table>,
+    /// Several consumers of one async route, each delivered on its own.
+    pub destinations: Option<Vec<RawDestination>>,
+}
+
+/// One `[[routes.destinations]]`: its upstream and filter, and the delivery
+/// settings it sets for itself (the route's are the default).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDestination {
+    pub name: String,
+    pub upstream: String,
+    pub filter: Option<toml::Table>,
+    pub upstream_timeout: Option<String>,
+    pub upstream_ca: Option<String>,
+    pub idempotency_header: Option<String>,
+    pub max_in_flight: Option<u64>,
+    pub max_attempts: Option<u64>,
+    pub retry_backoff: Option<RawBackoff>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub upstream_rate: Option<String>,
+    pub upstream_burst: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

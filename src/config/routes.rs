@@ -10,9 +10,7 @@ use http::{HeaderName, Method, Uri};
 
 use super::locate::KeyPath;
 use super::raw::RawRoute;
-use super::settings::{
-    BreakerSettings, DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa,
-};
+use super::settings::{DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
 use super::summary::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
@@ -63,7 +61,12 @@ impl Validator<'_> {
             );
         }
         let methods = self.methods(&at.key("methods"), raw.methods.as_deref());
-        let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
+        let fans_out = self.upstream_or_destinations(at, &raw);
+        let upstream = match (&raw.upstream, fans_out) {
+            (Some(upstream), false) => self.upstream(&at.key("upstream"), upstream),
+            // Never called: each destination has its own.
+            _ => Uri::from_static("http://127.0.0.1/"),
+        };
         let upstream_ca = raw
             .upstream_ca
             .as_ref()
@@ -146,30 +149,7 @@ impl Validator<'_> {
 
         let idempotency_header = match &raw.idempotency_header {
             None => Some(HeaderName::from_static("idempotency-key")),
-            Some(raw) => match self.string(&at.key("idempotency_header"), raw) {
-                Some(text) if text.is_empty() => None,
-                Some(text) => match HeaderName::from_bytes(text.as_bytes()) {
-                    Err(_) => {
-                        self.fail(
-                            &at.key("idempotency_header"),
-                            format!("{text:?} is not a valid header name"),
-                        );
-                        None
-                    }
-                    Ok(name) if crate::headers::managed(&name) => {
-                        self.fail(
-                            &at.key("idempotency_header"),
-                            format!(
-                                "{text:?} is a header hookgate sets or removes itself on the \
-                                 forwarded request; name another (default Idempotency-Key)"
-                            ),
-                        );
-                        None
-                    }
-                    Ok(name) => Some(name),
-                },
-                None => None,
-            },
+            Some(text) => self.idempotency_header(&at.key("idempotency_header"), text),
         };
 
         let key = self.key_sources(&at.key("key"), raw.key.as_deref(), scheme);
@@ -289,38 +269,12 @@ impl Validator<'_> {
             self.cidrs(&at.key("allow_from"), ranges)
         });
 
-        let circuit_breaker = raw.circuit_breaker.as_ref().map(|raw| {
-            let at = at.key("circuit_breaker");
-            BreakerSettings {
-                failures: self.size(&at.key("failures"), raw.failures, 5, 10_000) as u32,
-                window: self.duration(
-                    &at.key("window"),
-                    raw.window.as_ref(),
-                    Duration::from_secs(30),
-                ),
-                open_for: self.duration(
-                    &at.key("open_for"),
-                    raw.open_for.as_ref(),
-                    Duration::from_secs(30),
-                ),
-            }
-        });
-        let upstream_rate = self.rate(at, &raw);
-        let filter = raw.filter.as_ref().and_then(|table| {
-            crate::filter::EventFilter::compile(table)
-                .map_err(|problems| {
-                    for (source, problem) in problems {
-                        let at = match source.is_empty() {
-                            true => at.key("filter"),
-                            false => at.key("filter").key(&source),
-                        };
-                        self.fail(&at, problem);
-                    }
-                })
-                .ok()
-        });
+        let circuit_breaker = (raw.circuit_breaker.as_ref())
+            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
+        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
+        let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
 
-        RouteConfig {
+        let mut route = RouteConfig {
             name,
             path,
             methods,
@@ -347,7 +301,17 @@ impl Validator<'_> {
             scheme,
             verifier,
             filter,
+            destinations: Vec::new(),
+            destination_of: None,
+        };
+        if let Some(destinations) = raw.destinations.take() {
+            route.destinations = self.destinations(at, &route, destinations);
+            // Each destination took them as its default; the fan-out itself
+            // calls no upstream.
+            route.circuit_breaker = None;
+            route.upstream_rate = None;
         }
+        route
     }
 
     fn methods(&mut self, at: &KeyPath, raw: Option<&[String]>) -> Vec<Method> {
@@ -375,7 +339,7 @@ impl Validator<'_> {
             .collect()
     }
 
-    fn upstream(&mut self, at: &KeyPath, raw: &str) -> Uri {
+    pub(super) fn upstream(&mut self, at: &KeyPath, raw: &str) -> Uri {
         let fallback = Uri::from_static("http://127.0.0.1/");
         let Some(text) = self.string(at, raw) else {
             return fallback;
@@ -401,7 +365,7 @@ impl Validator<'_> {
 
     /// The CA certificates of `upstream_ca`, read now so a bad file is a
     /// config error and not a failed delivery.
-    fn upstream_ca(&mut self, at: &KeyPath, raw: &str) -> Option<UpstreamCa> {
+    pub(super) fn upstream_ca(&mut self, at: &KeyPath, raw: &str) -> Option<UpstreamCa> {
         let path = PathBuf::from(self.string(at, raw)?);
         self.read_file(&path);
         let certs = crate::tls::load_certs(&path)

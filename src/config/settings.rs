@@ -94,9 +94,15 @@ pub struct Live {
 }
 
 impl Live {
-    /// Every scope the routes name, each once, in order.
+    /// Every route and every destination's delivery.
+    pub fn deliveries(&self) -> impl Iterator<Item = &Arc<RouteConfig>> {
+        (self.routes.iter()).flat_map(|route| std::iter::once(route).chain(&route.destinations))
+    }
+
+    /// Every scope the routes and their destinations name, each once, in
+    /// order.
     pub fn scopes(&self) -> Vec<String> {
-        let mut scopes: Vec<String> = self.routes.iter().map(|r| r.scope.clone()).collect();
+        let mut scopes: Vec<String> = self.deliveries().map(|r| r.scope.clone()).collect();
         scopes.sort();
         scopes.dedup();
         scopes
@@ -324,9 +330,51 @@ pub struct RouteConfig {
     pub upstream_rate: Option<RateSettings>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
-    /// Which events the route takes; the others are answered and recorded
-    /// as filtered, never forwarded.
+    /// Which events the route (or destination) takes; the others are
+    /// answered and recorded as filtered, never forwarded (to it).
     pub filter: Option<crate::filter::EventFilter>,
+    /// `[[routes.destinations]]`: the deliveries an accepted event is
+    /// fanned out to, each a route of its own (`destinations.rs`); empty
+    /// for a route with one `upstream`.
+    pub destinations: Vec<Arc<RouteConfig>>,
+    /// On a destination's delivery: the route and destination it is.
+    pub destination_of: Option<DestinationOf>,
+}
+
+/// Which route's destination a delivery is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationOf {
+    pub route: String,
+    pub destination: String,
+}
+
+impl RouteConfig {
+    /// The configured route's name: a destination's delivery answers with
+    /// its route's (the `route` label, the admin API's route).
+    pub fn route_name(&self) -> &str {
+        self.destination_of
+            .as_ref()
+            .map_or(&self.name, |of| &of.route)
+    }
+
+    /// The destination's name, `""` for a route with one upstream (the
+    /// `destination` label).
+    pub fn destination_name(&self) -> &str {
+        self.destination_of
+            .as_ref()
+            .map_or("", |of| &of.destination)
+    }
+
+    /// Whether the route hands its events to destinations instead of
+    /// calling an upstream.
+    pub fn fans_out(&self) -> bool {
+        !self.destinations.is_empty()
+    }
+
+    /// The destination named `name` of this route.
+    pub fn destination(&self, name: &str) -> Option<&Arc<RouteConfig>> {
+        (self.destinations.iter()).find(|destination| destination.destination_name() == name)
+    }
 }
 
 /// A route's `upstream_ca`.

@@ -63,7 +63,10 @@ impl Config {
                 name = route.name,
                 methods = methods.join(","),
                 path = route.path,
-                upstream = route.upstream,
+                upstream = match route.fans_out() {
+                    true => format!("{} destinations", route.destinations.len()),
+                    false => route.upstream.to_string(),
+                },
                 pad = "",
                 scheme = route.scheme.name,
                 horizon = match route.scheme.retry_horizon {
@@ -126,6 +129,26 @@ impl Config {
             }
             if let Some(filter) = &route.filter {
                 out += &format!("  {:<16} forwards only {filter}\n", "");
+            }
+            for destination in &route.destinations {
+                let DeliveryMode::Async(queue) = &destination.delivery else {
+                    continue;
+                };
+                out += &format!(
+                    "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
+                    "",
+                    destination.destination_name(),
+                    destination.upstream,
+                    queue.max_in_flight,
+                    match destination.max_attempts {
+                        0 => String::new(),
+                        n => format!(", parked after {n} attempts"),
+                    },
+                    destination
+                        .filter
+                        .as_ref()
+                        .map_or(String::new(), |filter| format!(", only {filter}")),
+                );
             }
         }
         for warning in &self.warnings {

@@ -14,7 +14,7 @@ use super::places::Places;
 use crate::claim::{Claim, Claims};
 use crate::config::{Config, DeliveryMode, Live};
 use crate::error::GatewayError;
-use crate::metrics::Metrics;
+use crate::metrics::{delivery_labels, Metrics};
 use crate::route::{LiveRoutes, Route, Runtime};
 use crate::store::{Clock, Lease, RecordState, Store, StoreError, StoreKey};
 use crate::telemetry::Telemetry;
@@ -137,9 +137,10 @@ impl Engine {
     fn set_pause_gauges(&self) {
         for route in self.routes() {
             let paused = self.pauses.is_paused(&route.name);
+            let (name, destination) = delivery_labels(&route.name);
             self.metrics
                 .route_paused
-                .with_label_values(&[&route.name])
+                .with_label_values(&[name, destination])
                 .set(i64::from(paused));
         }
     }
@@ -177,11 +178,11 @@ impl Engine {
             .is_some_and(|cache| cache.is_live());
         metrics.store.cache_live.set(i64::from(cache_live));
         for route in self.routes() {
-            let name = route.name.as_str();
+            let (name, destination) = delivery_labels(&route.name);
             if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {
                 metrics
                     .dead_letters
-                    .with_label_values(&[name])
+                    .with_label_values(&[name, destination])
                     .set(count as i64);
             }
             if !matches!(route.delivery, DeliveryMode::Async(_)) {
@@ -190,21 +191,22 @@ impl Engine {
             if let Ok(count) = self.store.count(&route.scope, RecordState::Queued).await {
                 metrics
                     .queue_depth
-                    .with_label_values(&[name, "queued"])
+                    .with_label_values(&[name, destination, "queued"])
                     .set(count as i64);
             }
             if let Ok(oldest) = self.store.oldest(&route.scope, RecordState::Queued).await {
                 let age = oldest.map_or(0, |at| self.clock.now_ms().saturating_sub(at));
                 metrics
                     .oldest_queued
-                    .with_label_values(&[name])
+                    .with_label_values(&[name, destination])
                     .set(age as f64 / 1000.0);
             }
         }
         for (route, running) in self.places.delivering() {
+            let (route, destination) = delivery_labels(&route);
             metrics
                 .queue_depth
-                .with_label_values(&[&route, "delivering"])
+                .with_label_values(&[route, destination, "delivering"])
                 .set(running as i64);
         }
     }

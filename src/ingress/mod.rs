@@ -34,6 +34,7 @@ use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
 use crate::delivery::places::{Permit, Place};
 use crate::delivery::{policy, Attempt, Engine, Kind};
 use crate::error::GatewayError;
+use crate::fanout;
 use crate::headers::{lower_hex, new_request_id, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
@@ -250,12 +251,24 @@ impl Gateway {
         };
         log.key = key.clone();
 
-        // 4a. The route's filter, on the verified body: an event it does
-        //     not take is answered and recorded, never forwarded.
-        if let (Some(filter), Some(key)) = (&route.filter, &key) {
-            if !filter.passes(&parts.headers, &body, &body_sha256) {
+        // 4a. The route's filter, or its destinations' filters, on the
+        //     verified body: an event none takes is answered and recorded,
+        //     never forwarded.
+        let mut destinations = None;
+        if let Some(key) = &key {
+            let passes = if route.fans_out() {
+                destinations = fanout::passed(route, &parts.headers, &body, &body_sha256);
+                destinations.is_some()
+            } else {
+                (route.filter.as_ref())
+                    .is_none_or(|filter| filter.passes(&parts.headers, &body, &body_sha256))
+            };
+            if !passes {
                 return self.filtered(runtime, route, key, &body_sha256).await;
             }
+        } else if route.fans_out() {
+            // Nothing to hand each destination under.
+            return Err(KeyError::Missing.into());
         }
 
         // What is forwarded, built once: stored by an async route, sent by
@@ -275,7 +288,10 @@ impl Gateway {
         // 5. An async route answers once the event and its request are
         //    stored (README, "Asynchronous delivery"); its workers deliver it.
         if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
-            let request = stored_request(&delivery);
+            let mut request = stored_request(&delivery);
+            if let Some(names) = &destinations {
+                fanout::mark(&mut request, names);
+            }
             let accepting = Instant::now();
             let accepted = self
                 .accept(route, settings, key, &body_sha256, request, log)

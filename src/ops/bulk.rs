@@ -415,6 +415,12 @@ impl Engine {
             counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        if route.fans_out() && bulk.action != Action::Forget {
+            // The event's own record calls no upstream: its destinations'
+            // deliveries (in the same selection) are what is sent again.
+            counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut store_tries = 0;
         loop {
             if bulk.action != Action::Forget {

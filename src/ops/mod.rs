@@ -167,7 +167,11 @@ impl Engine {
     /// One page of the store's listing for `query`, without its filter.
     async fn events_page(&self, query: &EventsQuery) -> Result<EventsPage, OpsError> {
         let routes: Vec<Arc<Route>> = match &query.route {
-            Some(route) => vec![Arc::clone(route)],
+            // A route with destinations lists its events and each
+            // destination's delivery of them.
+            Some(route) => std::iter::once(Arc::clone(route))
+                .chain((route.destinations.iter()).filter_map(|d| self.route(&d.name)))
+                .collect(),
             None => self.routes(),
         };
         let mut scopes: Vec<(&str, &str)> = Vec::new();
@@ -240,7 +244,7 @@ impl Engine {
             self.set_pause(&route.name, pause.as_ref()).await?;
             let action = if pause.is_some() { "pause" } else { "resume" };
             (self.metrics().route_control_changes)
-                .with_label_values(&[&route.name, action])
+                .with_label_values(&[route.route_name(), route.destination_name(), action])
                 .inc();
         }
         Ok(changed)

@@ -96,6 +96,9 @@ impl Engine {
         key: String,
         force: bool,
     ) -> Result<Sent, OpsError> {
+        if route.fans_out() {
+            return Err(OpsError::DestinationRequired);
+        }
         let gateway = Arc::clone(self);
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
@@ -182,6 +185,9 @@ impl Engine {
         route: Arc<Route>,
         key: String,
     ) -> Result<Sent, OpsError> {
+        if route.fans_out() {
+            return Err(OpsError::DestinationRequired);
+        }
         let gateway = Arc::clone(self);
         detached(async move { gateway.replay_now(&route, &key).await }).await
     }
@@ -321,7 +327,12 @@ impl Engine {
         let (upstream_status, upstream_error) = describe(&attempted.result);
         self.metrics()
             .redeliveries
-            .with_label_values(&[&route.name, kind.as_str(), attempted.settled.as_str()])
+            .with_label_values(&[
+                route.route_name(),
+                route.destination_name(),
+                kind.as_str(),
+                attempted.settled.as_str(),
+            ])
             .inc();
         Sent {
             key: key.to_owned(),

@@ -61,11 +61,14 @@ impl Pauses {
         self.known.load().as_ref()?.get(route).cloned()
     }
 
+    /// Whether `route` (a route, or a destination's delivery
+    /// `route/destination`) holds: paused itself, or its route paused.
     pub fn is_paused(&self, route: &str) -> bool {
+        let (whole, _) = crate::metrics::delivery_labels(route);
         self.known
             .load()
             .as_ref()
-            .is_some_and(|paused| paused.contains_key(route))
+            .is_some_and(|paused| paused.contains_key(route) || paused.contains_key(whole))
     }
 
     /// Whether the store has answered since start-up.
@@ -240,6 +243,7 @@ impl Controls {
             .iter()
             .map(|route| {
                 let old = by_route.remove(&route.name).unwrap_or_default();
+                let labels = [route.route_name(), route.destination_name()];
                 let controls = RouteControls {
                     breaker: keep_or_new(
                         old.breaker,
@@ -249,8 +253,8 @@ impl Controls {
                             Breaker::new(
                                 &route.name,
                                 settings,
-                                metrics.breaker_open.with_label_values(&[&route.name]),
-                                metrics.breaker_opened.with_label_values(&[&route.name]),
+                                metrics.breaker_open.with_label_values(&labels),
+                                metrics.breaker_opened.with_label_values(&labels),
                             )
                         },
                     ),
@@ -262,7 +266,7 @@ impl Controls {
                     ),
                 };
                 if controls.breaker.is_none() {
-                    let _ = metrics.breaker_open.remove_label_values(&[&route.name]);
+                    let _ = metrics.breaker_open.remove_label_values(&labels);
                 }
                 kept.insert(route.name.clone(), controls.clone());
                 controls

@@ -2,8 +2,6 @@
 //! others are answered, recorded and never forwarded, and their duplicates
 //! are answered as duplicates — on a sync route and an async one.
 
-use std::collections::HashMap;
-
 use http::StatusCode;
 
 use crate::support::*;
@@ -18,25 +16,6 @@ fn body(i: usize) -> String {
     )
 }
 
-/// 30 events, each delivered 3 times at once (a 409 retried like a
-/// sender): the answers per key.
-async fn deliver_thrice(gateway: &TestGateway) -> HashMap<usize, Vec<Answer>> {
-    let url = gateway.url("/hook");
-    let mut all = tokio::task::JoinSet::new();
-    for i in 0..30 {
-        for _ in 0..3 {
-            let (url, sender) = (url.clone(), Sender::new());
-            all.spawn(async move { (i, sender.deliver_until_settled(&url, &body(i)).await) });
-        }
-    }
-    let mut answers: HashMap<usize, Vec<Answer>> = HashMap::new();
-    while let Some(done) = all.join_next().await {
-        let (i, answer) = done.unwrap();
-        answers.entry(i).or_default().push(answer);
-    }
-    answers
-}
-
 async fn a_filter_forwards_only_what_it_takes(
     backend: Backend,
     delivery: &str,
@@ -46,7 +25,8 @@ async fn a_filter_forwards_only_what_it_takes(
     let extra = format!("{delivery}\n{FILTER}");
     let text = config_text(&upstream.url("/hook"), &backend, &extra, "");
     let gateway = TestGateway::start(&with_admin(&text, true)).await;
-    let answers = deliver_thrice(&gateway).await;
+    // 30 events, each delivered 3 times at once.
+    let answers = deliver_concurrently(&[gateway.url("/hook")], 30, 3, body).await;
     let passing: Vec<String> = (0..30)
         .filter(|i| i % 3 != 2)
         .map(|i| format!("evt_{i}"))

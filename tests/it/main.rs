@@ -12,6 +12,7 @@ mod copy;
 mod dead_letters;
 mod delivery;
 mod demo;
+mod destinations;
 mod entrances;
 mod evidence;
 mod fault_run;

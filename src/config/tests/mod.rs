@@ -13,6 +13,7 @@ use super::*;
 use crate::key::KeySource;
 
 mod delivery;
+mod destinations;
 mod verify;
 
 fn env(name: &str) -> Option<String> {

@@ -512,29 +512,14 @@ impl Model for Rules {
     }
 }
 
-/// Breadth first on one thread, so a counterexample is a shortest one.
 fn check(rules: Rules) -> impl Checker<Rules> {
-    rules
-        .checker()
-        .threads(1)
-        .timeout(std::time::Duration::from_secs(50))
-        .spawn_bfs()
-        .join()
+    super::exhaust(rules)
 }
 
 /// Every entrance, every interleaving: one holder, never stranded.
 #[test]
 fn every_entrance_keeps_one_holder_and_strands_no_accepted_event() {
-    let checker = check(Rules::as_built());
-    assert!(
-        checker.is_done(),
-        "the state space was not exhausted in time"
-    );
-    checker.assert_properties();
-    eprintln!(
-        "model (entrances): {} states, every interleaving checked",
-        checker.unique_state_count()
-    );
+    super::assert_exhausted("entrances", &check(Rules::as_built()));
 }
 
 /// Each fix is load-bearing: without it the checker finds the defect it

@@ -305,26 +305,12 @@ impl Model for Rules {
 }
 
 fn check(rules: Rules) -> impl Checker<Rules> {
-    rules
-        .checker()
-        .threads(1)
-        .timeout(std::time::Duration::from_secs(50))
-        .spawn_bfs()
-        .join()
+    super::exhaust(rules)
 }
 
 #[test]
 fn the_split_replay_guard_never_claims_beside_an_answering_key() {
-    let checker = check(Rules::as_built());
-    assert!(
-        checker.is_done(),
-        "the state space was not exhausted in time"
-    );
-    checker.assert_properties();
-    eprintln!(
-        "model (guard): {} states, every interleaving checked",
-        checker.unique_state_count()
-    );
+    super::assert_exhausted("guard", &check(Rules::as_built()));
 }
 
 #[test]

@@ -43,9 +43,11 @@
 //!
 //! [`entrances`] checks the record's life across every entrance — sync and
 //! async senders, the hybrid, workers, operators, reloads between modes —
-//! with its own action → code table.
+//! with its own action → code table; [`fanout`] one event handed to several
+//! destinations and delivered by each.
 
 mod entrances;
+mod fanout;
 mod guard;
 
 use stateright::{Checker, Model, Property};
@@ -587,6 +589,38 @@ fn readable(path: &stateright::Path<State, Action>, broken: fn(&State) -> bool) 
         .collect();
     out.push(format!("  => {:?}", states[end]));
     out.join("\n")
+}
+
+/// Breadth first on one thread, so a counterexample is a shortest one.
+fn exhaust<M>(model: M) -> impl Checker<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq,
+{
+    model
+        .checker()
+        .threads(1)
+        .timeout(std::time::Duration::from_secs(50))
+        .spawn_bfs()
+        .join()
+}
+
+/// Every interleaving within the bounds checked, every property held.
+fn assert_exhausted<M: Model>(name: &str, checker: &impl Checker<M>)
+where
+    M::State: std::fmt::Debug + std::hash::Hash + Clone + PartialEq,
+    M::Action: std::fmt::Debug + Clone + PartialEq,
+{
+    assert!(
+        checker.is_done(),
+        "{name}: the state space was not exhausted in time"
+    );
+    checker.assert_properties();
+    eprintln!(
+        "model ({name}): {} states, every interleaving checked",
+        checker.unique_state_count()
+    );
 }
 
 fn check(protocol: Protocol) -> impl Checker<Protocol> {

@@ -149,3 +149,27 @@ pub async fn accept_all(url: &str, ids: &[String]) {
         );
     }
 }
+
+/// Events `0..n` (bodies by `body`), each delivered `times` times at once to
+/// `urls` in turn and retried like a sender until settled: the answers per
+/// event.
+pub async fn deliver_concurrently(
+    urls: &[String],
+    n: usize,
+    times: usize,
+    body: fn(usize) -> String,
+) -> std::collections::HashMap<usize, Vec<Answer>> {
+    let mut all = tokio::task::JoinSet::new();
+    for i in 0..n {
+        for t in 0..times {
+            let (url, sender) = (urls[(i + t) % urls.len()].clone(), Sender::new());
+            all.spawn(async move { (i, sender.deliver_until_settled(&url, &body(i)).await) });
+        }
+    }
+    let mut answers: std::collections::HashMap<usize, Vec<Answer>> = Default::default();
+    while let Some(done) = all.join_next().await {
+        let (i, answer) = done.unwrap();
+        answers.entry(i).or_default().push(answer);
+    }
+    answers
+}

@@ -1,0 +1,63 @@
+//! `?destination=` (README, "Several destinations"): which delivery of a
+//! route an admin request addresses, and an event's state at each of its
+//! route's destinations.
+
+use std::sync::Arc;
+
+use http::Request;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::query::query_param;
+use super::Admin;
+use crate::config::delivery_name;
+use crate::error::AdminError;
+use crate::route::Route;
+
+impl Admin {
+    /// The route named `route`, or its destination's delivery when the
+    /// request says `?destination=`.
+    pub(super) fn target(
+        &self,
+        request: &Request<Incoming>,
+        route: &str,
+    ) -> Result<Arc<Route>, AdminError> {
+        let found = self.gateway.route(route).ok_or(AdminError::UnknownRoute)?;
+        match query_param(request, "destination") {
+            None => Ok(found),
+            Some(destination) => (self.gateway)
+                .route(&delivery_name(route, &destination))
+                .ok_or(AdminError::UnknownDestination),
+        }
+    }
+
+    /// `key`'s record at each destination of `route`, by name: its state,
+    /// attempts, last error and the destination's answer; `null` where the
+    /// event did not pass the destination's filter (or is not fanned out
+    /// yet).
+    pub(super) async fn destination_states(&self, route: &Route, key: &str) -> serde_json::Value {
+        let store = self.gateway.store();
+        let mut states = serde_json::Map::new();
+        for destination in &route.destinations {
+            let record = store.get(&store.key(&destination.scope, key)).await;
+            let shown = match record {
+                Ok(Some(record)) => json!({
+                    "state": record.state.as_str(),
+                    "attempts": record.attempts,
+                    "updated": record.updated_ms,
+                    "next_attempt_at": record.next_attempt_ms,
+                    "last_error": record.last_error.map(|error| json!({
+                        "class": error.class.as_str(),
+                        "status": error.status,
+                        "at": error.at_ms,
+                    })),
+                    "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
+                }),
+                Ok(None) => serde_json::Value::Null,
+                Err(error) => json!({ "error": error.to_string() }),
+            };
+            states.insert(destination.destination_name().to_owned(), shown);
+        }
+        serde_json::Value::Object(states)
+    }
+}

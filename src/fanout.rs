@@ -1,0 +1,126 @@
+//! Several destinations (README, "Several destinations"): one verified
+//! event, each consumer once.
+//!
+//! A route with `[[routes.destinations]]` judges each event by every
+//! destination's filter when it arrives ([`passed`]) and accepts it in one
+//! write, as any async route does: the event's record in the route's scope,
+//! queued, its stored request naming the destinations it passed (the
+//! [`DESTINATIONS`] header, written by hookgate over anything a sender
+//! sent). The sender is answered after that write.
+//!
+//! A worker then leases the event like any other and, instead of calling an
+//! upstream, fans it out ([`fan_out`]): one acceptance per destination it
+//! passed, in the destination's own scope (`scope/destination`) under the
+//! event's key, with the request as the sender sent it; then it completes
+//! the event's record. From there each destination is an ordinary async
+//! delivery with its own record, lease, attempts, backoff, dead letter,
+//! pause, breaker and rate — a dead consumer never holds up another.
+//!
+//! A fan-out interrupted anywhere (store error, crash, SIGKILL) leaves the
+//! event's record queued or under a lease that lapses; the next worker fans
+//! out again, and the destinations already holding the key answer as for a
+//! duplicate: no destination gets the event twice from a fan-out. The
+//! destinations an event passed are decided once, at acceptance: a reload
+//! that adds a destination or changes a filter applies to later events; a
+//! destination removed before its event was fanned out is skipped (logged).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, HeaderName, StatusCode};
+
+use crate::claim::Claim;
+use crate::config::RouteConfig;
+use crate::delivery::Engine;
+use crate::replay::{BodyKept, RecordedResponse};
+use crate::route::Route;
+use crate::store::{ClaimMode, ClaimRequest, Record, Stored, StoredRequest};
+
+/// The stored request's header naming the destinations an event passed,
+/// comma-separated; never sent to a destination.
+pub const DESTINATIONS: HeaderName = HeaderName::from_static("hookgate-destinations");
+
+/// The destinations of `route` whose filters take the event, by name,
+/// comma-separated; `None` when none does (the event is filtered).
+pub fn passed(route: &RouteConfig, headers: &HeaderMap, body: &[u8], sha: &str) -> Option<String> {
+    let names: Vec<&str> = (route.destinations.iter())
+        .filter(|destination| {
+            (destination.filter.as_ref()).is_none_or(|filter| filter.passes(headers, body, sha))
+        })
+        .map(|destination| destination.destination_name())
+        .collect();
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// Name the destinations in the request the route stores.
+pub fn mark(request: &mut StoredRequest, names: &str) {
+    // Names are [a-z0-9_-] and commas: always a valid value.
+    if let Ok(value) = HeaderValue::from_str(names) {
+        request.headers.insert(DESTINATIONS, value);
+    }
+}
+
+/// Hand the leased event `due` (its key and record) of `route` to each destination it passed,
+/// then complete its record. On a store error the claim is released: the
+/// event is due again and the next fan-out skips what this one did.
+pub async fn fan_out(gateway: Arc<Engine>, route: Arc<Route>, due: (String, Record), claim: Claim) {
+    let (id, record) = due;
+    let Some(mut request) = record.request else {
+        tracing::error!(route = %route.name, key = %id, "an accepted event without its request; leaving it to its lease");
+        return;
+    };
+    // Judged at acceptance; an event accepted while the route had one
+    // upstream (before a reload gave it destinations) is judged now.
+    let names = match request.headers.remove(DESTINATIONS) {
+        Some(value) => value.to_str().map(str::to_owned).unwrap_or_default(),
+        None => {
+            passed(&route, &request.headers, &request.body, &record.body_sha256).unwrap_or_default()
+        }
+    };
+    let names: Vec<&str> = names.split(',').filter(|name| !name.is_empty()).collect();
+    let store = gateway.store();
+    let mut handed = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(destination) = route.destination(name) else {
+            tracing::warn!(route = %route.name, key = %id, destination = %name,
+                "the destination was removed before the event was fanned out; skipped");
+            continue;
+        };
+        let key = store.key(&destination.scope, &id);
+        let accept = ClaimRequest {
+            mode: ClaimMode::Accept,
+            stored: Some(Stored {
+                request: &request,
+                route: &destination.name,
+                replay_of: None,
+            }),
+            ..ClaimRequest::delivery(
+                &key,
+                &record.body_sha256,
+                destination.processing_ttl,
+                destination.dead_letter_retention,
+            )
+        };
+        // Queued (new, or a failed record due again), or already there from
+        // an earlier fan-out: either way the destination has it.
+        if let Err(error) = store.claim(accept).await {
+            tracing::warn!(route = %route.name, key = %id, destination = %name, %error,
+                "could not hand the event to its destination; fanning out again");
+            let _ = claim.release().await;
+            return;
+        }
+        handed.push(name);
+    }
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let body = serde_json::json!({ "destinations": handed }).to_string();
+    let recorded = RecordedResponse {
+        status: StatusCode::OK,
+        headers,
+        body: Bytes::from(body),
+        body_kept: BodyKept::Whole,
+    };
+    claim.complete(&recorded, route.retention).await;
+    gateway.places().wake();
+}
