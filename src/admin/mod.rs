@@ -499,6 +499,11 @@ impl Admin {
         });
         json!({
             "name": route.name,
+            "route": route.route_name(),
+            "destination": route.destination_of.as_ref().map(|of| &of.destination),
+            "destinations": (route.destinations.iter())
+                .map(|destination| destination.destination_name())
+                .collect::<Vec<_>>(),
             "path": route.path,
             "delivery": if route.delivery.is_async() { "async" } else { "sync" },
             "paused": view.paused.as_ref().map(pause_json),

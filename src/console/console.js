@@ -33,7 +33,13 @@ async function api(method, path) {
 }
 
 const enc = encodeURIComponent;
-const keyPath = (route, key) => "/admin/routes/" + enc(route) + "/keys/" + enc(key);
+// A destination's delivery is named "route/destination" here, as the API
+// lists it; its record is addressed with ?destination=.
+function keyPath(route, key, suffix = "") {
+  const [name, destination] = route.split("/");
+  return "/admin/routes/" + enc(name) + "/keys/" + enc(key) + suffix + (destination ? "?destination=" + enc(destination) : "");
+}
+const deliveryName = (record) => record.destination ? record.route + "/" + record.destination : record.route;
 
 // --- building the page ------------------------------------------------------
 
@@ -219,19 +225,20 @@ async function loadEvents(more) {
     showScope();
   }
   for (const event of page.events) {
-    const id = event.route + " " + event.key;
+    const name = deliveryName(event);
+    const id = name + " " + event.key;
     const check = el("input", { type: "checkbox", "data-select": event.key });
     check.addEventListener("click", (click) => {
       click.stopPropagation();
-      if (check.checked) selected.set(id, [event.route, event.key]);
+      if (check.checked) selected.set(id, [name, event.key]);
       else selected.delete(id);
       showScope();
     });
     body.append(
-      el("tr", { class: "event", "data-key": event.key, onclick: () => showEvent(event.route, event.key) },
+      el("tr", { class: "event", "data-key": event.key, onclick: () => showEvent(name, event.key) },
         el("td", { class: "check" }, READ_ONLY ? null : check),
         el("td", { class: "when" }, when(event.updated)),
-        el("td", {}, event.route),
+        el("td", {}, name),
         el("td", { class: "mono" }, event.key),
         el("td", {}, stateBadge(event.state)),
         el("td", {}, String(event.attempts)),
@@ -302,6 +309,18 @@ function historyTable(history) {
       el("td", {}, attempt.body ? el("pre", { class: "body" }, attempt.body) : "")))));
 }
 
+// An event's delivery at each destination of its route: click one to see
+// (and act on) that delivery.
+function destinationTable(route, key, destinations) {
+  return el("table", { class: "destinations" },
+    el("thead", {}, el("tr", {}, ["Destination", "State", "Attempts", "Last error"].map((title) => el("th", {}, title)))),
+    el("tbody", {}, Object.entries(destinations).map(([name, delivery]) => delivery
+      ? el("tr", { class: "event", "data-destination": name, onclick: () => showEvent(route + "/" + name, key) },
+          el("td", {}, name), el("td", {}, stateBadge(delivery.state)), el("td", {}, String(delivery.attempts)),
+          el("td", {}, delivery.last_error ? delivery.last_error.class + (delivery.last_error.status ? " " + delivery.last_error.status : "") : ""))
+      : el("tr", { "data-destination": name }, el("td", {}, name), el("td", { colspan: "3", class: "empty" }, "not sent there (its filter)")))));
+}
+
 async function showEvent(route, key) {
   let record;
   try {
@@ -314,7 +333,7 @@ async function showEvent(route, key) {
   section.hidden = false;
   const error = record.last_error;
   const details = el("dl", {},
-    el("dt", {}, "Route"), el("dd", {}, record.route),
+    el("dt", {}, "Route"), el("dd", {}, deliveryName(record)),
     el("dt", {}, "Key"), el("dd", { class: "mono", id: "event-key" }, record.key),
     el("dt", {}, "State"), el("dd", { id: "event-state" }, stateBadge(record.state)),
     el("dt", {}, "Attempts"), el("dd", {}, String(record.attempts)),
@@ -331,6 +350,7 @@ async function showEvent(route, key) {
   section.replaceChildren(...[
     el("h2", {}, "Event"),
     details,
+    record.destinations ? [el("h3", {}, "Destinations"), destinationTable(route, key, record.destinations)] : [],
     el("h3", {}, "Failed attempts"),
     historyTable(record.history || []),
     el("h3", {}, "Recorded response"),
@@ -341,7 +361,8 @@ async function showEvent(route, key) {
     request
       ? [el("p", { class: "mono" }, request.method + (request.query ? " ?" + request.query : "")), headerTable(request.headers), preview(request)]
       : el("p", { class: "empty" }, "not kept (only failed, dead and replayed events keep their request)"),
-    READ_ONLY ? null : el("div", { class: "actions" }, actionsFor(record, act)),
+    // An event of a route with destinations is acted on per destination.
+    READ_ONLY || record.destinations ? null : el("div", { class: "actions" }, actionsFor(record, act)),
   ].flat(Infinity).filter((part) => part !== null && part !== undefined));
   section.scrollIntoView({ block: "start" });
 }
@@ -369,7 +390,7 @@ function actionsFor(record, act) {
 async function perform(label, question, method, route, key, suffix) {
   if (!confirm(question)) return;
   try {
-    const done = await api(method, keyPath(route, key) + suffix);
+    const done = await api(method, keyPath(route, key, suffix));
     if (label === "Forget") {
       say("Forgot " + key);
       document.getElementById("event").hidden = true;
@@ -469,7 +490,7 @@ async function bulkSelection(action) {
     try {
       if (action === "forget") await api("DELETE", keyPath(route, key));
       else {
-        const sent = await api("POST", keyPath(route, key) + "/" + action);
+        const sent = await api("POST", keyPath(route, key, "/" + action));
         if (sent.state !== "completed" && sent.state !== "queued") failed++;
       }
     } catch (error) {

@@ -399,3 +399,79 @@ async fn a_reloaded_destination_takes_only_later_events() {
     );
     gateway.shutdown().await;
 }
+
+/// In the console, an event of a route with destinations shows its state at
+/// each; the dead one opens as its own delivery and is redelivered alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_each_destination_and_redelivers_one() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let ((billing, healthy), crm) = (Upstream::flaky().await, Upstream::start().await);
+    let text = two_destinations(
+        &billing.url("/b"),
+        &crm.url("/c"),
+        &Backend::Memory,
+        "",
+        "max_attempts = 1",
+    )
+    .replace("filter = { \"json:/type\" = \"customer.*\" }\n", "");
+    let gateway = TestGateway::start(&text).await;
+    let answer = Sender::new().deliver(&gateway.url("/hook"), &body(0)).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+    let dead = eventually(Duration::from_secs(10), || async {
+        let record = gateway.record("hook/billing", "evt_0").await;
+        record.is_some_and(|r| r.state.as_str() == "dead")
+    })
+    .await;
+    assert!(dead);
+    assert!(
+        crm.all_reached(&["evt_0".to_owned()], Duration::from_secs(10))
+            .await
+    );
+    healthy.store(true, Ordering::SeqCst);
+
+    browser.goto(&gateway.admin_url("/ui")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login").await;
+    browser
+        .wait_for(
+            "the event's deliveries listed",
+            "return [...document.querySelectorAll('#events-body tr.event')].map(r => r.children[2].textContent).includes('hook/billing')",
+        )
+        .await;
+    // The event on its route: each destination's state, and no action of
+    // its own (each delivery is acted on where it is).
+    browser
+        .run("[...document.querySelectorAll('#events-body tr.event')].find(r => r.children[2].textContent === 'hook').click()")
+        .await;
+    browser
+        .wait_for(
+            "the destinations",
+            "return document.querySelector('#event tr[data-destination=billing] [data-state=dead]') && document.querySelector('#event tr[data-destination=crm] [data-state=completed]')",
+        )
+        .await;
+    let actions = browser
+        .run("return document.querySelectorAll('#event button[data-action]').length")
+        .await;
+    assert_eq!(actions, 0);
+    browser.screenshot("destinations").await;
+    browser.click("#event tr[data-destination=billing]").await;
+    browser
+        .wait_for(
+            "billing's delivery",
+            "return document.querySelector('#event-state [data-state=dead]') && document.querySelector('button[data-action=redeliver]')",
+        )
+        .await;
+    browser.click("button[data-action=redeliver]").await;
+    browser.confirm().await;
+    browser
+        .wait_for(
+            "completed",
+            "return document.querySelector('#event-state [data-state=completed]')",
+        )
+        .await;
+    assert_eq!(billing.count("evt_0"), 2, "refused once, redelivered once");
+    assert_eq!(crm.count("evt_0"), 1, "the crm never again");
+    gateway.shutdown().await;
+}
