@@ -159,6 +159,9 @@ pub(super) fn print_record(record: &Value) {
         other => other.to_string(),
     };
     say!("route:        {}", field("route"));
+    if !record["destination"].is_null() {
+        say!("destination:  {}", field("destination"));
+    }
     say!("key:          {}", field("key"));
     say!("state:        {}", field("state"));
     say!("attempts:     {}", field("attempts"));
@@ -169,6 +172,18 @@ pub(super) fn print_record(record: &Value) {
         say!("next attempt: {}", until(next));
     }
     say!("response:     {}", field("response_status"));
+    // A route with destinations: the event at each (`--destination` shows
+    // one whole).
+    for (name, delivery) in record["destinations"].as_object().into_iter().flatten() {
+        match delivery["state"].as_str() {
+            Some(state) => say!(
+                "  to {name}: {state}, {} attempt(s), last error {}",
+                delivery["attempts"],
+                last_error(delivery)
+            ),
+            None => say!("  to {name}: not sent (its filter)"),
+        }
+    }
     print_history(record);
     if !record["replay_of"].is_null() {
         say!("replay of:    {}", field("replay_of"));

@@ -74,16 +74,6 @@ async fn deliver_all(gateway: &TestGateway, ids: &[String]) {
     while senders.join_next().await.is_some() {}
 }
 
-fn cli(gateway: &TestGateway, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .arg("events")
-        .args(args)
-        .args(["--admin", &gateway.admin_url("")])
-        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .output()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     // Until healed, the upstream refuses evt_503_* with 503 and evt_500_*
@@ -248,7 +238,7 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     assert_eq!(matched(&gateway, "route=hook&state=dead").await, 0);
 
     // The CLI's dry run and the list of bulk actions.
-    let dry = cli(
+    let dry = events_cli(
         &gateway,
         &[
             "redeliver",
@@ -265,9 +255,9 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
         said.contains(&format!("{} events match", 2 * EACH)),
         "{said}"
     );
-    let listed = cli(&gateway, &["bulk", "list"]);
+    let listed = events_cli(&gateway, &["bulk", "list"]);
     assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 4);
-    let unknown = cli(&gateway, &["bulk", "status", "b_0000000000000000"]);
+    let unknown = events_cli(&gateway, &["bulk", "status", "b_0000000000000000"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("bulk_not_found"));
     assert_eq!(
@@ -346,7 +336,7 @@ async fn a_bulk_action_waits_for_a_paused_route() {
         &["forget"],
         &["replay", "--status", "503", "hook"],
     ] {
-        let refused = cli(&gateway, usage);
+        let refused = events_cli(&gateway, usage);
         assert_eq!(refused.status.code(), Some(2), "{usage:?}: {refused:?}");
     }
     let nothing = admin(&gateway, Method::POST, "/admin/events/resend").await;

@@ -280,11 +280,26 @@ async fn a_dead_letter_of_one_destination_is_redriven_alone() {
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     assert_eq!(unknown.json()["error"]["code"], "destination_not_found");
 
+    // The CLI shows the event at each destination, then redrives one.
+    let shown = events_cli(&gateway, &["show", "hook", "evt_0"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.contains("to billing: dead, 2 attempt(s), last error refused 503"),
+        "{shown}"
+    );
+    assert!(shown.contains("to crm: completed"), "{shown}");
     healthy.store(true, Ordering::SeqCst);
-    let redrive =
-        gateway.admin_url("/admin/routes/hook/dead-letters/redeliver?destination=billing");
-    let answer = request(Method::POST, &redrive, Some(ADMIN_TOKEN)).await;
-    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.json());
+    let redrive = events_cli(&gateway, &["redrive", "hook", "--destination", "billing"]);
+    let said = String::from_utf8_lossy(&redrive.stdout).into_owned();
+    assert!(
+        redrive.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&redrive.stderr)
+    );
+    assert!(
+        said.contains("redrove 1 dead letters of hook: 1 completed"),
+        "{said}"
+    );
     let completed = eventually(Duration::from_secs(10), || async {
         let record = gateway.record("hook/billing", "evt_0").await;
         record.is_some_and(|r| r.state.as_str() == "completed")

@@ -63,3 +63,15 @@ pub fn with_read_token(text: &str) -> String {
         &format!("token = \"{ADMIN_TOKEN}\"\nread_token = \"{READ_TOKEN}\"\n"),
     )
 }
+
+/// `hookgate events ARGS` (the real binary) against `gateway`'s admin
+/// listener, with the admin token.
+pub fn events_cli(gateway: &super::TestGateway, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("events")
+        .args(args)
+        .args(["--admin", &gateway.admin_url("")])
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap()
+}
