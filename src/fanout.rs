@@ -5,7 +5,7 @@
 //! destination's filter when it arrives ([`passed`]) and accepts it in one
 //! write, as any async route does: the event's record in the route's scope,
 //! queued, its stored request naming the destinations it passed (the
-//! [`DESTINATIONS`] header, written by hookgate over anything a sender
+//! `Hookgate-Destinations` header, `headers::DESTINATIONS`, written by hookgate over anything a sender
 //! sent). The sender is answered after that write.
 //!
 //! A worker then leases the event like any other and, instead of calling an
@@ -28,22 +28,41 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
-use http::{HeaderMap, HeaderName, StatusCode};
+use http::{HeaderMap, StatusCode};
 
 use crate::claim::Claim;
 use crate::config::RouteConfig;
 use crate::delivery::Engine;
+use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
 use crate::store::{ClaimMode, ClaimRequest, Record, Stored, StoredRequest};
 
-/// The stored request's header naming the destinations an event passed,
-/// comma-separated; never sent to a destination.
-pub const DESTINATIONS: HeaderName = HeaderName::from_static("hookgate-destinations");
+/// What a route's filters say of an event.
+pub enum Verdict {
+    /// Forward it (the route's filter takes it, or it has none).
+    Forward,
+    /// No filter takes it: answered and recorded, never forwarded.
+    Filtered,
+    /// The destinations it passed, comma-separated.
+    Destinations(String),
+}
+
+/// Judge an event by the route's filter, or its destinations' filters, on
+/// the verified body and headers.
+pub fn judge(route: &RouteConfig, headers: &HeaderMap, body: &[u8], sha: &str) -> Verdict {
+    if route.fans_out() {
+        return passed(route, headers, body, sha).map_or(Verdict::Filtered, Verdict::Destinations);
+    }
+    match &route.filter {
+        Some(filter) if !filter.passes(headers, body, sha) => Verdict::Filtered,
+        _ => Verdict::Forward,
+    }
+}
 
 /// The destinations of `route` whose filters take the event, by name,
 /// comma-separated; `None` when none does (the event is filtered).
-pub fn passed(route: &RouteConfig, headers: &HeaderMap, body: &[u8], sha: &str) -> Option<String> {
+fn passed(route: &RouteConfig, headers: &HeaderMap, body: &[u8], sha: &str) -> Option<String> {
     let names: Vec<&str> = (route.destinations.iter())
         .filter(|destination| {
             (destination.filter.as_ref()).is_none_or(|filter| filter.passes(headers, body, sha))

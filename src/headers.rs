@@ -8,6 +8,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// On the answer to a delivery of a dead letter (hookgate extension).
 pub const HOOKGATE_EVENT_STATE: HeaderName = HeaderName::from_static("hookgate-event-state");
+/// On a stored request of a route with destinations: the destinations the
+/// event passed, comma-separated (`fanout`); hookgate's own, never a
+/// sender's, never sent upstream.
+pub const DESTINATIONS: HeaderName = HeaderName::from_static("hookgate-destinations");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");

@@ -203,7 +203,7 @@ pub fn stored_request(delivery: &Delivery<'_>) -> StoredRequest {
     let mut headers = parts.headers.clone();
     strip_hop_by_hop(&mut headers);
     // hookgate's own word on the stored request, never a sender's.
-    headers.remove(crate::fanout::DESTINATIONS);
+    headers.remove(crate::headers::DESTINATIONS);
     let host = headers.remove(header::HOST).or_else(|| {
         parts
             .uri
@@ -259,7 +259,7 @@ pub fn resend(
     headers.insert(X_REQUEST_ID, request_id.clone());
     // Accepted when the route had destinations, delivered now that it has
     // one upstream: the list is hookgate's, not the upstream's.
-    headers.remove(crate::fanout::DESTINATIONS);
+    headers.remove(crate::headers::DESTINATIONS);
     if let Some(name) = &route.idempotency_header {
         match key.map(HeaderValue::from_str) {
             // The key was validated as visible ASCII, so this cannot fail.

@@ -10,8 +10,9 @@ use std::time::Duration;
 use http::Method;
 use serde_json::Value;
 
+use super::query::{selection_query, FilterArgs};
 use super::render::pretty;
-use super::{encode, selection_query, AdminClient, FilterArgs, TIMEOUT};
+use super::{encode, AdminClient, TIMEOUT};
 
 /// How often a followed bulk action is asked for its progress.
 const POLL: Duration = Duration::from_millis(500);

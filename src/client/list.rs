@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use http::Method;
 use serde_json::Value;
 
+use super::query::{selection_query, FilterArgs};
 use super::render::{pretty, print_table};
-use super::{encode, selection_query, AdminClient, FilterArgs, TIMEOUT};
+use super::{encode, AdminClient, TIMEOUT};
 use crate::ops::filter::rfc3339;
 
 /// Walks over what changed meanwhile after the first, at most: each covers

@@ -28,6 +28,7 @@ macro_rules! say_err {
 
 mod bulk;
 mod list;
+mod query;
 mod render;
 
 use std::process::ExitCode;
@@ -42,8 +43,8 @@ use serde_json::Value;
 
 use self::bulk::{BulkArgs, BulkCommand};
 use self::list::Listing;
+use self::query::{with_query, DestinationArg};
 use self::render::{paused_text, pretty, print_record, print_routes, print_sent};
-use crate::ops::filter::rfc3339;
 
 /// How long one admin call may take (a redrive of many dead letters is
 /// paced, so it gets longer).
@@ -116,100 +117,6 @@ enum RoutesCommand {
         #[arg(long)]
         by: Option<String>,
     },
-}
-
-/// One destination's deliveries, of a route with several (README,
-/// "Several destinations").
-#[derive(clap::Args)]
-struct DestinationArg {
-    /// The destination (of a route with [[routes.destinations]]).
-    #[arg(long)]
-    destination: Option<String>,
-}
-
-impl DestinationArg {
-    fn query(&self) -> Option<String> {
-        (self.destination.as_ref()).map(|d| format!("destination={}", encode(d)))
-    }
-}
-
-/// `path` with the query parameters `query`, if any.
-fn with_query(path: String, query: impl IntoIterator<Item = String>) -> String {
-    let query: Vec<String> = query.into_iter().collect();
-    match query.is_empty() {
-        true => path,
-        false => format!("{path}?{}", query.join("&")),
-    }
-}
-
-/// Which events a listing keeps (README, "Failed events and dead letters").
-#[derive(clap::Args)]
-struct FilterArgs {
-    #[command(flatten)]
-    destination: DestinationArg,
-    /// Changed since: a duration ago (`2h`, `30m`) or an RFC 3339 time.
-    #[arg(long)]
-    since: Option<String>,
-    /// Changed until: a duration ago or an RFC 3339 time.
-    #[arg(long)]
-    until: Option<String>,
-    /// The last failed attempt's upstream status (e.g. 503).
-    #[arg(long)]
-    status: Option<u16>,
-    /// The last failed attempt's class: refused, not_delivered or unknown.
-    #[arg(long)]
-    error: Option<String>,
-    /// SOURCE=VALUE on the stored request, like
-    /// `json:/data/object/customer=cus_123` or `header:X-Shop-Domain=a.example`;
-    /// repeatable, every one must hold.
-    #[arg(long)]
-    q: Vec<String>,
-}
-
-/// `route=` and `state=` of a listing or a bulk action, as query parameters.
-fn selection_query(route: Option<&String>, state: Option<&String>) -> Vec<String> {
-    let route = route.map(|r| format!("route={}", encode(r)));
-    let state = state.map(|s| format!("state={}", encode(s)));
-    route.into_iter().chain(state).collect()
-}
-
-impl FilterArgs {
-    /// Whether any filter is given.
-    fn is_empty(&self) -> bool {
-        self.destination.destination.is_none()
-            && self.since.is_none()
-            && self.until.is_none()
-            && self.status.is_none()
-            && self.error.is_none()
-            && self.q.is_empty()
-    }
-
-    /// As query parameters of `GET /admin/events`. A time given as a
-    /// duration ago is resolved here, once, so every page of a walk has
-    /// the same window.
-    fn query(&self) -> Vec<String> {
-        let now_ms = crate::clock::Clock::system().now_ms();
-        let at = |text: &String| match crate::config::parse_duration(text) {
-            Ok(ago) => rfc3339(now_ms.saturating_sub(ago.as_millis() as u64)),
-            Err(_) => text.clone(),
-        };
-        let mut query = Vec::new();
-        query.extend(self.destination.query());
-        query.extend(
-            self.since
-                .as_ref()
-                .map(|t| format!("since={}", encode(&at(t)))),
-        );
-        query.extend(
-            self.until
-                .as_ref()
-                .map(|t| format!("until={}", encode(&at(t)))),
-        );
-        query.extend(self.status.map(|status| format!("status={status}")));
-        query.extend(self.error.as_ref().map(|e| format!("error={}", encode(e))));
-        query.extend(self.q.iter().map(|q| format!("q={}", encode(q))));
-        query
-    }
 }
 
 #[derive(clap::Subcommand)]

@@ -1,6 +1,6 @@
 //! What hookgate answers a sender itself: a recorded response replayed, an
 //! acceptance, a dead letter's answer, a handshake, and what the delivery
-//! that made the call gets back.
+//! that made the call gets back; and how each request ended ([`Outcome`]).
 
 use bytes::Bytes;
 use http::header::HeaderValue;
@@ -11,10 +11,53 @@ use crate::config::{AsyncDelivery, OnMismatch, RouteConfig};
 use crate::delivery::policy;
 use crate::error::{json_response, GatewayError};
 use crate::headers::{HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED};
-use crate::ingress::Outcome;
 use crate::store::Record;
 use crate::upstream::{BodyRead, UpstreamError, UpstreamResponse};
 use crate::verify::Handshake;
+
+/// How a request ended, for logs (and the `outcome` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Forwarded,
+    /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
+    ForwardedUnkeyed,
+    /// A sender's handshake, answered by the gateway (a hookgate extension; README, "Supported senders").
+    Handshake,
+    Replayed,
+    /// A delivery of an event parked as a dead letter, answered
+    /// `dead_letter_status` and not forwarded.
+    DeadLetter,
+    /// An async route stored the event; its workers deliver it.
+    Accepted,
+    /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
+    UpstreamError,
+    /// The route's filter did not take it: answered, never forwarded.
+    Filtered,
+    Rejected(&'static str),
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
+            Outcome::Handshake => "handshake",
+            Outcome::Replayed => "replayed",
+            Outcome::DeadLetter => "dead_letter",
+            Outcome::Accepted => "accepted",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Filtered => "filtered",
+            Outcome::Rejected(code) => code,
+        }
+    }
+
+    pub(super) fn of_error(error: &GatewayError) -> Self {
+        match error {
+            GatewayError::UpstreamUnreachable => Outcome::UpstreamError,
+            other => Outcome::Rejected(other.code()),
+        }
+    }
+}
 
 /// A later delivery must carry the body the key was claimed with (or
 /// `on_mismatch = "replay"`).

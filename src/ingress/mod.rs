@@ -27,6 +27,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
+pub use self::answer::Outcome;
 use self::answer::{accepted, answer_sender, check_body, dead_letter, handshake_response, replay};
 use self::request::{client_address, read_body, request_id};
 use crate::claim::Claim;
@@ -34,7 +35,7 @@ use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
 use crate::delivery::places::{Permit, Place};
 use crate::delivery::{policy, Attempt, Engine, Kind};
 use crate::error::GatewayError;
-use crate::fanout;
+use crate::fanout::{self, Verdict};
 use crate::headers::{lower_hex, new_request_id, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
@@ -45,50 +46,6 @@ use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
 use crate::upstream::{build_request, resend, stored_request, Delivery};
 use crate::verify::RequestLine;
-
-/// How a request ended, for logs (and the `outcome` metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Forwarded,
-    /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
-    ForwardedUnkeyed,
-    /// A sender's handshake, answered by the gateway (a hookgate extension; README, "Supported senders").
-    Handshake,
-    Replayed,
-    /// A delivery of an event parked as a dead letter, answered
-    /// `dead_letter_status` and not forwarded.
-    DeadLetter,
-    /// An async route stored the event; its workers deliver it.
-    Accepted,
-    /// The upstream answered with a non-final status (5xx, 408, 429, 3xx).
-    UpstreamError,
-    /// The route's filter did not take it: answered, never forwarded.
-    Filtered,
-    Rejected(&'static str),
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Forwarded => "forwarded",
-            Outcome::ForwardedUnkeyed => "forwarded_unkeyed",
-            Outcome::Handshake => "handshake",
-            Outcome::Replayed => "replayed",
-            Outcome::DeadLetter => "dead_letter",
-            Outcome::Accepted => "accepted",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Filtered => "filtered",
-            Outcome::Rejected(code) => code,
-        }
-    }
-
-    fn of_error(error: &GatewayError) -> Self {
-        match error {
-            GatewayError::UpstreamUnreachable => Outcome::UpstreamError,
-            other => Outcome::Rejected(other.code()),
-        }
-    }
-}
 
 /// The sender's entrance: every request of the public listener, through
 /// the lifecycle's stages, onto the engine.
@@ -254,22 +211,18 @@ impl Gateway {
         // 4a. The route's filter, or its destinations' filters, on the
         //     verified body: an event none takes is answered and recorded,
         //     never forwarded.
-        let mut destinations = None;
-        if let Some(key) = &key {
-            let passes = if route.fans_out() {
-                destinations = fanout::passed(route, &parts.headers, &body, &body_sha256);
-                destinations.is_some()
-            } else {
-                (route.filter.as_ref())
-                    .is_none_or(|filter| filter.passes(&parts.headers, &body, &body_sha256))
-            };
-            if !passes {
-                return self.filtered(runtime, route, key, &body_sha256).await;
+        let destinations = match (
+            fanout::judge(route, &parts.headers, &body, &body_sha256),
+            &key,
+        ) {
+            (Verdict::Filtered, Some(key)) => {
+                return self.filtered(runtime, route, key, &body_sha256).await
             }
-        } else if route.fans_out() {
             // Nothing to hand each destination under.
-            return Err(KeyError::Missing.into());
-        }
+            (Verdict::Destinations(_), None) => return Err(KeyError::Missing.into()),
+            (Verdict::Destinations(names), Some(_)) => Some(names),
+            _ => None,
+        };
 
         // What is forwarded, built once: stored by an async route, sent by
         // a sync one.
