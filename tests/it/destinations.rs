@@ -490,3 +490,73 @@ async fn the_console_shows_each_destination_and_redelivers_one() {
     assert_eq!(crm.count("evt_0"), 1, "the crm never again");
     gateway.shutdown().await;
 }
+
+/// A pause of one destination (the real CLI's `routes pause --destination`)
+/// holds that destination alone; a pause of the route holds them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_destination_holds_alone() {
+    let (billing, crm) = (Upstream::start().await, Upstream::start().await);
+    let text = two_destinations(&billing.url("/b"), &crm.url("/c"), &Backend::Memory, "", "")
+        .replace("filter = { \"json:/type\" = \"customer.*\" }\n", "");
+    let gateway = TestGateway::start(&text).await;
+    let routes = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .arg("routes")
+            .args(args)
+            .args(["--admin", &gateway.admin_url("")])
+            .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let said = routes(&[
+        "pause",
+        "hook",
+        "--destination",
+        "billing",
+        "--reason",
+        "deploy",
+    ]);
+    assert!(said.contains("paused"), "{said}");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let labels = [("route", "hook"), ("destination", "billing")];
+    assert_eq!(
+        sample(&metrics, "hookgate_route_paused", &labels),
+        Some(1.0)
+    );
+
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &body(0)).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert!(
+        crm.all_reached(&["evt_0".to_owned()], Duration::from_secs(10))
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await; // two worker polls
+    assert_eq!(billing.count("evt_0"), 0, "billing is paused");
+
+    // The route's pause holds every destination.
+    routes(&["resume", "hook", "--destination", "billing"]);
+    assert!(
+        billing
+            .all_reached(&["evt_0".to_owned()], Duration::from_secs(10))
+            .await
+    );
+    routes(&["pause", "hook"]);
+    assert_eq!(
+        sender.deliver(&url, &body(4)).await.status,
+        StatusCode::ACCEPTED
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!((billing.count("evt_4"), crm.count("evt_4")), (0, 0));
+    routes(&["resume", "hook"]);
+    let both = ["evt_4".to_owned()];
+    assert!(billing.all_reached(&both, Duration::from_secs(10)).await);
+    assert!(crm.all_reached(&both, Duration::from_secs(10)).await);
+    assert_eq!((billing.count("evt_0"), crm.count("evt_0")), (1, 1));
+    gateway.shutdown().await;
+}
