@@ -2,23 +2,27 @@
 //! event, each consumer once.
 //!
 //! A route with `[[routes.destinations]]` judges each event by every
-//! destination's filter when it arrives ([`passed`]) and accepts it in one
+//! destination's filter when it arrives ([`judge`]) and accepts it in one
 //! write, as any async route does: the event's record in the route's scope,
-//! queued, its stored request naming the destinations it passed (the
-//! `Hookgate-Destinations` header, `headers::DESTINATIONS`, written by hookgate over anything a sender
-//! sent). The sender is answered after that write.
+//! its stored request naming the destinations it passed (the
+//! `Hookgate-Destinations` header, `headers::DESTINATIONS`, written by
+//! hookgate over anything a sender sent). The sender is answered after
+//! that write.
 //!
-//! A worker then leases the event like any other and, instead of calling an
-//! upstream, fans it out ([`fan_out`]): one acceptance per destination it
+//! The accepting request then hands the event out at once, from a task
+//! holding the event's claim (its acceptance was `ClaimMode::AcceptClaimed`);
+//! while the route is paused, or when that gateway dies first, a worker
+//! leases the event like any other and, instead of calling an upstream,
+//! hands it out ([`fan_out`]): one acceptance per destination it
 //! passed, in the destination's own scope (`scope/destination`) under the
 //! event's key, with the request as the sender sent it; then it completes
 //! the event's record. From there each destination is an ordinary async
 //! delivery with its own record, lease, attempts, backoff, dead letter,
 //! pause, breaker and rate — a dead consumer never holds up another.
 //!
-//! A fan-out interrupted anywhere (store error, crash, SIGKILL) leaves the
-//! event's record queued or under a lease that lapses; the next worker fans
-//! out again, and the destinations already holding the key answer as for a
+//! A hand-out interrupted anywhere (store error, crash, SIGTERM, SIGKILL)
+//! leaves the event's record queued or under a lease that lapses; a worker
+//! hands it out again, and the destinations already holding the key answer as for a
 //! duplicate: no destination gets the event twice from a fan-out. The
 //! destinations an event passed are decided once, at acceptance: a reload
 //! that adds a destination or changes a filter applies to later events; a
@@ -36,7 +40,7 @@ use crate::delivery::Engine;
 use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
-use crate::store::{ClaimMode, ClaimRequest, Record, Stored, StoredRequest};
+use crate::store::{ClaimMode, ClaimRequest, Stored, StoredRequest};
 
 /// What a route's filters say of an event.
 pub enum Verdict {
@@ -80,22 +84,23 @@ pub fn mark(request: &mut StoredRequest, names: &str) {
     }
 }
 
-/// Hand the leased event `due` (its key and record) of `route` to each destination it passed,
-/// then complete its record. On a store error the claim is released: the
-/// event is due again and the next fan-out skips what this one did.
-pub async fn fan_out(gateway: Arc<Engine>, route: Arc<Route>, due: (String, Record), claim: Claim) {
-    let (id, record) = due;
-    let Some(mut request) = record.request else {
-        tracing::error!(route = %route.name, key = %id, "an accepted event without its request; leaving it to its lease");
-        return;
-    };
+/// Hand the claimed `event` of `route` — its key, stored request and body
+/// hash; claimed by the accepting request, or leased by a worker — to each
+/// destination it passed, then complete its record. On a store error the
+/// claim is released: the event is due again, and the next hand-out skips
+/// what this one did.
+pub async fn fan_out(
+    gateway: Arc<Engine>,
+    route: Arc<Route>,
+    event: (String, StoredRequest, String),
+    claim: Claim,
+) {
+    let (id, mut request, body_sha256) = event;
     // Judged at acceptance; an event accepted while the route had one
     // upstream (before a reload gave it destinations) is judged now.
     let names = match request.headers.remove(DESTINATIONS) {
         Some(value) => value.to_str().map(str::to_owned).unwrap_or_default(),
-        None => {
-            passed(&route, &request.headers, &request.body, &record.body_sha256).unwrap_or_default()
-        }
+        None => passed(&route, &request.headers, &request.body, &body_sha256).unwrap_or_default(),
     };
     let names: Vec<&str> = names.split(',').filter(|name| !name.is_empty()).collect();
     let store = gateway.store();
@@ -116,7 +121,7 @@ pub async fn fan_out(gateway: Arc<Engine>, route: Arc<Route>, due: (String, Reco
             }),
             ..ClaimRequest::delivery(
                 &key,
-                &record.body_sha256,
+                &body_sha256,
                 destination.processing_ttl,
                 destination.dead_letter_retention,
             )

@@ -185,7 +185,12 @@ async fn deliver(
     let claim = gateway.claim_for(&route, key, due.lease);
     if route.fans_out() {
         // Not a call: the event is handed to each destination it passed.
-        return crate::fanout::fan_out(gateway, route, (due.id, due.record), claim).await;
+        let Some(request) = due.record.request else {
+            tracing::error!(route = %route.name, key = %due.id, "an accepted event without its request; leaving it to its lease");
+            return;
+        };
+        let event = (due.id, request, due.record.body_sha256);
+        return crate::fanout::fan_out(gateway, route, event, claim).await;
     }
     let Some(request) = due.record.request else {
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");

@@ -337,9 +337,13 @@ impl Gateway {
                 .try_enter()?;
             Some((self.engine.admit(route).ok()?, permit))
         });
-        let mode = match hybrid {
-            Some(_) => ClaimMode::AcceptClaimed,
-            None => ClaimMode::Accept,
+        // A route with destinations hands the event out at once, from a
+        // task holding the event's claim, unless it is paused; its workers
+        // do when this gateway cannot (paused, or gone).
+        let hand_out = route.fans_out() && !self.engine.pauses().is_paused(&route.name);
+        let mode = match hybrid.is_some() || hand_out {
+            true => ClaimMode::AcceptClaimed,
+            false => ClaimMode::Accept,
         };
         let outcome = self
             .engine
@@ -362,6 +366,13 @@ impl Gateway {
         match outcome {
             Ok(ClaimOutcome::Queued) => {
                 self.engine.places().wake();
+                Ok((accepted(settings, key, false), Outcome::Accepted))
+            }
+            Ok(ClaimOutcome::New(lease)) if hand_out => {
+                let claim = self.engine.claim_for(route, store_key, lease);
+                let event = (key.to_owned(), request, body_sha256.to_owned());
+                let (engine, route) = (Arc::clone(&self.engine), Arc::clone(route));
+                tokio::spawn(fanout::fan_out(engine, route, event, claim));
                 Ok((accepted(settings, key, false), Outcome::Accepted))
             }
             Ok(ClaimOutcome::New(lease)) => {

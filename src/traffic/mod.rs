@@ -53,6 +53,9 @@ pub struct Pauses {
     /// `None` until the store has answered once: async workers hold until
     /// then, so that a restart never delivers from a paused route.
     known: ArcSwapOption<HashMap<String, Pause>>,
+    /// Pauses and resumes made here, counted: a refresh whose read began
+    /// before one of them does not overwrite it with what it read.
+    sets: std::sync::Mutex<u64>,
 }
 
 impl Pauses {
@@ -71,6 +74,12 @@ impl Pauses {
             .is_some_and(|paused| paused.contains_key(route) || paused.contains_key(whole))
     }
 
+    fn sets(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.sets
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
     /// Whether the store has answered since start-up.
     pub fn known(&self) -> bool {
         self.known.load().is_some()
@@ -80,6 +89,7 @@ impl Pauses {
     /// and are not any more (resumed elsewhere). Unreadable values (written
     /// by a newer version) count as paused by an unknown caller.
     pub async fn refresh(&self, store: &Store) -> Result<Vec<String>, StoreError> {
+        let sets_before = *self.sets();
         let read: HashMap<String, Pause> = store
             .controls()
             .await?
@@ -93,7 +103,14 @@ impl Pauses {
                 (route, pause)
             })
             .collect();
+        let sets = self.sets();
+        if *sets != sets_before {
+            // Older than a pause or resume made here meanwhile: the next
+            // refresh reads again.
+            return Ok(Vec::new());
+        }
         let before = self.known.swap(Some(Arc::new(read.clone())));
+        drop(sets);
         Ok(before
             .map(|before| {
                 before
@@ -115,6 +132,8 @@ impl Pauses {
     ) -> Result<(), StoreError> {
         let value = pause.map(|pause| serde_json::to_string(pause).expect("serializable"));
         store.set_control(route, value.as_deref()).await?;
+        let mut sets = self.sets();
+        *sets += 1;
         let mut paused = self.known.load().as_deref().cloned().unwrap_or_default();
         match pause {
             Some(pause) => paused.insert(route.to_owned(), pause.clone()),

@@ -7,7 +7,8 @@
 //!
 //! | action | code |
 //! | --- | --- |
-//! | `Accept` | `ingress::Gateway::accept` (`fanout::passed` judged the filters): one write, the event's record queued, naming the destinations it passed |
+//! | `Accept` | `ingress::Gateway::accept` (`fanout::judge` judged the filters) while the route is paused: one write, the event's record queued, naming the destinations it passed |
+//! | `AcceptHanding` | the same write as `ClaimMode::AcceptClaimed` (the route not paused): the event's record held by the accepting request's hand-out task |
 //! | `FanLease` | `worker::pass` → `Queue::lease_due` on the route's scope |
 //! | `Hand` | `fanout::fan_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope (an existing record is a duplicate) |
 //! | `FanComplete` | `fanout::fan_out` → `Claim::complete` (fenced), after every destination was handed the event |
@@ -90,6 +91,8 @@ pub struct State {
 pub enum Action {
     /// A delivery of the event; which destinations' filters pass it.
     Accept([bool; 2]),
+    /// The same, the event's record claimed by hand-out task `.1`.
+    AcceptHanding([bool; 2], usize),
     FanLease(usize),
     Hand(usize),
     FanComplete(usize),
@@ -127,6 +130,21 @@ impl Rules {
     }
 }
 
+/// Hand-out task `w` holds the event's record under a fresh token.
+fn lease_event(state: &mut State, w: usize) {
+    let token = state.event_leases;
+    state.event_leases += 1;
+    state.event = Life::Held {
+        token,
+        lapsed: false,
+    };
+    state.fanners[w] = Worker::Fanning {
+        token,
+        next: 0,
+        completed: false,
+    };
+}
+
 fn claimable(life: Life) -> bool {
     matches!(life, Life::Queued | Life::Held { lapsed: true, .. })
 }
@@ -159,6 +177,9 @@ impl Model for Rules {
         if state.deliveries < 1 {
             for passes in [[true, true], [true, false], [false, false]] {
                 actions.push(Action::Accept(passes));
+                if state.fanners[0] == Worker::Idle {
+                    actions.push(Action::AcceptHanding(passes, 0));
+                }
             }
         }
         for w in 0..2 {
@@ -235,19 +256,15 @@ impl Model for Rules {
                 }
                 state.told = true;
             }
-            Action::FanLease(w) => {
-                let token = state.event_leases;
-                state.event_leases += 1;
-                state.event = Life::Held {
-                    token,
-                    lapsed: false,
-                };
-                state.fanners[w] = Worker::Fanning {
-                    token,
-                    next: 0,
-                    completed: false,
-                };
+            Action::AcceptHanding(passes, w) => {
+                let fresh = state.event == Life::Absent && passes.iter().any(|p| *p);
+                let mut state = self.next_state(last, Action::Accept(passes))?;
+                if fresh {
+                    lease_event(&mut state, w);
+                }
+                return Some(state);
             }
+            Action::FanLease(w) => lease_event(&mut state, w),
             Action::Hand(w) => {
                 let Worker::Fanning {
                     token,
