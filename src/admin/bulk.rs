@@ -144,7 +144,8 @@ impl Admin {
         Ok(json_response(
             StatusCode::OK,
             &json!({
-                "route": route.name,
+                "route": route.route_name(),
+                "destination": route.as_destination(),
                 "bulk": bulk.id,
                 "dead_letters": bulk.matched,
                 "completed": done.delivered,

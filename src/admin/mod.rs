@@ -351,10 +351,14 @@ impl Admin {
             }
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
-        if route.fans_out() && !(method == Method::GET && action.is_none()) {
-            // Each destination's delivery is its own: say which.
-            return Err(OpsError::DestinationRequired.into());
-        }
+        // Each destination's delivery is its own: an action names which,
+        // unless the route has only one.
+        let route = match route.destinations.as_slice() {
+            _ if method == Method::GET && action.is_none() => route,
+            [] => route,
+            [only] => (self.gateway.route(&only.name)).ok_or(AdminError::UnknownDestination)?,
+            _ => return Err(OpsError::DestinationRequired.into()),
+        };
         let force = query_flag(request, "force");
         tracing::info!(target: "hookgate::admin", %peer, via, role, %method, route = %route.name, key, action, force, "admin action");
 
@@ -397,14 +401,14 @@ impl Admin {
                 self.gateway.forget(&route, &key, force).await?;
                 Ok(json_response(
                     StatusCode::OK,
-                    &json!({"deleted": true, "route": route.name, "key": key}),
+                    &json!({"deleted": true, "route": route.route_name(), "destination": route.as_destination(), "key": key}),
                 ))
             }
             (Method::POST, Some("release")) => {
                 self.gateway.release(&route, &key).await?;
                 Ok(json_response(
                     StatusCode::OK,
-                    &json!({"released": true, "route": route.name, "key": key}),
+                    &json!({"released": true, "route": route.route_name(), "destination": route.as_destination(), "key": key}),
                 ))
             }
             (Method::POST, Some("redeliver")) => {
@@ -469,7 +473,8 @@ impl Admin {
         Ok(json_response(
             StatusCode::OK,
             &json!({
-                "route": route.name,
+                "route": route.route_name(),
+                "destination": route.as_destination(),
                 "changed": changed,
                 "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
             }),
@@ -500,7 +505,7 @@ impl Admin {
         json!({
             "name": route.name,
             "route": route.route_name(),
-            "destination": route.destination_of.as_ref().map(|of| &of.destination),
+            "destination": route.as_destination(),
             "destinations": (route.destinations.iter())
                 .map(|destination| destination.destination_name())
                 .collect::<Vec<_>>(),

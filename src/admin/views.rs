@@ -120,10 +120,12 @@ pub(super) fn sent_json(
     sent: &Sent,
     replay_of: Option<&str>,
 ) -> Response<Full<Bytes>> {
+    let (route, destination) = crate::metrics::delivery_labels(route);
     json_response(
         StatusCode::OK,
         &json!({
             "route": route,
+            "destination": (!destination.is_empty()).then_some(destination),
             "key": sent.key,
             "replay_of": replay_of,
             "attempt": sent.attempt,

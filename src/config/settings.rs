@@ -365,6 +365,12 @@ impl RouteConfig {
             .map_or("", |of| &of.destination)
     }
 
+    /// The destination's name, on a destination's delivery (the admin
+    /// API's `destination`).
+    pub fn as_destination(&self) -> Option<&str> {
+        (self.destination_of.as_ref()).map(|of| of.destination.as_str())
+    }
+
     /// Whether the route hands its events to destinations instead of
     /// calling an upstream.
     pub fn fans_out(&self) -> bool {

@@ -560,3 +560,40 @@ async fn a_paused_destination_holds_alone() {
     assert_eq!((billing.count("evt_0"), crm.count("evt_0")), (1, 1));
     gateway.shutdown().await;
 }
+
+/// A route with one destination: an action on an event can only mean that
+/// destination's delivery, so it needs no `?destination=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_destination_needs_no_name() {
+    let (billing, healthy) = Upstream::flaky().await;
+    let text = two_destinations(
+        &billing.url("/b"),
+        "http://127.0.0.1:1/c",
+        &Backend::Memory,
+        "",
+        "max_attempts = 1",
+    );
+    let crm_table = "[[routes.destinations]]\nname = \"crm\"\nupstream = \"http://127.0.0.1:1/c\"\nfilter = { \"json:/type\" = \"customer.*\" }\nmax_attempts = 1\n";
+    assert!(text.contains(crm_table), "{text}");
+    let gateway = TestGateway::start(&text.replace(crm_table, "")).await;
+    let answer = Sender::new().deliver(&gateway.url("/hook"), &body(0)).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+    let dead = eventually(Duration::from_secs(10), || async {
+        let record = gateway.record("hook/billing", "evt_0").await;
+        record.is_some_and(|r| r.state.as_str() == "dead")
+    })
+    .await;
+    assert!(dead);
+    healthy.store(true, Ordering::SeqCst);
+    let url = gateway.admin_url("/admin/routes/hook/keys/evt_0/redeliver");
+    let sent = request(Method::POST, &url, Some(ADMIN_TOKEN)).await;
+    assert_eq!(sent.status, StatusCode::OK, "{:?}", sent.json());
+    let sent = sent.json();
+    assert_eq!(sent["state"], "completed");
+    assert_eq!(
+        (sent["route"].as_str(), sent["destination"].as_str()),
+        (Some("hook"), Some("billing"))
+    );
+    assert_eq!(billing.count("evt_0"), 2, "refused once, redelivered once");
+    gateway.shutdown().await;
+}
