@@ -10,7 +10,7 @@ use http::Method;
 use prometheus::IntCounter;
 
 use crate::cidr::Cidr;
-use crate::config::{Live, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
+use crate::config::{deliveries, Live, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::traffic::{Controls, RouteControls};
@@ -97,10 +97,7 @@ impl RouteTable {
         controls: &Controls,
         metrics: &Metrics,
     ) -> Self {
-        let deliveries: Vec<Arc<RouteConfig>> = (routes.iter())
-            .flat_map(|route| std::iter::once(route).chain(&route.destinations))
-            .cloned()
-            .collect();
+        let deliveries: Vec<Arc<RouteConfig>> = deliveries(routes).cloned().collect();
         let clients = upstreams.for_routes(&deliveries);
         let controls = controls.for_routes(&deliveries, metrics);
         let (mut by_path, mut destinations) = (HashMap::new(), Vec::new());

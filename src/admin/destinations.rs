@@ -11,7 +11,7 @@ use serde_json::json;
 use super::query::query_param;
 use super::Admin;
 use crate::config::delivery_name;
-use crate::error::AdminError;
+use crate::error::{AdminError, OpsError};
 use crate::route::Route;
 
 impl Admin {
@@ -28,6 +28,17 @@ impl Admin {
             Some(destination) => (self.gateway)
                 .route(&delivery_name(route, &destination))
                 .ok_or(AdminError::UnknownDestination),
+        }
+    }
+
+    /// The delivery an action on one event of `route` acts on: each
+    /// destination's delivery is its own, so an action names which, unless
+    /// the route has only one.
+    pub(super) fn acted_on(&self, route: Arc<Route>) -> Result<Arc<Route>, AdminError> {
+        match route.destinations.as_slice() {
+            [] => Ok(route),
+            [only] => (self.gateway.route(&only.name)).ok_or(AdminError::UnknownDestination),
+            _ => Err(OpsError::DestinationRequired.into()),
         }
     }
 

@@ -73,7 +73,7 @@ use self::views::{
 use crate::access::Tokens;
 use crate::console::{Caller, Console};
 use crate::delivery::Engine;
-use crate::error::{json_response, AdminError, OpsError};
+use crate::error::{json_response, AdminError};
 use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, RouteView};
 use crate::reload::Reloader;
@@ -351,13 +351,9 @@ impl Admin {
             }
         };
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
-        // Each destination's delivery is its own: an action names which,
-        // unless the route has only one.
-        let route = match route.destinations.as_slice() {
-            _ if method == Method::GET && action.is_none() => route,
-            [] => route,
-            [only] => (self.gateway.route(&only.name)).ok_or(AdminError::UnknownDestination)?,
-            _ => return Err(OpsError::DestinationRequired.into()),
+        let route = match method == Method::GET && action.is_none() {
+            true => route,
+            false => self.acted_on(route)?,
         };
         let force = query_flag(request, "force");
         tracing::info!(target: "hookgate::admin", %peer, via, role, %method, route = %route.name, key, action, force, "admin action");

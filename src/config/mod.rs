@@ -35,8 +35,8 @@ use self::validate::Validator;
 
 pub use self::destinations::delivery_name;
 pub use self::settings::{
-    AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, OnMismatch,
-    OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
+    deliveries, AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live,
+    OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
     StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
 pub use self::summary::humanize;

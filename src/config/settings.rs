@@ -96,7 +96,7 @@ pub struct Live {
 impl Live {
     /// Every route and every destination's delivery.
     pub fn deliveries(&self) -> impl Iterator<Item = &Arc<RouteConfig>> {
-        (self.routes.iter()).flat_map(|route| std::iter::once(route).chain(&route.destinations))
+        deliveries(&self.routes)
     }
 
     /// Every scope the routes and their destinations name, each once, in
@@ -339,6 +339,11 @@ pub struct RouteConfig {
     pub destinations: Vec<Arc<RouteConfig>>,
     /// On a destination's delivery: the route and destination it is.
     pub destination_of: Option<DestinationOf>,
+}
+
+/// Each of `routes`, each followed by its destinations' deliveries.
+pub fn deliveries(routes: &[Arc<RouteConfig>]) -> impl Iterator<Item = &Arc<RouteConfig>> {
+    (routes.iter()).flat_map(|route| std::iter::once(route).chain(&route.destinations))
 }
 
 /// Which route's destination a delivery is.
