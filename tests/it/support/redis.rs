@@ -139,7 +139,7 @@ impl RedisCluster {
     pub async fn start() -> Option<RedisCluster> {
         RedisServer::start_check()?;
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
+        let ports = free_cluster_ports(6);
         for port in &ports {
             spawn_cluster_node(dir.path(), *port);
         }
@@ -362,17 +362,29 @@ fn spawn_cluster_node(dir: &std::path::Path, port: u16) {
     std::thread::spawn(move || watchdog.wait());
 }
 
-/// A free port for a cluster node: Redis puts the node's cluster bus 10,000
-/// above it, so the port must be at most 55535 and that one free too (one
-/// in five of the kernel's free ports is above 55535, and a bus port held
-/// by another test's connection keeps the node from starting).
-fn free_cluster_port() -> u16 {
-    loop {
+/// `n` distinct free ports for cluster nodes. Redis puts a node's cluster
+/// bus 10,000 above its port, so each must be at most 55535 and that one
+/// free too (one in five of the kernel's free ports is above 55535, and a
+/// bus port held by another test's connection keeps the node from
+/// starting). The kernel may hand the same free port out twice in a row:
+/// two nodes given one port make a cluster whose node list names a master
+/// twice.
+fn free_cluster_ports(n: usize) -> Vec<u16> {
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
         let port = free_port();
-        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
+        if port <= 55535
+            && !ports.contains(&port)
+            && !ports.contains(&(port + 10000))
+            && port
+                .checked_sub(10000)
+                .is_none_or(|bus_of| !ports.contains(&bus_of))
+            && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
+        {
+            ports.push(port);
         }
     }
+    ports
 }
 
 async fn wait_for_ping(dir: &std::path::Path, port: u16) {
