@@ -105,6 +105,7 @@ pub mod ingress;
 pub mod key;
 pub mod metrics;
 pub mod ops;
+pub mod order;
 pub mod reload;
 pub mod replay;
 pub mod route;

@@ -96,6 +96,9 @@ pub struct Metrics {
     pub config_reloaded_at: prometheus::Gauge,
     /// Events parked as dead letters (README, "Failed events and dead letters" and "Asynchronous delivery").
     pub dead_letters_total: IntCounterVec,
+    /// Ordered events found older than their entity's newest delivered one
+    /// (README, "Ordered delivery").
+    pub stale_events_total: IntCounterVec,
     /// hookgate extension: dead letters held now, per route (counted in the
     /// store every few seconds).
     pub dead_letters: IntGaugeVec,
@@ -285,6 +288,14 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
+        let stale_events_total = IntCounterVec::new(
+            Opts::new(
+                "hookgate_stale_events_total",
+                "Ordered events not delivered: older (stale_by) than the newest one delivered for their entity.",
+            ),
+            &["route", "destination"],
+        )
+        .expect("valid metric");
         let dead_letters = IntGaugeVec::new(
             Opts::new(
                 "hookgate_dead_letters",
@@ -407,6 +418,7 @@ impl Metrics {
             Box::new(tls_cert_expiry.clone()),
             Box::new(dead_letters_total.clone()),
             Box::new(dead_letters.clone()),
+            Box::new(stale_events_total.clone()),
             Box::new(redeliveries.clone()),
             Box::new(delivery_attempts.clone()),
             Box::new(queue_depth.clone()),
@@ -452,6 +464,7 @@ impl Metrics {
             store_timeout,
             tls_cert_expiry,
             dead_letters_total,
+            stale_events_total,
             dead_letters,
             redeliveries,
             delivery_attempts,
@@ -534,6 +547,8 @@ impl Metrics {
             .with_label_values(&[route, destination]);
         self.leases_lost.with_label_values(&[route, destination]);
         self.dead_letters_total
+            .with_label_values(&[route, destination]);
+        self.stale_events_total
             .with_label_values(&[route, destination]);
     }
 

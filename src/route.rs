@@ -30,6 +30,8 @@ pub struct Route {
     /// `hookgate_dead_letters_total{route}`, present (at 0) from the start
     /// so a rate over it is defined.
     pub dead_letters: IntCounter,
+    /// `hookgate_stale_events_total{route}`, likewise.
+    pub stale_events: IntCounter,
     /// Its circuit breaker and upstream rate limit (README, "Traffic control"), kept across
     /// reloads.
     pub controls: RouteControls,
@@ -110,6 +112,7 @@ impl RouteTable {
                 upstream,
                 leases_lost: metrics.leases_lost.with_label_values(&labels),
                 dead_letters: metrics.dead_letters_total.with_label_values(&labels),
+                stale_events: metrics.stale_events_total.with_label_values(&labels),
                 controls,
             });
             match config.destination_of {

@@ -38,7 +38,9 @@ use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
 use crate::route::Route;
-use crate::store::{AttemptKind, Due, Failure, FailureClass, Next, PastAttempt, SyncNext};
+use crate::store::{
+    AttemptKind, Due, Failure, FailureClass, Next, PastAttempt, StoreError, SyncNext,
+};
 use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::resend;
@@ -134,11 +136,7 @@ async fn pass(gateway: &Arc<Engine>) -> bool {
             continue;
         }
         let fallback = &routes[0];
-        let due = match gateway
-            .store()
-            .lease_due(&fallback.scope, room, fallback.processing_ttl)
-            .await
-        {
+        let due = match lease(gateway, fallback, room).await {
             Ok(due) => due,
             Err(error) => {
                 tracing::warn!(scope = %fallback.scope, %error, "could not lease due events");
@@ -171,6 +169,25 @@ async fn pass(gateway: &Arc<Engine>) -> bool {
         // Admissions not spent (fewer events were due) are given back.
     }
     busy
+}
+
+/// Up to `room` due events of `route`'s scope: of each entity at most its
+/// next, on an ordered route (README, "Ordered delivery"), the stale ones
+/// met on the way counted.
+async fn lease(gateway: &Engine, route: &Route, room: usize) -> Result<Vec<Due>, StoreError> {
+    let store = gateway.store();
+    let Some(order) = route.order() else {
+        return store
+            .lease_due(&route.scope, room, route.processing_ttl)
+            .await;
+    };
+    let leased =
+        (store.lease_ordered(&route.scope, room, route.processing_ttl, order.rules())).await?;
+    for key in &leased.stale {
+        tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
+        route.stale_events.inc();
+    }
+    Ok(leased.due)
 }
 
 /// One attempt at one leased event.

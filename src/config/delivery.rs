@@ -2,12 +2,18 @@
 //! backoff, `max_age`, `max_in_flight`, the hybrid `respond_within`), and
 //! the upstream rate limit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::locate::KeyPath;
 use super::raw::RawRoute;
-use super::settings::{AsyncDelivery, DeliveryMode, RateSettings, DEFAULT_QUEUE};
+use super::settings::{
+    AsyncDelivery, Backend as BackendSettings, DeliveryMode, RateSettings, RouteConfig,
+    DEFAULT_QUEUE,
+};
 use super::validate::Validator;
+use crate::key::KeySource;
+use crate::order::{OnBlocked, OrderSettings};
 
 impl Validator<'_> {
     /// `delivery` and the async settings; those are refused on a sync route
@@ -31,6 +37,10 @@ impl Validator<'_> {
                 ("max_age", raw.max_age.is_some()),
                 ("max_in_flight", raw.max_in_flight.is_some()),
                 ("respond_within", raw.respond_within.is_some()),
+                ("order_by", raw.order_by.is_some()),
+                ("stale_by", raw.stale_by.is_some()),
+                ("reorder_window", raw.reorder_window.is_some()),
+                ("on_blocked", raw.on_blocked.is_some()),
             ];
             for (name, _) in set.iter().filter(|(_, set)| *set) {
                 self.fail(&at.key(name), "only for delivery = \"async\"");
@@ -79,6 +89,13 @@ impl Validator<'_> {
                 "respond_within must be shorter than upstream_timeout",
             );
         }
+        let order = self.order(at, raw);
+        if order.is_some() && respond_within.is_some() {
+            self.fail(
+                &at.key("respond_within"),
+                "not with order_by: an ordered event waits for its entity's earlier events, so it cannot be forwarded at once",
+            );
+        }
         DeliveryMode::Async(AsyncDelivery {
             accept_status,
             backoff_initial,
@@ -86,7 +103,91 @@ impl Validator<'_> {
             max_age,
             max_in_flight,
             respond_within,
+            order,
         })
+    }
+
+    /// `order_by` and what goes with it; those are refused without it.
+    fn order(&mut self, at: &KeyPath, raw: &RawRoute) -> Option<OrderSettings> {
+        let Some(text) = &raw.order_by else {
+            let set = [
+                ("stale_by", raw.stale_by.is_some()),
+                ("reorder_window", raw.reorder_window.is_some()),
+                ("on_blocked", raw.on_blocked.is_some()),
+            ];
+            for (name, _) in set.iter().filter(|(_, set)| *set) {
+                self.fail(&at.key(name), "only with order_by");
+            }
+            return None;
+        };
+        let by = self.order_source(&at.key("order_by"), text);
+        let stale_by = raw
+            .stale_by
+            .as_ref()
+            .and_then(|text| self.order_source(&at.key("stale_by"), text));
+        let reorder_window = self.duration_or_zero(
+            &at.key("reorder_window"),
+            raw.reorder_window.as_ref(),
+            Duration::ZERO,
+        );
+        let on_blocked = self.choice(
+            &at.key("on_blocked"),
+            raw.on_blocked.as_ref(),
+            &[("wait", OnBlocked::Wait), ("skip", OnBlocked::Skip)],
+            OnBlocked::Wait,
+        );
+        Some(OrderSettings {
+            by: by?,
+            stale_by,
+            reorder_window,
+            on_blocked,
+        })
+    }
+
+    /// Ordered routes need a store that keeps an entity's order (README,
+    /// "Ordered delivery"): one whose every event of a scope sits where one
+    /// atomic step reaches it.
+    pub(super) fn orders_kept_by(
+        &mut self,
+        at: &KeyPath,
+        routes: &[Arc<RouteConfig>],
+        backend: &BackendSettings,
+    ) {
+        let refusal = match backend {
+            BackendSettings::Memory | BackendSettings::Embedded { .. } => return,
+            _ => format!(
+                "the {} store does not keep an order yet: ordered delivery needs the memory or \
+                 embedded store",
+                backend.name()
+            ),
+        };
+        for (i, route) in routes.iter().enumerate() {
+            let ordered = route.order().is_some()
+                || (route.destinations.iter()).any(|destination| destination.order().is_some());
+            if ordered {
+                self.fail(&at.index(i).key("order_by"), refusal.clone());
+            }
+        }
+    }
+
+    /// One key source (docs/configuration.md, "Where the key comes from"):
+    /// `body-sha256` names no entity and no time, so it is refused.
+    fn order_source(&mut self, at: &KeyPath, text: &str) -> Option<KeySource> {
+        let text = self.string(at, text)?;
+        match KeySource::parse(&text) {
+            Ok(KeySource::BodySha256) => {
+                self.fail(
+                    at,
+                    "body-sha256 is different for every event: use a field of the event",
+                );
+                None
+            }
+            Ok(source) => Some(source),
+            Err(error) => {
+                self.fail(at, error);
+                None
+            }
+        }
     }
 
     /// `upstream_rate = "N/s"` (or `/m`, `/h`) and `upstream_burst`, by

@@ -167,6 +167,7 @@ impl Validator<'_> {
         }
         let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw.store);
         let routes = self.routes(&root.key("routes"), raw.routes);
+        self.orders_kept_by(&root.key("routes"), &routes, &store.backend);
         for route in &routes {
             if server.shutdown_grace < route.upstream_timeout {
                 self.warn(format!(

@@ -111,6 +111,11 @@ pub struct RawRoute {
     pub max_age: Option<String>,
     pub max_in_flight: Option<u64>,
     pub respond_within: Option<String>,
+    /// Ordered delivery per entity (`crate::order`).
+    pub order_by: Option<String>,
+    pub stale_by: Option<String>,
+    pub reorder_window: Option<String>,
+    pub on_blocked: Option<String>,
     pub allow_from: Option<Vec<String>>,
     pub circuit_breaker: Option<RawBreaker>,
     pub upstream_rate: Option<String>,

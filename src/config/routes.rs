@@ -1,7 +1,7 @@
 //! `[[routes]]`: path, methods, upstream, key sources, lifetimes; each
 //! route's `[routes.verify]` is `verification.rs`'s.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 86_400)
 use super::validate::Validator;
 use super::verification::{none, placeholder};
 use crate::key::{KeySource, OnMissingKey};
+use crate::order::OrderSettings;
 use crate::verify::Profile;
 
 const DEFAULT_MAX_CACHED_BODY_BYTES: u64 = 64 * 1024;
@@ -30,6 +31,7 @@ impl Validator<'_> {
         }
         let mut names = HashSet::new();
         let mut paths = HashSet::new();
+        let mut orders: HashMap<String, (String, Option<OrderSettings>)> = HashMap::new();
         let mut routes = Vec::with_capacity(raw.len());
         for (i, raw_route) in raw.into_iter().enumerate() {
             let at = at.index(i);
@@ -45,6 +47,22 @@ impl Validator<'_> {
                     &at.key("path"),
                     format!("path {:?} is used by two routes", route.path),
                 );
+            }
+            // One queue per scope, leased by one set of rules.
+            let order = route.order().cloned();
+            match orders.get(&route.scope) {
+                Some((first, theirs)) if *theirs != order => self.fail(
+                    &at.key("order_by"),
+                    format!(
+                        "route {first:?} shares the scope {:?} and orders its events otherwise: \
+                         routes sharing a scope share one queue and one order",
+                        route.scope
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    orders.insert(route.scope.clone(), (route.name.clone(), order));
+                }
             }
             routes.push(Arc::new(route));
         }

@@ -13,6 +13,7 @@ use rustls::pki_types::CertificateDer;
 
 use crate::cidr::Cidr;
 use crate::key::{KeySource, OnMissingKey};
+use crate::order::OrderSettings;
 use crate::secret::Secret;
 pub use crate::store::{BackendSettings as Backend, StoreSettings, Synchronous};
 use crate::verify::{Profile, Verifier};
@@ -214,6 +215,9 @@ pub struct AsyncDelivery {
     pub max_in_flight: usize,
     /// Hybrid: try synchronously this long first.
     pub respond_within: Option<Duration>,
+    /// One entity's events in order, one at a time (README, "Ordered
+    /// delivery").
+    pub order: Option<OrderSettings>,
 }
 
 /// The queue's settings when the config names none: what an async route
@@ -226,6 +230,7 @@ pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
     max_age: Duration::from_secs(3 * 86_400),
     max_in_flight: 16,
     respond_within: None,
+    order: None,
 };
 
 impl AsyncDelivery {
@@ -380,6 +385,16 @@ impl RouteConfig {
     /// calling an upstream.
     pub fn fans_out(&self) -> bool {
         !self.destinations.is_empty()
+    }
+
+    /// The order its queue keeps (README, "Ordered delivery"): an async
+    /// route's or destination's `order_by`. A route with destinations
+    /// hands its events out unordered, and each destination orders its own.
+    pub fn order(&self) -> Option<&OrderSettings> {
+        match &self.delivery {
+            DeliveryMode::Async(settings) if !self.fans_out() => settings.order.as_ref(),
+            _ => None,
+        }
     }
 
     /// The destination named `name` of this route.

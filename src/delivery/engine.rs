@@ -250,7 +250,10 @@ impl Engine {
             for state in RecordState::ALL {
                 let horizon = match state {
                     RecordState::Processing | RecordState::Completed => retention,
-                    RecordState::Queued | RecordState::Failed | RecordState::Dead => parked,
+                    RecordState::Queued
+                    | RecordState::Failed
+                    | RecordState::Dead
+                    | RecordState::Stale => parked,
                 };
                 let Some(horizon) = horizon else { continue };
                 if let Err(error) = self.store.trim(scope, state, horizon).await {

@@ -41,7 +41,9 @@ use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
-use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, StoreKey, Stored, StoredRequest};
+use crate::store::{
+    ClaimMode, ClaimOutcome, ClaimRequest, Lease, OrderSpot, StoreKey, Stored, StoredRequest,
+};
 use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
 use crate::upstream::{build_request, resend, stored_request, Delivery};
@@ -345,10 +347,19 @@ impl Gateway {
             true => ClaimMode::AcceptClaimed,
             false => ClaimMode::Accept,
         };
+        // An ordered route's event takes its place in its entity's order.
+        let order = route.order();
+        let place =
+            order.and_then(|order| order.place(&request.headers, &request.body, body_sha256));
         let outcome = self
             .engine
             .store()
             .claim(ClaimRequest {
+                order: place.as_ref().zip(order).map(|(place, order)| OrderSpot {
+                    entity: &place.entity,
+                    value: place.value,
+                    hold: order.reorder_window,
+                }),
                 key: &store_key,
                 body_sha256,
                 processing_ttl: route.processing_ttl,
@@ -507,6 +518,7 @@ impl Gateway {
                 guard_key: guard_key.as_ref(),
                 mode: ClaimMode::Deliver,
                 stored: None,
+                order: None,
             })
             .await;
         match outcome {

@@ -89,13 +89,29 @@ pub fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
     if let Ok(ago) = crate::config::parse_duration(text) {
         return Ok(now_ms.saturating_sub(ago.as_millis() as u64));
     }
-    let at: toml::value::Datetime = text.trim().parse().map_err(|_| {
-        format!("{text:?} is neither a duration ago like \"2h\" nor an RFC 3339 time")
-    })?;
+    rfc3339_ms(text).map_err(|error| match error {
+        Rfc3339Error::NotATime => {
+            format!("{text:?} is neither a duration ago like \"2h\" nor an RFC 3339 time")
+        }
+        Rfc3339Error::NoZone => format!("{text:?} needs a date, a time and a zone (Z or +01:00)"),
+        Rfc3339Error::Before1970 => format!("{text:?} is before 1970"),
+    })
+}
+
+/// Why text is not an RFC 3339 time after 1970.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rfc3339Error {
+    NotATime,
+    NoZone,
+    Before1970,
+}
+
+/// An RFC 3339 time (`2026-12-02T14:02:00Z`, with an offset or `Z`) as
+/// Unix ms.
+pub fn rfc3339_ms(text: &str) -> Result<u64, Rfc3339Error> {
+    let at: toml::value::Datetime = text.trim().parse().map_err(|_| Rfc3339Error::NotATime)?;
     let (Some(date), Some(time), Some(offset)) = (at.date, at.time, at.offset) else {
-        return Err(format!(
-            "{text:?} needs a date, a time and a zone (Z or +01:00)"
-        ));
+        return Err(Rfc3339Error::NoZone);
     };
     let days = days_from_civil(i64::from(date.year), date.month.into(), date.day.into());
     let seconds = days * 86_400
@@ -107,7 +123,7 @@ pub fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
         toml::value::Offset::Custom { minutes } => i64::from(minutes),
     };
     let ms = (seconds - offset_minutes * 60) * 1_000 + i64::from(time.nanosecond / 1_000_000);
-    u64::try_from(ms).map_err(|_| format!("{text:?} is before 1970"))
+    u64::try_from(ms).map_err(|_| Rfc3339Error::Before1970)
 }
 
 /// Unix ms as RFC 3339 in UTC, to the millisecond

@@ -5,9 +5,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, ListQuery, Record,
+    ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, Leased, ListQuery, Record,
     RecordState, StoreError, StoreKey,
 };
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
 
 /// A store backend: every capability, implemented together (see the store
@@ -146,6 +147,30 @@ pub trait Queue: Records {
         tokens: &[String],
         processing_ttl: Duration,
     ) -> impl Future<Output = Result<Vec<Due>, StoreError>> + Send;
+
+    /// Whether the backend keeps an entity's order ([`Queue::lease_ordered`]).
+    const ORDERED: bool = false;
+
+    /// As [`Queue::lease_due`], keeping each entity's order (README,
+    /// "Ordered delivery"): of an entity's pending events — accepted with
+    /// an [`OrderSpot`](super::OrderSpot), not yet completed, stale or
+    /// forgotten, and dead ones while `rules` say they hold it — only the
+    /// first in [`Ordered`](super::Ordered) order is leased, once it is
+    /// due, and only while no other event of the entity is in flight. A
+    /// head whose `stale_by` value is below the newest one completed for
+    /// its entity turns `Stale` instead (an equal value is not stale), and
+    /// the next one is considered. Unordered events are leased as
+    /// `lease_due` leases them.
+    fn lease_ordered(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> impl Future<Output = Result<Leased, StoreError>> + Send {
+        let _ = (source, tokens, processing_ttl, rules);
+        async { Err(StoreError::Backend("this store keeps no order".into())) }
+    }
 }
 
 /// Listings for operators and gauges, served by indexes (never a scan of

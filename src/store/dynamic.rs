@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use super::{
     Backend, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet, Health, Invalidations,
-    ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
+    Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
+    Transfer,
 };
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
 
 pub(super) type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -44,6 +46,13 @@ pub(super) trait DynBackend: Send + Sync {
         tokens: &'a [String],
         processing_ttl: Duration,
     ) -> Op<'a, Vec<Due>>;
+    fn lease_ordered<'a>(
+        &'a self,
+        source: &'a str,
+        tokens: &'a [String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Op<'a, Leased>;
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
@@ -117,6 +126,21 @@ impl<B: Backend> DynBackend for B {
         processing_ttl: Duration,
     ) -> Op<'a, Vec<Due>> {
         Box::pin(Queue::lease_due(self, source, tokens, processing_ttl))
+    }
+    fn lease_ordered<'a>(
+        &'a self,
+        source: &'a str,
+        tokens: &'a [String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Op<'a, Leased> {
+        Box::pin(Queue::lease_ordered(
+            self,
+            source,
+            tokens,
+            processing_ttl,
+            rules,
+        ))
     }
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>> {
         Box::pin(Listing::list(self, query))

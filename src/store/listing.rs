@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::{new_token, Clock, Due, ListQuery, Record, RecordState, Store, StoreError};
+use super::{new_token, Clock, Due, Leased, ListQuery, Record, RecordState, Store, StoreError};
+use crate::order::Rules;
 
 /// A record as a listing returns it.
 #[derive(Debug, Clone)]
@@ -161,6 +162,33 @@ impl Store {
             let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
             let op = self.backend.lease_due(&source, &tokens, processing_ttl);
             leased.extend(self.deadline("lease_due", op).await?);
+        }
+        Ok(leased)
+    }
+
+    /// As [`Store::lease_due`], keeping each entity's order (see
+    /// [`Queue::lease_ordered`](super::Queue::lease_ordered)).
+    pub async fn lease_ordered(
+        &self,
+        scope: &str,
+        limit: usize,
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        let mut leased = Leased::default();
+        for shard in self.shards.rotation() {
+            let room = limit - leased.due.len();
+            if room == 0 {
+                break;
+            }
+            let source = self.source(scope, shard);
+            let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
+            let op = self
+                .backend
+                .lease_ordered(&source, &tokens, processing_ttl, rules);
+            let more = self.deadline("lease_ordered", op).await?;
+            leased.due.extend(more.due);
+            leased.stale.extend(more.stale);
         }
         Ok(leased)
     }

@@ -28,15 +28,20 @@ pub enum RecordState {
     Dead,
     /// The upstream answered finally; later deliveries get the recording.
     Completed,
+    /// An ordered event older (`stale_by`) than the newest one already
+    /// delivered for its entity: not delivered, kept like a dead letter
+    /// (README, "Ordered delivery").
+    Stale,
 }
 
 impl RecordState {
-    pub const ALL: [RecordState; 5] = [
+    pub const ALL: [RecordState; 6] = [
         RecordState::Processing,
         RecordState::Queued,
         RecordState::Failed,
         RecordState::Dead,
         RecordState::Completed,
+        RecordState::Stale,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,11 +51,12 @@ impl RecordState {
             RecordState::Failed => "failed",
             RecordState::Dead => "dead",
             RecordState::Completed => "completed",
+            RecordState::Stale => "stale",
         }
     }
 
     /// Every state's name, for messages and help: `processing, queued,
-    /// failed, dead or completed`.
+    /// failed, dead, completed or stale`.
     pub fn names() -> String {
         let names: Vec<&str> = Self::ALL.iter().map(|state| state.as_str()).collect();
         match names.split_last() {
@@ -146,6 +152,54 @@ pub struct Record {
     /// The last failed attempts, oldest first (see [`history`](super::history));
     /// absent from listings.
     pub history: Vec<PastAttempt>,
+    /// An ordered event's entity and place (README, "Ordered delivery").
+    pub order: Option<Ordered>,
+}
+
+/// Where an accepted event stands in its entity's order: by `value` where
+/// it has one (an event without sorts first), then by `seq`, its
+/// acceptance's place in the store's sequence (`Queue::lease_ordered`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ordered {
+    pub entity: String,
+    pub value: Option<f64>,
+    pub seq: u64,
+}
+
+impl Ordered {
+    /// Whether this event goes before `other` of the same entity.
+    pub fn precedes(&self, other: &Ordered) -> bool {
+        self.sort_key() < other.sort_key()
+    }
+
+    /// `(value, seq)` as one totally ordered key: no value sorts first.
+    pub fn sort_key(&self) -> (i64, u64, u64) {
+        match self.value {
+            None => (0, 0, self.seq),
+            Some(value) => (1, total_order(value), self.seq),
+        }
+    }
+}
+
+/// An f64 as a u64 that sorts as the number does (finite values).
+fn total_order(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
+/// An ordered event's place as its acceptance writes it
+/// ([`ClaimRequest::order`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OrderSpot<'a> {
+    pub entity: &'a str,
+    /// Its `stale_by` value.
+    pub value: Option<f64>,
+    /// `reorder_window`: not leased before it has waited this long.
+    pub hold: Duration,
 }
 
 impl Record {
@@ -169,6 +223,7 @@ impl Record {
             request: None,
             accepted: false,
             history: Vec::new(),
+            order: None,
         }
     }
 
@@ -332,6 +387,8 @@ pub struct ClaimRequest<'a> {
     pub mode: ClaimMode,
     /// Kept with the claim; `None` keeps whatever request the record holds.
     pub stored: Option<Stored<'a>>,
+    /// An acceptance's place in its entity's order; `None`: unordered.
+    pub order: Option<OrderSpot<'a>>,
 }
 
 impl<'a> ClaimRequest<'a> {
@@ -350,6 +407,7 @@ impl<'a> ClaimRequest<'a> {
             guard_key: None,
             mode: ClaimMode::Deliver,
             stored: None,
+            order: None,
         }
     }
 }
@@ -418,6 +476,14 @@ pub struct Due {
     pub record: Record,
 }
 
+/// What one ordered lease did (`Queue::lease_ordered`): the events leased,
+/// and those found stale on the way (now `Stale`, never to be delivered).
+#[derive(Debug, Clone, Default)]
+pub struct Leased {
+    pub due: Vec<Due>,
+    pub stale: Vec<String>,
+}
+
 /// Which records a listing returns: those of `source` in `state`, newest
 /// first by `(updated_ms, id)`, strictly before `before` when given (`None`
 /// for the id: every id at that time is before).
@@ -484,8 +550,9 @@ pub(crate) fn decide(record: Record, now_ms: u64, mode: ClaimMode) -> Decision {
             Decision::TakeOver
         }
         RecordState::Completed => Decision::Answer(ClaimOutcome::Completed(record)),
-        RecordState::Dead if operator => Decision::TakeOver,
-        RecordState::Dead => Decision::Answer(ClaimOutcome::Dead(record)),
+        // A stale event is sent again only on purpose, out of its order.
+        RecordState::Dead | RecordState::Stale if operator => Decision::TakeOver,
+        RecordState::Dead | RecordState::Stale => Decision::Answer(ClaimOutcome::Dead(record)),
         // A queued event belongs to the workers; an operator makes it due.
         RecordState::Queued if operator => Decision::MakeDue,
         RecordState::Queued => in_flight(record.next_attempt_ms.unwrap_or(now_ms)),

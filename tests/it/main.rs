@@ -26,6 +26,7 @@ mod least_privilege;
 mod migrate;
 mod model;
 mod observability;
+mod ordering;
 mod postgres;
 mod reload;
 mod replay_cache;

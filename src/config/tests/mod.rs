@@ -14,6 +14,7 @@ use crate::key::KeySource;
 
 mod delivery;
 mod destinations;
+mod order;
 mod verify;
 
 fn env(name: &str) -> Option<String> {

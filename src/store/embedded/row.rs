@@ -76,6 +76,7 @@ pub(super) fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Resul
         route: row.get(at + 11)?,
         replay_of: row.get(at + 12)?,
         request,
+        order: None,
     })
 }
 

@@ -218,6 +218,7 @@ pub(super) fn record(row: &Row) -> Result<(Record, u64), StoreError> {
         route: row.get(16),
         replay_of: row.get(17),
         request,
+        order: None,
     };
     Ok((record, ms(11).unwrap_or(0)))
 }

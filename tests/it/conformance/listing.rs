@@ -26,6 +26,7 @@ pub(crate) async fn leave(store: &Store, scope: &str, id: &str, state: RecordSta
     };
     match state {
         RecordState::Processing | RecordState::Queued => {}
+        RecordState::Stale => panic!("a stale record comes of an ordered lease (order.rs)"),
         RecordState::Completed => assert!(store
             .complete(&key, &lease, &response("ok"), LONG)
             .await

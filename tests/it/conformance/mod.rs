@@ -27,6 +27,7 @@ macro_rules! conformance {
 mod fleet;
 mod life;
 mod listing;
+mod order;
 mod queue;
 mod records;
 mod shards;

@@ -33,7 +33,11 @@ async fn listed(store: &Store, scope: &str, state: RecordState) -> Vec<String> {
 /// queued — is leased by a worker.
 async fn an_imported_record_is_the_exported_one(store: Store, _: Time) {
     let scope = scope();
-    for state in RecordState::ALL {
+    // A stale record comes of an ordered lease, which not every store keeps.
+    for state in RecordState::ALL
+        .into_iter()
+        .filter(|s| *s != RecordState::Stale)
+    {
         let (from, to) = (
             format!("a-{}", state.as_str()),
             format!("b-{}", state.as_str()),

@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use super::{
     decide, history, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest,
-    Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, ListQuery, Listing,
-    Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
+    Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, Leased, ListQuery,
+    Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
 };
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
+
+mod order;
 
 /// How often, at most, a claim sweeps expired entries out of the maps.
 const SWEEP_EVERY_MS: u64 = 10_000;
@@ -30,6 +33,10 @@ struct Tables {
     guards: HashMap<String, Expiring<String>>,
     /// Route controls: (space, route) → value.
     controls: HashMap<(String, String), String>,
+    /// Ordered events by entity (`order.rs`).
+    entities: order::Entities,
+    /// The last place given in the store's sequence of ordered acceptances.
+    sequence: u64,
 }
 
 struct Expiring<T> {
@@ -170,6 +177,7 @@ impl Records for MemoryStore {
                     keep(record);
                     entry.expires_at_ms = expires_at_ms;
                 }
+                tables.order(request.key, request.order);
                 return Ok(ClaimOutcome::Queued);
             }
             Some(Decision::TakeOver) | None => {}
@@ -204,7 +212,8 @@ impl Records for MemoryStore {
                 record.token = None;
                 record.lease_expires_at_ms = None;
                 record.attempts = 0;
-                record.next_attempt_ms = Some(now);
+                let hold = request.order.map_or(0, |spot| millis(spot.hold));
+                record.next_attempt_ms = Some(now + hold);
             }
             // An accepted record stays owed to its queue.
             _ if record.accepted => record.next_attempt_ms = Some(lease_until),
@@ -228,9 +237,14 @@ impl Records for MemoryStore {
                 },
             );
         }
+        if request.mode.accepts() {
+            tables.order(request.key, request.order);
+        }
         if request.mode == ClaimMode::Accept {
             return Ok(ClaimOutcome::Queued);
         }
+        // Whoever holds an ordered event holds its entity.
+        tables.hold(request.key);
         Ok(ClaimOutcome::New(Lease {
             token: token.to_owned(),
             attempt: attempts,
@@ -264,22 +278,25 @@ impl Records for MemoryStore {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let key = key.as_str();
-        Ok(self.with_record(key, |entry, now| match entry {
-            Some(entry) if entry.value.token.as_deref() == Some(token) => {
-                let record = &mut entry.value;
-                record.state = RecordState::Completed;
-                record.updated_ms = now;
-                record.token = None;
-                record.lease_expires_at_ms = None;
-                record.completed_at_ms = Some(now);
-                record.next_attempt_ms = None;
-                record.response = Some(response.clone());
-                entry.expires_at_ms = now + millis(retention);
-                true
-            }
-            _ => false,
-        }))
+        let now = self.clock.now_ms();
+        let mut tables = self.lock();
+        let Some(entry) = (tables.records.get_mut(key.as_str())).filter(|entry| {
+            entry.expires_at_ms > now && entry.value.token.as_deref() == Some(token)
+        }) else {
+            return Ok(false);
+        };
+        let record = &mut entry.value;
+        record.state = RecordState::Completed;
+        record.updated_ms = now;
+        record.token = None;
+        record.lease_expires_at_ms = None;
+        record.completed_at_ms = Some(now);
+        record.next_attempt_ms = None;
+        record.response = Some(response.clone());
+        entry.expires_at_ms = now + millis(retention);
+        let record = record.clone();
+        tables.delivered(key.source(), &record);
+        Ok(true)
     }
 
     async fn fail(
@@ -387,6 +404,14 @@ impl Transfer for MemoryStore {
             expires_at_ms,
         };
         tables.records.insert(key.as_str().to_owned(), entry);
+        if record.accepted
+            && matches!(
+                record.state,
+                RecordState::Queued | RecordState::Processing | RecordState::Dead
+            )
+        {
+            tables.enter(key.source(), key.id(), record);
+        }
         if let Some(guard) = guard {
             let first = live(&tables.guards, guard.as_str(), now);
             if first.is_none_or(|first| live(&tables.records, first, now).is_none()) {
@@ -411,43 +436,26 @@ impl Queue for MemoryStore {
     ) -> Result<Vec<Due>, StoreError> {
         let now = self.clock.now_ms();
         let mut tables = self.lock();
-        let mut due: Vec<(u64, String)> = tables
-            .records
-            .iter()
-            .filter_map(|(key, entry)| {
-                let id = key.strip_prefix(source)?.strip_prefix(':')?;
-                let at = entry.value.next_attempt_ms?;
-                let waiting = matches!(
-                    entry.value.state,
-                    RecordState::Queued | RecordState::Processing
-                );
-                (entry.expires_at_ms > now && waiting && at <= now).then(|| (at, id.to_owned()))
-            })
-            .collect();
+        let mut due = tables.due(source, now);
         due.sort();
-        let until = now + millis(processing_ttl);
-        let mut leased = Vec::new();
-        for ((_, id), token) in due.into_iter().zip(tokens) {
-            let Some(entry) = tables.records.get_mut(&format!("{source}:{id}")) else {
-                continue;
-            };
-            let record = &mut entry.value;
-            record.state = RecordState::Processing;
-            record.token = Some(token.clone());
-            record.lease_expires_at_ms = Some(until);
-            record.next_attempt_ms = Some(until);
-            record.attempts += 1;
-            record.updated_ms = now;
-            leased.push(Due {
-                id,
-                lease: Lease {
-                    token: token.clone(),
-                    attempt: record.attempts,
-                },
-                record: record.clone(),
-            });
-        }
-        Ok(leased)
+        let lease_ms = millis(processing_ttl);
+        Ok((due.into_iter().zip(tokens))
+            .filter_map(|((_, id), token)| tables.lease(source, &id, token, lease_ms, now))
+            .collect())
+    }
+
+    const ORDERED: bool = true;
+
+    async fn lease_ordered(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        let now = self.clock.now_ms();
+        let mut tables = self.lock();
+        Ok(tables.lease_ordered(source, tokens, millis(processing_ttl), rules, now))
     }
 }
 

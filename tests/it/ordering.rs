@@ -1,0 +1,294 @@
+//! Ordered delivery per entity (README, "Ordered delivery"), end to end:
+//! a real upstream records when each event arrives, so the order within an
+//! entity, and that an entity never has two events in flight, show as a
+//! consumer would see them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate::store::RecordState;
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// How long the upstream takes over each event: an entity's next event
+/// cannot arrive sooner after its previous one.
+const WORK: Duration = Duration::from_millis(25);
+
+fn ordered_config(upstream: &Upstream, backend: &Backend, extra: &str) -> String {
+    let route = format!(
+        "delivery = \"async\"\nmax_in_flight = 32\norder_by = \"json:/data/object/id\"\n\
+         retry_backoff = {{ initial = \"50ms\", max = \"100ms\" }}\n{extra}"
+    );
+    with_admin(&config_text(&upstream.url("/"), backend, &route, ""), true)
+}
+
+/// Event `id` of entity `entity`, created at `created` (Unix seconds).
+fn entity_event(id: &str, entity: &str, created: u64) -> String {
+    format!(
+        r#"{{"id":"{id}","type":"customer.subscription.updated","created":{created},"data":{{"object":{{"id":"{entity}"}}}}}}"#
+    )
+}
+
+/// An upstream that takes [`WORK`] over each event.
+async fn slow_upstream() -> Upstream {
+    Upstream::with(|seen| Plan {
+        delay: WORK,
+        ..ok_plan(seen)
+    })
+    .await
+}
+
+/// The events of entity `entity` as the upstream received them: their
+/// keys, in arrival order, and when each arrived.
+fn arrivals(upstream: &Upstream, entity: &str) -> Vec<(String, tokio::time::Instant)> {
+    let mut seen: Vec<_> = (upstream.seen().into_iter())
+        .filter(|seen| String::from_utf8_lossy(&seen.body).contains(&format!("\"{entity}\"")))
+        .map(|seen| (seen.key(), seen.at))
+        .collect();
+    seen.sort_by_key(|(_, at)| *at);
+    seen
+}
+
+/// 20 entities × 10 events, each round a burst of one event per entity at
+/// once: every event is delivered once, each entity's in the order sent
+/// and never two at a time, and different entities at the same time.
+async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
+    let upstream = slow_upstream().await;
+    let gateway = TestGateway::start(&ordered_config(&upstream, &backend, "")).await;
+    let url = gateway.url("/hook");
+    let (entities, rounds) = (20, 10);
+    for round in 0..rounds {
+        let sends = (0..entities).map(|e| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = entity_event(&format!("evt_{e}_{round}"), &format!("sub_{e}"), 1);
+                Sender::new().deliver(&url, &body).await.status
+            })
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            assert_eq!(sent.unwrap(), StatusCode::ACCEPTED);
+        }
+    }
+    let all: Vec<String> = (0..entities)
+        .flat_map(|e| (0..rounds).map(move |r| format!("evt_{e}_{r}")))
+        .collect();
+    assert!(
+        upstream.all_reached(&all, Duration::from_secs(30)).await,
+        "{} of {} delivered",
+        upstream.total(),
+        all.len()
+    );
+    for id in &all {
+        assert_eq!(upstream.count(id), 1, "{id}");
+    }
+    let mut overlapping = false;
+    for e in 0..entities {
+        let seen = arrivals(&upstream, &format!("sub_{e}"));
+        let keys: Vec<&str> = seen.iter().map(|(key, _)| key.as_str()).collect();
+        let sent: Vec<String> = (0..rounds).map(|r| format!("evt_{e}_{r}")).collect();
+        assert_eq!(keys, sent, "sub_{e} in the order sent");
+        for pair in seen.windows(2) {
+            assert!(
+                pair[1].1 - pair[0].1 >= WORK,
+                "sub_{e}: {} arrived before {} was answered",
+                pair[1].0,
+                pair[0].0
+            );
+        }
+    }
+    let all_seen = upstream.seen();
+    for (i, a) in all_seen.iter().enumerate() {
+        for b in &all_seen[i + 1..] {
+            let apart = if b.at > a.at {
+                b.at - a.at
+            } else {
+                a.at - b.at
+            };
+            overlapping |= apart < WORK;
+        }
+    }
+    assert!(overlapping, "different entities are delivered at once");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_are_delivered_in_order_on_the_memory_store() {
+    entities_are_delivered_in_order_one_at_a_time(Backend::Memory).await;
+}
+
+/// With `reorder_window`, a newer event sent first waits, and the older
+/// one sent after it reaches the upstream first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reorder_window_lets_an_older_event_sent_late_go_first() {
+    let upstream = Upstream::start().await;
+    let extra = "stale_by = \"json:/created\"\nreorder_window = \"1s\"";
+    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, extra)).await;
+    let sender = Sender::new();
+    let newer = sender
+        .deliver(
+            &gateway.url("/hook"),
+            &entity_event("evt_newer", "sub_1", 200),
+        )
+        .await;
+    assert_eq!(newer.status, StatusCode::ACCEPTED);
+    let older = sender
+        .deliver(
+            &gateway.url("/hook"),
+            &entity_event("evt_older", "sub_1", 100),
+        )
+        .await;
+    assert_eq!(older.status, StatusCode::ACCEPTED);
+    let both = ["evt_older".to_owned(), "evt_newer".to_owned()];
+    assert!(upstream.all_reached(&both, Duration::from_secs(10)).await);
+    let keys: Vec<String> = (arrivals(&upstream, "sub_1").into_iter())
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(keys, both, "the older one first");
+    gateway.shutdown().await;
+}
+
+/// With `stale_by`, an event older than one already delivered for its
+/// entity is recorded `stale`, never forwarded, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_older_than_the_delivered_one_is_stale() {
+    let upstream = Upstream::start().await;
+    let extra = "stale_by = \"json:/created\"";
+    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, extra)).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    sender
+        .deliver(&url, &entity_event("evt_new", "sub_1", 200))
+        .await;
+    assert!(
+        upstream
+            .all_reached(&["evt_new".into()], Duration::from_secs(10))
+            .await
+    );
+    let late = sender
+        .deliver(&url, &entity_event("evt_old", "sub_1", 100))
+        .await;
+    assert_eq!(
+        late.status,
+        StatusCode::ACCEPTED,
+        "accepted: the sender stops"
+    );
+    let stale = eventually(Duration::from_secs(10), || async {
+        gateway.record("hook", "evt_old").await.map(|r| r.state) == Some(RecordState::Stale)
+    });
+    assert!(stale.await, "{:?}", gateway.record("hook", "evt_old").await);
+    assert_eq!(upstream.count("evt_old"), 0, "never forwarded");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let counted = sample(
+        &metrics,
+        "hookgate_stale_events_total",
+        &[("route", "hook")],
+    );
+    assert_eq!(counted, Some(1.0), "{metrics}");
+
+    // Its duplicate is answered, and an operator can still send it on purpose.
+    let again = sender
+        .deliver(&url, &entity_event("evt_old", "sub_1", 100))
+        .await;
+    assert!(again.status.is_success(), "{}", again.status);
+    let sent = request(
+        Method::POST,
+        &gateway.admin_url("/admin/routes/hook/keys/evt_old/redeliver"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.json());
+    assert_eq!(upstream.count("evt_old"), 1);
+    gateway.shutdown().await;
+}
+
+/// An upstream that refuses `evt_poison` until `healed` is set.
+async fn poisoned_upstream() -> (Upstream, Arc<AtomicBool>) {
+    let healed = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&healed);
+    let upstream = Upstream::with(move |seen| {
+        let refused = seen.key() == "evt_poison" && !switch.load(Ordering::SeqCst);
+        Plan {
+            status: if refused {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            },
+            ..ok_plan(seen)
+        }
+    })
+    .await;
+    (upstream, healed)
+}
+
+/// A dead event with `on_blocked = "wait"` holds its entity's later events
+/// (another entity's go on) until an operator redelivers it; then they
+/// follow it in order. With `"skip"`, they go on at once.
+async fn a_dead_event_and_its_entity(on_blocked: &str) {
+    let (upstream, healed) = poisoned_upstream().await;
+    let extra = format!("max_attempts = 1\non_blocked = \"{on_blocked}\"");
+    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, &extra)).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    sender
+        .deliver(&url, &entity_event("evt_poison", "sub_a", 1))
+        .await;
+    let dead = eventually(Duration::from_secs(10), || async {
+        gateway.record("hook", "evt_poison").await.map(|r| r.state) == Some(RecordState::Dead)
+    });
+    assert!(dead.await);
+    sender
+        .deliver(&url, &entity_event("evt_a2", "sub_a", 2))
+        .await;
+    sender
+        .deliver(&url, &entity_event("evt_b1", "sub_b", 1))
+        .await;
+    assert!(
+        upstream
+            .all_reached(&["evt_b1".into()], Duration::from_secs(10))
+            .await
+    );
+    if on_blocked == "skip" {
+        assert!(
+            upstream
+                .all_reached(&["evt_a2".into()], Duration::from_secs(10))
+                .await
+        );
+        gateway.shutdown().await;
+        return;
+    }
+    // Every pass since evt_b1 was accepted could have leased evt_a2.
+    assert_eq!(upstream.count("evt_a2"), 0, "held behind the dead event");
+    let waiting = gateway.record("hook", "evt_a2").await.unwrap();
+    assert_eq!(waiting.state, RecordState::Queued);
+
+    healed.store(true, Ordering::SeqCst);
+    let redelivered = request(
+        Method::POST,
+        &gateway.admin_url("/admin/routes/hook/keys/evt_poison/redeliver"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert!(redelivered.status.is_success(), "{}", redelivered.json());
+    let both = ["evt_poison".to_owned(), "evt_a2".to_owned()];
+    assert!(upstream.all_reached(&both, Duration::from_secs(10)).await);
+    let keys: Vec<String> = (arrivals(&upstream, "sub_a").into_iter())
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(
+        keys,
+        ["evt_poison", "evt_poison", "evt_a2"],
+        "in order once unblocked"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_event_holds_its_entity_until_redelivered() {
+    a_dead_event_and_its_entity("wait").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_event_is_skipped_when_the_route_says_so() {
+    a_dead_event_and_its_entity("skip").await;
+}
