@@ -118,13 +118,25 @@ async fn entities_are_delivered_in_order_on_the_memory_store() {
     entities_are_delivered_in_order_one_at_a_time(Backend::Memory).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_are_delivered_in_order_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    entities_are_delivered_in_order_one_at_a_time(embedded(&dir)).await;
+}
+
+/// The default store, in `dir`.
+fn embedded(dir: &tempfile::TempDir) -> Backend {
+    Backend::Embedded(dir.path().join("hookgate.db"))
+}
+
 /// With `reorder_window`, a newer event sent first waits, and the older
 /// one sent after it reaches the upstream first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reorder_window_lets_an_older_event_sent_late_go_first() {
     let upstream = Upstream::start().await;
     let extra = "stale_by = \"json:/created\"\nreorder_window = \"1s\"";
-    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, extra)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = TestGateway::start(&ordered_config(&upstream, &embedded(&dir), extra)).await;
     let sender = Sender::new();
     let newer = sender
         .deliver(
@@ -155,7 +167,8 @@ async fn the_reorder_window_lets_an_older_event_sent_late_go_first() {
 async fn an_event_older_than_the_delivered_one_is_stale() {
     let upstream = Upstream::start().await;
     let extra = "stale_by = \"json:/created\"";
-    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, extra)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = TestGateway::start(&ordered_config(&upstream, &embedded(&dir), extra)).await;
     let sender = Sender::new();
     let url = gateway.url("/hook");
     sender
@@ -228,7 +241,8 @@ async fn poisoned_upstream() -> (Upstream, Arc<AtomicBool>) {
 async fn a_dead_event_and_its_entity(on_blocked: &str) {
     let (upstream, healed) = poisoned_upstream().await;
     let extra = format!("max_attempts = 1\non_blocked = \"{on_blocked}\"");
-    let gateway = TestGateway::start(&ordered_config(&upstream, &Backend::Memory, &extra)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = TestGateway::start(&ordered_config(&upstream, &embedded(&dir), &extra)).await;
     let (sender, url) = (Sender::new(), gateway.url("/hook"));
     sender
         .deliver(&url, &entity_event("evt_poison", "sub_a", 1))

@@ -34,6 +34,7 @@
 mod backup;
 mod batches;
 mod file;
+mod order;
 mod row;
 mod run;
 mod sql;
@@ -53,14 +54,16 @@ use tokio::sync::oneshot;
 use self::batches::{serve, Job};
 #[cfg(test)]
 use self::batches::{sweep_step, SWEEP_BATCH};
+use self::order::Placing;
 use self::run::{Op, Reply};
 use self::transfer::Import;
 use super::Synchronous;
 use super::{
     Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
-    Invalidations, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
-    Transfer,
+    Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
+    StoreKey, Transfer,
 };
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
 
 pub struct EmbeddedStore {
@@ -148,6 +151,11 @@ impl Records for EmbeddedStore {
                         stored.route.to_owned(),
                         stored.replay_of.map(str::to_owned),
                     )
+                }),
+                order: request.order.map(|spot| Placing {
+                    entity: spot.entity.to_owned(),
+                    value: spot.value,
+                    hold_ms: spot.hold.as_millis() as i64,
                 }),
             })
             .await?
@@ -260,6 +268,27 @@ impl Queue for EmbeddedStore {
         };
         match self.call(op).await? {
             Reply::Leased(due) => Ok(due),
+            _ => Err(unexpected()),
+        }
+    }
+
+    const ORDERED: bool = true;
+
+    async fn lease_ordered(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        let op = Op::LeaseOrdered {
+            source: source.to_owned(),
+            tokens: tokens.to_vec(),
+            processing_ttl,
+            rules,
+        };
+        match self.call(op).await? {
+            Reply::LeasedOrdered(leased) => Ok(leased),
             _ => Err(unexpected()),
         }
     }

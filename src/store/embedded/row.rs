@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::super::{history, FailureClass, LastError, Record, RecordState, StoredRequest};
+use super::super::{history, FailureClass, LastError, Ordered, Record, RecordState, StoredRequest};
 use crate::replay::{BodyKept, RecordedResponse};
 
 /// Read a record from `row`, its columns ([`record_columns`]) from `at` on.
@@ -76,7 +76,14 @@ pub(super) fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Resul
         route: row.get(at + 11)?,
         replay_of: row.get(at + 12)?,
         request,
-        order: None,
+        order: match row.get::<_, Option<String>>(at + 24)? {
+            None => None,
+            Some(entity) => Some(Ordered {
+                entity,
+                value: row.get(at + 25)?,
+                seq: row.get::<_, Option<i64>>(at + 26)?.unwrap_or_default() as u64,
+            }),
+        },
     })
 }
 

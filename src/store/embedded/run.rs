@@ -10,10 +10,12 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
     decide, history, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
-    FailureClass, Lease, Next, PastAttempt, Record, RecordState, StoredRequest,
+    FailureClass, Lease, Leased, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
+use super::order::{lease_ordered, place, Placing};
 use super::row::record_from;
 use super::sql::*;
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
 
 /// A request stored with a claim or a failure: (request, route, replay of).
@@ -32,6 +34,8 @@ pub(super) enum Op {
         retention: Duration,
         mode: ClaimMode,
         stored: Option<Kept>,
+        /// An ordered acceptance's place.
+        order: Option<Placing>,
     },
     Renew {
         key: String,
@@ -58,6 +62,12 @@ pub(super) enum Op {
         source: String,
         tokens: Vec<String>,
         processing_ttl: Duration,
+    },
+    LeaseOrdered {
+        source: String,
+        tokens: Vec<String>,
+        processing_ttl: Duration,
+        rules: Rules,
     },
     Release {
         key: String,
@@ -107,6 +117,7 @@ pub(super) enum Reply {
     Exported(Option<(Record, u64)>),
     Listed(Vec<(String, Record)>),
     Leased(Vec<Due>),
+    LeasedOrdered(Leased),
     Count(u64),
     Oldest(Option<u64>),
     Deleted(Deleted),
@@ -139,7 +150,7 @@ pub(super) fn run(
     tx.prepare_cached(sql)?.execute(params)
 }
 
-fn query_one<T>(
+pub(super) fn query_one<T>(
     tx: &Transaction<'_>,
     sql: &str,
     params: impl rusqlite::Params,
@@ -163,8 +174,10 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             retention,
             mode,
             stored,
+            order,
         } => {
             let claim = Claiming {
+                order: order.as_ref(),
                 key: &key,
                 source: source.as_deref(),
                 token,
@@ -257,6 +270,13 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             tokens,
             processing_ttl,
         } => lease_due(tx, &source, tokens, ms(processing_ttl), now).map(Reply::Leased),
+        Op::LeaseOrdered {
+            source,
+            tokens,
+            processing_ttl,
+            rules,
+        } => lease_ordered(tx, &source, tokens, ms(processing_ttl), rules, now)
+            .map(Reply::LeasedOrdered),
         Op::Release { key, token } => run(tx, RELEASE, params![key, token, now_i]).map(applied),
         Op::List {
             source,
@@ -402,6 +422,7 @@ struct Claiming<'a> {
     expires_at: i64,
     mode: ClaimMode,
     stored: Option<&'a Kept>,
+    order: Option<&'a Placing>,
 }
 
 impl Claiming<'_> {
@@ -455,6 +476,9 @@ impl Claiming<'_> {
                         body
                     ];
                     run(tx, QUEUE, queue)?;
+                    if let Some(placing) = self.order {
+                        place(tx, key, placing, now_i)?;
+                    }
                     return Ok(ClaimOutcome::Queued);
                 }
                 Decision::TakeOver => {}
@@ -495,6 +519,9 @@ impl Claiming<'_> {
             if let Some(guard_key) = self.guard_key {
                 run(tx, SET_GUARD, params![guard_key, key, self.expires_at])?;
             }
+            if let Some(placing) = self.order.filter(|_| self.mode.accepts()) {
+                place(tx, key, placing, now_i)?;
+            }
             if self.mode == ClaimMode::Accept {
                 return Ok(ClaimOutcome::Queued);
             }
@@ -512,7 +539,11 @@ impl Claiming<'_> {
     }
 }
 
-fn live_record(tx: &Transaction<'_>, key: &str, now: u64) -> rusqlite::Result<Option<Record>> {
+pub(super) fn live_record(
+    tx: &Transaction<'_>,
+    key: &str,
+    now: u64,
+) -> rusqlite::Result<Option<Record>> {
     query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
         record_from(row, 0)
     })

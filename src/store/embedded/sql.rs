@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS route_controls (
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-pub(super) const ADDED_COLUMNS: [(&str, &str); 14] = [
+pub(super) const ADDED_COLUMNS: [(&str, &str); 17] = [
     ("response_body_kept", "TEXT"),
     ("updated_at", "INTEGER"),
     ("last_error", "TEXT"),
@@ -56,6 +56,9 @@ pub(super) const ADDED_COLUMNS: [(&str, &str); 14] = [
     ("next_attempt_at", "INTEGER"),
     ("due_source", "TEXT"),
     ("history", "TEXT"),
+    ("order_entity", "TEXT"),
+    ("order_value", "REAL"),
+    ("order_seq", "INTEGER"),
 ];
 
 /// Run at every open, after the columns exist: rows from before dead
@@ -70,6 +73,10 @@ CREATE INDEX IF NOT EXISTS webhook_events_listing ON webhook_events (state, upda
 DROP INDEX IF EXISTS webhook_events_parked;
 CREATE INDEX IF NOT EXISTS webhook_events_due_by_source
     ON webhook_events (due_source, next_attempt_at) WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_events_by_entity
+    ON webhook_events (due_source, order_entity, order_seq) WHERE order_entity IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_events_order_seq
+    ON webhook_events (order_seq) WHERE order_seq IS NOT NULL;
 ";
 
 /// A record's columns, in the order [`record_from`] reads them; listings
@@ -83,7 +90,7 @@ macro_rules! record_columns {
             $response,
             ", ",
             $request,
-            ", next_attempt_at, due_source"
+            ", next_attempt_at, due_source, order_entity, order_value, order_seq"
         )
     };
 }
@@ -97,7 +104,7 @@ pub(super) const SELECT_LIVE: &str = concat!(
     " FROM webhook_events WHERE key = ?1 AND expires_at > ?2"
 );
 
-/// The same, then its expiry (for `hookgate store copy`; column 24).
+/// The same, then its expiry (for `hookgate store copy`; column 27).
 pub(super) const EXPORT: &str = concat!(
     "SELECT ",
     record_columns!(
@@ -188,7 +195,7 @@ ON CONFLICT (key) DO UPDATE SET \
 WHERE webhook_events.expires_at <= ?4 \
    OR (?7 <> 3 AND (webhook_events.lease_until IS NULL OR webhook_events.lease_until <= ?4) \
        AND (webhook_events.state IN ('processing', 'failed', 'released') \
-            OR (webhook_events.state = 'dead' AND ?7 >= 1) \
+            OR (webhook_events.state IN ('dead', 'stale') AND ?7 >= 1) \
             OR (webhook_events.state = 'completed' AND ?7 = 2))) \
 RETURNING attempts";
 

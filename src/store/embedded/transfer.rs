@@ -9,15 +9,15 @@ use super::row::record_from;
 use super::sql::EXPORT;
 use crate::store::{history, Record};
 
-/// ?1 key, ?2..?25 the columns in `record_columns`' order, ?26 expiry, ?27 now: a
+/// ?1 key, ?2..?28 the columns in `record_columns`' order, ?29 expiry, ?30 now: a
 /// live row changed at or after ?6 is kept.
 const IMPORT: &str = "INSERT INTO webhook_events (key, state, token, body_sha256, attempts, \
     first_seen, updated_at, lease_until, completed_at, last_error, last_status, last_attempt_at, \
     route, replay_of, response_status, response_body_kept, response_headers, response_body, \
     request_method, request_query, request_headers, request_body, history, next_attempt_at, \
-    due_source, expires_at) \
+    due_source, order_entity, order_value, order_seq, expires_at) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-    ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
+    ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) \
 ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token, \
     body_sha256 = excluded.body_sha256, attempts = excluded.attempts, \
     first_seen = excluded.first_seen, updated_at = excluded.updated_at, \
@@ -30,8 +30,10 @@ ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token, 
     request_method = excluded.request_method, request_query = excluded.request_query, \
     request_headers = excluded.request_headers, request_body = excluded.request_body, \
     history = excluded.history, next_attempt_at = excluded.next_attempt_at, \
-    due_source = excluded.due_source, expires_at = excluded.expires_at \
-WHERE webhook_events.expires_at <= ?27 \
+    due_source = excluded.due_source, order_entity = excluded.order_entity, \
+    order_value = excluded.order_value, order_seq = excluded.order_seq, \
+    expires_at = excluded.expires_at \
+WHERE webhook_events.expires_at <= ?30 \
    OR coalesce(webhook_events.updated_at, webhook_events.first_seen) < excluded.updated_at";
 
 /// ?1 guard, ?2 key, ?3 expiry, ?4 now: kept while it points at a live row.
@@ -68,6 +70,7 @@ impl Import {
         let error = record.last_error.as_ref();
         let response = record.response.as_ref();
         let request = record.request.as_ref();
+        let order = record.order.as_ref();
         let written = tx.prepare_cached(IMPORT)?.execute(params![
             key,
             record.state.as_str(),
@@ -94,6 +97,9 @@ impl Import {
             history::encode(&record.history),
             ms(record.next_attempt_ms),
             record.accepted.then_some(source),
+            order.map(|o| o.entity.as_str()),
+            order.and_then(|o| o.value),
+            order.map(|o| o.seq as i64),
             expires_at_ms as i64,
             now as i64,
         ])? == 1;
@@ -112,7 +118,7 @@ pub(super) fn export(
 ) -> rusqlite::Result<Option<(Record, u64)>> {
     tx.prepare_cached(EXPORT)?
         .query_row(params![key, now as i64], |row| {
-            Ok((record_from(row, 0)?, row.get::<_, i64>(24)? as u64))
+            Ok((record_from(row, 0)?, row.get::<_, i64>(27)? as u64))
         })
         .optional()
 }
