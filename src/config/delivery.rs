@@ -154,10 +154,12 @@ impl Validator<'_> {
         backend: &BackendSettings,
     ) {
         let refusal = match backend {
-            BackendSettings::Memory | BackendSettings::Embedded { .. } => return,
+            BackendSettings::Memory
+            | BackendSettings::Embedded { .. }
+            | BackendSettings::Postgres { .. } => return,
             _ => format!(
-                "the {} store does not keep an order yet: ordered delivery needs the memory or \
-                 embedded store",
+                "the {} store does not keep an order yet: ordered delivery needs the memory, \
+                 embedded or postgres store",
                 backend.name()
             ),
         };

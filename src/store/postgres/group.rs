@@ -127,6 +127,10 @@ pub(super) struct NewClaim {
     pub headers: Option<Vec<u8>>,
     pub body: Option<Bytes>,
     pub mode: i32,
+    /// An ordered acceptance's entity, value and hold (ms).
+    pub entity: Option<String>,
+    pub value: Option<f64>,
+    pub hold_ms: Option<i64>,
 }
 
 impl NewClaim {
@@ -146,6 +150,9 @@ impl NewClaim {
             headers: stored.map(|s| s.request.encode_headers()),
             body: stored.map(|s| s.request.body.clone()),
             mode: i32::from(request.mode.code()),
+            entity: request.order.map(|spot| spot.entity.to_owned()),
+            value: request.order.and_then(|spot| spot.value),
+            hold_ms: request.order.map(|spot| millis(spot.hold)),
         }
     }
 }
@@ -185,7 +192,10 @@ pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Optio
         let headers: Vec<Option<&[u8]>> = offered.iter().map(|c| c.headers.as_deref()).collect();
         let bodies: Vec<Option<&[u8]>> = offered.iter().map(|c| c.body.as_deref()).collect();
         let modes: Vec<i32> = offered.iter().map(|c| c.mode).collect();
-        let params: [&(dyn ToSql + Sync); 13] = [
+        let entities = optional(|c| c.entity.as_deref());
+        let values: Vec<Option<f64>> = offered.iter().map(|c| c.value).collect();
+        let holds: Vec<Option<i64>> = offered.iter().map(|c| c.hold_ms).collect();
+        let params: [&(dyn ToSql + Sync); 16] = [
             &sources,
             &ids,
             &tokens,
@@ -199,6 +209,9 @@ pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Optio
             &headers,
             &bodies,
             &modes,
+            &entities,
+            &values,
+            &holds,
         ];
         let statement = client
             .prepare_cached(sql::CLAIM_NEW_GROUP)

@@ -31,6 +31,7 @@
 
 mod group;
 mod listen;
+mod order;
 mod prune;
 mod rows;
 mod schema;
@@ -55,9 +56,10 @@ use tokio_postgres::types::ToSql;
 pub use self::sql::MIGRATIONS;
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
-    Health, Invalidations, Lease, ListQuery, Listing, Queue, Record, RecordState, Records,
+    Health, Invalidations, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, Records,
     StoreError, StoreKey, StoreSettings,
 };
+use crate::order::Rules;
 use crate::replay::RecordedResponse;
 
 /// Connections for listings, counts and gauges: never the claim path's.
@@ -407,6 +409,19 @@ impl Queue for PostgresStore {
         transaction.commit().await.map_err(db)?;
         Ok(leased)
     }
+
+    const ORDERED: bool = true;
+
+    async fn lease_ordered(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        self.lease_in_order(source, tokens, processing_ttl, rules)
+            .await
+    }
 }
 
 impl Listing for PostgresStore {
@@ -424,7 +439,7 @@ impl Listing for PostgresStore {
         let statement = client.prepare_cached(list).await.map_err(db)?;
         let rows = client.query(&statement, &params).await.map_err(db)?;
         rows.iter()
-            .map(|row| Ok((row.get::<_, String>(25), record(row)?.0)))
+            .map(|row| Ok((row.get::<_, String>(28), record(row)?.0)))
             .collect()
     }
 

@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 
 use super::super::{
     decide, history, ClaimMode, ClaimOutcome, ClaimRequest, Decision, FailureClass, LastError,
-    Lease, Record, RecordState, StoreError, StoredRequest,
+    Lease, Ordered, Record, RecordState, StoreError, StoredRequest,
 };
 use super::group::NewClaim;
 use super::{db, sql};
@@ -49,7 +49,7 @@ pub(super) async fn claim(
     // `CLAIM_NEW`'s parameters, as a grouped claim has them.
     let claim = NewClaim::of(request, token);
     let body = claim.body.as_deref();
-    let params: [&(dyn ToSql + Sync); 13] = [
+    let params: [&(dyn ToSql + Sync); 16] = [
         &claim.source,
         &claim.id,
         &claim.token,
@@ -63,6 +63,9 @@ pub(super) async fn claim(
         &claim.headers,
         &body,
         &claim.mode,
+        &claim.entity,
+        &claim.value,
+        &claim.hold_ms,
     ];
     let new = |row: Row| inserted(request, token, row.get(0));
     let insert = client.prepare_cached(sql::CLAIM_NEW).await.map_err(db)?;
@@ -93,16 +96,18 @@ pub(super) async fn claim(
         // The request an acceptance keeps: route, replay_of, method,
         // query, headers, body.
         let kept = &params[6..12];
+        // An ordered acceptance's place: entity, value, hold.
+        let placed = &params[13..16];
         let (statement, answer, args): (_, _, Vec<&(dyn ToSql + Sync)>) =
             match decide(record, now, request.mode) {
                 Decision::Answer(answer) => return Ok(answer),
-                Decision::TakeOver => (sql::TAKE_OVER, None, params.to_vec()),
+                Decision::TakeOver => (sql::TAKE_OVER, None, params[..13].to_vec()),
                 Decision::Queue => {
                     let args = [&source as _, &id as _, params[3], params[5]];
                     (
                         sql::QUEUE,
                         Some(ClaimOutcome::Queued),
-                        [&args[..], kept].concat(),
+                        [&args[..], kept, placed].concat(),
                     )
                 }
                 Decision::MakeDue => {
@@ -218,7 +223,11 @@ pub(super) fn record(row: &Row) -> Result<(Record, u64), StoreError> {
         route: row.get(16),
         replay_of: row.get(17),
         request,
-        order: None,
+        order: row.get::<_, Option<String>>(25).map(|entity| Ordered {
+            entity,
+            value: row.get(26),
+            seq: row.get::<_, Option<i64>>(27).unwrap_or_default() as u64,
+        }),
     };
     Ok((record, ms(11).unwrap_or(0)))
 }

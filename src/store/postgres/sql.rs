@@ -37,6 +37,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         8,
         include_str!("../../../migrations/postgres/0008_listing_by_state.sql"),
     ),
+    (
+        9,
+        include_str!("../../../migrations/postgres/0009_ordering.sql"),
+    ),
 ];
 
 /// For the migration's own session only.
@@ -96,7 +100,7 @@ macro_rules! record_columns {
             $request,
             ", ",
             ms!("next_attempt_at"),
-            ", accepted"
+            ", accepted, order_entity, order_value, order_seq"
         )
     };
 }
@@ -167,18 +171,23 @@ pub(super) const NOW: &str = concat!("SELECT ", ms!("now()"));
 /// and nothing is returned. $5 lease and $6 retention in ms, $7..$12 a
 /// request to keep (route, replay_of, method, query, headers, body), $13
 /// the mode: 3 accepts an async event (queued, due now), 4 accepts and
-/// claims it (due when the lease runs out).
+/// claims it (due when the lease runs out); an ordered acceptance's $14
+/// entity, $15 value and $16 hold (ms before it is due), its place the
+/// next of the sequence.
 pub(super) const CLAIM_NEW: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
     first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
-    request_query, request_headers, request_body, next_attempt_at, accepted) \
+    request_query, request_headers, request_body, next_attempt_at, accepted, order_entity, \
+    order_value, order_seq) \
 VALUES ($1, $2, CASE WHEN $13::int = 3 THEN 'queued' ELSE 'processing' END, \
     CASE WHEN $13::int = 3 THEN NULL ELSE $3::text END, $4, \
     CASE WHEN $13::int = 3 THEN 0 ELSE 1 END, now(), date_trunc('milliseconds', now()), \
     CASE WHEN $13::int = 3 THEN NULL ELSE now() + $5::bigint * interval '1 millisecond' END, \
     now() + $6::bigint * interval '1 millisecond', $7, $8, $9, $10, $11, $12, \
-    CASE $13::int WHEN 3 THEN now() \
-                  WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END, $13::int >= 3) \
+    CASE $13::int WHEN 3 THEN now() + coalesce($16::bigint, 0) * interval '1 millisecond' \
+                  WHEN 4 THEN now() + $5::bigint * interval '1 millisecond' END, $13::int >= 3, \
+    $14::text, $15::float8, \
+    CASE WHEN $14::text IS NOT NULL THEN nextval('hookgate_order_seq') END) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING attempts";
 
@@ -188,19 +197,23 @@ RETURNING attempts";
 pub(super) const CLAIM_NEW_GROUP: &str = "\
 INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
     first_seen_at, updated_at, lease_expires_at, expires_at, route, replay_of, request_method, \
-    request_query, request_headers, request_body, next_attempt_at, accepted) \
+    request_query, request_headers, request_body, next_attempt_at, accepted, order_entity, \
+    order_value, order_seq) \
 SELECT c.source, c.key, CASE WHEN c.mode = 3 THEN 'queued' ELSE 'processing' END, \
     CASE WHEN c.mode = 3 THEN NULL ELSE c.token END, c.sha, \
     CASE WHEN c.mode = 3 THEN 0 ELSE 1 END, now(), date_trunc('milliseconds', now()), \
     CASE WHEN c.mode = 3 THEN NULL ELSE now() + c.lease * interval '1 millisecond' END, \
     now() + c.retention * interval '1 millisecond', c.route, c.replay_of, c.method, c.query, \
     c.headers, c.body, \
-    CASE c.mode WHEN 3 THEN now() WHEN 4 THEN now() + c.lease * interval '1 millisecond' END, \
-    c.mode >= 3 \
+    CASE c.mode WHEN 3 THEN now() + coalesce(c.hold, 0) * interval '1 millisecond' \
+                WHEN 4 THEN now() + c.lease * interval '1 millisecond' END, \
+    c.mode >= 3, c.entity, c.value, \
+    CASE WHEN c.entity IS NOT NULL THEN nextval('hookgate_order_seq') END \
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], \
-    $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::bytea[], $13::int[]) \
+    $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::bytea[], $13::int[], \
+    $14::text[], $15::float8[], $16::bigint[]) \
     AS c(source, key, token, sha, lease, retention, route, replay_of, method, query, headers, \
-         body, mode) \
+         body, mode, entity, value, hold) \
 ON CONFLICT (source, idempotency_key) DO NOTHING \
 RETURNING source, idempotency_key, attempts";
 
@@ -235,17 +248,24 @@ UPDATE webhook_events SET \
 WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() AND $13::int <> 3 \
   AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
   AND (status IN ('processing', 'failed', 'released') \
-       OR (status = 'dead' AND $13::int IN (1, 2)) OR (status = 'completed' AND $13::int = 2)) \
+       OR (status IN ('dead', 'stale') AND $13::int IN (1, 2)) \
+       OR (status = 'completed' AND $13::int = 2)) \
 RETURNING attempts";
 
 /// An acceptance of a row nobody holds (failed, or its sync holder died):
 /// accepted, queued and due now, its attempts kept. $1 source, $2 key, $3
 /// body hash, $4 retention ms, $5..$10 the request to keep (route,
-/// replay_of, method, query, headers, body).
+/// replay_of, method, query, headers, body), $11..$13 an ordered
+/// acceptance's entity, value and hold (its place, once).
 pub(super) const QUEUE: &str = "\
 UPDATE webhook_events SET \
     status = 'queued', token = NULL, lease_expires_at = NULL, body_sha256 = $3, \
-    accepted = true, next_attempt_at = now(), updated_at = date_trunc('milliseconds', now()), \
+    accepted = true, updated_at = date_trunc('milliseconds', now()), \
+    next_attempt_at = now() + coalesce($13::bigint, 0) * interval '1 millisecond', \
+    order_seq = CASE WHEN order_entity IS NULL AND $11::text IS NOT NULL \
+        THEN nextval('hookgate_order_seq') ELSE order_seq END, \
+    order_value = CASE WHEN order_entity IS NULL THEN $12::float8 ELSE order_value END, \
+    order_entity = coalesce(order_entity, $11::text), \
     expires_at = now() + $4::bigint * interval '1 millisecond', \
     route = coalesce($5, route), replay_of = coalesce($6, replay_of), \
     request_method = coalesce($7, request_method), \
@@ -401,7 +421,7 @@ macro_rules! at {
 }
 
 /// ($1 source, $2 key): the live record whole, the database's now, then
-/// its expiry (column 25).
+/// its expiry (column 28).
 pub(super) const EXPORT: &str = concat!(
     "SELECT ",
     record_columns!(
@@ -413,23 +433,23 @@ pub(super) const EXPORT: &str = concat!(
     " FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()"
 );
 
-/// A copied record, as it was ($1 source, $2 key, $3.. its columns, $27
-/// its expiry). A live row changed at or after it is kept.
+/// A copied record, as it was ($1 source, $2 key, $3.. its columns, $27..$29
+/// its order, $30 its expiry). A live row changed at or after it is kept.
 pub(super) const IMPORT: &str =
     concat!(
     "INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
      first_seen_at, updated_at, lease_expires_at, completed_at, response_status, \
      response_headers, response_body, response_body_kept, last_error, last_status, \
      last_attempt_at, route, replay_of, request_method, request_query, request_headers, \
-     request_body, history, next_attempt_at, accepted, expires_at) VALUES ($1, $2, $3, $4, $5, \
-     $6, ",
+     request_body, history, next_attempt_at, accepted, order_entity, order_value, order_seq, \
+     expires_at) VALUES ($1, $2, $3, $4, $5, $6, ",
     at!(7), ", ", at!(8), ", ", at!(9), ", ", at!(10),
     ", $11, $12, $13, $14, $15, $16, ",
     at!(17),
     ", $18, $19, $20, $21, $22, $23, $24, ",
     at!(25),
-    ", $26, ",
-    at!(27),
+    ", $26, $27, $28, $29, ",
+    at!(30),
     ") ON CONFLICT (source, idempotency_key) DO UPDATE SET status = excluded.status, \
      token = excluded.token, body_sha256 = excluded.body_sha256, attempts = excluded.attempts, \
      first_seen_at = excluded.first_seen_at, updated_at = excluded.updated_at, \
@@ -442,7 +462,8 @@ pub(super) const IMPORT: &str =
      request_query = excluded.request_query, request_headers = excluded.request_headers, \
      request_body = excluded.request_body, history = excluded.history, \
      next_attempt_at = excluded.next_attempt_at, accepted = excluded.accepted, \
-     expires_at = excluded.expires_at \
+     order_entity = excluded.order_entity, order_value = excluded.order_value, \
+     order_seq = excluded.order_seq, expires_at = excluded.expires_at \
      WHERE webhook_events.expires_at <= now() OR webhook_events.updated_at < excluded.updated_at"
 );
 

@@ -20,7 +20,7 @@ impl Transfer for PostgresStore {
             return Ok(None);
         };
         let (record, _) = record(&row)?;
-        Ok(Some((record, row.get::<_, i64>(25) as u64)))
+        Ok(Some((record, row.get::<_, i64>(28) as u64)))
     }
 
     async fn import(
@@ -61,7 +61,10 @@ impl Transfer for PostgresStore {
         let past = history::encode(&record.history);
         let next = ms(record.next_attempt_ms);
         let expires = expires_at_ms as i64;
-        let params: [&(dyn ToSql + Sync); 27] = [
+        let order = record.order.as_ref();
+        let entity = order.map(|o| o.entity.as_str());
+        let (value, seq) = (order.and_then(|o| o.value), order.map(|o| o.seq as i64));
+        let params: [&(dyn ToSql + Sync); 30] = [
             &key.source(),
             &key.id(),
             &columns.0,
@@ -88,6 +91,9 @@ impl Transfer for PostgresStore {
             &past,
             &next,
             &record.accepted,
+            &entity,
+            &value,
+            &seq,
             &expires,
         ];
         let client = self.client().await?;
