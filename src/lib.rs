@@ -179,6 +179,9 @@ impl App {
         let fixed = &config.fixed;
         let mut store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?;
         learn_layout(&mut store, config).await;
+        if let Some(refusal) = config.live.refuses_layout(store.shards()) {
+            return Err(store::StoreError::Layout(refusal));
+        }
         let store = store.with_replay_cache(fixed.store.replay_cache_bytes);
         let longest_retention = config
             .live

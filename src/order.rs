@@ -111,7 +111,7 @@ pub fn parse_value(text: &str) -> Option<f64> {
     if let Ok(number) = text.parse::<f64>() {
         return number.is_finite().then_some(number);
     }
-    crate::ops::filter::rfc3339_ms(text)
+    crate::clock::rfc3339_ms(text)
         .ok()
         .map(|ms| ms as f64 / 1000.0)
 }

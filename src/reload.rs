@@ -79,7 +79,14 @@ impl Reloader {
         // Taken before the load: a file that changes during it differs
         // from `seen` afterwards, and the watcher loads it again.
         let before = fingerprint(&running.files);
-        match Config::load(&self.path) {
+        let shards = self.gateway.store().shards();
+        let loaded = Config::load(&self.path)
+            .map_err(|error| error.to_string())
+            .and_then(|config| match config.live.refuses_layout(shards) {
+                Some(refusal) => Err(refusal),
+                None => Ok(config),
+            });
+        match loaded {
             Ok(config) => {
                 let reloaded = self.apply_locked(&mut running, &config);
                 for (path, digest) in running.seen.iter_mut() {
@@ -101,7 +108,7 @@ impl Reloader {
                 tracing::error!(
                     "config reload rejected, the running config keeps serving:\n{error}"
                 );
-                Err(error.to_string())
+                Err(error)
             }
         }
     }

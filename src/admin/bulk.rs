@@ -15,9 +15,9 @@ use serde_json::json;
 
 use super::query::{filter, query_flag, query_param};
 use super::Admin;
+use crate::clock::rfc3339;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::{Action, Bulk, Selection, Start};
-use crate::ops::filter::rfc3339;
 use crate::route::Route;
 use crate::store::RecordState;
 

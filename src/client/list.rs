@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::query::{selection_query, FilterArgs};
 use super::render::{pretty, print_table};
 use super::{encode, AdminClient, TIMEOUT};
-use crate::ops::filter::rfc3339;
+use crate::clock::rfc3339;
 
 /// Walks over what changed meanwhile after the first, at most: each covers
 /// only the time the one before took.

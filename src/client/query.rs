@@ -2,7 +2,7 @@
 //! `state=`), the listing filters, `destination=`, and a path with them.
 
 use super::encode;
-use crate::ops::filter::rfc3339;
+use crate::clock::rfc3339;
 
 /// One destination's deliveries, of a route with several (README,
 /// "Several destinations").

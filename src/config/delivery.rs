@@ -146,7 +146,8 @@ impl Validator<'_> {
 
     /// Ordered routes need a store that keeps an entity's order (README,
     /// "Ordered delivery"): one whose every event of a scope sits where one
-    /// atomic step reaches it.
+    /// atomic step reaches it — every backend, a Redis Cluster laid out in
+    /// one shard per scope.
     pub(super) fn orders_kept_by(
         &mut self,
         at: &KeyPath,
@@ -154,14 +155,12 @@ impl Validator<'_> {
         backend: &BackendSettings,
     ) {
         let refusal = match backend {
-            BackendSettings::Memory
-            | BackendSettings::Embedded { .. }
-            | BackendSettings::Postgres { .. } => return,
-            _ => format!(
-                "the {} store does not keep an order yet: ordered delivery needs the memory, \
-                 embedded or postgres store",
-                backend.name()
+            BackendSettings::RedisCluster { shards, .. } if *shards > 1 => format!(
+                "a cluster store keeps an entity's events in one hash slot only when each \
+                 scope is one shard: set store.shards = 1 (a store already laid out in {shards} \
+                 shards cannot order)"
             ),
+            _ => return,
         };
         for (i, route) in routes.iter().enumerate() {
             let ordered = route.order().is_some()

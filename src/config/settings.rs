@@ -108,6 +108,29 @@ impl Live {
         scopes.dedup();
         scopes
     }
+
+    /// Why these routes cannot run on a store that spreads each scope over
+    /// `shards` shards: an ordered route needs every event of its scope in
+    /// one hash slot (README, "Ordered delivery"). `store.shards = 1` is
+    /// checked with the config; this catches a Redis Cluster store already
+    /// laid out in more, which keeps its layout whatever the config says.
+    pub fn refuses_layout(&self, shards: u16) -> Option<String> {
+        if shards <= 1 {
+            return None;
+        }
+        let ordered: Vec<&str> = (self.deliveries())
+            .filter(|delivery| delivery.order().is_some())
+            .map(|delivery| delivery.name.as_str())
+            .collect();
+        (!ordered.is_empty()).then(|| {
+            format!(
+                "ordered delivery ({}) needs each scope in one shard, and this store is laid out \
+                 in {shards} shards per scope: order on a new key_prefix with store.shards = 1 \
+                 (docs/operations.md, \"Sharding an existing cluster store\")",
+                ordered.join(", ")
+            )
+        })
+    }
 }
 
 /// The public listener, as bound at start-up.

@@ -6,6 +6,7 @@
 //! status and class are checked on each record, and content only on the
 //! records that pass the rest (it reads the stored request).
 
+use crate::clock::{rfc3339_ms, Rfc3339Error};
 use crate::key::{value_of, KeySource};
 use crate::store::{FailureClass, Record, StoredRequest};
 
@@ -98,79 +99,10 @@ pub fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
     })
 }
 
-/// Why text is not an RFC 3339 time after 1970.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rfc3339Error {
-    NotATime,
-    NoZone,
-    Before1970,
-}
-
-/// An RFC 3339 time (`2026-12-02T14:02:00Z`, with an offset or `Z`) as
-/// Unix ms.
-pub fn rfc3339_ms(text: &str) -> Result<u64, Rfc3339Error> {
-    let at: toml::value::Datetime = text.trim().parse().map_err(|_| Rfc3339Error::NotATime)?;
-    let (Some(date), Some(time), Some(offset)) = (at.date, at.time, at.offset) else {
-        return Err(Rfc3339Error::NoZone);
-    };
-    let days = days_from_civil(i64::from(date.year), date.month.into(), date.day.into());
-    let seconds = days * 86_400
-        + i64::from(time.hour) * 3_600
-        + i64::from(time.minute) * 60
-        + i64::from(time.second);
-    let offset_minutes = match offset {
-        toml::value::Offset::Z => 0,
-        toml::value::Offset::Custom { minutes } => i64::from(minutes),
-    };
-    let ms = (seconds - offset_minutes * 60) * 1_000 + i64::from(time.nanosecond / 1_000_000);
-    u64::try_from(ms).map_err(|_| Rfc3339Error::Before1970)
-}
-
-/// Unix ms as RFC 3339 in UTC, to the millisecond
-/// (`2026-12-02T14:02:00.250Z`): what `parse_time` reads back.
-pub fn rfc3339(ms: u64) -> String {
-    let (days, rest) = ((ms / 86_400_000) as i64, ms % 86_400_000);
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute) = (rest / 3_600_000, rest / 60_000 % 60);
-    let (second, milli) = (rest / 1_000 % 60, rest % 1_000);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
-}
-
-/// The date of a day since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::rfc3339;
     use crate::store::LastError;
 
     #[test]

@@ -8,6 +8,7 @@ use http::{HeaderMap, Method};
 use serde::Serialize;
 
 use super::history::{FailureClass, LastError, PastAttempt};
+use super::order::{OrderSpot, Ordered};
 use crate::replay::RecordedResponse;
 
 /// Where a record is in its life (README, "Failed events and dead letters"): `Processing` → `Completed`,
@@ -154,52 +155,6 @@ pub struct Record {
     pub history: Vec<PastAttempt>,
     /// An ordered event's entity and place (README, "Ordered delivery").
     pub order: Option<Ordered>,
-}
-
-/// Where an accepted event stands in its entity's order: by `value` where
-/// it has one (an event without sorts first), then by `seq`, its
-/// acceptance's place in the store's sequence (`Queue::lease_ordered`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ordered {
-    pub entity: String,
-    pub value: Option<f64>,
-    pub seq: u64,
-}
-
-impl Ordered {
-    /// Whether this event goes before `other` of the same entity.
-    pub fn precedes(&self, other: &Ordered) -> bool {
-        self.sort_key() < other.sort_key()
-    }
-
-    /// `(value, seq)` as one totally ordered key: no value sorts first.
-    pub fn sort_key(&self) -> (i64, u64, u64) {
-        match self.value {
-            None => (0, 0, self.seq),
-            Some(value) => (1, total_order(value), self.seq),
-        }
-    }
-}
-
-/// An f64 as a u64 that sorts as the number does (finite values).
-fn total_order(value: f64) -> u64 {
-    let bits = value.to_bits();
-    if bits >> 63 == 1 {
-        !bits
-    } else {
-        bits | (1 << 63)
-    }
-}
-
-/// An ordered event's place as its acceptance writes it
-/// ([`ClaimRequest::order`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OrderSpot<'a> {
-    pub entity: &'a str,
-    /// Its `stale_by` value.
-    pub value: Option<f64>,
-    /// `reorder_window`: not leased before it has waited this long.
-    pub hold: Duration,
 }
 
 impl Record {
@@ -474,14 +429,6 @@ pub struct Due {
     pub id: String,
     pub lease: Lease,
     pub record: Record,
-}
-
-/// What one ordered lease did (`Queue::lease_ordered`): the events leased,
-/// and those found stale on the way (now `Stale`, never to be delivered).
-#[derive(Debug, Clone, Default)]
-pub struct Leased {
-    pub due: Vec<Due>,
-    pub stale: Vec<String>,
 }
 
 /// Which records a listing returns: those of `source` in `state`, newest

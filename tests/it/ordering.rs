@@ -57,17 +57,19 @@ fn arrivals(upstream: &Upstream, entity: &str) -> Vec<(String, tokio::time::Inst
     seen
 }
 
-/// 20 entities × 10 events, each round a burst of one event per entity at
-/// once: every event is delivered once, each entity's in the order sent
-/// and never two at a time, and different entities at the same time.
-async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
-    let upstream = slow_upstream().await;
-    let gateway = TestGateway::start(&ordered_config(&upstream, &backend, "")).await;
-    let url = gateway.url("/hook");
-    let (entities, rounds) = (20, 10);
-    for round in 0..rounds {
-        let sends = (0..entities).map(|e| {
-            let url = url.clone();
+/// How many entities, and events of each, the burst tests send.
+const ENTITIES: usize = 20;
+const ROUNDS: usize = 10;
+
+/// Sends [`ENTITIES`] × [`ROUNDS`] events, each round a burst of one event
+/// per entity at once, event `evt_{e}_{round}` of entity `sub_{e}` to
+/// `url(round, e)`; `before(round)` runs before each round. Every one is
+/// accepted.
+async fn send_bursts(url: impl Fn(usize, usize) -> String, mut before: impl FnMut(usize)) {
+    for round in 0..ROUNDS {
+        before(round);
+        let sends = (0..ENTITIES).map(|e| {
+            let url = url(round, e);
             tokio::spawn(async move {
                 let body = entity_event(&format!("evt_{e}_{round}"), &format!("sub_{e}"), 1);
                 Sender::new().deliver(&url, &body).await.status
@@ -77,44 +79,65 @@ async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
             assert_eq!(sent.unwrap(), StatusCode::ACCEPTED);
         }
     }
-    let all: Vec<String> = (0..entities)
-        .flat_map(|e| (0..rounds).map(move |r| format!("evt_{e}_{r}")))
+}
+
+/// Waits until every event [`send_bursts`] sent reached the upstream, then
+/// checks each entity's: first arrivals in the order sent, and none while
+/// the entity's previous was in flight. Returns every event's key.
+async fn assert_each_entity_in_order(upstream: &Upstream, within: Duration) -> Vec<String> {
+    let all: Vec<String> = (0..ENTITIES)
+        .flat_map(|e| (0..ROUNDS).map(move |r| format!("evt_{e}_{r}")))
         .collect();
     assert!(
-        upstream.all_reached(&all, Duration::from_secs(30)).await,
+        upstream.all_reached(&all, within).await,
         "{} of {} delivered",
-        upstream.total(),
+        upstream.counts().len(),
         all.len()
     );
-    for id in &all {
-        assert_eq!(upstream.count(id), 1, "{id}");
-    }
-    let mut overlapping = false;
-    for e in 0..entities {
-        let seen = arrivals(&upstream, &format!("sub_{e}"));
-        let keys: Vec<&str> = seen.iter().map(|(key, _)| key.as_str()).collect();
-        let sent: Vec<String> = (0..rounds).map(|r| format!("evt_{e}_{r}")).collect();
-        assert_eq!(keys, sent, "sub_{e} in the order sent");
+    for e in 0..ENTITIES {
+        let seen = arrivals(upstream, &format!("sub_{e}"));
+        let mut firsts: Vec<&str> = Vec::new();
+        for (key, _) in &seen {
+            if !firsts.contains(&key.as_str()) {
+                firsts.push(key);
+            }
+        }
+        let sent: Vec<String> = (0..ROUNDS).map(|r| format!("evt_{e}_{r}")).collect();
+        assert_eq!(firsts, sent, "sub_{e} in the order sent");
         for pair in seen.windows(2) {
             assert!(
                 pair[1].1 - pair[0].1 >= WORK,
-                "sub_{e}: {} arrived before {} was answered",
+                "sub_{e}: {} arrived while {} was in flight",
                 pair[1].0,
                 pair[0].0
             );
         }
     }
+    all
+}
+
+/// Bursts of one event per entity: every event is delivered once, each
+/// entity's in the order sent and never two at a time, and different
+/// entities at the same time.
+async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
+    let upstream = slow_upstream().await;
+    let gateway = TestGateway::start(&ordered_config(&upstream, &backend, "")).await;
+    let url = gateway.url("/hook");
+    send_bursts(|_, _| url.clone(), |_| ()).await;
+    for id in assert_each_entity_in_order(&upstream, Duration::from_secs(30)).await {
+        assert_eq!(upstream.count(&id), 1, "{id}");
+    }
     let all_seen = upstream.seen();
-    for (i, a) in all_seen.iter().enumerate() {
-        for b in &all_seen[i + 1..] {
+    let overlapping = all_seen.iter().enumerate().any(|(i, a)| {
+        all_seen[i + 1..].iter().any(|b| {
             let apart = if b.at > a.at {
                 b.at - a.at
             } else {
                 a.at - b.at
             };
-            overlapping |= apart < WORK;
-        }
-    }
+            apart < WORK
+        })
+    });
     assert!(overlapping, "different entities are delivered at once");
     gateway.shutdown().await;
 }
@@ -313,72 +336,39 @@ async fn a_dead_event_is_skipped_when_the_route_says_so() {
     a_dead_event_and_its_entity("skip").await;
 }
 
-/// Two gateways (the real binary) on one shared store, 20 entities × 10
-/// events in bursts spread over both, and one gateway SIGKILLed halfway:
-/// every event is delivered, each entity's in the order sent and never two
-/// at a time — an event in flight at the kill is delivered again once its
-/// lease lapses (the crash window), still before its entity's next.
+/// Two gateways (the real binary) on one shared store, bursts spread over
+/// both, and one gateway SIGKILLed halfway: every event is delivered, each
+/// entity's in the order sent and never two at a time — an event in flight
+/// at the kill is delivered again once its lease lapses (the crash
+/// window), still before its entity's next.
 async fn a_fleet_keeps_each_entitys_order_through_a_sigkill(backend: Backend) {
     let upstream = slow_upstream().await;
     let text = ordered_route(&upstream, &backend, "processing_ttl = \"1s\"");
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (path_a, port_a) = write_config(dir_a.path(), &text);
     let (path_b, port_b) = write_config(dir_b.path(), &text);
-    let mut a = GatewayProcess::start(&path_a, port_a).await;
+    let a = std::sync::Mutex::new(GatewayProcess::start(&path_a, port_a).await);
     let b = GatewayProcess::start(&path_b, port_b).await;
-    let (entities, rounds) = (20, 10);
-    for round in 0..rounds {
-        if round == rounds / 2 {
-            a.stop("KILL");
-        }
-        let sends = (0..entities).map(|e| {
-            let url = match (round < rounds / 2, e % 2) {
-                (true, 0) => a.url("/hook"),
-                _ => b.url("/hook"),
-            };
-            tokio::spawn(async move {
-                let body = entity_event(&format!("evt_{e}_{round}"), &format!("sub_{e}"), 1);
-                Sender::new().deliver(&url, &body).await.status
-            })
-        });
-        for sent in futures_util::future::join_all(sends).await {
-            assert_eq!(sent.unwrap(), StatusCode::ACCEPTED);
-        }
-    }
-    let all: Vec<String> = (0..entities)
-        .flat_map(|e| (0..rounds).map(move |r| format!("evt_{e}_{r}")))
-        .collect();
-    assert!(
-        upstream.all_reached(&all, Duration::from_secs(60)).await,
-        "{} of {} delivered",
-        upstream.counts().len(),
-        all.len()
-    );
+    let (url_a, url_b) = (a.lock().unwrap().url("/hook"), b.url("/hook"));
+    send_bursts(
+        |round, e| match (round < ROUNDS / 2, e % 2) {
+            (true, 0) => url_a.clone(),
+            _ => url_b.clone(),
+        },
+        |round| {
+            if round == ROUNDS / 2 {
+                a.lock().unwrap().stop("KILL");
+            }
+        },
+    )
+    .await;
+    let all = assert_each_entity_in_order(&upstream, Duration::from_secs(60)).await;
     let twice = all.iter().filter(|id| upstream.count(id) > 1).count();
     assert!(
-        all.iter().all(|id| upstream.count(id) <= 2) && twice <= entities,
+        all.iter().all(|id| upstream.count(id) <= 2) && twice <= ENTITIES,
         "only an event in flight at the kill goes again: {:?}",
         upstream.counts()
     );
-    for e in 0..entities {
-        let seen = arrivals(&upstream, &format!("sub_{e}"));
-        let mut firsts: Vec<&str> = Vec::new();
-        for (key, _) in &seen {
-            if !firsts.contains(&key.as_str()) {
-                firsts.push(key);
-            }
-        }
-        let sent: Vec<String> = (0..rounds).map(|r| format!("evt_{e}_{r}")).collect();
-        assert_eq!(firsts, sent, "sub_{e} in the order sent");
-        for pair in seen.windows(2) {
-            assert!(
-                pair[1].1 - pair[0].1 >= WORK,
-                "sub_{e}: {} arrived while {} was in flight",
-                pair[1].0,
-                pair[0].0
-            );
-        }
-    }
     drop(b);
 }
 
@@ -386,4 +376,109 @@ async fn a_fleet_keeps_each_entitys_order_through_a_sigkill(backend: Backend) {
 async fn a_postgres_fleet_keeps_each_entitys_order_through_a_sigkill() {
     let database = TestDatabase::create().await;
     a_fleet_keeps_each_entitys_order_through_a_sigkill(Backend::Postgres(database.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_fleet_keeps_each_entitys_order_through_a_sigkill() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    a_fleet_keeps_each_entitys_order_through_a_sigkill(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_are_delivered_in_order_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    entities_are_delivered_in_order_one_at_a_time(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_are_delivered_in_order_on_a_one_shard_redis_cluster() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let one_shard = Backend::RedisCluster(format!("{}\nshards = 1", cluster.toml()));
+    entities_are_delivered_in_order_one_at_a_time(one_shard).await;
+}
+
+/// A Redis Cluster store laid out in many shards per scope keeps that
+/// layout whatever `store.shards` says later: a gateway refuses to start an
+/// ordered route on it (exit 1, the reason on stderr), and a running
+/// gateway rejects a reload that orders a route, serving on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_store_laid_out_in_shards_refuses_ordered_routes() {
+    let Some(cluster) = shared_cluster().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let sharded = Backend::RedisCluster(cluster.toml());
+    let one_shard = Backend::RedisCluster(format!("{}\nshards = 1", cluster.toml()));
+    let plain = config_text(&upstream.url("/"), &sharded, "delivery = \"async\"", "");
+    let prefix = |text: &str| {
+        let rest = text.split("key_prefix = \"").nth(1).unwrap();
+        rest.split('"').next().unwrap().to_owned()
+    };
+    let ordered = ordered_route(&upstream, &one_shard, "");
+    let ordered = ordered.replace(&prefix(&ordered), &prefix(&plain));
+    let admin_port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, port) = write_config(dir.path(), &with_admin_on(&plain, admin_port));
+    let mut gateway = GatewayProcess::start(&path, port).await;
+    assert_eq!(
+        cluster
+            .get(&format!("{}layout", prefix(&plain)))
+            .await
+            .as_deref(),
+        Some("64"),
+        "a new store takes the default shards"
+    );
+
+    std::fs::write(
+        &path,
+        with_admin_on(&ordered, admin_port).replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let reload = request(
+        Method::POST,
+        &format!("http://127.0.0.1:{admin_port}/admin/reload"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    let problems = reload.json()["error"]["message"].to_string();
+    assert_eq!(
+        reload.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{problems}"
+    );
+    assert!(
+        problems.contains("laid out in 64 shards per scope"),
+        "{problems}"
+    );
+    let answer = Sender::new()
+        .deliver(
+            &gateway.url("/hook"),
+            &entity_event("evt_still", "sub_1", 1),
+        )
+        .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::ACCEPTED,
+        "the running config serves on"
+    );
+    gateway.stop("TERM");
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["run", "--config", path.to_str().unwrap()])
+        .env("TEST_SECRET", SECRET)
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ordered delivery (hook) needs each scope in one shard"),
+        "{stderr}"
+    );
 }

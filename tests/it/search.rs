@@ -110,7 +110,7 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
     }
     // A walk's window is fixed: as an absolute time (a duration ago would
     // move with each page).
-    let at = hookgate::ops::filter::rfc3339(between);
+    let at = hookgate::clock::rfc3339(between);
 
     let dead_503 = walk(&gateway, "state=dead&status=503", 3).await;
     assert_eq!(

@@ -109,11 +109,22 @@ fn ordering_mistakes_are_located() {
 }
 
 #[test]
-fn a_store_that_keeps_no_order_refuses_an_ordered_route() {
-    let text = route("redis\"\nurl = \"redis://127.0.0.1:6379", ORDERED);
-    let found = problems(&text).join("\n");
+fn a_cluster_store_orders_only_in_one_shard_per_scope() {
+    let cluster = |shards: u16| {
+        route(
+            &format!(
+                "redis-cluster\"\nnodes = [\"redis://127.0.0.1:7000\"]\nshards = {shards}\nx = \""
+            ),
+            ORDERED,
+        )
+        .replace("x = \"\"\n", "")
+    };
+    let found = problems(&cluster(16)).join("\n");
     assert!(
-        found.contains("routes[0].order_by: the redis store does not keep an order yet"),
+        found.contains("routes[0].order_by: a cluster store keeps an entity's events in one hash slot only when each scope is one shard"),
         "{found}"
     );
+    assert!(parse(&cluster(1)).is_ok(), "{:?}", problems(&cluster(1)));
+    let redis = route("redis\"\nurl = \"redis://127.0.0.1:6379", ORDERED);
+    assert!(parse(&redis).is_ok(), "{:?}", problems(&redis));
 }

@@ -31,6 +31,7 @@
 
 mod group;
 mod listen;
+mod listing;
 mod order;
 mod prune;
 mod rows;
@@ -41,7 +42,7 @@ mod transfer;
 use self::group::{Completion, Group, NewClaim};
 use self::listen::{pg_channel, Listen};
 use self::prune::spawn_pruning;
-use self::rows::{claim, inserted, live_record, record, Start};
+use self::rows::{claim, inserted, live_record, Start};
 use self::schema::Schema;
 pub use self::schema::{pending as pending_migrations, script as migration_script};
 
@@ -56,8 +57,8 @@ use tokio_postgres::types::ToSql;
 pub use self::sql::MIGRATIONS;
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
-    Health, Invalidations, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, Records,
-    StoreError, StoreKey, StoreSettings,
+    Health, Invalidations, Lease, Leased, Queue, Record, RecordState, Records, StoreError,
+    StoreKey, StoreSettings,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -421,54 +422,6 @@ impl Queue for PostgresStore {
     ) -> Result<Leased, StoreError> {
         self.lease_in_order(source, tokens, processing_ttl, rules)
             .await
-    }
-}
-
-impl Listing for PostgresStore {
-    async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
-        let client = self.listing_client().await?;
-        let (state, limit) = (query.state.as_str(), query.limit as i64);
-        let before_ms = query.before.map(|(ms, _)| ms as i64);
-        let before_key = query.before.and_then(|(_, id)| id);
-        let page: [&(dyn ToSql + Sync); 3] = [&query.source, &state, &limit];
-        let (list, params) = match (&before_ms, &before_key) {
-            (None, _) => (sql::LIST, page.to_vec()),
-            (Some(ms), None) => (sql::LIST_UNTIL, [&page[..], &[ms as _]].concat()),
-            (Some(ms), Some(id)) => (sql::LIST_AFTER, [&page[..], &[ms as _, id as _]].concat()),
-        };
-        let statement = client.prepare_cached(list).await.map_err(db)?;
-        let rows = client.query(&statement, &params).await.map_err(db)?;
-        rows.iter()
-            .map(|row| Ok((row.get::<_, String>(28), record(row)?.0)))
-            .collect()
-    }
-
-    async fn oldest(&self, source: &str, state: RecordState) -> Result<Option<u64>, StoreError> {
-        let client = self.listing_client().await?;
-        let oldest = match state {
-            RecordState::Queued => sql::OLDEST_QUEUED,
-            _ => sql::OLDEST,
-        };
-        let statement = client.prepare_cached(oldest).await.map_err(db)?;
-        let row = client
-            .query_one(&statement, &[&source, &state.as_str()])
-            .await
-            .map_err(db)?;
-        Ok(row.get::<_, Option<i64>>(0).map(|at| at as u64))
-    }
-
-    async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {
-        let client = self.listing_client().await?;
-        let count = match state {
-            RecordState::Queued => sql::COUNT_QUEUED,
-            _ => sql::COUNT,
-        };
-        let statement = client.prepare_cached(count).await.map_err(db)?;
-        let row = client
-            .query_one(&statement, &[&source, &state.as_str()])
-            .await
-            .map_err(db)?;
-        Ok(row.get::<_, i64>(0) as u64)
     }
 }
 

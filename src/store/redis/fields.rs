@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::super::{
-    history, FailureClass, LastError, Record, RecordState, StoreError, StoredRequest,
+    history, FailureClass, LastError, Ordered, Record, RecordState, StoreError, StoredRequest,
 };
 use crate::replay::{BodyKept, RecordedResponse};
 
@@ -39,6 +39,7 @@ pub(super) fn parse_record(fields: &Value) -> Result<Record, StoreError> {
     let (mut method, mut query, mut request_headers, mut request_body) =
         (None, None, Vec::new(), None);
     let mut updated = None;
+    let (mut entity, mut order_value, mut order_seq) = (None, None, 0);
     // Records written before `body_kept` existed held their body whole.
     let mut kept = Some(BodyKept::Whole);
     for (name, value) in pairs {
@@ -79,11 +80,19 @@ pub(super) fn parse_record(fields: &Value) -> Result<Record, StoreError> {
             b"req_headers" => request_headers = value,
             b"req_body" => request_body = Some(value),
             b"history" => record.history = history::decode(&text),
+            b"entity" => entity = Some(text.into_owned()),
+            b"order_value" => order_value = text.parse::<f64>().ok(),
+            b"order_seq" => order_seq = number().unwrap_or(0),
             _ => {}
         }
     }
     record.state = state.ok_or_else(|| StoreError::Corrupt("record has no valid state".into()))?;
     record.updated_ms = updated.unwrap_or(record.first_seen_ms);
+    record.order = entity.map(|entity| Ordered {
+        entity,
+        value: order_value,
+        seq: order_seq,
+    });
     record.last_error = error_class.map(|class| LastError {
         class,
         status: error_status,

@@ -8,7 +8,10 @@ use redis::Value;
 
 use super::fields::{bytes, parse_record};
 use super::{backend, index_key, Connector, RedisStore};
-use crate::store::{Due, Lease, ListQuery, Listing, Queue, Record, RecordState, StoreError};
+use crate::order::Rules;
+use crate::store::{
+    Due, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, StoreError,
+};
 
 impl<C: Connector> Queue for RedisStore<C> {
     async fn lease_due(
@@ -29,21 +32,70 @@ impl<C: Connector> Queue for RedisStore<C> {
             .invoke_async(&mut connection)
             .await
             .map_err(backend)?;
-        reply
-            .chunks_exact(3)
-            .map(|leased| {
-                let record = parse_record(&leased[2])?;
-                Ok(Due {
-                    id: String::from_utf8_lossy(&bytes(&leased[0])).into_owned(),
-                    lease: Lease {
-                        token: String::from_utf8_lossy(&bytes(&leased[1])).into_owned(),
-                        attempt: record.attempts,
-                    },
-                    record,
-                })
-            })
-            .collect()
+        leased(&reply)
     }
+
+    const ORDERED: bool = true;
+
+    async fn lease_ordered(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        self.lease_in_order(source, tokens, processing_ttl, rules)
+            .await
+    }
+}
+
+impl<C: Connector> RedisStore<C> {
+    /// [`Queue::lease_ordered`]: one `LEASE_ORDERED` script.
+    pub(super) async fn lease_in_order(
+        &self,
+        source: &str,
+        tokens: &[String],
+        processing_ttl: Duration,
+        rules: Rules,
+    ) -> Result<Leased, StoreError> {
+        let mut invocation = self.lease_ordered.key(format!("{source}!due"));
+        invocation
+            .arg(source)
+            .arg(processing_ttl.as_millis() as u64)
+            .arg(if rules.skip_dead { "1" } else { "0" });
+        for token in tokens {
+            invocation.arg(token);
+        }
+        let mut connection = self.connector.connection().await?;
+        let reply: (Vec<Value>, Vec<Value>) = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        let due = leased(&reply.0)?;
+        let text = |value: &Value| String::from_utf8_lossy(&bytes(value)).into_owned();
+        Ok(Leased {
+            due,
+            stale: reply.1.iter().map(text).collect(),
+        })
+    }
+}
+
+/// A lease script's reply: id, token and fields of each event leased.
+fn leased(reply: &[Value]) -> Result<Vec<Due>, StoreError> {
+    reply
+        .chunks_exact(3)
+        .map(|leased| {
+            let record = parse_record(&leased[2])?;
+            Ok(Due {
+                id: String::from_utf8_lossy(&bytes(&leased[0])).into_owned(),
+                lease: Lease {
+                    token: String::from_utf8_lossy(&bytes(&leased[1])).into_owned(),
+                    attempt: record.attempts,
+                },
+                record,
+            })
+        })
+        .collect()
 }
 
 impl<C: Connector> Listing for RedisStore<C> {

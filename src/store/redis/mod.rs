@@ -58,8 +58,8 @@ pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::parse_record;
 use self::guard::Taken;
 use self::scripts::{
-    CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LIST, LISTED_FIELDS, OLDEST_OWED, PRELUDE,
-    PROBE, RELEASE, RENEW,
+    CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, LIST, LISTED_FIELDS,
+    OLDEST_OWED, PRELUDE, PROBE, RELEASE, RENEW,
 };
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, Fleet,
@@ -96,6 +96,7 @@ pub struct RedisStore<C: Connector> {
     complete: Script,
     fail: Script,
     lease_due: Script,
+    lease_ordered: Script,
     release: Script,
     delete: Script,
     list: Script,
@@ -117,6 +118,7 @@ impl<C: Connector> RedisStore<C> {
             complete: script(COMPLETE),
             fail: script(FAIL),
             lease_due: script(LEASE_DUE),
+            lease_ordered: script(LEASE_ORDERED),
             release: script(RELEASE),
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
@@ -190,6 +192,13 @@ impl<C: Connector> RedisStore<C> {
             Guarded::Atomic => invocation.arg("").arg(""),
             Guarded::Ask => invocation.arg("").arg("1"),
             Guarded::Took(token) => invocation.arg(token).arg(""),
+        };
+        match request.order {
+            Some(spot) => invocation
+                .arg(spot.entity)
+                .arg(spot.value.map(|v| v.to_string()).unwrap_or_default())
+                .arg(spot.hold.as_millis() as u64),
+            None => invocation.arg("").arg("").arg(0),
         };
         let reply: Vec<Value> = if self.min_replicas_acked == 0 {
             let mut connection = self.connector.connection().await?;

@@ -2,8 +2,10 @@
 //! on the record, its listing index and its queue's due index. The claim
 //! script is the record's life (`store/record.rs`, `decide`) in Lua.
 
-/// Shared by every script: the current Redis time in ms, and the listing
-/// indexes. Each state of a source has one sorted set, `{source}!{state}`,
+/// Shared by every script: the current Redis time in ms, the listing
+/// indexes, and an ordered record's entity (`ordered`: the record left its
+/// entity's pending set (1), delivered (2, its value the entity's newest if
+/// newer), or changed (0); each wakes the entity, see [`LEASE_ORDERED`]). Each state of a source has one sorted set, `{source}!{state}`,
 /// of event ids scored by their last change; a script that changes a
 /// record's state moves its id in the same step (two sorted-set writes).
 /// Entries whose record expired are dropped by listings as they meet them,
@@ -28,6 +30,18 @@ local function owe(src, id, key)
   local seen = tonumber(redis.call('HGET', key, 'first_seen')) or now
   redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
 end
+local function place_of(id, seq) return string.format('%020d', seq) .. ':' .. id end
+local function ordered(src, id, key, how)
+  local o = redis.call('HMGET', key, 'entity', 'order_value', 'order_seq')
+  if not o[1] then return end
+  if how > 0 then redis.call('ZREM', src .. '!e:' .. o[1], place_of(id, tonumber(o[3]))) end
+  if how == 2 and o[2] then
+    local meta = src .. '!E:' .. o[1]
+    local newest = tonumber(redis.call('HGET', meta, 'newest'))
+    if not newest or tonumber(o[2]) > newest then redis.call('HSET', meta, 'newest', o[2]) end
+  end
+  redis.call('ZADD', src .. '!wake', now, o[1])
+end
 ";
 
 /// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
@@ -37,7 +51,8 @@ end
 /// method, query, headers, body; method '' keeps the one held), then the
 /// guard token this claim took (`guard_token`, '' none) and '1' to stop
 /// where the guard would be checked, answering {4} (a guard in another
-/// slot, `guard.rs`).
+/// slot, `guard.rs`), then an ordered acceptance's entity, value and hold
+/// in ms ('' none): its place, the next of the source's sequence, once.
 ///
 /// The rules are `record.rs`'s `decide`, line by line. Returns {1,
 /// attempts} when claimed (or accepted as new), {2} when the record was
@@ -56,8 +71,26 @@ local due = ARGV[5] .. '!due'
 local function answers(key)
   local s = redis.call('HMGET', key, 'state', 'lease_until')
   if not s[1] then return false end
-  if s[1] == 'completed' or s[1] == 'dead' or s[1] == 'queued' then return true end
+  if s[1] == 'completed' or s[1] == 'dead' or s[1] == 'stale' or s[1] == 'queued' then
+    return true
+  end
   return s[2] and tonumber(s[2]) > now
+end
+local function place()
+  if ARGV[16] == '' or redis.call('HEXISTS', KEYS[1], 'entity') == 1 then return end
+  local seq = redis.call('INCR', ARGV[5] .. '!seq')
+  local score = '-inf'
+  redis.call('HSET', KEYS[1], 'entity', ARGV[16], 'order_seq', seq)
+  if ARGV[17] ~= '' then
+    redis.call('HSET', KEYS[1], 'order_value', ARGV[17])
+    score = ARGV[17]
+  end
+  local entity = ARGV[5] .. '!e:' .. ARGV[16]
+  redis.call('ZADD', entity, score, place_of(ARGV[6], seq))
+  redis.call('PEXPIRE', entity, ARGV[4])
+  local at = now + tonumber(ARGV[18])
+  redis.call('HSET', KEYS[1], 'next_attempt', at)
+  redis.call('ZADD', due, at, ARGV[6])
 end
 local function keep_request()
   if ARGV[10] ~= '' then
@@ -73,7 +106,7 @@ if state then
   local lease = r[3] and tonumber(r[3]) > now and tonumber(r[3])
   local answer = false
   if state == 'completed' then answer = mode ~= '2'
-  elseif state == 'dead' then answer = not operator
+  elseif state == 'dead' or state == 'stale' then answer = not operator
   elseif state == 'queued' then
     if operator then
       redis.call('HSET', KEYS[1], 'next_attempt', now)
@@ -105,6 +138,7 @@ if state then
     redis.call('HDEL', KEYS[1], 'token', 'lease_until')
     redis.call('ZADD', due, now, ARGV[6])
     keep_request()
+    place()
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
     index(ARGV[5], ARGV[6], state, 'queued')
     return {2}
@@ -139,6 +173,11 @@ else
   end
 end
 keep_request()
+if mode == '3' then place() end
+if operator then
+  local entity = redis.call('HGET', KEYS[1], 'entity')
+  if entity then redis.call('HSET', ARGV[5] .. '!E:' .. entity, 'busy', ARGV[6]) end
+end
 if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'guard_token', ARGV[14]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if KEYS[2] then redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4]) end
@@ -175,6 +214,125 @@ end
 return out
 ";
 
+/// KEYS[1] the due index of a source; ARGV source, lease ms, '1' when a
+/// dead event no longer holds its entity (`on_blocked = "skip"`), then one
+/// token per event wanted. As `LEASE_DUE`, keeping each entity's order
+/// (README, "Ordered delivery"): an ordered event is leased only as its
+/// entity's head — the first of `{source}!e:{entity}`, its pending events
+/// scored by `stale_by` value (none: `-inf`) and tied by their place in
+/// the source's sequence — while nothing of the entity is in flight
+/// (`{source}!E:{entity}` keeps the one last leased, `busy`, and the newest
+/// value delivered). Events met that are not their entity's head leave the
+/// due index; the entity is woken (`{source}!wake`) when its head may have
+/// changed — by a script that settles one of its events, or at its head's
+/// own next look — and a woken entity's head goes back in the due index.
+/// A head older than the newest delivered turns `stale`. Returns {leased
+/// (as `LEASE_DUE`), stale ids}.
+pub(super) const LEASE_ORDERED: &str = "
+local due, src, lease, skip = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local out, stale, n, wanted = {}, {}, 0, #ARGV - 3
+local function record(id) return src .. ':' .. id end
+-- The entity's head: its id, state and next look; nil with when to look
+-- again (nil: when woken) while it is in flight, held by a dead event or
+-- empty. Settled events met on the way leave the pending set.
+local function head(entity)
+  local meta = src .. '!E:' .. entity
+  local busy = redis.call('HGET', meta, 'busy')
+  if busy then
+    local b = redis.call('HMGET', record(busy), 'state', 'lease_until')
+    if b[1] == 'processing' and b[2] and tonumber(b[2]) > now then
+      return nil, nil, tonumber(b[2])
+    end
+    redis.call('HDEL', meta, 'busy')
+  end
+  local pending = src .. '!e:' .. entity
+  while true do
+    local first = redis.call('ZRANGE', pending, 0, 0)[1]
+    if not first then return nil end
+    local id = string.sub(first, 22)
+    local r = redis.call('HMGET', record(id), 'state', 'next_attempt')
+    if r[1] == 'queued' or r[1] == 'processing' then return id, r[1], tonumber(r[2]) end
+    if r[1] == 'dead' and not skip then return nil end
+    if r[1] == 'failed' then return nil end
+    redis.call('ZREM', pending, first)
+  end
+end
+local function take(id, key, from, attempts)
+  n = n + 1
+  redis.call('HSET', key, 'state', 'processing', 'token', ARGV[3 + n],
+    'lease_until', now + lease, 'next_attempt', now + lease, 'attempts', (tonumber(attempts) or 0) + 1,
+    'updated', now)
+  redis.call('ZADD', due, now + lease, id)
+  index(src, id, from, 'processing')
+  out[#out + 1] = id
+  out[#out + 1] = ARGV[3 + n]
+  out[#out + 1] = redis.call('HGETALL', key)
+end
+-- An entity's turn: its stale heads turn stale, then its head is leased
+-- (when due and wanted) or goes (back) in the due index at its next look;
+-- with no head to place, the entity waits to be woken (at its busy
+-- event's lease end, if one is in flight).
+local placed = {}
+local function turn(entity)
+  while true do
+    local id, state, at = head(entity)
+    if not id then
+      if at then redis.call('ZADD', src .. '!wake', at, entity) end
+      return
+    end
+    local key = record(id)
+    local s = redis.call('HMGET', key, 'order_value', 'attempts')
+    local newest = tonumber(redis.call('HGET', src .. '!E:' .. entity, 'newest'))
+    placed[id] = true
+    if s[1] and newest and tonumber(s[1]) < newest then
+      redis.call('HSET', key, 'state', 'stale', 'updated', now)
+      redis.call('HDEL', key, 'token', 'lease_until', 'next_attempt')
+      redis.call('ZREM', due, id)
+      redis.call('ZREM', src .. '!accepted', id)
+      index(src, id, state, 'stale')
+      ordered(src, id, key, 1)
+      stale[#stale + 1] = id
+    elseif (not at or at <= now) and n < wanted then
+      take(id, key, state, s[2])
+      redis.call('HSET', src .. '!E:' .. entity, 'busy', id)
+      return
+    else
+      redis.call('ZADD', due, at or now, id)
+      return
+    end
+  end
+end
+-- Woken entities first, then the due index.
+local seen = {}
+for _, entity in ipairs(redis.call('ZRANGEBYSCORE', src .. '!wake', '-inf', now, 'LIMIT', 0, 100)) do
+  redis.call('ZREM', src .. '!wake', entity)
+  seen[entity] = true
+  turn(entity)
+end
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, 4 * wanted + 16)
+for _, id in ipairs(ids) do
+  if n == wanted then break end
+  if not placed[id] then
+    local key = record(id)
+    local s = redis.call('HMGET', key, 'state', 'next_attempt', 'attempts', 'entity')
+    if not ((s[1] == 'queued' or s[1] == 'processing') and s[2] and tonumber(s[2]) <= now) then
+      redis.call('ZREM', due, id)
+    elseif not s[4] then
+      take(id, key, s[1], s[3])
+    else
+      -- Not its entity's turn (or its turn is decided below): out of the
+      -- due index until its entity is woken or turn() puts it back.
+      redis.call('ZREM', due, id)
+      if not seen[s[4]] then
+        seen[s[4]] = true
+        turn(s[4])
+      end
+    end
+  end
+end
+return {out, stale}
+";
+
 /// KEYS[1] key; ARGV token, lease ms, source, id. An async event's next
 /// look moves with its lease.
 pub(super) const RENEW: &str = "
@@ -200,6 +358,7 @@ redis.call('HDEL', KEYS[1], 'token', 'lease_until', 'next_attempt')
 if s[3] then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
   redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
+  ordered(ARGV[7], ARGV[8], KEYS[1], 2)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 index(ARGV[7], ARGV[8], from, 'completed')
@@ -246,6 +405,7 @@ elseif redis.call('HDEL', KEYS[1], 'next_attempt') == 1 then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[11])
 index(ARGV[12], ARGV[13], from, to)
+if accepted then ordered(ARGV[12], ARGV[13], KEYS[1], 0) end
 return to
 ";
 
@@ -276,6 +436,7 @@ pub(super) const DELETE: &str = "
 local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
 if not s[1] then return 0 end
 if ARGV[1] ~= '1' and (s[1] == 'queued' or (s[2] and tonumber(s[2]) > now)) then return 2 end
+ordered(ARGV[2], ARGV[3], KEYS[1], 1)
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
 redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])

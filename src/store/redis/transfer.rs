@@ -18,7 +18,8 @@ const EXPORT: &str = "return {now, redis.call('PTTL', KEYS[1]), redis.call('HGET
 /// (Unix ms), source, id, updated, state, due score ('' none), owed score
 /// ('' none), then the hash's field/value pairs. A live record changed at
 /// or after `updated` is kept (0); otherwise the record replaces it with
-/// its indexes (1). The guard is set only when it points at no live key.
+/// its indexes (1) — a pending ordered record its place in its entity's
+/// order too. The guard is set only when it points at no live key.
 const IMPORT: &str = "
 local expires = tonumber(ARGV[1])
 if expires <= now then return 0 end
@@ -35,6 +36,16 @@ for i, set in ipairs({'due', 'accepted'}) do
   local score = ARGV[5 + i]
   if score ~= '' then redis.call('ZADD', ARGV[2] .. '!' .. set, score, ARGV[3])
   else redis.call('ZREM', ARGV[2] .. '!' .. set, ARGV[3]) end
+end
+local o = redis.call('HMGET', KEYS[1], 'entity', 'order_value', 'order_seq')
+local pending = {queued = true, processing = true, failed = true, dead = true}
+if o[1] and pending[ARGV[5]] then
+  local seq = tonumber(o[3])
+  redis.call('ZADD', ARGV[2] .. '!e:' .. o[1], o[2] or '-inf', place_of(ARGV[3], seq))
+  redis.call('ZADD', ARGV[2] .. '!wake', now, o[1])
+  if seq > (tonumber(redis.call('GET', ARGV[2] .. '!seq')) or 0) then
+    redis.call('SET', ARGV[2] .. '!seq', seq)
+  end
 end
 if KEYS[2] then
   local first = redis.call('GET', KEYS[2])
@@ -150,5 +161,10 @@ fn fields(record: &Record) -> Vec<(&'static str, Vec<u8>)> {
         "history",
         history::encode(&record.history).map(|h| text(&h)),
     );
+    if let Some(order) = &record.order {
+        optional("entity", Some(text(&order.entity)));
+        optional("order_value", order.value.map(|v| text(&v.to_string())));
+        optional("order_seq", Some(number(order.seq)));
+    }
     fields
 }

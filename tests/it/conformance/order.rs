@@ -269,5 +269,5 @@ conformance! {
         the_reorder_window_lets_an_older_late_event_go_first,
         a_lapsed_lease_gives_the_head_again_never_its_sibling,
     ],
-    backends: [memory, embedded, postgres],
+    backends: [memory, embedded, redis, cluster, postgres],
 }

@@ -1,0 +1,61 @@
+//! An ordered event's place in its entity's order, as the store keeps it
+//! and a lease reads it (README, "Ordered delivery"): the vocabulary of
+//! `Queue::lease_ordered` every backend shares.
+
+use std::time::Duration;
+
+use super::record::Due;
+
+/// Where an accepted event stands in its entity's order: by `value` where
+/// it has one (an event without sorts first), then by `seq`, its
+/// acceptance's place in the store's sequence (`Queue::lease_ordered`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ordered {
+    pub entity: String,
+    pub value: Option<f64>,
+    pub seq: u64,
+}
+
+impl Ordered {
+    /// Whether this event goes before `other` of the same entity.
+    pub fn precedes(&self, other: &Ordered) -> bool {
+        self.sort_key() < other.sort_key()
+    }
+
+    /// `(value, seq)` as one totally ordered key: no value sorts first.
+    pub fn sort_key(&self) -> (i64, u64, u64) {
+        match self.value {
+            None => (0, 0, self.seq),
+            Some(value) => (1, total_order(value), self.seq),
+        }
+    }
+}
+
+/// An f64 as a u64 that sorts as the number does (finite values).
+fn total_order(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
+/// An ordered event's place as its acceptance writes it
+/// ([`ClaimRequest::order`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OrderSpot<'a> {
+    pub entity: &'a str,
+    /// Its `stale_by` value.
+    pub value: Option<f64>,
+    /// `reorder_window`: not leased before it has waited this long.
+    pub hold: Duration,
+}
+
+/// What one ordered lease did (`Queue::lease_ordered`): the events leased,
+/// and those found stale on the way (now `Stale`, never to be delivered).
+#[derive(Debug, Clone, Default)]
+pub struct Leased {
+    pub due: Vec<Due>,
+    pub stale: Vec<String>,
+}
