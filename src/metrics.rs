@@ -99,6 +99,9 @@ pub struct Metrics {
     /// Ordered events found older than their entity's newest delivered one
     /// (README, "Ordered delivery").
     pub stale_events_total: IntCounterVec,
+    /// Entities of ordered routes held by a dead event (`on_blocked =
+    /// "wait"`), counted in the store when scraped.
+    pub blocked_entities: IntGaugeVec,
     /// hookgate extension: dead letters held now, per route (counted in the
     /// store every few seconds).
     pub dead_letters: IntGaugeVec,
@@ -296,6 +299,14 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
+        let blocked_entities = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_blocked_entities",
+                "Entities of ordered routes whose later events wait behind a dead event (on_blocked = \"wait\").",
+            ),
+            &["route", "destination"],
+        )
+        .expect("valid metric");
         let dead_letters = IntGaugeVec::new(
             Opts::new(
                 "hookgate_dead_letters",
@@ -419,6 +430,7 @@ impl Metrics {
             Box::new(dead_letters_total.clone()),
             Box::new(dead_letters.clone()),
             Box::new(stale_events_total.clone()),
+            Box::new(blocked_entities.clone()),
             Box::new(redeliveries.clone()),
             Box::new(delivery_attempts.clone()),
             Box::new(queue_depth.clone()),
@@ -465,6 +477,7 @@ impl Metrics {
             tls_cert_expiry,
             dead_letters_total,
             stale_events_total,
+            blocked_entities,
             dead_letters,
             redeliveries,
             delivery_attempts,

@@ -16,6 +16,11 @@ use serde_json::Value;
 
 use crate::key::{self, KeySource};
 
+/// The most blocked entities counted per route (`hookgate_blocked_entities`,
+/// the admin API's route list): past it they read "at least"; the admin
+/// API's `/blocked` pages list them.
+pub const BLOCKED_COUNTED: usize = 1_000;
+
 /// What a dead event does to its entity's later events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnBlocked {

@@ -28,7 +28,9 @@
 //!     `GET`/`DELETE /admin/bulk/{id}` follow and cancel it ([`bulk`]);
 //!   - `POST /admin/routes/{route}/dead-letters/redeliver?rate=` redrives
 //!     every dead letter of the route (a bulk action it waits for);
-//!   - `GET /admin/routes` lists the routes with their traffic controls;
+//!   - `GET /admin/routes` lists the routes with their traffic controls
+//!     ([`routes`]); `GET /admin/routes/{route}/blocked` the entities of an
+//!     ordered route waiting behind a dead event;
 //!     `POST /admin/routes/{route}/pause?by=&reason=` and `…/resume` pause
 //!     and resume a route for the whole fleet (README, "Traffic control"). Redeliveries,
 //!     replays and redrives of a paused route are refused (409
@@ -61,6 +63,7 @@ mod bulk;
 mod destinations;
 mod history;
 mod query;
+mod routes;
 mod views;
 
 use self::audit::{Audit, Entry};
@@ -75,7 +78,7 @@ use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::Bulks;
-use crate::ops::{EventsQuery, RouteView};
+use crate::ops::EventsQuery;
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::server::{accept_loop, Limits};
@@ -281,7 +284,12 @@ impl Admin {
                 let totals = history::totals(&self.gateway);
                 return Ok(json_response(StatusCode::OK, &self.history.json(&totals)));
             }
-            (["admin", "audit" | "history"], _) => return Err(AdminError::MethodNotAllowed),
+            (["admin", "routes", route, "blocked"], &Method::GET) => {
+                return self.blocked(request, route).await
+            }
+            (["admin", "audit" | "history"] | ["admin", "routes", _, "blocked"], _) => {
+                return Err(AdminError::MethodNotAllowed)
+            }
             _ => {}
         }
         match segments.as_slice() {
@@ -475,45 +483,6 @@ impl Admin {
                 "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
             }),
         ))
-    }
-
-    /// `GET /admin/routes`: every route with its traffic controls.
-    async fn routes(&self) -> Vec<serde_json::Value> {
-        let views = self.gateway.route_views().await;
-        views.iter().map(|view| self.route_json(view)).collect()
-    }
-
-    fn route_json(&self, view: &RouteView) -> serde_json::Value {
-        let route = &view.route;
-        let breaker = route.controls.breaker.as_ref().map(|breaker| {
-            let settings = breaker.settings();
-            json!({
-                "state": breaker.state(),
-                "failures": settings.failures,
-                "window_ms": settings.window.as_millis() as u64,
-                "open_for_ms": settings.open_for.as_millis() as u64,
-            })
-        });
-        let rate = route.controls.rate.as_ref().map(|rate| {
-            let settings = rate.settings();
-            json!({ "per_second": settings.per_second, "burst": settings.burst })
-        });
-        json!({
-            "name": route.name,
-            "route": route.route_name(),
-            "destination": route.as_destination(),
-            "destinations": (route.destinations.iter())
-                .map(|destination| destination.destination_name())
-                .collect::<Vec<_>>(),
-            "path": route.path,
-            "delivery": if route.delivery.is_async() { "async" } else { "sync" },
-            "paused": view.paused.as_ref().map(pause_json),
-            "circuit_breaker": breaker,
-            "upstream_rate": rate,
-            "queued": view.queued,
-            "dead_letters": view.dead_letters,
-            "outcomes": self.gateway.metrics().outcomes(&route.name),
-        })
     }
 
     /// `GET /admin/events`: one page of records, newest first.

@@ -42,6 +42,7 @@ pub(super) fn record_json(route: &str, key: &str, record: &Record) -> serde_json
         "next_attempt_at": record.next_attempt_ms,
         "history": record.history,
         "replay_of": record.replay_of,
+        "entity": record.order.as_ref().map(|order| &order.entity),
         "response_status": record.response.as_ref().map(|r| r.status.as_u16()),
         "response_body": record.response.as_ref().map(|r| r.body_kept.as_str()),
     })

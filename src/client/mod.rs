@@ -44,7 +44,7 @@ use serde_json::Value;
 use self::bulk::{BulkArgs, BulkCommand};
 use self::list::Listing;
 use self::query::{with_query, DestinationArg};
-use self::render::{paused_text, pretty, print_record, print_routes, print_sent};
+use self::render::{paused_text, pretty, print_blocked, print_record, print_routes, print_sent};
 
 /// How long one admin call may take (a redrive of many dead letters is
 /// paced, so it gets longer).
@@ -107,6 +107,17 @@ enum RoutesCommand {
         /// Who pauses it [default: $USER].
         #[arg(long)]
         by: Option<String>,
+    },
+    /// The entities of an ordered route whose later events wait behind a
+    /// dead event (`on_blocked = "wait"`): redeliver or forget the dead
+    /// event to let them go on, in order.
+    Blocked {
+        route: String,
+        #[command(flatten)]
+        destination: DestinationArg,
+        /// At most this many (1-1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
     /// Resume a paused route: its backlog is delivered at the route's pace.
     Resume {
@@ -310,6 +321,23 @@ impl AdminClient {
                     say!("{}", pretty(&routes));
                 } else {
                     print_routes(&routes);
+                }
+                return Ok(());
+            }
+            RoutesCommand::Blocked {
+                route,
+                destination,
+                limit,
+            } => {
+                let mut path = format!("/admin/routes/{}/blocked?limit={limit}", encode(&route));
+                if let Some(destination) = destination.query() {
+                    path.push_str(&format!("&{destination}"));
+                }
+                let blocked = self.call(Method::GET, &path, TIMEOUT).await?;
+                if json {
+                    say!("{}", pretty(&blocked));
+                } else {
+                    print_blocked(&blocked);
                 }
                 return Ok(());
             }

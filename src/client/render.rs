@@ -111,13 +111,41 @@ pub(super) fn print_routes(routes: &Value) {
                 rate,
                 count("queued"),
                 count("dead_letters"),
+                count("blocked"),
             ]
         })
         .collect();
     let titles = [
-        "ROUTE", "DELIVERY", "STATE", "BREAKER", "RATE", "QUEUED", "DEAD",
+        "ROUTE", "DELIVERY", "STATE", "BREAKER", "RATE", "QUEUED", "DEAD", "BLOCKED",
     ];
     print_columns(Some(&titles), &rows);
+}
+
+/// `hookgate routes blocked`: each entity held by a dead event.
+pub(super) fn print_blocked(blocked: &Value) {
+    let rows: Vec<Vec<String>> = (blocked["blocked"].as_array().into_iter().flatten())
+        .map(|held| {
+            vec![
+                held["entity"].as_str().unwrap_or("").to_owned(),
+                held["dead_event"].as_str().unwrap_or("").to_owned(),
+                held["since"]
+                    .as_u64()
+                    .map_or("-".into(), crate::clock::rfc3339),
+                held["waiting"].as_u64().unwrap_or(0).to_string(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        say!("no entity is blocked");
+        return;
+    }
+    print_columns(
+        Some(&["ENTITY", "DEAD EVENT", "DEAD SINCE", "WAITING"]),
+        &rows,
+    );
+    if blocked["more"] == true {
+        say!("(more not shown: --limit up to 1000)");
+    }
 }
 
 /// A table: each column as wide as its widest cell (of this page; `titles`

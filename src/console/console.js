@@ -10,7 +10,7 @@ const csrf = document.querySelector('meta[name="csrf-token"]').content;
 const READ_ONLY = document.querySelector('meta[name="role"]').content === "reader";
 if (READ_ONLY) document.getElementById("who").textContent = "operator console (read only)";
 const ROUTES_EVERY_MS = 5000;
-const STATES = ["", "processing", "queued", "failed", "dead", "completed"];
+const STATES = ["", "processing", "queued", "failed", "dead", "stale", "completed"];
 
 // --- the admin API --------------------------------------------------------
 
@@ -126,13 +126,43 @@ async function loadRoutes() {
       el("tr", { "data-route": route.name },
         el("td", {}, el("b", {}, route.name)),
         el("td", {}, el("code", {}, route.path)),
-        el("td", {}, route.delivery, route.paused ? el("span", { class: "state state-failed" }, " paused") : null),
+        el("td", {}, route.delivery, route.paused ? el("span", { class: "state state-failed" }, " paused") : null,
+          route.blocked ? el("button", { class: "state state-dead", "data-blocked": route.name, onclick: () => showBlocked(route.name),
+            title: "entities whose later events wait behind a dead event: redeliver or forget it" }, route.blocked + " blocked") : null),
         el("td", { class: "rates" }, lastHour(route.name)),
         el("td", {}, route.queued === null || route.queued === undefined ? "" : String(route.queued)),
         el("td", {}, String(route.dead_letters || 0)),
         el("td", {}, redrive)));
   }
   drawCharts(data.routes.map((route) => route.name));
+}
+
+// The entities of an ordered route held by a dead event: each with its
+// dead event (open it to redeliver or forget it) and how many wait.
+async function showBlocked(route) {
+  let data;
+  try {
+    data = await api("GET", "/admin/routes/" + encodeURIComponent(route) + "/blocked");
+  } catch (error) {
+    say("blocked: " + error.message, true);
+    return;
+  }
+  const section = document.getElementById("event");
+  section.hidden = false;
+  const rows = data.blocked.map((held) =>
+    el("tr", {},
+      el("td", { class: "mono" }, held.entity),
+      el("td", {}, el("a", { href: "#", class: "mono", onclick: (e) => { e.preventDefault(); showEvent(route, held.dead_event); } }, held.dead_event)),
+      el("td", {}, when(held.since)),
+      el("td", {}, String(held.waiting))));
+  section.replaceChildren(
+    el("h2", {}, "Blocked entities of " + route),
+    el("p", {}, "Each entity's later events wait until its dead event is redelivered (and delivered) or forgotten."),
+    el("table", {},
+      el("thead", {}, el("tr", {}, el("th", {}, "Entity"), el("th", {}, "Dead event"), el("th", {}, "Dead since"), el("th", {}, "Waiting"))),
+      el("tbody", { id: "blocked-body" }, ...rows)),
+    data.more ? el("p", { class: "empty" }, "more not shown") : null);
+  section.scrollIntoView({ block: "start" });
 }
 
 // One stacked bar per five minutes over 24 hours, per route: SVG built
@@ -341,6 +371,7 @@ async function showEvent(route, key) {
     el("dt", {}, "Updated"), el("dd", {}, when(record.updated)),
     el("dt", {}, "Last error"), el("dd", {}, error ? error.class + (error.status ? " (upstream " + error.status + ")" : "") + " at " + when(error.at) : "none"),
     record.next_attempt_at ? [el("dt", {}, "Next attempt"), el("dd", { id: "event-next" }, when(record.next_attempt_at))] : [],
+    record.entity ? [el("dt", {}, "Entity"), el("dd", { class: "mono" }, record.entity)] : [],
     record.replay_of ? [el("dt", {}, "Replay of"), el("dd", { class: "mono" }, record.replay_of)] : [],
     record.replays && record.replays.length ? [el("dt", {}, "Replays"), el("dd", { class: "mono" }, record.replays.join(", "))] : []);
   const response = record.response;

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use self::filter::Filter;
 use crate::delivery::Engine;
 pub use crate::error::OpsError;
+use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::Route;
 use crate::store::{Cursor, Deleted, ForceRelease, Listed, Record, RecordState, StoreError};
 use crate::traffic::Pause;
@@ -65,6 +66,9 @@ pub struct RouteView {
     /// not answer).
     pub queued: Option<u64>,
     pub dead_letters: Option<u64>,
+    /// Entities held by a dead event (ordered routes that wait; README,
+    /// "Ordered delivery"), at most `BLOCKED_COUNTED`.
+    pub blocked: Option<u64>,
 }
 
 /// How this instance is, for `/readyz`.
@@ -260,11 +264,18 @@ impl Engine {
                 false => None,
             };
             let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
+            let blocked = match route.order().map(|order| order.on_blocked) {
+                Some(OnBlocked::Wait) => (store.blocked(&route.scope, BLOCKED_COUNTED).await)
+                    .ok()
+                    .map(|blocked| blocked.len() as u64),
+                _ => None,
+            };
             views.push(RouteView {
                 paused: self.pauses().of(&route.name),
                 route,
                 queued,
                 dead_letters,
+                blocked,
             });
         }
         views

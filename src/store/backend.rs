@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, Leased, ListQuery, Record,
-    RecordState, StoreError, StoreKey,
+    Blocked, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, Leased, ListQuery,
+    Record, RecordState, StoreError, StoreKey,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -200,6 +200,17 @@ pub trait Listing: Send + Sync + 'static {
         source: &str,
         state: RecordState,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
+    /// The entities of `source` held by a dead event — their first
+    /// pending event is dead — oldest death first, at most `limit`: for
+    /// routes with `on_blocked = "wait"` (README, "Ordered delivery"). Of
+    /// a route that skips dead events, dead ones may still be reported
+    /// until a lease passes them by; it is not asked.
+    fn blocked(
+        &self,
+        source: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Blocked>, StoreError>> + Send;
 
     /// Drop listing entries of `source` in `state` last changed before
     /// `before_ms` (Unix ms): their records have expired. For backends that

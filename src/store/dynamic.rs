@@ -6,9 +6,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::{
-    Backend, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet, Health, Invalidations,
-    Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
-    Transfer,
+    Backend, Blocked, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet, Health,
+    Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
+    StoreKey, Transfer,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -57,6 +57,7 @@ pub(super) trait DynBackend: Send + Sync {
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
     fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
+    fn blocked<'a>(&'a self, source: &'a str, limit: usize) -> Op<'a, Vec<Blocked>>;
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>>;
     fn delete<'a>(&'a self, key: &'a StoreKey, force: bool) -> Op<'a, Deleted>;
     fn export<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<(Record, u64)>>;
@@ -153,6 +154,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>> {
         Box::pin(Listing::oldest(self, source, state))
+    }
+    fn blocked<'a>(&'a self, source: &'a str, limit: usize) -> Op<'a, Vec<Blocked>> {
+        Box::pin(Listing::blocked(self, source, limit))
     }
     fn get<'a>(&'a self, key: &'a StoreKey) -> Op<'a, Option<Record>> {
         Box::pin(Records::get(self, key))

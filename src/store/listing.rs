@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{new_token, Clock, Due, Leased, ListQuery, Record, RecordState, Store, StoreError};
+use super::{
+    new_token, Blocked, Clock, Due, Leased, ListQuery, Record, RecordState, Store, StoreError,
+};
 use crate::order::Rules;
 
 /// A record as a listing returns it.
@@ -223,6 +225,21 @@ impl Store {
             oldest = oldest.into_iter().chain(at).min();
         }
         Ok(oldest)
+    }
+
+    /// The entities of `scope` held by a dead event, oldest death first,
+    /// at most `limit` (`Listing::blocked`).
+    pub async fn blocked(&self, scope: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
+        let mut blocked = Vec::new();
+        for source in self.sources(scope) {
+            let found = self
+                .deadline("blocked", self.backend.blocked(&source, limit))
+                .await?;
+            blocked.extend(found);
+        }
+        blocked.sort_by_key(|held| held.since_ms);
+        blocked.truncate(limit);
+        Ok(blocked)
     }
 
     /// How many live records of `scope` are in `state`.

@@ -72,7 +72,7 @@ pub use self::history::{AttemptKind, FailureClass, LastError, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
 pub use self::migrate::migrate;
-pub use self::order::{Leased, OrderSpot, Ordered};
+pub use self::order::{Blocked, Leased, OrderSpot, Ordered};
 pub use self::postgres::{
     check_url as check_postgres_url, migration_script, pending_migrations, PostgresStore,
     CONNECTIONS_BESIDE_POOL as POSTGRES_CONNECTIONS_BESIDE_POOL, MIGRATIONS,

@@ -59,3 +59,17 @@ pub struct Leased {
     pub due: Vec<Due>,
     pub stale: Vec<String>,
 }
+
+/// An entity held by a dead event (`on_blocked = "wait"`): its later
+/// events wait until an operator redelivers or forgets `dead`
+/// (`Listing::blocked`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Blocked {
+    pub entity: String,
+    /// The dead event at the entity's head.
+    pub dead: String,
+    /// When it died (Unix ms).
+    pub since_ms: u64,
+    /// The entity's later events, waiting behind it.
+    pub waiting: u64,
+}

@@ -119,9 +119,9 @@ async fn assert_each_entity_in_order(upstream: &Upstream, within: Duration) -> V
 /// Bursts of one event per entity: every event is delivered once, each
 /// entity's in the order sent and never two at a time, and different
 /// entities at the same time.
-async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
+async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend, extra: &str) {
     let upstream = slow_upstream().await;
-    let gateway = TestGateway::start(&ordered_config(&upstream, &backend, "")).await;
+    let gateway = TestGateway::start(&ordered_config(&upstream, &backend, extra)).await;
     let url = gateway.url("/hook");
     send_bursts(|_, _| url.clone(), |_| ()).await;
     for id in assert_each_entity_in_order(&upstream, Duration::from_secs(30)).await {
@@ -144,13 +144,13 @@ async fn entities_are_delivered_in_order_one_at_a_time(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entities_are_delivered_in_order_on_the_memory_store() {
-    entities_are_delivered_in_order_one_at_a_time(Backend::Memory).await;
+    entities_are_delivered_in_order_one_at_a_time(Backend::Memory, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entities_are_delivered_in_order_on_the_embedded_store() {
     let dir = tempfile::tempdir().unwrap();
-    entities_are_delivered_in_order_one_at_a_time(embedded(&dir)).await;
+    entities_are_delivered_in_order_one_at_a_time(embedded(&dir), "").await;
 }
 
 /// The default store, in `dir`.
@@ -297,6 +297,9 @@ async fn a_dead_event_and_its_entity(on_blocked: &str) {
                 .all_reached(&["evt_a2".into()], Duration::from_secs(10))
                 .await
         );
+        let blocked = blocked(&gateway).await;
+        assert_eq!(blocked["on_blocked"], "skip");
+        assert_eq!(blocked["blocked"], serde_json::json!([]));
         gateway.shutdown().await;
         return;
     }
@@ -304,6 +307,41 @@ async fn a_dead_event_and_its_entity(on_blocked: &str) {
     assert_eq!(upstream.count("evt_a2"), 0, "held behind the dead event");
     let waiting = gateway.record("hook", "evt_a2").await.unwrap();
     assert_eq!(waiting.state, RecordState::Queued);
+    // The operator is told, and sees why: the entity, its dead event and
+    // what waits behind it.
+    let shown = blocked(&gateway).await;
+    assert_eq!(shown["on_blocked"], "wait");
+    let held = &shown["blocked"];
+    assert_eq!(held.as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(
+        (
+            &held[0]["entity"],
+            &held[0]["dead_event"],
+            &held[0]["waiting"]
+        ),
+        (&"sub_a".into(), &"evt_poison".into(), &1.into())
+    );
+    let routes = gateway.admin_url("/admin/routes");
+    let routes = request(Method::GET, &routes, Some(ADMIN_TOKEN)).await;
+    assert_eq!(routes.json()["routes"][0]["blocked"], 1);
+    assert_eq!(blocked_gauge(&gateway).await, Some(1.0));
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "routes",
+            "blocked",
+            "hook",
+            "--admin",
+            &gateway.admin_url(""),
+        ])
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&cli.stdout);
+    let row = table.lines().find(|line| line.starts_with("sub_a"));
+    assert!(
+        row.is_some_and(|row| row.contains("evt_poison") && row.ends_with('1')),
+        "{table}"
+    );
 
     healed.store(true, Ordering::SeqCst);
     let redelivered = request(
@@ -323,7 +361,24 @@ async fn a_dead_event_and_its_entity(on_blocked: &str) {
         ["evt_poison", "evt_poison", "evt_a2"],
         "in order once unblocked"
     );
+    assert_eq!(blocked(&gateway).await["blocked"], serde_json::json!([]));
+    assert_eq!(blocked_gauge(&gateway).await, Some(0.0));
     gateway.shutdown().await;
+}
+
+/// `GET /admin/routes/hook/blocked`.
+async fn blocked(gateway: &TestGateway) -> serde_json::Value {
+    let url = gateway.admin_url("/admin/routes/hook/blocked");
+    let answer = request(Method::GET, &url, Some(ADMIN_TOKEN)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.json());
+    answer.json()
+}
+
+/// `hookgate_blocked_entities` of the route, as scraped now.
+async fn blocked_gauge(gateway: &TestGateway) -> Option<f64> {
+    let text = scrape(&gateway.admin_url("/metrics")).await;
+    let labels = [("route", "hook"), ("destination", "")];
+    sample(&text, "hookgate_blocked_entities", &labels)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,7 +446,26 @@ async fn entities_are_delivered_in_order_on_redis() {
     let Some(redis) = RedisServer::start().await else {
         return;
     };
-    entities_are_delivered_in_order_one_at_a_time(Backend::Redis(redis.url())).await;
+    // Events of one entity sent at one `created` are not stale to each other.
+    let stale_by = "stale_by = \"json:/created\"";
+    entities_are_delivered_in_order_one_at_a_time(Backend::Redis(redis.url()), stale_by).await;
+    // What ordering keeps per entity lives no longer than its events.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let kept: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*!E:*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), ENTITIES, "{kept:?}");
+    for key in kept {
+        let ttl: i64 = ::redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{key} expires with its events");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -400,7 +474,7 @@ async fn entities_are_delivered_in_order_on_a_one_shard_redis_cluster() {
         return;
     };
     let one_shard = Backend::RedisCluster(format!("{}\nshards = 1", cluster.toml()));
-    entities_are_delivered_in_order_one_at_a_time(one_shard).await;
+    entities_are_delivered_in_order_one_at_a_time(one_shard, "").await;
 }
 
 /// A Redis Cluster store laid out in many shards per scope keeps that
@@ -426,14 +500,13 @@ async fn a_cluster_store_laid_out_in_shards_refuses_ordered_routes() {
     let dir = tempfile::tempdir().unwrap();
     let (path, port) = write_config(dir.path(), &with_admin_on(&plain, admin_port));
     let mut gateway = GatewayProcess::start(&path, port).await;
-    assert_eq!(
-        cluster
-            .get(&format!("{}layout", prefix(&plain)))
-            .await
-            .as_deref(),
-        Some("64"),
-        "a new store takes the default shards"
-    );
+    // The listener takes connections before the store's layout is
+    // learned; the gateway serves once it is.
+    let layout = format!("{}layout", prefix(&plain));
+    let laid_out = eventually(Duration::from_secs(10), || async {
+        cluster.get(&layout).await.as_deref() == Some("64")
+    });
+    assert!(laid_out.await, "a new store takes the default shards");
 
     std::fs::write(
         &path,

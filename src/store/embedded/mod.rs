@@ -59,7 +59,7 @@ use self::run::{Op, Reply};
 use self::transfer::Import;
 use super::Synchronous;
 use super::{
-    Backend, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
+    Backend, Blocked, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
     Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
     StoreKey, Transfer,
 };
@@ -326,6 +326,17 @@ impl Listing for EmbeddedStore {
         };
         match self.call(op).await? {
             Reply::Count(count) => Ok(count),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
+        let op = Op::Blocked {
+            source: source.to_owned(),
+            limit,
+        };
+        match self.call(op).await? {
+            Reply::Blocked(blocked) => Ok(blocked),
             _ => Err(unexpected()),
         }
     }

@@ -10,7 +10,7 @@ use rusqlite::{params, Transaction};
 use super::run::{live_record, query_one};
 use super::sql::LEASE_DUE;
 use crate::order::Rules;
-use crate::store::{Due, Lease, Leased};
+use crate::store::{Blocked, Due, Lease, Leased};
 
 /// An acceptance's place: entity, value, and when it may first be leased
 /// (its `reorder_window` from now).
@@ -128,4 +128,42 @@ pub(super) fn lease_ordered(
         }
     }
     Ok(leased)
+}
+
+/// The dead rows of source ?1 at ?2 that are their entity's first pending
+/// row, oldest death first, at most ?3: entity, key, when it died, and how
+/// many of the entity's rows wait behind it.
+const BLOCKED: &str = "\
+SELECT d.order_entity, d.key, d.updated_at, \
+    (SELECT count(*) FROM webhook_events AS w \
+     WHERE w.due_source = ?1 AND w.order_entity = d.order_entity AND w.key <> d.key \
+       AND w.state IN ('queued', 'processing', 'failed', 'dead') AND w.expires_at > ?2) \
+FROM webhook_events AS d \
+WHERE d.due_source = ?1 AND d.order_entity IS NOT NULL AND d.state = 'dead' AND d.expires_at > ?2 \
+  AND NOT EXISTS (SELECT 1 FROM webhook_events AS h \
+      WHERE h.due_source = ?1 AND h.order_entity = d.order_entity AND h.key <> d.key \
+        AND h.state IN ('queued', 'processing', 'failed', 'dead') AND h.expires_at > ?2 \
+        AND (h.order_value IS NOT NULL, coalesce(h.order_value, 0), h.order_seq) \
+            < (d.order_value IS NOT NULL, coalesce(d.order_value, 0), d.order_seq)) \
+ORDER BY d.updated_at LIMIT ?3";
+
+/// The entities of `source` held by a dead row (`Listing::blocked`).
+pub(super) fn blocked(
+    tx: &Transaction<'_>,
+    source: &str,
+    limit: usize,
+    now: u64,
+) -> rusqlite::Result<Vec<Blocked>> {
+    let prefix = source.len() + 1;
+    tx.prepare_cached(BLOCKED)?
+        .query_map(params![source, now as i64, limit as i64], |row| {
+            let key: String = row.get(1)?;
+            Ok(Blocked {
+                entity: row.get(0)?,
+                dead: key[prefix..].to_owned(),
+                since_ms: row.get::<_, i64>(2)? as u64,
+                waiting: row.get::<_, i64>(3)? as u64,
+            })
+        })?
+        .collect()
 }

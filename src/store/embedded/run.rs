@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
-    decide, history, settled, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
+    decide, history, settled, Blocked, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
     FailureClass, Lease, Leased, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
 use super::order::{lease_ordered, place, Placing};
@@ -87,6 +87,10 @@ pub(super) enum Op {
         source: String,
         state: RecordState,
     },
+    Blocked {
+        source: String,
+        limit: usize,
+    },
     Get {
         key: String,
     },
@@ -120,6 +124,7 @@ pub(super) enum Reply {
     LeasedOrdered(Leased),
     Count(u64),
     Oldest(Option<u64>),
+    Blocked(Vec<Blocked>),
     Deleted(Deleted),
     Pong,
     Controls(Vec<(String, String)>),
@@ -317,6 +322,9 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Oldest { source, state } => {
             let at: Option<i64> = by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST])?;
             Ok(Reply::Oldest(at.map(|at| at as u64)))
+        }
+        Op::Blocked { source, limit } => {
+            super::order::blocked(tx, &source, limit, now).map(Reply::Blocked)
         }
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
         Op::Export { key } => super::transfer::export(tx, &key, now).map(Reply::Exported),

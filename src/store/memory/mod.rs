@@ -8,9 +8,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    decide, history, keeps_without_force, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest,
-    Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, Leased, ListQuery,
-    Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
+    decide, history, keeps_without_force, settled, Backend, Blocked, ClaimMode, ClaimOutcome,
+    ClaimRequest, Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, Leased,
+    ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -404,6 +404,9 @@ impl Transfer for MemoryStore {
             expires_at_ms,
         };
         tables.records.insert(key.as_str().to_owned(), entry);
+        if let Some(order) = &record.order {
+            tables.sequence = tables.sequence.max(order.seq);
+        }
         if record.accepted
             && matches!(
                 record.state,
@@ -503,6 +506,11 @@ impl Listing for MemoryStore {
         let now = self.clock.now_ms();
         let tables = self.lock();
         Ok(self.in_source(&tables, source, state, now).count() as u64)
+    }
+
+    async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.lock().blocked(source, limit, now))
     }
 }
 

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{live, Tables};
 use crate::order::Rules;
-use crate::store::{Due, Lease, Leased, OrderSpot, Ordered, Record, RecordState, StoreKey};
+use crate::store::{
+    Blocked, Due, Lease, Leased, OrderSpot, Ordered, Record, RecordState, StoreKey,
+};
 
 /// One entity's order.
 #[derive(Debug, Default)]
@@ -139,6 +141,31 @@ impl Tables {
             }
         }
         leased
+    }
+
+    /// The entities of `source` whose first pending event is dead.
+    pub(super) fn blocked(&self, source: &str, limit: usize, now: u64) -> Vec<Blocked> {
+        let mut blocked: Vec<Blocked> = (self.entities.iter())
+            .filter(|((of, _), _)| of == source)
+            .filter_map(|((_, entity), order)| {
+                let mut pending = (order.members.values()).filter_map(|id| {
+                    let record = live(&self.records, &format!("{source}:{id}"), now)?;
+                    let settled =
+                        matches!(record.state, RecordState::Completed | RecordState::Stale);
+                    (!settled).then_some((id, record))
+                });
+                let (dead, record) = pending.next()?;
+                (record.state == RecordState::Dead).then(|| Blocked {
+                    entity: entity.clone(),
+                    dead: dead.clone(),
+                    since_ms: record.updated_ms,
+                    waiting: pending.count() as u64,
+                })
+            })
+            .collect();
+        blocked.sort_by_key(|held| held.since_ms);
+        blocked.truncate(limit);
+        blocked
     }
 
     /// The due events of `source`: `(when, id)`.

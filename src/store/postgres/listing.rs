@@ -5,7 +5,7 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::record;
 use super::{db, sql, PostgresStore};
-use crate::store::{ListQuery, Listing, Record, RecordState, StoreError};
+use crate::store::{Blocked, ListQuery, Listing, Record, RecordState, StoreError};
 
 impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
@@ -52,5 +52,9 @@ impl Listing for PostgresStore {
             .await
             .map_err(db)?;
         Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
+        self.blocked_entities(source, limit).await
     }
 }

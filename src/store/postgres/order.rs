@@ -15,7 +15,7 @@ use tokio_postgres::types::ToSql;
 use super::rows::live_record;
 use super::{db, millis, sql, PostgresStore};
 use crate::order::Rules;
-use crate::store::{Due, Lease, Leased, StoreError};
+use crate::store::{Blocked, Due, Lease, Leased, StoreError};
 
 /// The head of entity `e.order_entity` of source $1: its first pending row
 /// (no value first, then by value, then by place); a dead one holds its
@@ -153,5 +153,50 @@ impl PostgresStore {
         }
         transaction.commit().await.map_err(db)?;
         Ok(leased)
+    }
+}
+
+/// The dead rows of source $1 that are their entity's first pending row,
+/// oldest death first, at most $2: entity, id, when it died (ms), and how
+/// many of the entity's rows wait behind it.
+const BLOCKED: &str = "\
+SELECT d.order_entity, d.idempotency_key, (extract(epoch FROM d.updated_at) * 1000)::bigint, \
+    (SELECT count(*) FROM webhook_events AS w \
+     WHERE w.source = $1 AND w.order_entity = d.order_entity \
+       AND w.idempotency_key <> d.idempotency_key \
+       AND w.status IN ('queued', 'processing', 'failed', 'dead') AND w.expires_at > now()) \
+FROM webhook_events AS d \
+WHERE d.source = $1 AND d.order_entity IS NOT NULL AND d.status = 'dead' AND d.expires_at > now() \
+  AND NOT EXISTS (SELECT 1 FROM webhook_events AS h \
+      WHERE h.source = $1 AND h.order_entity = d.order_entity \
+        AND h.idempotency_key <> d.idempotency_key \
+        AND h.status IN ('queued', 'processing', 'failed', 'dead') AND h.expires_at > now() \
+        AND (h.order_value IS NOT NULL, coalesce(h.order_value, 0), h.order_seq) \
+            < (d.order_value IS NOT NULL, coalesce(d.order_value, 0), d.order_seq)) \
+ORDER BY d.updated_at LIMIT $2";
+
+impl PostgresStore {
+    /// [`Listing::blocked`](crate::store::Listing::blocked), on a listing
+    /// connection.
+    pub(super) async fn blocked_entities(
+        &self,
+        source: &str,
+        limit: usize,
+    ) -> Result<Vec<Blocked>, StoreError> {
+        let client = self.listing_client().await?;
+        let statement = client.prepare_cached(BLOCKED).await.map_err(db)?;
+        let rows = client
+            .query(&statement, &[&source, &(limit as i64)])
+            .await
+            .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|row| Blocked {
+                entity: row.get(0),
+                dead: row.get(1),
+                since_ms: row.get::<_, i64>(2) as u64,
+                waiting: row.get::<_, i64>(3) as u64,
+            })
+            .collect())
     }
 }

@@ -8,6 +8,11 @@ use super::rows::record;
 use super::{db, sql, PostgresStore};
 use crate::store::{history, Clock, Record, StoreError, StoreKey, Transfer};
 
+/// Moves the order sequence past a copied record's place ($1), when it is
+/// not already past it.
+const SEQUENCE_PAST: &str = "SELECT setval('hookgate_order_seq', $1) FROM hookgate_order_seq \
+    WHERE last_value < $1";
+
 impl Transfer for PostgresStore {
     async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
         let client = self.client().await?;
@@ -99,6 +104,12 @@ impl Transfer for PostgresStore {
         let client = self.client().await?;
         let statement = client.prepare_cached(sql::IMPORT).await.map_err(db)?;
         let written = client.execute(&statement, &params).await.map_err(db)? == 1;
+        if let (true, Some(seq)) = (written, seq) {
+            // New acceptances take places after every copied one: an
+            // entity's copied events go before its new ones.
+            let statement = client.prepare_cached(SEQUENCE_PAST).await.map_err(db)?;
+            client.execute(&statement, &[&seq]).await.map_err(db)?;
+        }
         if let (true, Some(guard)) = (written, guard) {
             let statement = client.prepare_cached(sql::IMPORT_GUARD).await.map_err(db)?;
             let guard: [&(dyn ToSql + Sync); 4] =

@@ -10,8 +10,11 @@ use super::fields::{bytes, parse_record};
 use super::{backend, index_key, Connector, RedisStore};
 use crate::order::Rules;
 use crate::store::{
-    Due, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, StoreError,
+    Blocked, Due, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, StoreError,
 };
+
+/// The most dead events one `BLOCKED` script looks at: the oldest deaths.
+const BLOCKED_LOOK_AT: usize = 10_000;
 
 impl<C: Connector> Queue for RedisStore<C> {
     async fn lease_due(
@@ -99,6 +102,30 @@ fn leased(reply: &[Value]) -> Result<Vec<Due>, StoreError> {
 }
 
 impl<C: Connector> Listing for RedisStore<C> {
+    async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
+        let mut invocation = self.blocked.key(index_key(source, RecordState::Dead));
+        invocation.arg(source).arg(limit).arg(BLOCKED_LOOK_AT);
+        let mut connection = self.connector.connection().await?;
+        let reply: Vec<Value> = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        let text = |value: &Value| String::from_utf8_lossy(&bytes(value)).into_owned();
+        let number = |value: &Value| match value {
+            Value::Int(n) => *n as u64,
+            other => text(other).parse().unwrap_or(0),
+        };
+        Ok(reply
+            .chunks_exact(4)
+            .map(|held| Blocked {
+                dead: text(&held[0]),
+                entity: text(&held[1]),
+                since_ms: number(&held[2]),
+                waiting: number(&held[3]),
+            })
+            .collect())
+    }
+
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
         let mut invocation = self.list.key(index_key(query.source, query.state));
         invocation

@@ -58,7 +58,7 @@ pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::parse_record;
 use self::guard::Taken;
 use self::scripts::{
-    CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, LIST, LISTED_FIELDS,
+    BLOCKED, CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, LIST, LISTED_FIELDS,
     OLDEST_OWED, PRELUDE, PROBE, RELEASE, RENEW,
 };
 use super::{
@@ -97,6 +97,7 @@ pub struct RedisStore<C: Connector> {
     fail: Script,
     lease_due: Script,
     lease_ordered: Script,
+    blocked: Script,
     release: Script,
     delete: Script,
     list: Script,
@@ -119,6 +120,7 @@ impl<C: Connector> RedisStore<C> {
             fail: script(FAIL),
             lease_due: script(LEASE_DUE),
             lease_ordered: script(LEASE_ORDERED),
+            blocked: script(BLOCKED),
             release: script(RELEASE),
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),

@@ -31,6 +31,13 @@ local function owe(src, id, key)
   redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
 end
 local function place_of(id, seq) return string.format('%020d', seq) .. ':' .. id end
+-- An entity's `{source}!E:` hash lives as long as the longest-lived of
+-- its events written to it: the stale guard remembers the newest value
+-- delivered for the record's retention, as the SQL stores do.
+local function entity_lives(meta, key)
+  local ttl = redis.call('PTTL', key)
+  if ttl > redis.call('PTTL', meta) then redis.call('PEXPIRE', meta, ttl) end
+end
 local function ordered(src, id, key, how)
   local o = redis.call('HMGET', key, 'entity', 'order_value', 'order_seq')
   if not o[1] then return end
@@ -39,6 +46,7 @@ local function ordered(src, id, key, how)
     local meta = src .. '!E:' .. o[1]
     local newest = tonumber(redis.call('HGET', meta, 'newest'))
     if not newest or tonumber(o[2]) > newest then redis.call('HSET', meta, 'newest', o[2]) end
+    entity_lives(meta, key)
   end
   redis.call('ZADD', src .. '!wake', now, o[1])
 end
@@ -176,7 +184,10 @@ keep_request()
 if mode == '3' then place() end
 if operator then
   local entity = redis.call('HGET', KEYS[1], 'entity')
-  if entity then redis.call('HSET', ARGV[5] .. '!E:' .. entity, 'busy', ARGV[6]) end
+  if entity then
+    redis.call('HSET', ARGV[5] .. '!E:' .. entity, 'busy', ARGV[6])
+    entity_lives(ARGV[5] .. '!E:' .. entity, KEYS[1])
+  end
 end
 if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'guard_token', ARGV[14]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -295,6 +306,7 @@ local function turn(entity)
     elseif (not at or at <= now) and n < wanted then
       take(id, key, state, s[2])
       redis.call('HSET', src .. '!E:' .. entity, 'busy', id)
+      entity_lives(src .. '!E:' .. entity, key)
       return
     else
       redis.call('ZADD', due, at or now, id)
@@ -333,6 +345,39 @@ end
 return {out, stale}
 ";
 
+/// KEYS[1] the dead index of a source; ARGV source, most to report, most
+/// dead events to look at. The dead events, oldest death first, that are
+/// their entity's first pending event (those before it in
+/// `{source}!e:{entity}` all gone or settled): {id, entity, updated,
+/// events after it, ...}.
+pub(super) const BLOCKED: &str = "
+local src, limit = ARGV[1], tonumber(ARGV[2])
+local out, found = {}, 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)) do
+  if found == limit then break end
+  local r = redis.call('HMGET', src .. ':' .. id, 'state', 'entity', 'order_seq', 'updated')
+  if r[1] == 'dead' and r[2] then
+    local pending = src .. '!e:' .. r[2]
+    local rank = redis.call('ZRANK', pending, place_of(id, tonumber(r[3])))
+    local first = rank ~= false and rank < 10
+    if first and rank > 0 then
+      for _, before in ipairs(redis.call('ZRANGE', pending, 0, rank - 1)) do
+        local s = redis.call('HGET', src .. ':' .. string.sub(before, 22), 'state')
+        if s and s ~= 'completed' and s ~= 'stale' then first = false end
+      end
+    end
+    if first then
+      found = found + 1
+      out[#out + 1] = id
+      out[#out + 1] = r[2]
+      out[#out + 1] = r[4]
+      out[#out + 1] = redis.call('ZCARD', pending) - rank - 1
+    end
+  end
+end
+return out
+";
+
 /// KEYS[1] key; ARGV token, lease ms, source, id. An async event's next
 /// look moves with its lease.
 pub(super) const RENEW: &str = "
@@ -358,9 +403,9 @@ redis.call('HDEL', KEYS[1], 'token', 'lease_until', 'next_attempt')
 if s[3] then
   redis.call('ZREM', ARGV[7] .. '!due', ARGV[8])
   redis.call('ZREM', ARGV[7] .. '!accepted', ARGV[8])
-  ordered(ARGV[7], ARGV[8], KEYS[1], 2)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if s[3] then ordered(ARGV[7], ARGV[8], KEYS[1], 2) end
 index(ARGV[7], ARGV[8], from, 'completed')
 return 1
 ";

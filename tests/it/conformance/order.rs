@@ -218,6 +218,71 @@ async fn a_dead_event_holds_its_entity_unless_skipped(store: Store, _time: Time)
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&["d3"]));
 }
 
+/// `blocked` names each entity whose first pending event is dead, with how
+/// many wait behind it, oldest death first; a redelivery that completes
+/// the dead event, or forgetting it, unblocks the entity.
+async fn blocked_entities_name_their_dead_head_and_the_events_behind_it(store: Store, time: Time) {
+    let s = "o7";
+    let kept = stored_request();
+    let dead = failure(&kept, true, false);
+    for id in ["a1", "a2", "a3"] {
+        accept_in(&store, s, id, ("a", None), Duration::ZERO).await;
+    }
+    for id in ["b1", "b2"] {
+        accept_in(&store, s, id, ("b", Some(1.0)), Duration::ZERO).await;
+    }
+    accept_in(&store, s, "c1", ("c", None), Duration::ZERO).await;
+    assert_eq!(lease(&store, s, WAIT).await.0, ids(&["a1", "b1", "c1"]));
+    assert_eq!(store.blocked(s, 10).await.unwrap(), vec![], "nothing dead");
+    assert_eq!(fail(&store, s, "a1", &dead).await, RecordState::Dead);
+    time.pass(Duration::from_millis(5)).await;
+    assert_eq!(fail(&store, s, "b1", &dead).await, RecordState::Dead);
+    complete(&store, s, "c1").await;
+
+    let blocked = store.blocked(s, 10).await.unwrap();
+    let seen: Vec<(&str, &str, u64)> = (blocked.iter())
+        .map(|held| (held.entity.as_str(), held.dead.as_str(), held.waiting))
+        .collect();
+    assert_eq!(seen, [("a", "a1", 2), ("b", "b1", 1)]);
+    assert!(blocked[0].since_ms <= blocked[1].since_ms);
+    assert_eq!(store.blocked(s, 1).await.unwrap().len(), 1, "at most limit");
+
+    let key = store.key(s, "a1");
+    let redelivered = store.claim(redeliver(&key, false)).await.unwrap();
+    assert!(matches!(redelivered, ClaimOutcome::New(_)));
+    complete(&store, s, "a1").await;
+    let forgotten = store.delete(&store.key(s, "b1"), false).await.unwrap();
+    assert_eq!(forgotten, Deleted::Deleted);
+    assert_eq!(
+        store.blocked(s, 10).await.unwrap(),
+        vec![],
+        "both unblocked"
+    );
+    assert_eq!(lease(&store, s, WAIT).await.0, ids(&["a2", "b2"]));
+}
+
+/// A copied event (`store copy`) keeps its place: an event of its entity
+/// accepted after the copy goes after it, however far the copy's places
+/// are ahead of this store's sequence.
+async fn a_copied_event_goes_before_its_entitys_new_ones(store: Store, _time: Time) {
+    let (from, to) = ("o8a", "o8b");
+    accept_in(&store, from, "old", ("e", None), Duration::ZERO).await;
+    let (mut record, expires) = store
+        .export(&store.key(from, "old"))
+        .await
+        .unwrap()
+        .unwrap();
+    record.order.as_mut().unwrap().seq += 1_000_000;
+    let copied = store
+        .import(&store.key(to, "old"), &record, expires, None)
+        .await;
+    assert!(copied.unwrap());
+    accept_in(&store, to, "new", ("e", None), Duration::ZERO).await;
+    assert_eq!(lease(&store, to, WAIT).await.0, ids(&["old"]));
+    complete(&store, to, "old").await;
+    assert_eq!(lease(&store, to, WAIT).await.0, ids(&["new"]));
+}
+
 async fn the_reorder_window_lets_an_older_late_event_go_first(store: Store, time: Time) {
     let s = "o5";
     let hold = Duration::from_millis(600);
@@ -268,6 +333,8 @@ conformance! {
         a_dead_event_holds_its_entity_unless_skipped,
         the_reorder_window_lets_an_older_late_event_go_first,
         a_lapsed_lease_gives_the_head_again_never_its_sibling,
+        blocked_entities_name_their_dead_head_and_the_events_behind_it,
+        a_copied_event_goes_before_its_entitys_new_ones,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }

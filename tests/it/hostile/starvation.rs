@@ -398,6 +398,14 @@ impl hookgate::store::Listing for LateAnswers {
     ) -> Result<u64, hookgate::store::StoreError> {
         self.0.count(source, state).await
     }
+
+    async fn blocked(
+        &self,
+        source: &str,
+        limit: usize,
+    ) -> Result<Vec<hookgate::store::Blocked>, hookgate::store::StoreError> {
+        self.0.blocked(source, limit).await
+    }
 }
 
 impl hookgate::store::Fleet for LateAnswers {

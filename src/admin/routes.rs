@@ -1,0 +1,123 @@
+//! How the admin API shows routes: `GET /admin/routes`, every route with
+//! its traffic controls and counts, and `GET /admin/routes/{route}/blocked`,
+//! the entities of an ordered route that wait behind a dead event (README,
+//! "Ordered delivery"), each with its dead event and how many of its
+//! events wait. The way out is the dead event's own: redeliver it, or
+//! forget it.
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::query::query_param;
+use super::views::pause_json;
+use super::Admin;
+use crate::error::{json_response, AdminError};
+use crate::ops::RouteView;
+use crate::order::OnBlocked;
+
+/// Entities listed when the request names no `limit`, and the most it may.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1_000;
+
+impl Admin {
+    /// `GET /admin/routes`: every route with its traffic controls.
+    pub(super) async fn routes(&self) -> Vec<serde_json::Value> {
+        let views = self.gateway.route_views().await;
+        views.iter().map(|view| self.route_json(view)).collect()
+    }
+
+    fn route_json(&self, view: &RouteView) -> serde_json::Value {
+        let route = &view.route;
+        let breaker = route.controls.breaker.as_ref().map(|breaker| {
+            let settings = breaker.settings();
+            json!({
+                "state": breaker.state(),
+                "failures": settings.failures,
+                "window_ms": settings.window.as_millis() as u64,
+                "open_for_ms": settings.open_for.as_millis() as u64,
+            })
+        });
+        let rate = route.controls.rate.as_ref().map(|rate| {
+            let settings = rate.settings();
+            json!({ "per_second": settings.per_second, "burst": settings.burst })
+        });
+        json!({
+            "name": route.name,
+            "route": route.route_name(),
+            "destination": route.as_destination(),
+            "destinations": (route.destinations.iter())
+                .map(|destination| destination.destination_name())
+                .collect::<Vec<_>>(),
+            "path": route.path,
+            "delivery": if route.delivery.is_async() { "async" } else { "sync" },
+            "paused": view.paused.as_ref().map(pause_json),
+            "circuit_breaker": breaker,
+            "upstream_rate": rate,
+            "queued": view.queued,
+            "dead_letters": view.dead_letters,
+            "on_blocked": route.order().map(|order| on_blocked_name(order.on_blocked)),
+            "blocked": view.blocked,
+            "outcomes": self.gateway.metrics().outcomes(&route.name),
+        })
+    }
+
+    pub(super) async fn blocked(
+        &self,
+        request: &Request<Incoming>,
+        route: &str,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let route = self.target(request, route)?;
+        let limit = match query_param(request, "limit") {
+            None => DEFAULT_LIMIT,
+            Some(text) => match text.parse::<usize>() {
+                Ok(limit @ 1..=MAX_LIMIT) => limit,
+                _ => {
+                    return Err(AdminError::BadQuery(format!(
+                        "limit must be 1 to {MAX_LIMIT}"
+                    )))
+                }
+            },
+        };
+        let on_blocked = route.order().map(|order| order.on_blocked);
+        let blocked = match on_blocked {
+            Some(OnBlocked::Wait) => {
+                // One more than asked: whether there are more.
+                let store = self.gateway.store();
+                let found = store.blocked(&route.scope, limit + 1).await;
+                found.map_err(|error| AdminError::Ops(error.into()))?
+            }
+            _ => Vec::new(),
+        };
+        let (name, destination) = crate::metrics::delivery_labels(&route.name);
+        let shown: Vec<_> = (blocked.iter().take(limit))
+            .map(|held| {
+                json!({
+                    "entity": held.entity,
+                    "dead_event": held.dead,
+                    "since": held.since_ms,
+                    "waiting": held.waiting,
+                })
+            })
+            .collect();
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "route": name,
+                "destination": (!destination.is_empty()).then_some(destination),
+                "on_blocked": on_blocked.map(on_blocked_name),
+                "blocked": shown,
+                "more": blocked.len() > limit,
+            }),
+        ))
+    }
+}
+
+fn on_blocked_name(on_blocked: OnBlocked) -> &'static str {
+    match on_blocked {
+        OnBlocked::Wait => "wait",
+        OnBlocked::Skip => "skip",
+    }
+}
