@@ -44,11 +44,13 @@
 //! [`entrances`] checks the record's life across every entrance — sync and
 //! async senders, the hybrid, workers, operators, reloads between modes —
 //! with its own action → code table; [`fanout`] one event handed to several
-//! destinations and delivered by each.
+//! destinations and delivered by each; [`order`] one entity's events
+//! delivered in order, one at a time.
 
 mod entrances;
 mod fanout;
 mod guard;
+mod order;
 
 use stateright::{Checker, Model, Property};
 
