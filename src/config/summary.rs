@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::{Backend, Config, DeliveryMode, OnStoreError};
+use crate::order::OnBlocked;
 
 impl Config {
     /// The human summary `hookgate check` prints.
@@ -81,7 +82,7 @@ impl Config {
                 guard = if route.replay_guard { ", replay guard on" } else { "" },
                 dead = match (&route.delivery, route.max_attempts) {
                     (DeliveryMode::Async(settings), n) => format!(
-                        "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}",
+                        "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}{}",
                         settings.accept_status.as_u16(),
                         settings.max_in_flight,
                         humanize(settings.backoff_initial),
@@ -93,6 +94,20 @@ impl Config {
                         },
                         settings.respond_within.map_or(String::new(), |within| {
                             format!(", answers synchronously within {}", humanize(within))
+                        }),
+                        settings.order.as_ref().map_or(String::new(), |order| {
+                            let stale = (order.stale_by.as_ref())
+                                .map_or(String::new(), |by| format!(", stale by {by}"));
+                            let blocked = match order.on_blocked {
+                                OnBlocked::Wait => "a dead event holds its entity",
+                                OnBlocked::Skip => "dead events skipped",
+                            };
+                            format!(
+                                "\n  {:<16} ordered by {}{stale}, reorder window {}, {blocked}",
+                                "",
+                                order.by,
+                                humanize(order.reorder_window)
+                            )
                         }),
                     ),
                     (DeliveryMode::Sync, 0) => format!(

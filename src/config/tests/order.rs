@@ -64,6 +64,14 @@ fn an_async_route_orders_by_its_entity() {
     );
     let unordered = parse(&route("memory", "delivery = \"async\"")).unwrap();
     assert!(unordered.live.routes[0].order().is_none());
+    // `check` says so.
+    let summary = config.summary();
+    assert!(
+        summary.contains(
+            "ordered by json:/data/object/id, stale by json:/created, reorder window 2s, dead events skipped"
+        ),
+        "{summary}"
+    );
 }
 
 #[test]
