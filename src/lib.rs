@@ -109,6 +109,7 @@ pub mod order;
 pub mod reload;
 pub mod replay;
 pub mod route;
+pub mod seal;
 pub mod secret;
 pub mod server;
 pub mod store;
