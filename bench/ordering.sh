@@ -9,10 +9,12 @@
 #
 #   bench/ordering.sh                # about a minute
 #   ROUNDS=3 bench/ordering.sh
+#   STORE=embedded bench/ordering.sh # the default store (its CPU is the gateway's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-5}
+STORE=${STORE:-redis}
 ROUNDS=${ROUNDS:-1}
 UP1=3111 GW=3710 REDIS=6393
 
@@ -33,15 +35,25 @@ trap cleanup EXIT
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-redis_cpu() { redis-cli -p $REDIS info cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {printf "%.3f", s}'; }
+redis_cpu() {
+    [ "$STORE" = redis ] || { echo 0; return; }
+    redis-cli -p $REDIS info cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {printf "%.3f", s}'
+}
+
+store_section() { # shape
+    case $STORE in
+        redis) printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s"' $REDIS ;;
+        embedded) printf 'backend = "embedded"\npath = "%s/%s.db"' "$WORK" "$1" ;;
+        *) echo "STORE is redis or embedded" >&2; exit 2 ;;
+    esac
+}
 
 route() { # shape
     cat <<TOML
 [server]
 listen = "127.0.0.1:$GW"
 [store]
-backend = "redis"
-url = "redis://127.0.0.1:$REDIS"
+$(store_section "$1")
 key_prefix = "bench:"
 [[routes]]
 name = "orders"

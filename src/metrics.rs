@@ -61,6 +61,16 @@ pub const UPSTREAM_CLASSES: [&str; 7] = [
     "broken",
 ];
 
+/// A counter per route and destination.
+fn per_delivery_counter(name: &str, help: &str) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), &["route", "destination"]).expect("valid metric")
+}
+
+/// A gauge per route and destination.
+fn per_delivery_gauge(name: &str, help: &str) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), &["route", "destination"]).expect("valid metric")
+}
+
 /// The `route` and `destination` labels of a delivery's name: a
 /// destination's delivery is named `route/destination`; a route with one
 /// upstream has the destination `""`.
@@ -243,14 +253,10 @@ impl Metrics {
             &["route"],
         )
         .expect("valid metric");
-        let leases_lost = IntCounterVec::new(
-            Opts::new(
-                "hookgate_leases_lost_total",
-                "Claims taken over by another delivery while their upstream call ran.",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
+        let leases_lost = per_delivery_counter(
+            "hookgate_leases_lost_total",
+            "Claims taken over by another delivery while their upstream call ran.",
+        );
         let config_reloads = IntCounterVec::new(
             Opts::new(
                 "hookgate_config_reloads_total",
@@ -283,38 +289,22 @@ impl Metrics {
             "TLS handshakes on the public listener that failed or timed out.",
         )
         .expect("valid metric");
-        let dead_letters_total = IntCounterVec::new(
-            Opts::new(
-                "hookgate_dead_letters_total",
-                "Events parked as dead letters after max_attempts.",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let stale_events_total = IntCounterVec::new(
-            Opts::new(
-                "hookgate_stale_events_total",
-                "Ordered events not delivered: older (stale_by) than the newest one delivered for their entity.",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let blocked_entities = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_blocked_entities",
-                "Entities of ordered routes whose later events wait behind a dead event (on_blocked = \"wait\").",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let dead_letters = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_dead_letters",
-                "Dead letters held in the store now.",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
+        let dead_letters_total = per_delivery_counter(
+            "hookgate_dead_letters_total",
+            "Events parked as dead letters after max_attempts.",
+        );
+        let stale_events_total = per_delivery_counter(
+            "hookgate_stale_events_total",
+            "Ordered events not delivered: older (stale_by) than the newest one delivered for their entity.",
+        );
+        let blocked_entities = per_delivery_gauge(
+            "hookgate_blocked_entities",
+            "Entities of ordered routes whose later events wait behind a dead event (on_blocked = \"wait\").",
+        );
+        let dead_letters = per_delivery_gauge(
+            "hookgate_dead_letters",
+            "Dead letters held in the store now.",
+        );
         let redeliveries = IntCounterVec::new(
             Opts::new(
                 "hookgate_redeliveries_total",
@@ -347,30 +337,18 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
-        let route_paused = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_route_paused",
-                "1 while an operator has paused the route (fleet-wide, kept in the store).",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let breaker_open = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_circuit_breaker_open",
-                "1 while this instance's circuit breaker holds the route's upstream calls (open or probing).",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let breaker_opened = IntCounterVec::new(
-            Opts::new(
-                "hookgate_circuit_breaker_opened_total",
-                "Times the route's circuit breaker opened (a failed probe opens it again).",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
+        let route_paused = per_delivery_gauge(
+            "hookgate_route_paused",
+            "1 while an operator has paused the route (fleet-wide, kept in the store).",
+        );
+        let breaker_open = per_delivery_gauge(
+            "hookgate_circuit_breaker_open",
+            "1 while this instance's circuit breaker holds the route's upstream calls (open or probing).",
+        );
+        let breaker_opened = per_delivery_counter(
+            "hookgate_circuit_breaker_opened_total",
+            "Times the route's circuit breaker opened (a failed probe opens it again).",
+        );
         let route_control_changes = IntCounterVec::new(
             Opts::new(
                 "hookgate_route_control_changes_total",

@@ -72,15 +72,15 @@ pub use self::history::{AttemptKind, FailureClass, LastError, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
 pub use self::migrate::migrate;
-pub use self::order::{Blocked, Leased, OrderSpot, Ordered};
+pub use self::order::{Blocked, OrderSpot, Ordered};
 pub use self::postgres::{
     check_url as check_postgres_url, migration_script, pending_migrations, PostgresStore,
     CONNECTIONS_BESIDE_POOL as POSTGRES_CONNECTIONS_BESIDE_POOL, MIGRATIONS,
 };
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Lease, ListQuery, Next, Record,
-    RecordState, StoreKey, Stored, StoredRequest, SyncNext,
+    ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Lease, Leased, ListQuery, Next,
+    Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::settings::{

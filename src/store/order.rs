@@ -1,10 +1,8 @@
 //! An ordered event's place in its entity's order, as the store keeps it
-//! and a lease reads it (README, "Ordered delivery"): the vocabulary of
-//! `Queue::lease_ordered` every backend shares.
+//! and a lease reads it (README, "Ordered delivery"), and an entity a dead
+//! event holds: the vocabulary of ordering every backend shares.
 
 use std::time::Duration;
-
-use super::record::Due;
 
 /// Where an accepted event stands in its entity's order: by `value` where
 /// it has one (an event without sorts first), then by `seq`, its
@@ -50,14 +48,6 @@ pub struct OrderSpot<'a> {
     pub value: Option<f64>,
     /// `reorder_window`: not leased before it has waited this long.
     pub hold: Duration,
-}
-
-/// What one ordered lease did (`Queue::lease_ordered`): the events leased,
-/// and those found stale on the way (now `Stale`, never to be delivered).
-#[derive(Debug, Clone, Default)]
-pub struct Leased {
-    pub due: Vec<Due>,
-    pub stale: Vec<String>,
 }
 
 /// An entity held by a dead event (`on_blocked = "wait"`): its later

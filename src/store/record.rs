@@ -431,6 +431,14 @@ pub struct Due {
     pub record: Record,
 }
 
+/// What one ordered lease did (`Queue::lease_ordered`): the events leased,
+/// and those found stale on the way (now `Stale`, never to be delivered).
+#[derive(Debug, Clone, Default)]
+pub struct Leased {
+    pub due: Vec<Due>,
+    pub stale: Vec<String>,
+}
+
 /// Which records a listing returns: those of `source` in `state`, newest
 /// first by `(updated_ms, id)`, strictly before `before` when given (`None`
 /// for the id: every id at that time is before).

@@ -7,7 +7,7 @@
 
 use rusqlite::{params, Transaction};
 
-use super::run::{live_record, query_one};
+use super::row::{live_record, query_one};
 use super::sql::LEASE_DUE;
 use crate::order::Rules;
 use crate::store::{Blocked, Due, Lease, Leased};

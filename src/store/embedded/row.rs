@@ -1,9 +1,11 @@
 //! Reading a record back from a row of the embedded store: the columns
-//! `sql.rs`'s `record_columns` names, in that order.
+//! `sql.rs`'s `record_columns` names, in that order; one row of a query.
 
 use bytes::Bytes;
+use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::super::{history, FailureClass, LastError, Ordered, Record, RecordState, StoredRequest};
+use super::sql::SELECT_LIVE;
 use crate::replay::{BodyKept, RecordedResponse};
 
 /// Read a record from `row`, its columns ([`record_columns`]) from `at` on.
@@ -89,4 +91,25 @@ pub(super) fn record_from(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Resul
 
 pub(super) fn corrupt(message: String) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(message.into())
+}
+
+/// The first row of `sql`, read by `f`; `None` when there is none.
+pub(super) fn query_one<T>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<T>> {
+    tx.prepare_cached(sql)?.query_row(params, f).optional()
+}
+
+/// The record of `key`, unless it expired by `now`.
+pub(super) fn live_record(
+    tx: &Transaction<'_>,
+    key: &str,
+    now: u64,
+) -> rusqlite::Result<Option<Record>> {
+    query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
+        record_from(row, 0)
+    })
 }

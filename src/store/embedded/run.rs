@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, Transaction};
 
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
@@ -13,7 +13,7 @@ use super::super::{
     FailureClass, Lease, Leased, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
 use super::order::{lease_ordered, place, Placing};
-use super::row::record_from;
+use super::row::{live_record, query_one, record_from};
 use super::sql::*;
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -153,15 +153,6 @@ pub(super) fn run(
     params: impl rusqlite::Params,
 ) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(params)
-}
-
-pub(super) fn query_one<T>(
-    tx: &Transaction<'_>,
-    sql: &str,
-    params: impl rusqlite::Params,
-    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> rusqlite::Result<Option<T>> {
-    tx.prepare_cached(sql)?.query_row(params, f).optional()
 }
 
 pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {
@@ -545,14 +536,4 @@ impl Claiming<'_> {
             }),
         )
     }
-}
-
-pub(super) fn live_record(
-    tx: &Transaction<'_>,
-    key: &str,
-    now: u64,
-) -> rusqlite::Result<Option<Record>> {
-    query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
-        record_from(row, 0)
-    })
 }
