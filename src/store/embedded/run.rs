@@ -12,7 +12,7 @@ use super::super::{
     decide, history, settled, Blocked, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
     FailureClass, Lease, Leased, Next, PastAttempt, Record, RecordState, StoredRequest,
 };
-use super::order::{lease_ordered, place, Placing};
+use super::order::{entity_of, lease_ordered, place, wake, Placing};
 use super::row::{live_record, query_one, record_from};
 use super::sql::*;
 use crate::order::Rules;
@@ -196,21 +196,26 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             token,
             response,
             retention,
-        } => run(
-            tx,
-            COMPLETE,
-            params![
-                key,
-                token,
-                now_i,
-                response.status.as_u16(),
-                response.encode_headers(),
-                response.body.as_ref(),
-                ms(retention),
-                response.body_kept.as_str()
-            ],
-        )
-        .map(applied),
+        } => {
+            let completed = run(
+                tx,
+                COMPLETE,
+                params![
+                    key,
+                    token,
+                    now_i,
+                    response.status.as_u16(),
+                    response.encode_headers(),
+                    response.body.as_ref(),
+                    ms(retention),
+                    response.body_kept.as_str()
+                ],
+            )?;
+            if completed == 1 {
+                wake(tx, entity_of(tx, &key)?, now)?;
+            }
+            Ok(applied(completed))
+        }
         Op::Fail {
             key,
             token,
@@ -259,6 +264,9 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                     history::append(past.as_deref(), &attempt.line())
                 ],
             )?;
+            if state == RecordState::Dead {
+                wake(tx, entity_of(tx, &key)?, now)?;
+            }
             Ok(Reply::Failed(Some(state)))
         }
         Op::LeaseDue {
@@ -321,7 +329,9 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Export { key } => super::transfer::export(tx, &key, now).map(Reply::Exported),
         Op::Import(import) => import.run(tx, now).map(Reply::Applied),
         Op::Delete { key, force } => {
+            let entity = entity_of(tx, &key)?;
             if run(tx, DELETE, params![key, now_i, force])? == 1 {
+                wake(tx, entity, now)?;
                 Ok(Reply::Deleted(Deleted::Deleted))
             } else if query_one(tx, EXISTS, params![key, now_i], |row| row.get::<_, i64>(0))?
                 .is_some()

@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS route_controls (
 
 /// Columns added after the first release, with their definitions: added at
 /// open to a file created before them.
-pub(super) const ADDED_COLUMNS: [(&str, &str); 17] = [
+pub(super) const ADDED_COLUMNS: [(&str, &str); 18] = [
     ("response_body_kept", "TEXT"),
     ("updated_at", "INTEGER"),
     ("last_error", "TEXT"),
@@ -59,6 +59,7 @@ pub(super) const ADDED_COLUMNS: [(&str, &str); 17] = [
     ("order_entity", "TEXT"),
     ("order_value", "REAL"),
     ("order_seq", "INTEGER"),
+    ("order_parked", "INTEGER"),
 ];
 
 /// Run at every open, after the columns exist: rows from before dead
@@ -77,6 +78,14 @@ CREATE INDEX IF NOT EXISTS webhook_events_by_entity
     ON webhook_events (due_source, order_entity, order_seq) WHERE order_entity IS NOT NULL;
 CREATE INDEX IF NOT EXISTS webhook_events_order_seq
     ON webhook_events (order_seq) WHERE order_seq IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_events_head
+    ON webhook_events (due_source, order_entity, order_value IS NOT NULL, order_value, order_seq)
+    WHERE order_entity IS NOT NULL AND state IN ('queued', 'processing', 'failed', 'dead');
+CREATE INDEX IF NOT EXISTS webhook_events_flying ON webhook_events (due_source, order_entity)
+    WHERE order_entity IS NOT NULL AND state = 'processing';
+CREATE INDEX IF NOT EXISTS webhook_events_newest
+    ON webhook_events (due_source, order_entity, order_value)
+    WHERE order_entity IS NOT NULL AND state = 'completed';
 ";
 
 /// A record's columns, in the order [`record_from`] reads them; listings
@@ -90,7 +99,7 @@ macro_rules! record_columns {
             $response,
             ", ",
             $request,
-            ", next_attempt_at, due_source, order_entity, order_value, order_seq"
+            ", coalesce(order_parked, next_attempt_at), due_source, order_entity, order_value, order_seq"
         )
     };
 }
@@ -211,7 +220,7 @@ pub(super) const DUE: &str =
 /// Lease due event ?1 to token ?2 until ?3, at ?4.
 pub(super) const LEASE_DUE: &str = "\
 UPDATE webhook_events SET state = 'processing', token = ?2, lease_until = ?3, \
-    next_attempt_at = ?3, attempts = attempts + 1, updated_at = ?4 \
+    next_attempt_at = ?3, order_parked = NULL, attempts = attempts + 1, updated_at = ?4 \
 WHERE key = ?1 AND next_attempt_at <= ?4 AND state IN ('queued', 'processing') \
   AND expires_at > ?4 \
 RETURNING attempts";
@@ -228,7 +237,8 @@ pub(super) const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3, \
 
 pub(super) const COMPLETE: &str = "\
 UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
-    next_attempt_at = NULL, completed_at = ?3, updated_at = ?3, response_status = ?4, response_headers = ?5, \
+    next_attempt_at = NULL, order_parked = NULL, completed_at = ?3, updated_at = ?3, \
+    response_status = ?4, response_headers = ?5, \
     response_body = ?6, expires_at = ?7, response_body_kept = ?8 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
 
@@ -239,7 +249,7 @@ UPDATE webhook_events SET state = ?3, updated_at = ?4, \
     token = CASE WHEN ?5 THEN token END, lease_until = CASE WHEN ?5 THEN lease_until END, \
     last_error = ?6, last_status = ?7, last_attempt_at = ?4, route = ?8, \
     request_method = ?9, request_query = ?10, request_headers = ?11, request_body = ?12, \
-    expires_at = ?13, next_attempt_at = ?14, history = ?15 \
+    expires_at = ?13, next_attempt_at = ?14, order_parked = NULL, history = ?15 \
 WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
 /// An acceptance of ?1, a row nobody holds: accepted into the queue of ?3,

@@ -29,7 +29,7 @@ ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token, 
     response_headers = excluded.response_headers, response_body = excluded.response_body, \
     request_method = excluded.request_method, request_query = excluded.request_query, \
     request_headers = excluded.request_headers, request_body = excluded.request_body, \
-    history = excluded.history, next_attempt_at = excluded.next_attempt_at, \
+    history = excluded.history, next_attempt_at = excluded.next_attempt_at, order_parked = NULL, \
     due_source = excluded.due_source, order_entity = excluded.order_entity, \
     order_value = excluded.order_value, order_seq = excluded.order_seq, \
     expires_at = excluded.expires_at \
@@ -106,6 +106,11 @@ impl Import {
         if let (true, Some(guard)) = (written, guard) {
             let guard_params = params![guard, key, expires_at_ms as i64, now as i64];
             tx.prepare_cached(IMPORT_GUARD)?.execute(guard_params)?;
+        }
+        if written && order.is_some() {
+            // A copied row may settle what this store's rows of its entity
+            // wait for.
+            super::order::wake(tx, super::order::entity_of(tx, &key)?, now)?;
         }
         Ok(written)
     }

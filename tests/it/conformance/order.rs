@@ -283,6 +283,30 @@ async fn a_copied_event_goes_before_its_entitys_new_ones(store: Store, _time: Ti
     assert_eq!(lease(&store, to, WAIT).await.0, ids(&["new"]));
 }
 
+/// One hot entity's backlog, all due, never hides another entity's event
+/// behind it: one lease takes both heads.
+async fn a_hot_entitys_backlog_never_hides_another_entity(store: Store, _time: Time) {
+    let s = "o9";
+    for i in 0..150 {
+        accept_in(
+            &store,
+            s,
+            &format!("hot{i:03}"),
+            ("hot", None),
+            Duration::ZERO,
+        )
+        .await;
+    }
+    accept_in(&store, s, "cold", ("cold", None), Duration::ZERO).await;
+    assert_eq!(lease(&store, s, WAIT).await.0, ids(&["cold", "hot000"]));
+    complete(&store, s, "hot000").await;
+    assert_eq!(
+        lease(&store, s, WAIT).await.0,
+        ids(&["hot001"]),
+        "the next, woken"
+    );
+}
+
 async fn the_reorder_window_lets_an_older_late_event_go_first(store: Store, time: Time) {
     let s = "o5";
     let hold = Duration::from_millis(600);
@@ -335,6 +359,7 @@ conformance! {
         a_lapsed_lease_gives_the_head_again_never_its_sibling,
         blocked_entities_name_their_dead_head_and_the_events_behind_it,
         a_copied_event_goes_before_its_entitys_new_ones,
+        a_hot_entitys_backlog_never_hides_another_entity,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }
