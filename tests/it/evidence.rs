@@ -192,6 +192,12 @@ retry_backoff = { initial = "1h", max = "1h" }"#;
             .all_reached(&["evt_now".to_owned()], Duration::from_secs(10))
             .await
     );
+    // The refused attempt is recorded a moment after the upstream saw it.
+    let queued = eventually(Duration::from_secs(10), || async {
+        (gateway.record("hook", "evt_now").await)
+            .is_some_and(|record| record.state.as_str() == "queued")
+    });
+    assert!(queued.await, "queued again for its retry");
     healthy.store(true, std::sync::atomic::Ordering::SeqCst);
     let retried = request(
         Method::POST,

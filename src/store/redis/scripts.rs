@@ -321,20 +321,19 @@ for _, entity in ipairs(redis.call('ZRANGEBYSCORE', src .. '!wake', '-inf', now,
   seen[entity] = true
   turn(entity)
 end
--- Window after window while rows leave the due index (up to 2048 looked
--- at): a hot entity's backlog leaves it in one pass, and other entities'
--- rows behind it are reached.
+-- Window after window while most of a window was rows of entities already
+-- seen (up to 2048 looked at): a hot entity's backlog leaves the due index
+-- in one pass, and other entities' rows behind it are reached.
 local window, looked = 4 * wanted + 16, 0
 while n < wanted and looked < 2048 do
   local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, window)
-  local moved = 0
+  local parked = 0
   looked = looked + #ids
   for _, id in ipairs(ids) do
     if n == wanted then break end
     if not placed[id] then
       local key = record(id)
       local s = redis.call('HMGET', key, 'state', 'next_attempt', 'attempts', 'entity')
-      moved = moved + 1
       if not ((s[1] == 'queued' or s[1] == 'processing') and s[2] and tonumber(s[2]) <= now) then
         redis.call('ZREM', due, id)
       elseif not s[4] then
@@ -343,14 +342,16 @@ while n < wanted and looked < 2048 do
         -- Not its entity's turn (or its turn is decided below): out of the
         -- due index until its entity is woken or turn() puts it back.
         redis.call('ZREM', due, id)
-        if not seen[s[4]] then
+        if seen[s[4]] then
+          parked = parked + 1
+        else
           seen[s[4]] = true
           turn(s[4])
         end
       end
     end
   end
-  if #ids < window or moved == 0 then break end
+  if #ids < window or parked * 2 <= #ids then break end
 end
 return {out, stale}
 ";

@@ -4,9 +4,9 @@
 //! their leases at any step, and an operator who redelivers a dead one.
 //! Checked exhaustively for small bounds.
 //!
-//! The lease is the Redis store's script (`LEASE_ORDERED`, the richest of
-//! the backends' shapes: the SQL stores and memory decide the same rule
-//! from their rows): a pass takes the woken entities first, then the due
+//! The lease is the Redis store's script (`LEASE_ORDERED`; the embedded
+//! store parks and wakes rows the same way, PostgreSQL and memory decide
+//! the same rule from their rows): a pass takes the woken entities first, then the due
 //! events; of an entity it meets it takes its *turn* once — its head (the
 //! first pending event by `stale_by` value, then acceptance) turned stale
 //! while older than the newest delivered, else leased when due and a
