@@ -15,7 +15,6 @@ use crate::claim::{Claim, Claims};
 use crate::config::{Config, DeliveryMode, Live};
 use crate::error::GatewayError;
 use crate::metrics::{delivery_labels, Metrics};
-use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::{LiveRoutes, Route, Runtime};
 use crate::store::{Clock, Lease, RecordState, Store, StoreError, StoreKey};
 use crate::telemetry::Telemetry;
@@ -161,7 +160,7 @@ impl Engine {
     /// Set the gauges the store knows, when `/metrics` is scraped:
     /// `hookgate_dead_letters{route}`, and for async routes
     /// `hookgate_blocked_entities` (ordered routes that wait; at most
-    /// [`BLOCKED_COUNTED`]),
+    /// `BLOCKED_COUNTED`),
     /// `hookgate_queue_depth{route,state="queued"}` (fleet-wide: every
     /// instance reports the same) and `hookgate_oldest_queued_seconds`;
     /// `state="delivering"` is this instance's running deliveries. Counted
@@ -191,15 +190,11 @@ impl Engine {
             if !matches!(route.delivery, DeliveryMode::Async(_)) {
                 continue;
             }
-            let waits = route.order().map(|order| order.on_blocked) == Some(OnBlocked::Wait);
-            if let (true, Ok(blocked)) = (
-                waits,
-                self.store.blocked(&route.scope, BLOCKED_COUNTED).await,
-            ) {
+            if let Some(blocked) = self.blocked_count(&route).await {
                 metrics
                     .blocked_entities
                     .with_label_values(&[name, destination])
-                    .set(blocked.len() as i64);
+                    .set(blocked as i64);
             }
             if let Ok(count) = self.store.count(&route.scope, RecordState::Queued).await {
                 metrics

@@ -264,12 +264,7 @@ impl Engine {
                 false => None,
             };
             let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
-            let blocked = match route.order().map(|order| order.on_blocked) {
-                Some(OnBlocked::Wait) => (store.blocked(&route.scope, BLOCKED_COUNTED).await)
-                    .ok()
-                    .map(|blocked| blocked.len() as u64),
-                _ => None,
-            };
+            let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
                 paused: self.pauses().of(&route.name),
                 route,
@@ -279,6 +274,18 @@ impl Engine {
             });
         }
         views
+    }
+
+    /// How many entities of `route` a dead event holds, at most
+    /// `BLOCKED_COUNTED`: for ordered routes that wait (`None` otherwise,
+    /// or when the store did not answer).
+    pub async fn blocked_count(&self, route: &Route) -> Option<u64> {
+        match route.order().map(|order| order.on_blocked) {
+            Some(OnBlocked::Wait) => (self.store().blocked(&route.scope, BLOCKED_COUNTED).await)
+                .ok()
+                .map(|blocked| blocked.len() as u64),
+            _ => None,
+        }
     }
 
     /// Whether this instance is ready, and why not.
