@@ -146,6 +146,20 @@ async fn fans_out_once(backend: Backend) {
     assert_eq!(one["state"], "completed");
     assert_eq!(one["response"]["status"], 200);
 
+    // A delivery is counted a moment after its record completes.
+    let counted = eventually(Duration::from_secs(10), || async {
+        let metrics = scrape(&gateway.admin_url("/metrics")).await;
+        let completed = |destination| {
+            let labels = [
+                ("route", "hook"),
+                ("destination", destination),
+                ("result", "completed"),
+            ];
+            sample(&metrics, "hookgate_delivery_attempts_total", &labels)
+        };
+        (completed("billing"), completed("crm")) == (Some(26.0), Some(12.0))
+    });
+    assert!(counted.await, "every completion counted");
     let metrics = scrape(&gateway.admin_url("/metrics")).await;
     let completed = |destination| {
         let labels = [
