@@ -161,7 +161,7 @@ async function showBlocked(route) {
     el("table", {},
       el("thead", {}, el("tr", {}, el("th", {}, "Entity"), el("th", {}, "Dead event"), el("th", {}, "Dead since"), el("th", {}, "Waiting"))),
       el("tbody", { id: "blocked-body" }, ...rows)),
-    data.more ? el("p", { class: "empty" }, "more not shown") : null);
+    ...(data.more ? [el("p", { class: "empty" }, "more not shown")] : []));
   section.scrollIntoView({ block: "start" });
 }
 

@@ -8,6 +8,7 @@ mod cli;
 mod cluster_spread;
 mod conformance;
 mod console;
+mod console_blocked;
 mod copy;
 mod dead_letters;
 mod delivery;

@@ -18,7 +18,7 @@ const WORK: Duration = Duration::from_millis(25);
 
 /// An ordered async route on `backend`, with `extra` settings, and an
 /// admin listener.
-fn ordered_config(upstream: &Upstream, backend: &Backend, extra: &str) -> String {
+pub(crate) fn ordered_config(upstream: &Upstream, backend: &Backend, extra: &str) -> String {
     with_admin(&ordered_route(upstream, backend, extra), true)
 }
 
@@ -31,7 +31,7 @@ fn ordered_route(upstream: &Upstream, backend: &Backend, extra: &str) -> String 
 }
 
 /// Event `id` of entity `entity`, created at `created` (Unix seconds).
-fn entity_event(id: &str, entity: &str, created: u64) -> String {
+pub(crate) fn entity_event(id: &str, entity: &str, created: u64) -> String {
     format!(
         r#"{{"id":"{id}","type":"customer.subscription.updated","created":{created},"data":{{"object":{{"id":"{entity}"}}}}}}"#
     )
@@ -154,7 +154,7 @@ async fn entities_are_delivered_in_order_on_the_embedded_store() {
 }
 
 /// The default store, in `dir`.
-fn embedded(dir: &tempfile::TempDir) -> Backend {
+pub(crate) fn embedded(dir: &tempfile::TempDir) -> Backend {
     Backend::Embedded(dir.path().join("hookgate.db"))
 }
 
@@ -246,7 +246,7 @@ async fn an_event_older_than_the_delivered_one_is_stale() {
 }
 
 /// An upstream that refuses `evt_poison` until `healed` is set.
-async fn poisoned_upstream() -> (Upstream, Arc<AtomicBool>) {
+pub(crate) async fn poisoned_upstream() -> (Upstream, Arc<AtomicBool>) {
     let healed = Arc::new(AtomicBool::new(false));
     let switch = Arc::clone(&healed);
     let upstream = Upstream::with(move |seen| {
@@ -264,22 +264,29 @@ async fn poisoned_upstream() -> (Upstream, Arc<AtomicBool>) {
     (upstream, healed)
 }
 
-/// A dead event with `on_blocked = "wait"` holds its entity's later events
-/// (another entity's go on) until an operator redelivers it; then they
-/// follow it in order. With `"skip"`, they go on at once.
-async fn a_dead_event_and_its_entity(on_blocked: &str) {
-    let (upstream, healed) = poisoned_upstream().await;
-    let extra = format!("max_attempts = 1\non_blocked = \"{on_blocked}\"");
-    let dir = tempfile::tempdir().unwrap();
-    let gateway = TestGateway::start(&ordered_config(&upstream, &embedded(&dir), &extra)).await;
-    let (sender, url) = (Sender::new(), gateway.url("/hook"));
-    sender
-        .deliver(&url, &entity_event("evt_poison", "sub_a", 1))
-        .await;
+/// `evt_poison`, the first event of entity `sub_a`, sent and refused
+/// until it is dead (the route dies after one attempt).
+pub(crate) async fn dead_head(gateway: &TestGateway, sender: &Sender) {
+    (sender.deliver(
+        &gateway.url("/hook"),
+        &entity_event("evt_poison", "sub_a", 1),
+    ))
+    .await;
     let dead = eventually(Duration::from_secs(10), || async {
         gateway.record("hook", "evt_poison").await.map(|r| r.state) == Some(RecordState::Dead)
     });
     assert!(dead.await);
+}
+
+/// A dead event with `on_blocked = "wait"` holds its entity's later events
+/// (another entity's go on) until an operator redelivers it; then they
+/// follow it in order. With `"skip"`, they go on at once.
+async fn a_dead_event_and_its_entity(on_blocked: &str) {
+    let extra = format!("max_attempts = 1\non_blocked = \"{on_blocked}\"");
+    let (dir, (upstream, healed)) = (tempfile::tempdir().unwrap(), poisoned_upstream().await);
+    let gateway = TestGateway::start(&ordered_config(&upstream, &embedded(&dir), &extra)).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    dead_head(&gateway, &sender).await;
     sender
         .deliver(&url, &entity_event("evt_a2", "sub_a", 2))
         .await;
