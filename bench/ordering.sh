@@ -9,13 +9,19 @@
 #
 #   bench/ordering.sh                # about a minute
 #   ROUNDS=3 bench/ordering.sh
+#   SHAPES="one-entity" bench/ordering.sh
 #   STORE=embedded bench/ordering.sh # the default store (its CPU is the gateway's)
+#   STORE=postgres bench/ordering.sh # PostgreSQL on 127.0.0.1:5432 (its CPU is not counted)
+#
+# Every run starts on an empty store: a fresh Redis, a new SQLite file, a
+# new PostgreSQL database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-5}
 STORE=${STORE:-redis}
 ROUNDS=${ROUNDS:-1}
+SHAPES=${SHAPES:-unordered many-entities one-entity}
 UP1=3111 GW=3710 REDIS=6393
 
 for tool in wrk redis-server curl; do
@@ -40,11 +46,21 @@ redis_cpu() {
     redis-cli -p $REDIS info cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {printf "%.3f", s}'
 }
 
+pg_db() { echo "hookgate_ordering_${1//-/_}"; }
+fresh_store() { # shape
+    rm -f "$WORK/$1.db" "$WORK/$1.db-wal" "$WORK/$1.db-shm"
+    if [ "$STORE" = postgres ]; then
+        psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $(pg_db "$1")" \
+            -c "CREATE DATABASE $(pg_db "$1")" >/dev/null
+    fi
+}
+
 store_section() { # shape
     case $STORE in
         redis) printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s"' $REDIS ;;
         embedded) printf 'backend = "embedded"\npath = "%s/%s.db"' "$WORK" "$1" ;;
-        *) echo "STORE is redis or embedded" >&2; exit 2 ;;
+        postgres) printf 'backend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/%s"' "$(pg_db "$1")" ;;
+        *) echo "STORE is redis, embedded or postgres" >&2; exit 2 ;;
     esac
 }
 
@@ -76,6 +92,7 @@ run() { # shape
     redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
         --logfile "$WORK/redis.log" & pids+=($!)
     wait_port $UP1; wait_port $REDIS
+    fresh_store "$shape"
     route "$shape" > "$WORK/$shape.toml"
     HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/$shape.toml" >"$WORK/$shape.log" 2>&1 & local gw=$!
     pids+=($gw)
@@ -93,12 +110,14 @@ run() { # shape
     done
     local end ticks1 redis1
     end=$(date +%s.%N); ticks1=$(cpu_ticks $gw); redis1=$(redis_cpu)
-    local dup=0
+    local dup=0 delivered
     dup=$(curl -s "127.0.0.1:$UP1/stats" | field duplicates)
+    delivered=$(curl -s "127.0.0.1:$UP1/stats" | field unique_keys)
     local hz; hz=$(getconf CLK_TCK)
     awk -v s="$shape" -v n="$accepted" -v t=$((ticks1 - ticks0)) -v hz="$hz" -v r0="$redis0" -v r1="$redis1" \
-        -v a="$start" -v b="$end" -v d="$dup" 'BEGIN {
-        printf "| %s | %d | %.0f | %.1f | %.1f | %d |\n", s, n, n / (b - a), t / hz / n * 1e6, (r1 - r0) / n * 1e6, d }'
+        -v a="$start" -v b="$end" -v d="$dup" -v m="$delivered" 'BEGIN {
+        left = n > m ? sprintf(" (%d left after 2 min)", n - m) : ""
+        printf "| %s | %d%s | %.0f | %.1f | %.1f | %d |\n", s, n, left, m / (b - a), t / hz / m * 1e6, (r1 - r0) / m * 1e6, d }'
     kill "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
 }
@@ -106,5 +125,5 @@ run() { # shape
 echo "| route | events | delivered/s (end to end) | gateway CPU µs/event | Redis CPU µs/event | duplicates |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for _ in $(seq "$ROUNDS"); do
-    for shape in unordered many-entities one-entity; do run $shape; done
+    for shape in $SHAPES; do run "$shape"; done
 done

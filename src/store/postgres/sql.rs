@@ -41,6 +41,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         9,
         include_str!("../../../migrations/postgres/0009_ordering.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/postgres/0010_ordering_parked.sql"),
+    ),
 ];
 
 /// For the migration's own session only.
@@ -99,7 +103,7 @@ macro_rules! record_columns {
             ", route, replay_of, ",
             $request,
             ", ",
-            ms!("next_attempt_at"),
+            ms!("coalesce(order_parked, next_attempt_at)"),
             ", accepted, order_entity, order_value, order_seq"
         )
     };
@@ -230,7 +234,7 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM webhook_events \
 /// new lease ends. A request in $7..$12 (as for `CLAIM_NEW`) replaces the
 /// one kept.
 pub(super) const TAKE_OVER: &str = "\
-UPDATE webhook_events SET \
+UPDATE webhook_events SET order_parked = NULL, \
     status = 'processing', token = $3, body_sha256 = $4, attempts = attempts + 1, \
     updated_at = date_trunc('milliseconds', now()), \
     lease_expires_at = now() + $5::bigint * interval '1 millisecond', \
@@ -258,7 +262,7 @@ RETURNING attempts";
 /// replay_of, method, query, headers, body), $11..$13 an ordered
 /// acceptance's entity, value and hold (its place, once).
 pub(super) const QUEUE: &str = "\
-UPDATE webhook_events SET \
+UPDATE webhook_events SET order_parked = NULL, \
     status = 'queued', token = NULL, lease_expires_at = NULL, body_sha256 = $3, \
     accepted = true, updated_at = date_trunc('milliseconds', now()), \
     next_attempt_at = now() + coalesce($13::bigint, 0) * interval '1 millisecond', \
@@ -282,7 +286,7 @@ WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
 /// waits queued. $1 source, $2 key, $3 retention ms, $4..$9 the request to
 /// keep (as for `QUEUE`).
 pub(super) const ADOPT: &str = "\
-UPDATE webhook_events SET \
+UPDATE webhook_events SET order_parked = NULL, \
     accepted = true, next_attempt_at = lease_expires_at, \
     status = CASE WHEN status = 'failed' THEN 'queued' ELSE status END, \
     token = CASE WHEN status = 'failed' THEN NULL ELSE token END, \
@@ -311,7 +315,7 @@ pub(super) const DUE: &str = "SELECT idempotency_key FROM webhook_events \
 
 /// Lease due event ($1, $2) to token $3 for $4 ms.
 pub(super) const LEASE_DUE: &str = "\
-UPDATE webhook_events SET status = 'processing', token = $3, \
+UPDATE webhook_events SET status = 'processing', token = $3, order_parked = NULL, \
     lease_expires_at = now() + $4::bigint * interval '1 millisecond', \
     next_attempt_at = now() + $4::bigint * interval '1 millisecond', \
     attempts = attempts + 1, updated_at = date_trunc('milliseconds', now()) \
@@ -337,20 +341,63 @@ pub(super) const RENEW: &str = "UPDATE webhook_events \
             THEN now() + $4::bigint * interval '1 millisecond' END \
     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
 
+/// `$settle` (a statement returning the settled row's `source,
+/// idempotency_key, order_entity` and what `$returned` reads), then, when
+/// `$when` holds of it, the wake of its entity (README, "Ordered
+/// delivery"): the entity's first pending row that is neither dead nor the
+/// settled one, if parked, is due now. One statement, so no settle leaves
+/// its entity parked; an unordered row wakes nothing.
+///
+/// The next row is written whether or not it is parked now: an ordered
+/// lease that is parking it holds its row lock, so the wake waits for that
+/// lease to commit and then sees the park (a condition on `order_parked`
+/// would be judged before the park, and the row would stay parked).
+macro_rules! waking {
+    ($settle:expr, $when:literal, $returned:literal) => {
+        concat!(
+            "WITH done AS (",
+            $settle,
+            "), woken AS (UPDATE webhook_events AS w \
+             SET next_attempt_at = CASE WHEN w.order_parked IS NOT NULL THEN now() \
+                                        ELSE w.next_attempt_at END, \
+                 order_parked = NULL FROM done \
+             WHERE done.order_entity IS NOT NULL AND ",
+            $when,
+            " AND w.source = done.source \
+               AND w.idempotency_key = (SELECT h.idempotency_key FROM webhook_events AS h \
+                 WHERE h.source = done.source AND h.order_entity = done.order_entity \
+                   AND h.idempotency_key <> done.idempotency_key \
+                   AND h.status IN ('queued', 'processing', 'failed', 'dead') \
+                   AND h.status <> 'dead' AND h.expires_at > now() \
+                 ORDER BY h.order_value IS NOT NULL, h.order_value, h.order_seq LIMIT 1)) \
+             SELECT ",
+            $returned,
+            " FROM done"
+        )
+    };
+}
+
 /// $1 source, $2 key, $3 token, then the response: $4 status, $5
 /// headers, $6 body, $7 how much of the body was kept; $8 retention ms.
-pub(super) const COMPLETE: &str = "\
-UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-    next_attempt_at = NULL, completed_at = now(), updated_at = date_trunc('milliseconds', now()), \
-    response_status = $4, response_headers = $5, response_body = $6, \
-    response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
-WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()";
+/// Returns a row when it completed; its entity is woken.
+pub(super) const COMPLETE: &str = waking!(
+    "UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
+        next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
+        updated_at = date_trunc('milliseconds', now()), \
+        response_status = $4, response_headers = $5, response_body = $6, \
+        response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
+     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
+     RETURNING source, idempotency_key, order_entity",
+    "true",
+    "1"
+);
 
 /// By the row's duty: an accepted row is queued again ($14 ms ahead) or,
 /// without $14, dead; any other takes $4 (failed or dead), keeping token
-/// and lease when $5 holds them. Returns the state left.
-pub(super) const FAIL: &str = "\
-UPDATE webhook_events SET \
+/// and lease when $5 holds them. Returns the state left; a death wakes
+/// its entity.
+pub(super) const FAIL: &str = waking!(
+    "UPDATE webhook_events SET order_parked = NULL, \
     status = CASE WHEN NOT accepted THEN $4 WHEN $14::bigint IS NULL THEN 'dead' \
         ELSE 'queued' END, \
     updated_at = date_trunc('milliseconds', now()), \
@@ -364,12 +411,15 @@ UPDATE webhook_events SET \
     history = (SELECT array_to_string(lines[greatest(1, cardinality(lines) - 9):], E'\\n') \
         FROM (SELECT string_to_array(CASE WHEN history IS NULL OR history = '' THEN $15::text \
             ELSE history || E'\\n' || $15 END, E'\\n') AS lines) appended) \
-WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
-RETURNING status";
+     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
+     RETURNING source, idempotency_key, order_entity, status",
+    "done.status = 'dead'",
+    "done.status"
+);
 
 /// A released accepted event goes back to its queue, due now.
 pub(super) const RELEASE: &str = "\
-UPDATE webhook_events SET \
+UPDATE webhook_events SET order_parked = NULL, \
     status = CASE WHEN status = 'processing' AND (accepted OR next_attempt_at IS NOT NULL) \
                   THEN 'queued' \
                   WHEN status = 'processing' THEN 'failed' ELSE status END, \
@@ -381,9 +431,16 @@ WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()
 
 /// Delete unless forced ($3), or a live claim holds the row, or its queue
 /// still owes it a delivery.
-pub(super) const DELETE: &str = "\
-DELETE FROM webhook_events WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
-  AND ($3 OR ((lease_expires_at IS NULL OR lease_expires_at <= now()) AND status <> 'queued'))";
+/// Returns a row when it deleted; its entity is woken.
+pub(super) const DELETE: &str = waking!(
+    "DELETE FROM webhook_events \
+     WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
+       AND ($3 OR ((lease_expires_at IS NULL OR lease_expires_at <= now()) \
+                   AND status <> 'queued')) \
+     RETURNING source, idempotency_key, order_entity",
+    "true",
+    "1"
+);
 
 pub(super) const EXISTS: &str = "SELECT 1 FROM webhook_events \
     WHERE source = $1 AND idempotency_key = $2 AND expires_at > now()";
@@ -435,7 +492,9 @@ pub(super) const EXPORT: &str = concat!(
 
 /// A copied record, as it was ($1 source, $2 key, $3.. its columns, $27..$29
 /// its order, $30 its expiry). A live row changed at or after it is kept.
-pub(super) const IMPORT: &str =
+/// Returns a row when it wrote; the entity is woken (its settled head may
+/// have come with the copy).
+pub(super) const IMPORT: &str = waking!(
     concat!(
     "INSERT INTO webhook_events (source, idempotency_key, status, token, body_sha256, attempts, \
      first_seen_at, updated_at, lease_expires_at, completed_at, response_status, \
@@ -463,8 +522,12 @@ pub(super) const IMPORT: &str =
      request_body = excluded.request_body, history = excluded.history, \
      next_attempt_at = excluded.next_attempt_at, accepted = excluded.accepted, \
      order_entity = excluded.order_entity, order_value = excluded.order_value, \
-     order_seq = excluded.order_seq, expires_at = excluded.expires_at \
-     WHERE webhook_events.expires_at <= now() OR webhook_events.updated_at < excluded.updated_at"
+     order_seq = excluded.order_seq, expires_at = excluded.expires_at, order_parked = NULL \
+     WHERE webhook_events.expires_at <= now() OR webhook_events.updated_at < excluded.updated_at \
+     RETURNING source, idempotency_key, order_entity"
+    ),
+    "true",
+    "1"
 );
 
 /// The replay guard of a copied record ($1 source, $2 the guard's id, $3 key,

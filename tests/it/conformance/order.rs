@@ -284,7 +284,8 @@ async fn a_copied_event_goes_before_its_entitys_new_ones(store: Store, _time: Ti
 }
 
 /// One hot entity's backlog, all due, never hides another entity's event
-/// behind it: one lease takes both heads.
+/// behind it: one lease takes both heads, and the backlog waits for its
+/// wake showing when it was due.
 async fn a_hot_entitys_backlog_never_hides_another_entity(store: Store, _time: Time) {
     let s = "o9";
     for i in 0..150 {
@@ -299,6 +300,18 @@ async fn a_hot_entitys_backlog_never_hides_another_entity(store: Store, _time: T
     }
     accept_in(&store, s, "cold", ("cold", None), Duration::ZERO).await;
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&["cold", "hot000"]));
+    // A parked event shows when it was due, not when it is looked at again.
+    let due_at = |id: &'static str| {
+        let store = &store;
+        async move {
+            let record = store.get(&store.key(s, id)).await.unwrap().unwrap();
+            record.next_attempt_ms.expect("queued")
+        }
+    };
+    assert!(
+        due_at("hot100").await < due_at("cold").await,
+        "cold's lease ends sooner"
+    );
     complete(&store, s, "hot000").await;
     assert_eq!(
         lease(&store, s, WAIT).await.0,

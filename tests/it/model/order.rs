@@ -5,8 +5,14 @@
 //! Checked exhaustively for small bounds.
 //!
 //! The lease is the Redis store's script (`LEASE_ORDERED`; the embedded
-//! store parks and wakes rows the same way, PostgreSQL and memory decide
-//! the same rule from their rows): a pass takes the woken entities first, then the due
+//! store and PostgreSQL park and wake rows the same way, memory decides
+//! the same rule from its maps). PostgreSQL's pass is several statements
+//! rather than one step: it decides an entity under the entity's advisory
+//! lock and parks only rows it has locked, and a settle's wake writes
+//! the entity's next row whether or not it is parked yet, so it waits for
+//! a pass that holds that row's lock and then sees the park — the step
+//! stays atomic as far as an entity is concerned. A pass takes the woken
+//! entities first, then the due
 //! events; of an entity it meets it takes its *turn* once — its head (the
 //! first pending event by `stale_by` value, then acceptance) turned stale
 //! while older than the newest delivered, else leased when due and a
