@@ -30,6 +30,16 @@ pub enum OnBlocked {
     Skip,
 }
 
+impl OnBlocked {
+    /// As configured (`on_blocked`), and as the admin API shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnBlocked::Wait => "wait",
+            OnBlocked::Skip => "skip",
+        }
+    }
+}
+
 /// A route's ordering, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OrderSettings {

@@ -58,7 +58,7 @@ impl Admin {
             "upstream_rate": rate,
             "queued": view.queued,
             "dead_letters": view.dead_letters,
-            "on_blocked": route.order().map(|order| on_blocked_name(order.on_blocked)),
+            "on_blocked": route.order().map(|order| order.on_blocked.as_str()),
             "blocked": view.blocked,
             "outcomes": self.gateway.metrics().outcomes(&route.name),
         })
@@ -107,17 +107,10 @@ impl Admin {
             &json!({
                 "route": name,
                 "destination": (!destination.is_empty()).then_some(destination),
-                "on_blocked": on_blocked.map(on_blocked_name),
+                "on_blocked": on_blocked.map(OnBlocked::as_str),
                 "blocked": shown,
                 "more": blocked.len() > limit,
             }),
         ))
-    }
-}
-
-fn on_blocked_name(on_blocked: OnBlocked) -> &'static str {
-    match on_blocked {
-        OnBlocked::Wait => "wait",
-        OnBlocked::Skip => "skip",
     }
 }

@@ -133,7 +133,7 @@ impl Validator<'_> {
         let on_blocked = self.choice(
             &at.key("on_blocked"),
             raw.on_blocked.as_ref(),
-            &[("wait", OnBlocked::Wait), ("skip", OnBlocked::Skip)],
+            &[OnBlocked::Wait, OnBlocked::Skip].map(|choice| (choice.as_str(), choice)),
             OnBlocked::Wait,
         );
         Some(OrderSettings {
