@@ -16,20 +16,8 @@ DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-1}
 UP1=3101 UP2=3102 GW=3700 REDIS=6392
 
-cargo build --release --quiet --bin hookgate --example bench-upstream
-BIN=target/release
-WORK=$(mktemp -d /tmp/hookgate-destinations.XXXXXX)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. bench/lib.sh
+bench_start destinations
 redis_cpu() { redis-cli -p $REDIS info cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {printf "%.3f", s}'; }
 
 route() { # shape

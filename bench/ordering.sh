@@ -24,23 +24,8 @@ ROUNDS=${ROUNDS:-1}
 SHAPES=${SHAPES:-unordered many-entities one-entity}
 UP1=3111 GW=3710 REDIS=6393
 
-for tool in wrk redis-server curl; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "$tool is needed (bench/run.sh installs it)" >&2; exit 1; }
-done
-cargo build --release --quiet --bin hookgate --example bench-upstream
-BIN=target/release
-WORK=$(mktemp -d /tmp/hookgate-ordering.XXXXXX)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. bench/lib.sh
+bench_start ordering
 redis_cpu() {
     [ "$STORE" = redis ] || { echo 0; return; }
     redis-cli -p $REDIS info cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {printf "%.3f", s}'

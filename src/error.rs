@@ -48,6 +48,10 @@ pub enum GatewayError {
     InFlight { retry_after: Duration },
     #[error("the idempotency store is unavailable")]
     StoreUnavailable,
+    /// The event's record is sealed under a key this gateway does not hold
+    /// (README, "Data at rest"): not forwarded again, and retried later.
+    #[error("this event's stored record cannot be opened (its encryption key is not configured); try again later")]
+    RecordUnreadable,
     #[error("this route is paused by an operator; deliveries are not forwarded until it resumes")]
     RoutePaused,
     #[error(
@@ -79,7 +83,9 @@ impl GatewayError {
             GatewayError::Key(_) => StatusCode::BAD_REQUEST,
             GatewayError::PayloadMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             GatewayError::InFlight { .. } => StatusCode::CONFLICT,
-            GatewayError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::StoreUnavailable | GatewayError::RecordUnreadable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             GatewayError::RoutePaused | GatewayError::CircuitOpen { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -109,6 +115,7 @@ impl GatewayError {
             GatewayError::PayloadMismatch => "payload_mismatch",
             GatewayError::InFlight { .. } => "in_flight",
             GatewayError::StoreUnavailable => "store_unavailable",
+            GatewayError::RecordUnreadable => "record_unreadable",
             GatewayError::RoutePaused => "route_paused",
             GatewayError::CircuitOpen { .. } => "upstream_circuit_open",
             GatewayError::RateLimited { .. } => "rate_limited",
@@ -124,7 +131,9 @@ impl GatewayError {
             GatewayError::InFlight { retry_after }
             | GatewayError::CircuitOpen { retry_after }
             | GatewayError::RateLimited { retry_after } => Some(*retry_after),
-            GatewayError::StoreUnavailable => Some(STORE_RETRY_AFTER),
+            GatewayError::StoreUnavailable | GatewayError::RecordUnreadable => {
+                Some(STORE_RETRY_AFTER)
+            }
             GatewayError::RoutePaused => Some(PAUSED_RETRY_AFTER),
             _ => None,
         }
@@ -177,6 +186,9 @@ pub enum OpsError {
     },
     #[error("the store is unavailable: {0}")]
     StoreUnavailable(String),
+    /// Sealed under a key that is not configured, or changed.
+    #[error("the record cannot be opened (README, \"Data at rest\"): {0}")]
+    RecordUnreadable(String),
     #[error("the action's task ended before it answered")]
     Ended,
     #[error("the route has several destinations; name one with ?destination= (--destination)")]
@@ -198,6 +210,7 @@ impl OpsError {
             OpsError::UpstreamHeld { .. } | OpsError::StoreUnavailable(_) | OpsError::Ended => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            OpsError::RecordUnreadable(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -214,6 +227,7 @@ impl OpsError {
             OpsError::RoutePaused => "route_paused",
             OpsError::UpstreamHeld { code, .. } => code,
             OpsError::StoreUnavailable(_) | OpsError::Ended => "store_unavailable",
+            OpsError::RecordUnreadable(_) => "record_unreadable",
             OpsError::DestinationRequired => "destination_required",
         }
     }
@@ -398,6 +412,7 @@ mod tests {
                 502,
                 "upstream_body_incomplete",
             ),
+            (GatewayError::RecordUnreadable, 503, "record_unreadable"),
             (GatewayError::Internal, 500, "internal_error"),
         ];
         for (error, status, code) in table {
@@ -464,6 +479,11 @@ mod tests {
                 "bad_request",
             ),
             (AdminError::Ops(OpsError::Ended), 503, "store_unavailable"),
+            (
+                AdminError::Ops(OpsError::RecordUnreadable("unknown key".into())),
+                500,
+                "record_unreadable",
+            ),
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
             (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
             (AdminError::BulkNotFound, 404, "bulk_not_found"),

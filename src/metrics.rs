@@ -19,7 +19,7 @@ pub const UNMATCHED: &str = "_unmatched";
 /// series start at 0 at start-up and at every reload, so a rate or a ratio
 /// over them is defined before the first such request (and after a
 /// restart).
-pub const OUTCOMES: [&str; 27] = [
+pub const OUTCOMES: [&str; 28] = [
     "forwarded",
     "filtered",
     "forwarded_unkeyed",
@@ -42,6 +42,7 @@ pub const OUTCOMES: [&str; 27] = [
     "method_not_allowed",
     "source_not_allowed",
     "store_unavailable",
+    "record_unreadable",
     "route_paused",
     "upstream_circuit_open",
     "rate_limited",
@@ -143,6 +144,8 @@ pub struct StoreMetrics {
     pub cache_hits: prometheus::IntCounter,
     /// 1 while the replay cache serves (its invalidation feed is up).
     pub cache_live: prometheus::IntGauge,
+    /// Records read whose sealed parts no configured key opens.
+    pub decrypt_failures: prometheus::IntCounter,
 }
 
 impl StoreMetrics {
@@ -152,7 +155,7 @@ impl StoreMetrics {
         Self::build().0
     }
 
-    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 4]) {
+    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 5]) {
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "hookgate_store_operation_duration_seconds",
@@ -182,11 +185,17 @@ impl StoreMetrics {
             "1 while the replay cache serves: on, and its invalidation feed connected.",
         )
         .expect("valid metric");
-        let collectors: [Box<dyn prometheus::core::Collector>; 4] = [
+        let decrypt_failures = prometheus::IntCounter::new(
+            "hookgate_store_decrypt_failures_total",
+            "Stored records read that no [store.encryption] key opens (answered record_unreadable).",
+        )
+        .expect("valid metric");
+        let collectors: [Box<dyn prometheus::core::Collector>; 5] = [
             Box::new(duration.clone()),
             Box::new(errors.clone()),
             Box::new(cache_hits.clone()),
             Box::new(cache_live.clone()),
+            Box::new(decrypt_failures.clone()),
         ];
         (
             Self {
@@ -194,6 +203,7 @@ impl StoreMetrics {
                 errors,
                 cache_hits,
                 cache_live,
+                decrypt_failures,
             },
             collectors,
         )

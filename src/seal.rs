@@ -140,6 +140,12 @@ impl Keys {
         Ok(body)
     }
 
+    /// The keys' ids (hex), the sealing one first: what `hookgate check`
+    /// and the marker of a sealed record show, never the keys.
+    pub fn ids(&self) -> Vec<String> {
+        (self.keys.iter()).map(|key| hex::encode(key.id)).collect()
+    }
+
     /// Whether `sealed` is under the first key already (what a
     /// re-encryption leaves alone).
     pub fn is_current(&self, sealed: &[u8]) -> bool {

@@ -165,7 +165,10 @@ impl Validator<'_> {
                 );
             }
         }
-        let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw.store);
+        let mut raw_store = raw.store;
+        let encryption = (raw_store.encryption.take())
+            .and_then(|raw| self.encryption(&root.key("store").key("encryption"), raw));
+        let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw_store);
         let routes = self.routes(&root.key("routes"), raw.routes);
         self.orders_kept_by(&root.key("routes"), &routes, &store.backend);
         for route in &routes {
@@ -196,6 +199,7 @@ impl Validator<'_> {
             on_store_error,
             trusted_proxies,
             tls,
+            encryption,
         };
         (fixed, live)
     }

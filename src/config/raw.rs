@@ -78,6 +78,15 @@ pub struct RawStore {
     pub tls_ca: Option<String>,
     /// Bytes of completed records kept in process (0: off).
     pub replay_cache_bytes: Option<u64>,
+    /// `[store.encryption]`: data at rest.
+    pub encryption: Option<RawEncryption>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEncryption {
+    /// 32-byte keys (hex or base64, usually `${file:…}`): the first seals.
+    pub keys: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

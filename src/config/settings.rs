@@ -92,6 +92,9 @@ pub struct Live {
     pub trusted_proxies: Vec<Cidr>,
     /// The listener's certificate; new connections get the reloaded one.
     pub tls: Option<TlsSettings>,
+    /// `[store.encryption] keys` (README, "Data at rest"): the first seals
+    /// what is written from now on, any opens. Reloadable like secrets.
+    pub encryption: Option<Arc<crate::seal::Keys>>,
 }
 
 impl Live {

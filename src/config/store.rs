@@ -2,12 +2,14 @@
 //! how the pipeline uses it (`key_prefix`, fixed; `on_error`, live).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::locate::KeyPath;
-use super::raw::RawStore;
+use super::raw::{RawEncryption, RawStore};
 use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
 use super::validate::Validator;
+use crate::seal::Keys;
 use crate::store::{DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES};
 
 /// Connections per gateway to a PostgreSQL store.
@@ -182,6 +184,25 @@ impl Validator<'_> {
             },
         };
         (settings, key_prefix, on_error)
+    }
+
+    /// `[store.encryption]`: its keys, each read (usually through
+    /// `${file:…}`) and checked; an error names a key by its place only.
+    pub(super) fn encryption(&mut self, at: &KeyPath, raw: RawEncryption) -> Option<Arc<Keys>> {
+        let Some(texts) = raw.keys else {
+            self.fail(at, "needs `keys = [\"${file:/run/secrets/hookgate-key}\"]`: 32-byte keys, hex or base64, the first encrypts");
+            return None;
+        };
+        let texts: Vec<String> = (texts.iter().enumerate())
+            .map(|(i, text)| self.string(&at.key("keys").index(i), text))
+            .collect::<Option<_>>()?;
+        match Keys::parse(&texts) {
+            Ok(keys) => Some(Arc::new(keys)),
+            Err(message) => {
+                self.fail(&at.key("keys"), message);
+                None
+            }
+        }
     }
 
     /// A pool whose fleet obviously exceeds a default PostgreSQL server:

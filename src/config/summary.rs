@@ -43,6 +43,14 @@ impl Config {
                 OnStoreError::Forward => "forward",
             },
         );
+        if let Some(keys) = &live.encryption {
+            let ids = keys.ids();
+            out += &format!(
+                "data at rest sealed (AES-256-GCM): writes under key {}, {} key(s) open\n",
+                ids[0],
+                ids.len()
+            );
+        }
         if let Some(admin) = &fixed.admin {
             out += &format!(
                 "admin {} (admin API {}{})\n",

@@ -47,6 +47,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
+        store.set_keys(config.live.encryption.clone());
         Self {
             routes: LiveRoutes::new(&config.live, &metrics),
             pauses: Pauses::default(),
@@ -69,6 +70,7 @@ impl Engine {
     /// Swap in the routes, secrets and request limits of `live`; requests
     /// already running keep the old ones.
     pub fn reload(&self, live: &Live) {
+        self.store.set_keys(live.encryption.clone());
         self.routes.swap(live, &self.metrics);
         self.set_pause_gauges();
     }

@@ -42,7 +42,8 @@ use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Lease, OrderSpot, StoreKey, Stored, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Lease, OrderSpot, StoreError, StoreKey, Stored,
+    StoredRequest,
 };
 use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
@@ -416,6 +417,7 @@ impl Gateway {
                 dead_letter(route, &record, body_sha256)?,
                 Outcome::DeadLetter,
             )),
+            Err(StoreError::Unreadable(_)) => Err(GatewayError::RecordUnreadable),
             Err(error) => {
                 // Never accepted without the store: an async route does not
                 // forward unprotected, whatever `on_error` says.
@@ -536,6 +538,9 @@ impl Gateway {
             }
             // Only an acceptance answers this, and a delivery is no acceptance.
             Ok(ClaimOutcome::Queued) => Err(GatewayError::Internal),
+            // A record that is there but does not open is never forwarded
+            // around, whatever `on_error` says: the event was seen.
+            Err(StoreError::Unreadable(_)) => Err(GatewayError::RecordUnreadable),
             Err(error) if runtime.on_store_error == OnStoreError::Forward => {
                 tracing::warn!(route = %route.name, key, %error, "store unavailable; forwarding without deduplication");
                 Ok(Claimed::Unprotected)

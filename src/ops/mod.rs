@@ -25,7 +25,10 @@ use crate::traffic::Pause;
 
 impl From<StoreError> for OpsError {
     fn from(error: StoreError) -> Self {
-        OpsError::StoreUnavailable(error.to_string())
+        match error {
+            StoreError::Unreadable(why) => OpsError::RecordUnreadable(why),
+            error => OpsError::StoreUnavailable(error.to_string()),
+        }
     }
 }
 

@@ -68,7 +68,7 @@ impl Sent {
 }
 
 fn unavailable(error: StoreError) -> OpsError {
-    OpsError::StoreUnavailable(error.to_string())
+    OpsError::from(error)
 }
 
 /// A task of the gateway's, awaited: its caller may go away, the task

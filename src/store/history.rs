@@ -97,6 +97,10 @@ pub struct PastAttempt {
     /// replaced), when it answered with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// `body`, sealed (README, "Data at rest"), base64: only hookgate
+    /// writes this field, and a store opens it before anyone reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<String>,
 }
 
 impl PastAttempt {
@@ -123,6 +127,7 @@ impl PastAttempt {
             duration_ms,
             error: error.map(|text| cut(&text, ERROR_BYTES).to_owned()),
             body,
+            sealed: None,
         }
     }
 

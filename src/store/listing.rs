@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{
     new_token, Blocked, Clock, Due, Leased, ListQuery, Record, RecordState, Store, StoreError,
+    StoreKey,
 };
 use crate::order::Rules;
 
@@ -163,7 +164,7 @@ impl Store {
             let source = self.source(scope, shard);
             let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
             let op = self.backend.lease_due(&source, &tokens, processing_ttl);
-            leased.extend(self.deadline("lease_due", op).await?);
+            leased.extend(self.opened_due(&source, self.deadline("lease_due", op).await?));
         }
         Ok(leased)
     }
@@ -189,10 +190,23 @@ impl Store {
                 .backend
                 .lease_ordered(&source, &tokens, processing_ttl, rules);
             let more = self.deadline("lease_ordered", op).await?;
-            leased.due.extend(more.due);
+            leased.due.extend(self.opened_due(&source, more.due));
             leased.stale.extend(more.stale);
         }
         Ok(leased)
+    }
+
+    /// The leased events whose records open; one that does not is left to
+    /// its lease (counted and logged by [`Store::opened`]): it is due again
+    /// when the lease runs out, kept, never delivered as garbage.
+    fn opened_due(&self, source: &str, due: Vec<Due>) -> Vec<Due> {
+        (due.into_iter())
+            .filter_map(|due| {
+                let key = StoreKey::event(source, &due.id);
+                let record = self.opened(&key, due.record).ok()?;
+                Some(Due { record, ..due })
+            })
+            .collect()
     }
 
     /// Drop listing entries of `scope`'s records in `state` that were last

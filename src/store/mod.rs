@@ -53,11 +53,14 @@ mod order;
 mod postgres;
 mod record;
 mod redis;
+pub mod sealed;
 mod settings;
 mod shards;
 
 use std::future::Future;
 use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -90,6 +93,7 @@ use self::shards::Shards;
 pub use crate::clock::Clock;
 use crate::metrics::StoreMetrics;
 use crate::replay::RecordedResponse;
+use crate::seal::Keys;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -102,6 +106,10 @@ pub enum StoreError {
     /// The store is laid out in a way the config cannot run on.
     #[error("{0}")]
     Layout(String),
+    /// A record sealed under a key no configured key opens, or changed
+    /// (README, "Data at rest"): never answered as anything but this.
+    #[error("the record cannot be opened: {0}")]
+    Unreadable(String),
 }
 
 /// How long learning a store's layout may take (`Store::learn_layout`).
@@ -124,6 +132,9 @@ pub struct Store {
     /// Completed records kept in process (`store.replay_cache`); none when
     /// switched off or the backend has no invalidation feed yet.
     cache: Option<Arc<ReplayCache>>,
+    /// `[store.encryption]` keys (README, "Data at rest"): with them, what
+    /// a record keeps of a request or an answer is sealed ([`sealed`]).
+    keys: ArcSwapOption<Keys>,
 }
 
 /// What a forced release found.
@@ -190,6 +201,7 @@ impl Store {
             timeout,
             metrics,
             cache: None,
+            keys: ArcSwapOption::empty(),
         }
     }
 
@@ -376,9 +388,31 @@ impl Store {
 
     async fn claim_in_store(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let token = new_token();
+        let kept = request
+            .stored
+            .and_then(|stored| self.kept_request(request.key, stored.request));
+        let request = match (&kept, request.stored) {
+            (Some(kept), Some(stored)) => ClaimRequest {
+                stored: Some(Stored {
+                    request: kept,
+                    ..stored
+                }),
+                ..request
+            },
+            _ => request,
+        };
         let result = self
             .deadline("claim", self.backend.claim(request, &token))
             .await;
+        let result = match result {
+            Ok(ClaimOutcome::Completed(record)) => self
+                .opened(request.key, record)
+                .map(ClaimOutcome::Completed),
+            Ok(ClaimOutcome::Dead(record)) => {
+                self.opened(request.key, record).map(ClaimOutcome::Dead)
+            }
+            other => other,
+        };
         if result.is_err() {
             let undo = self.backend.release(request.key, &token);
             if let Ok(Ok(true)) = tokio::time::timeout(self.timeout, undo).await {
@@ -408,6 +442,17 @@ impl Store {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
+        let keys = self.keys.load();
+        let kept = match keys.as_deref() {
+            Some(keys) => Some(sealed::seal_response(
+                keys,
+                self.scope_of(key),
+                key.id(),
+                response,
+            )),
+            None => sealed::unmarked_response(response),
+        };
+        let response = kept.as_ref().unwrap_or(response);
         let op = self
             .backend
             .complete(key, &lease.token, response, retention);
@@ -420,7 +465,16 @@ impl Store {
         lease: &Lease,
         failure: &Failure<'_>,
     ) -> Result<Option<RecordState>, StoreError> {
-        let op = self.backend.fail(key, &lease.token, failure);
+        let kept = self.kept_request(key, failure.request);
+        let attempt = (self.keys.load().as_deref()).and_then(|keys| {
+            sealed::seal_attempt(keys, self.scope_of(key), key.id(), failure.attempt)
+        });
+        let failure = Failure {
+            request: kept.as_ref().unwrap_or(failure.request),
+            attempt: attempt.as_ref().unwrap_or(failure.attempt),
+            ..*failure
+        };
+        let op = self.backend.fail(key, &lease.token, &failure);
         self.deadline("fail", op).await
     }
 
@@ -430,7 +484,8 @@ impl Store {
     }
 
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        self.deadline("get", self.backend.get(key)).await
+        let record = self.deadline("get", self.backend.get(key)).await?;
+        record.map(|record| self.opened(key, record)).transpose()
     }
 
     /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].

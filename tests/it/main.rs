@@ -2,6 +2,7 @@
 //! `redis-server` per test, a real recording upstream.
 
 mod async_delivery;
+mod at_rest;
 mod backup;
 mod bulk;
 mod cli;

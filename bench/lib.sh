@@ -1,0 +1,25 @@
+# Shared by the focused benchmarks (bench/ordering.sh, destinations.sh,
+# encryption.sh): sourced after `cd` to the repository. `bench_start NAME`
+# checks the tools, builds the release binaries and makes $WORK (removed,
+# with every process in $PIDS, on exit).
+
+bench_start() { # name
+    for tool in wrk redis-server curl; do
+        command -v "$tool" >/dev/null 2>&1 || { echo "$tool is needed (bench/run.sh installs it)" >&2; exit 1; }
+    done
+    cargo build --release --quiet --bin hookgate --example bench-upstream
+    BIN=${BIN:-target/release}
+    WORK=$(mktemp -d "/tmp/hookgate-$1.XXXXXX")
+    PIDS=()
+    trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

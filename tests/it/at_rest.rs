@@ -1,0 +1,256 @@
+//! Data at rest (README, "Data at rest"): with `[store.encryption]`, what a
+//! record keeps of a sender's request and of the upstream's answer is
+//! sealed on every backend — the store's own bytes (the SQLite file and its
+//! WAL, every Redis value, every PostgreSQL row) never hold it — and it is
+//! read back whole. A record no configured key opens is never forwarded
+//! again nor answered as garbage: 503 `record_unreadable` to a sender, 500
+//! to an operator, counted; with its key listed again it opens.
+
+use http::{Method, StatusCode};
+
+use crate::support::*;
+
+/// In the stored request's body, the upstream's answer and one of its
+/// headers: what must never reach the store in clear.
+const CUSTOMER: &str = "ada.lovelace@example.com";
+const ANSWER: &str = "cus_answer_kept_sealed";
+const ANSWER_HEADER: &str = "x-upstream-secret";
+
+const KEY_A: &str = "8b5c5f5e0a8f8d2c1e3b4a6d7c9e0f1a2b3c4d5e6f708192a3b4c5d6e7f80910";
+const KEY_B: &str = "Xq4PbjXz2jHlP0n8hnJ8b0lC0d8Q6oTqYx8zZyJ1m3k=";
+
+/// An upstream that answers `ANSWER` (and a header of it), and refuses
+/// every event whose id holds `fail`.
+async fn upstream() -> Upstream {
+    Upstream::with(|seen| {
+        let refused = seen.key().contains("fail");
+        let mut plan = ok_plan(seen);
+        plan.status = if refused {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        plan.body = format!(r#"{{"customer":"{ANSWER}"}}"#);
+        plan.headers.push((ANSWER_HEADER, ANSWER.to_owned()));
+        plan
+    })
+    .await
+}
+
+fn event_of(id: &str) -> String {
+    format!(r#"{{"id":"{id}","type":"customer.updated","email":"{CUSTOMER}"}}"#)
+}
+
+/// The config: `backend`, events dead after one attempt, the keys' files.
+fn config(upstream: &Upstream, backend: &Backend, keys: &[&std::path::Path]) -> String {
+    let store = format!("[store.encryption]\n{}", keys_line(keys));
+    let text = config_text(&upstream.url("/hook"), backend, "max_attempts = 1", &store);
+    with_admin(&text, true)
+}
+
+fn keys_line(keys: &[&std::path::Path]) -> String {
+    let keys: Vec<String> = (keys.iter())
+        .map(|path| format!("\"${{file:{}}}\"", path.display()))
+        .collect();
+    format!("keys = [{}]", keys.join(", "))
+}
+
+/// `text` (a [`config`]) with other keys: what a reload reads.
+fn with_keys(text: &str, keys: &[&std::path::Path]) -> String {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("keys = ["))
+        .unwrap();
+    text.replace(line, &keys_line(keys))
+}
+
+/// Every byte the store keeps, as its operator's tools would read it.
+async fn kept_bytes(backend: &Backend) -> Vec<u8> {
+    match backend {
+        Backend::Embedded(path) => {
+            let mut bytes = std::fs::read(path).unwrap();
+            for suffix in ["-wal", "-journal"] {
+                let mut side = path.clone().into_os_string();
+                side.push(suffix);
+                bytes.extend(std::fs::read(side).unwrap_or_default());
+            }
+            bytes
+        }
+        Backend::Redis(url) => {
+            let client = ::redis::Client::open(url.as_str()).unwrap();
+            let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            let mut bytes = Vec::new();
+            for key in keys {
+                // Every value, whatever its type, as the server serializes it.
+                let dumped: Vec<u8> = ::redis::cmd("DUMP")
+                    .arg(&key)
+                    .query_async(&mut redis)
+                    .await
+                    .unwrap_or_default();
+                bytes.extend(dumped);
+                let kind: String = ::redis::cmd("TYPE")
+                    .arg(&key)
+                    .query_async(&mut redis)
+                    .await
+                    .unwrap();
+                if kind == "hash" {
+                    let fields: Vec<Vec<u8>> = ::redis::cmd("HGETALL")
+                        .arg(&key)
+                        .query_async(&mut redis)
+                        .await
+                        .unwrap();
+                    bytes.extend(fields.concat());
+                }
+            }
+            bytes
+        }
+        Backend::Postgres(url) => {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let rows = client
+                .query("SELECT t::text FROM webhook_events AS t", &[])
+                .await
+                .unwrap();
+            // A row as text shows its bytea columns in hex.
+            let text: String = rows.iter().map(|row| row.get::<_, String>(0)).collect();
+            text.into_bytes()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `bytes` hold `secret`, as it is or in hex.
+fn holds(bytes: &[u8], secret: &str) -> bool {
+    let hex = hex::encode(secret);
+    [secret.as_bytes(), hex.as_bytes()]
+        .iter()
+        .any(|needle| bytes.windows(needle.len()).any(|w| w == *needle))
+}
+
+async fn sealed_at_rest(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (key_a, key_b) = (dir.path().join("a.key"), dir.path().join("b.key"));
+    std::fs::write(&key_a, format!("{KEY_A}\n")).unwrap();
+    std::fs::write(&key_b, KEY_B).unwrap();
+    let upstream = upstream().await;
+    let text = config(&upstream, &backend, &[&key_a]);
+    let gateway = TestGateway::start(&text).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+
+    // A completed event, replayed; a dead one, its request kept.
+    let first = sender.deliver(&url, &event_of("evt_ok")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let replay = sender.deliver(&url, &event_of("evt_ok")).await;
+    assert!(replay.replayed());
+    assert!(String::from_utf8_lossy(&replay.body).contains(ANSWER));
+    assert_eq!(replay.headers[ANSWER_HEADER], ANSWER);
+    let dead = sender.deliver(&url, &event_of("evt_fail")).await;
+    assert_eq!(dead.status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Read back whole through the store.
+    let ok = gateway.record("hook", "evt_ok").await.unwrap();
+    let response = ok.response.expect("recorded");
+    assert!(String::from_utf8_lossy(&response.body).contains(ANSWER));
+    assert_eq!(response.headers[ANSWER_HEADER], ANSWER);
+    let failed = gateway.record("hook", "evt_fail").await.unwrap();
+    let request = failed.request.expect("kept");
+    assert!(String::from_utf8_lossy(&request.body).contains(CUSTOMER));
+    let signature = sign(event_of("evt_fail").as_bytes());
+    assert_eq!(request.headers["x-signature"], signature.as_str());
+
+    // The store's own bytes hold none of it.
+    let kept = kept_bytes(&backend).await;
+    assert!(!kept.is_empty(), "the store keeps something");
+    for secret in [CUSTOMER, ANSWER, signature.as_str()] {
+        assert!(!holds(&kept, secret), "{secret} is kept in clear");
+    }
+    assert!(holds(&kept, "evt_fail"), "keys stay in clear");
+
+    // Reloaded with another key only: the dead event's duplicate is not
+    // forwarded, and the sender is told to come back.
+    let other = with_keys(&text, &[&key_b]);
+    assert!(gateway.reloader.apply(&parse_config(&other)).is_empty());
+    let calls = upstream.count("evt_fail");
+    let refused = sender.deliver(&url, &event_of("evt_fail")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.json()["error"]["code"], "record_unreadable");
+    assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(upstream.count("evt_fail"), calls, "never forwarded again");
+    let shown = request_admin(&gateway, "/admin/routes/hook/keys/evt_fail").await;
+    assert_eq!(shown.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(shown.json()["error"]["code"], "record_unreadable");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let failures = sample(&metrics, "hookgate_store_decrypt_failures_total", &[]);
+    assert!(failures.is_some_and(|n| n >= 2.0), "{failures:?}");
+
+    // The new key first, the old one still listed: it opens again, and
+    // what is written now is sealed under the new key.
+    let rotated = with_keys(&text, &[&key_b, &key_a]);
+    assert!(gateway.reloader.apply(&parse_config(&rotated)).is_empty());
+    let shown = request_admin(&gateway, "/admin/routes/hook/keys/evt_fail").await;
+    assert_eq!(shown.status, StatusCode::OK);
+    assert!(shown.json().to_string().contains(CUSTOMER));
+    let second = sender.deliver(&url, &event_of("evt_fail_2")).await;
+    assert_eq!(second.status, StatusCode::SERVICE_UNAVAILABLE);
+    let only_new = with_keys(&text, &[&key_b]);
+    assert!(gateway.reloader.apply(&parse_config(&only_new)).is_empty());
+    let record = gateway.record("hook", "evt_fail_2").await.unwrap();
+    assert!(String::from_utf8_lossy(&record.request.unwrap().body).contains(CUSTOMER));
+    gateway.shutdown().await;
+}
+
+async fn request_admin(gateway: &TestGateway, path: &str) -> Answer {
+    request(Method::GET, &gateway.admin_url(path), Some(ADMIN_TOKEN)).await
+}
+
+#[tokio::test]
+async fn the_embedded_file_keeps_requests_and_answers_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_at_rest(Backend::Embedded(dir.path().join("hookgate.db"))).await;
+}
+
+#[tokio::test]
+async fn redis_keeps_requests_and_answers_sealed() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    sealed_at_rest(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_requests_and_answers_sealed() {
+    let database = TestDatabase::create().await;
+    sealed_at_rest(Backend::Postgres(database.url())).await;
+}
+
+#[tokio::test]
+async fn a_config_with_a_bad_key_is_refused_and_names_it_by_place_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, "00ff").unwrap();
+    let upstream = Upstream::start().await;
+    let text = config(&upstream, &Backend::Memory, &[&short]);
+    let parsed = hookgate::config::Config::parse(&text, std::path::Path::new("t.toml"), &|_| None);
+    let error = parsed.unwrap_err().to_string();
+    assert!(error.contains("store.encryption.keys"), "{error}");
+    assert!(error.contains("keys[0]"), "{error}");
+    assert!(
+        !error.contains("00ff"),
+        "the key itself is never echoed: {error}"
+    );
+
+    // A good one: `hookgate check` says so, naming the key by its id only.
+    let good = dir.path().join("good.key");
+    std::fs::write(&good, KEY_A).unwrap();
+    let text = config(&upstream, &Backend::Memory, &[&good]);
+    let summary = parse_config(&text).summary();
+    assert!(summary.contains("data at rest sealed"), "{summary}");
+    assert!(!summary.contains(KEY_A), "{summary}");
+}
