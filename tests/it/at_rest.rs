@@ -254,3 +254,73 @@ async fn a_config_with_a_bad_key_is_refused_and_names_it_by_place_only() {
     assert!(summary.contains("data at rest sealed"), "{summary}");
     assert!(!summary.contains(KEY_A), "{summary}");
 }
+
+/// `hookgate store copy` carries the ciphertext as it is, to a store of
+/// another backend and key prefix: it opens there under the same keys, the
+/// target's bytes hold nothing in clear, and a target without the keys
+/// answers `record_unreadable`, never garbage.
+#[tokio::test]
+async fn a_sealed_store_copied_to_redis_opens_there_and_stays_sealed() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("a.key");
+    std::fs::write(&key, KEY_A).unwrap();
+    let upstream = upstream().await;
+    let embedded = Backend::Embedded(dir.path().join("old.db"));
+    let from = config(&upstream, &embedded, &[&key]);
+    let gateway = TestGateway::start(&from).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    assert_eq!(
+        sender.deliver(&url, &event_of("evt_ok")).await.status,
+        StatusCode::OK
+    );
+    let dead = sender.deliver(&url, &event_of("evt_fail")).await;
+    assert_eq!(dead.status, StatusCode::SERVICE_UNAVAILABLE);
+    gateway.shutdown().await;
+
+    let target = Backend::Redis(redis.url());
+    let to = config(&upstream, &target, &[&key]);
+    let (from_file, to_file) = (dir.path().join("from.toml"), dir.path().join("to.toml"));
+    std::fs::write(&from_file, &from).unwrap();
+    std::fs::write(&to_file, &to).unwrap();
+    let copy = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["store", "copy", "--from"])
+        .arg(&from_file)
+        .arg("--to")
+        .arg(&to_file)
+        .env("TEST_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert!(copy.status.success(), "{copy:?}");
+    let kept = kept_bytes(&target).await;
+    assert!(holds(&kept, "evt_ok"));
+    for secret in [CUSTOMER, ANSWER] {
+        assert!(!holds(&kept, secret), "{secret} is kept in clear");
+    }
+
+    let gateway = TestGateway::start(&to).await;
+    let url = gateway.url("/hook");
+    let replay = sender.deliver(&url, &event_of("evt_ok")).await;
+    assert!(replay.replayed());
+    assert!(String::from_utf8_lossy(&replay.body).contains(ANSWER));
+    let failed = gateway.record("hook", "evt_fail").await.unwrap();
+    assert!(String::from_utf8_lossy(&failed.request.unwrap().body).contains(CUSTOMER));
+    assert_eq!(upstream.count("evt_ok"), 1);
+    gateway.shutdown().await;
+
+    // The same store read by a gateway without the keys.
+    let keyless = to
+        .replace(&keys_line(&[&key]), "")
+        .replace("[store.encryption]\n", "");
+    let gateway = TestGateway::start(&keyless).await;
+    let refused = sender
+        .deliver(&gateway.url("/hook"), &event_of("evt_ok"))
+        .await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.json()["error"]["code"], "record_unreadable");
+    assert_eq!(upstream.count("evt_ok"), 1, "never forwarded again");
+    gateway.shutdown().await;
+}
