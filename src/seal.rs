@@ -116,13 +116,10 @@ impl Keys {
     /// The plaintext of `sealed`, if it was sealed for `record` under a
     /// configured key and not changed since.
     pub fn open(&self, record: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
-        if sealed.len() < HEADER_LEN + TAG_LEN || sealed[0] != FORMAT {
-            return Err(SealError::Malformed);
-        }
-        let id: [u8; ID_LEN] = sealed[1..1 + ID_LEN].try_into().expect("four bytes");
+        let id = sealing_key(sealed).ok_or(SealError::Malformed)?;
         let key = (self.keys.iter())
-            .find(|key| key.id == id)
-            .ok_or(SealError::UnknownKey(u32::from_be_bytes(id)))?;
+            .find(|key| u32::from_be_bytes(key.id) == id)
+            .ok_or(SealError::UnknownKey(id))?;
         let nonce: [u8; NONCE_LEN] = sealed[1 + ID_LEN..HEADER_LEN]
             .try_into()
             .expect("a nonce's length");
@@ -149,8 +146,18 @@ impl Keys {
     /// Whether `sealed` is under the first key already (what a
     /// re-encryption leaves alone).
     pub fn is_current(&self, sealed: &[u8]) -> bool {
-        sealed.len() > ID_LEN && sealed[0] == FORMAT && sealed[1..1 + ID_LEN] == self.keys[0].id
+        sealing_key(sealed) == Some(u32::from_be_bytes(self.keys[0].id))
     }
+}
+
+/// The id of the key `sealed` was sealed under, when it is a sealed value
+/// of a format this release reads; as [`Keys::ids`] shows it, `{:08x}`.
+pub fn sealing_key(sealed: &[u8]) -> Option<u32> {
+    if sealed.len() < HEADER_LEN + TAG_LEN || sealed[0] != FORMAT {
+        return None;
+    }
+    let id: [u8; ID_LEN] = sealed[1..1 + ID_LEN].try_into().expect("four bytes");
+    Some(u32::from_be_bytes(id))
 }
 
 /// 32 bytes from 64 hex digits or standard base64.

@@ -32,8 +32,7 @@ use crate::headers::new_request_id;
 use crate::key;
 use crate::route::Route;
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Lease, RecordState, StoreError, StoreKey, Stored,
-    StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, Lease, RecordState, StoreKey, Stored, StoredRequest,
 };
 use crate::traffic::{Admission, PAUSE_POLL};
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
@@ -65,10 +64,6 @@ impl Sent {
             upstream_error: None,
         }
     }
-}
-
-fn unavailable(error: StoreError) -> OpsError {
-    OpsError::from(error)
 }
 
 /// A task of the gateway's, awaited: its caller may go away, the task
@@ -117,7 +112,7 @@ impl Engine {
         let record = store
             .get(&store_key)
             .await
-            .map_err(unavailable)?
+            .map_err(OpsError::from)?
             .ok_or(OpsError::KeyNotFound)?;
         if record.state == RecordState::Completed && !force {
             return Err(OpsError::Completed);
@@ -140,14 +135,14 @@ impl Engine {
                     Ok(Sent::queued(key, record.attempts))
                 }
                 Ok(_) => Err(OpsError::InFlight),
-                Err(error) => Err(unavailable(error)),
+                Err(error) => Err(OpsError::from(error)),
             };
         }
         let leave = self.leave(route)?;
         let claimed = store
             .claim(claim(ClaimMode::Redeliver { force }))
             .await
-            .map_err(unavailable)?;
+            .map_err(OpsError::from)?;
         let lease = match claimed {
             ClaimOutcome::New(lease) => lease,
             ClaimOutcome::InFlight { .. } => return Err(OpsError::InFlight),
@@ -200,7 +195,7 @@ impl Engine {
         let record = store
             .get(&store.key(&route.scope, key))
             .await
-            .map_err(unavailable)?
+            .map_err(OpsError::from)?
             .ok_or(OpsError::KeyNotFound)?;
         let request = record.request.ok_or(OpsError::RequestNotStored)?;
         let mut leave = Some(self.leave(route)?);
@@ -222,7 +217,7 @@ impl Engine {
                     )
                 })
                 .await
-                .map_err(unavailable)?;
+                .map_err(OpsError::from)?;
             if let ClaimOutcome::New(lease) = claimed {
                 let Some(leave) = leave.take() else { break };
                 let held = (store_key, lease, leave);
@@ -244,7 +239,7 @@ impl Engine {
             let record = store
                 .get(&store.key(&route.scope, &replay_key))
                 .await
-                .map_err(unavailable)?;
+                .map_err(OpsError::from)?;
             if record.is_none() {
                 break;
             }

@@ -442,16 +442,7 @@ impl Store {
         response: &RecordedResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let keys = self.keys.load();
-        let kept = match keys.as_deref() {
-            Some(keys) => Some(sealed::seal_response(
-                keys,
-                self.scope_of(key),
-                key.id(),
-                response,
-            )),
-            None => sealed::unmarked_response(response),
-        };
+        let kept = self.kept_response(key, response);
         let response = kept.as_ref().unwrap_or(response);
         let op = self
             .backend
@@ -466,9 +457,7 @@ impl Store {
         failure: &Failure<'_>,
     ) -> Result<Option<RecordState>, StoreError> {
         let kept = self.kept_request(key, failure.request);
-        let attempt = (self.keys.load().as_deref()).and_then(|keys| {
-            sealed::seal_attempt(keys, self.scope_of(key), key.id(), failure.attempt)
-        });
+        let attempt = self.kept_attempt(key, failure.attempt);
         let failure = Failure {
             request: kept.as_ref().unwrap_or(failure.request),
             attempt: attempt.as_ref().unwrap_or(failure.attempt),

@@ -26,7 +26,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use super::{PastAttempt, Record, Store, StoreError, StoreKey, StoredRequest};
 use crate::headers::{decode_lines, encode_lines};
 use crate::replay::RecordedResponse;
-use crate::seal::{Keys, SealError};
+use crate::seal::{sealing_key, Keys, SealError};
 
 /// The marker header of a sealed request or response.
 pub const SEALED: HeaderName = HeaderName::from_static("hookgate-sealed");
@@ -51,23 +51,21 @@ fn bound(scope: &str, id: &str, part: Part) -> String {
 /// The marker's value: the format and the sealing key's id (hex), so an
 /// operator can tell which key a record needs without opening it.
 fn marker(sealed: &[u8]) -> HeaderMap {
-    let id = sealed.get(1..5).map(hex::encode).unwrap_or_default();
+    let id = sealing_key(sealed).expect("a seal names its key");
     let mut headers = HeaderMap::new();
-    let value = HeaderValue::from_str(&format!("1; key={id}")).expect("hex is a header value");
+    let value = HeaderValue::from_str(&format!("1; key={id:08x}")).expect("hex is a header value");
     headers.insert(SEALED, value);
     headers
 }
 
 /// `request`, sealed for event `id` of `scope` under the first key.
 pub(super) fn seal_request(keys: &Keys, scope: &str, id: &str, r: &StoredRequest) -> StoredRequest {
-    let lines = encode_lines(&r.headers);
-    let mut plain = Vec::with_capacity(8 + lines.len() + r.body.len() + 64);
+    let mut plain = Vec::new();
     match &r.query {
         Some(query) => put(&mut plain, query.as_bytes()),
         None => plain.extend_from_slice(&u32::MAX.to_be_bytes()),
     }
-    put(&mut plain, &lines);
-    plain.extend_from_slice(&r.body);
+    put_message(&mut plain, &r.headers, &r.body);
     let sealed = keys.seal(&bound(scope, id, Part::Request), &plain);
     StoredRequest {
         method: r.method.clone(),
@@ -84,10 +82,8 @@ pub(super) fn seal_response(
     id: &str,
     r: &RecordedResponse,
 ) -> RecordedResponse {
-    let lines = encode_lines(&r.headers);
-    let mut plain = Vec::with_capacity(4 + lines.len() + r.body.len());
-    put(&mut plain, &lines);
-    plain.extend_from_slice(&r.body);
+    let mut plain = Vec::new();
+    put_message(&mut plain, &r.headers, &r.body);
     let sealed = keys.seal(&bound(scope, id, Part::Response), &plain);
     RecordedResponse {
         status: r.status,
@@ -121,18 +117,27 @@ pub(super) fn seal_attempt(
 /// `request` without the marker header, when it has one (a sender's header
 /// of that name, written in clear); `None` when it has none.
 pub(super) fn unmarked_request(request: &StoredRequest) -> Option<StoredRequest> {
-    request.headers.contains_key(SEALED).then(|| {
-        let mut clear = request.clone();
-        clear.headers.remove(SEALED);
-        clear
+    let headers = unmarked(&request.headers)?;
+    Some(StoredRequest {
+        headers,
+        ..request.clone()
     })
 }
 
 /// As [`unmarked_request`], of an upstream's response.
 pub(super) fn unmarked_response(response: &RecordedResponse) -> Option<RecordedResponse> {
-    response.headers.contains_key(SEALED).then(|| {
-        let mut clear = response.clone();
-        clear.headers.remove(SEALED);
+    let headers = unmarked(&response.headers)?;
+    Some(RecordedResponse {
+        headers,
+        ..response.clone()
+    })
+}
+
+/// `headers` without the marker, when they have it.
+fn unmarked(headers: &HeaderMap) -> Option<HeaderMap> {
+    headers.contains_key(SEALED).then(|| {
+        let mut clear = headers.clone();
+        clear.remove(SEALED);
         clear
     })
 }
@@ -165,22 +170,6 @@ pub(super) fn open_record(
     Ok(())
 }
 
-/// Whether `record` keeps anything sealed under another key than the
-/// first (what a re-encryption rewrites), or in clear.
-pub fn needs_sealing(keys: &Keys, record: &Record) -> bool {
-    let request = record.request.as_ref().map(|r| (&r.headers, &r.body));
-    let response = record.response.as_ref().map(|r| (&r.headers, &r.body));
-    let attempts = record.history.iter().any(|attempt| {
-        attempt.body.is_some()
-            || (attempt.sealed.as_ref())
-                .and_then(|sealed| BASE64.decode(sealed).ok())
-                .is_some_and(|sealed| !keys.is_current(&sealed))
-    });
-    attempts
-        || (request.into_iter().chain(response))
-            .any(|(headers, body)| !headers.contains_key(SEALED) || !keys.is_current(body))
-}
-
 fn open_request(
     keys: Option<&Keys>,
     scope: &str,
@@ -193,13 +182,12 @@ fn open_request(
         None => None,
         Some(len) => Some(String::from_utf8(take(&mut rest, len)?.to_vec()).map_err(bad)?),
     };
-    let len = take_len(&mut rest)?.ok_or(SealError::Malformed)?;
-    let headers = decode_lines(take(&mut rest, len)?).map_err(bad)?;
+    let (headers, body) = take_message(rest)?;
     Ok(StoredRequest {
         method: sealed.method.clone(),
         query,
         headers,
-        body: Bytes::copy_from_slice(rest),
+        body,
     })
 }
 
@@ -210,13 +198,11 @@ fn open_response(
     sealed: &RecordedResponse,
 ) -> Result<RecordedResponse, SealError> {
     let plain = open(keys, &bound(scope, id, Part::Response), &sealed.body)?;
-    let mut rest = plain.as_slice();
-    let len = take_len(&mut rest)?.ok_or(SealError::Malformed)?;
-    let headers = decode_lines(take(&mut rest, len)?).map_err(bad)?;
+    let (headers, body) = take_message(&plain)?;
     Ok(RecordedResponse {
         status: sealed.status,
         headers,
-        body: Bytes::copy_from_slice(rest),
+        body,
         body_kept: sealed.body_kept,
     })
 }
@@ -224,15 +210,8 @@ fn open_response(
 fn open(keys: Option<&Keys>, record: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
     match keys {
         Some(keys) => keys.open(record, sealed),
-        None => Err(SealError::UnknownKey(key_id(sealed))),
+        None => Err(sealing_key(sealed).map_or(SealError::Malformed, SealError::UnknownKey)),
     }
-}
-
-/// The key id a sealed value names (0 when it is too short to name one).
-fn key_id(sealed: &[u8]) -> u32 {
-    (sealed.get(1..5))
-        .and_then(|id| id.try_into().ok())
-        .map_or(0, u32::from_be_bytes)
 }
 
 fn bad(_: impl std::fmt::Debug) -> SealError {
@@ -242,6 +221,19 @@ fn bad(_: impl std::fmt::Debug) -> SealError {
 fn put(out: &mut Vec<u8>, part: &[u8]) {
     out.extend_from_slice(&(part.len() as u32).to_be_bytes());
     out.extend_from_slice(part);
+}
+
+/// A request's or an answer's header lines and body, as sealed.
+fn put_message(out: &mut Vec<u8>, headers: &HeaderMap, body: &[u8]) {
+    put(out, &encode_lines(headers));
+    out.extend_from_slice(body);
+}
+
+/// What [`put_message`] wrote.
+fn take_message(mut rest: &[u8]) -> Result<(HeaderMap, Bytes), SealError> {
+    let len = take_len(&mut rest)?.ok_or(SealError::Malformed)?;
+    let headers = decode_lines(take(&mut rest, len)?).map_err(bad)?;
+    Ok((headers, Bytes::copy_from_slice(rest)))
 }
 
 /// A length (`u32::MAX`: absent).
@@ -310,6 +302,29 @@ impl Store {
             Some(keys) => Some(seal_request(keys, self.scope_of(key), key.id(), request)),
             None => unmarked_request(request),
         }
+    }
+
+    /// As [`Store::kept_request`], of an upstream's answer.
+    pub(super) fn kept_response(
+        &self,
+        key: &StoreKey,
+        response: &RecordedResponse,
+    ) -> Option<RecordedResponse> {
+        match self.keys.load().as_deref() {
+            Some(keys) => Some(seal_response(keys, self.scope_of(key), key.id(), response)),
+            None => unmarked_response(response),
+        }
+    }
+
+    /// The failed attempt to write for `key`: its answer's excerpt sealed;
+    /// `None` when it is written as it is.
+    pub(super) fn kept_attempt(
+        &self,
+        key: &StoreKey,
+        attempt: &PastAttempt,
+    ) -> Option<PastAttempt> {
+        let keys = self.keys.load();
+        seal_attempt(keys.as_deref()?, self.scope_of(key), key.id(), attempt)
     }
 }
 
@@ -416,7 +431,6 @@ mod tests {
         // Rotated: the new key first, the old one still listed.
         let mut record = record_with(request(), sealed);
         let rotated = keys(&[B, A]);
-        assert!(needs_sealing(&rotated, &record));
         open_record(Some(&rotated), "s", "k", &mut record).unwrap();
         assert_eq!(record.response, Some(response()));
     }

@@ -153,34 +153,29 @@ async fn fans_out_once(backend: Backend) {
     // A delivery is counted a moment after its record completes.
     let counted = eventually(Duration::from_secs(10), || async {
         let metrics = scrape(&gateway.admin_url("/metrics")).await;
-        let completed = |destination| {
-            let labels = [
-                ("route", "hook"),
-                ("destination", destination),
-                ("result", "completed"),
-            ];
-            sample(&metrics, "hookgate_delivery_attempts_total", &labels)
-        };
-        (completed("billing"), completed("crm")) == (Some(26.0), Some(12.0))
+        (completed(&metrics, "billing"), completed(&metrics, "crm")) == (Some(26.0), Some(12.0))
     });
     assert!(counted.await, "every completion counted");
     let metrics = scrape(&gateway.admin_url("/metrics")).await;
-    let completed = |destination| {
-        let labels = [
-            ("route", "hook"),
-            ("destination", destination),
-            ("result", "completed"),
-        ];
-        sample(&metrics, "hookgate_delivery_attempts_total", &labels)
-    };
-    assert_eq!(completed("billing"), Some(26.0));
-    assert_eq!(completed("crm"), Some(12.0));
+    assert_eq!(completed(&metrics, "billing"), Some(26.0));
+    assert_eq!(completed(&metrics, "crm"), Some(12.0));
     let labels = [("route", "hook"), ("outcome", "filtered")];
     assert_eq!(
         sample(&metrics, "hookgate_requests_total", &labels),
         Some(12.0)
     );
     gateway.shutdown().await;
+}
+
+/// `hookgate_delivery_attempts_total` of route hook's `destination` that
+/// completed, in the scraped `metrics`.
+fn completed(metrics: &str, destination: &str) -> Option<f64> {
+    let labels = [
+        ("route", "hook"),
+        ("destination", destination),
+        ("result", "completed"),
+    ];
+    sample(metrics, "hookgate_delivery_attempts_total", &labels)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
