@@ -197,24 +197,26 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             response,
             retention,
         } => {
-            let completed = run(
-                tx,
-                COMPLETE,
-                params![
-                    key,
-                    token,
-                    now_i,
-                    response.status.as_u16(),
-                    response.encode_headers(),
-                    response.body.as_ref(),
-                    ms(retention),
-                    response.body_kept.as_str()
-                ],
-            )?;
-            if completed == 1 {
-                wake(tx, entity_of(tx, &key)?, now)?;
-            }
-            Ok(applied(completed))
+            let completing = params![
+                key,
+                token,
+                now_i,
+                response.status.as_u16(),
+                response.encode_headers(),
+                response.body.as_ref(),
+                ms(retention),
+                response.body_kept.as_str()
+            ];
+            // The completed row's source and entity: no second read.
+            let completed: Option<(Option<String>, Option<String>)> =
+                query_one(tx, COMPLETE, completing, |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
+            let Some((source, entity)) = completed else {
+                return Ok(applied(0));
+            };
+            wake(tx, source.zip(entity), now)?;
+            Ok(applied(1))
         }
         Op::Fail {
             key,

@@ -235,12 +235,14 @@ pub(super) const RENEW: &str = "UPDATE webhook_events SET lease_until = ?3, \
      next_attempt_at = CASE WHEN next_attempt_at IS NOT NULL THEN ?3 END \
      WHERE key = ?1 AND token = ?2 AND expires_at > ?4";
 
+/// Returns the row's source and entity (an ordered row's, to wake it).
 pub(super) const COMPLETE: &str = "\
 UPDATE webhook_events SET state = 'completed', token = NULL, lease_until = NULL, \
     next_attempt_at = NULL, order_parked = NULL, completed_at = ?3, updated_at = ?3, \
     response_status = ?4, response_headers = ?5, \
     response_body = ?6, expires_at = ?7, response_body_kept = ?8 \
-WHERE key = ?1 AND token = ?2 AND expires_at > ?3";
+WHERE key = ?1 AND token = ?2 AND expires_at > ?3 \
+RETURNING due_source, order_entity";
 
 /// ?3 the new state, ?5 hold (keep token and lease), ?14 the next attempt
 /// of a requeued async event.
