@@ -106,6 +106,7 @@ pub mod key;
 pub mod metrics;
 pub mod ops;
 pub mod order;
+pub mod reencrypt;
 pub mod reload;
 pub mod replay;
 pub mod route;

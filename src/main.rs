@@ -62,6 +62,27 @@ enum StoreCommand {
     /// newer record. The source may keep serving: copy again after the
     /// switch (docs/operations.md, "Moving between stores").
     Copy(CopyArgs),
+    /// Seal every record still sealed under an older [store.encryption]
+    /// key, or kept in clear, under the first key, so the older keys can
+    /// be dropped; paced, resumable (run it again: only what is left is
+    /// rewritten), safe while the fleet serves (docs/operations.md,
+    /// "Rotating [store.encryption] keys").
+    Reencrypt(ReencryptArgs),
+}
+
+#[derive(clap::Args)]
+struct ReencryptArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Records rewritten a second at most, e.g. `500/s` or `20000/m`
+    /// [default: 200/s]
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<f64>,
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    hookgate::config::parse_rate(text)
+        .ok_or_else(|| format!("{text:?} is not a rate: write it as N/s, N/m or N/h"))
 }
 
 #[derive(clap::Args)]
@@ -211,6 +232,43 @@ fn main() -> ExitCode {
                 }
                 Err(error) => {
                     eprintln!("hookgate store copy: {error} (nothing copied is lost: run it again to go on)");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Store(StoreCommand::Reencrypt(args)) => {
+            let config = match load(&args.config.config) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let rate = args.rate.unwrap_or(hookgate::reencrypt::DEFAULT_RATE);
+            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+            println!(
+                "sealing the records of {} ({}) under key {}, at most {rate}/s",
+                config.fixed.store.backend.name(),
+                args.config.config.display(),
+                (config.live.encryption.as_ref())
+                    .and_then(|keys| keys.ids().into_iter().next())
+                    .unwrap_or_default(),
+            );
+            let progress =
+                |pass, counts: &hookgate::store::Resealed| eprintln!("pass {pass}: {counts}");
+            let run = hookgate::reencrypt::reencrypt_store(&config, rate, progress);
+            match runtime.block_on(run) {
+                Ok(passes) => {
+                    for (n, counts) in passes.iter().enumerate() {
+                        println!("pass {}: {counts}", n + 1);
+                    }
+                    if passes.last().is_some_and(|last| last.done()) {
+                        println!("done: every record is sealed under the first key");
+                        ExitCode::SUCCESS
+                    } else {
+                        println!("not done: run it again for the busy records; restore the key of the unreadable ones (the log names each)");
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(error) => {
+                    eprintln!("hookgate store reencrypt: {error} (what was rewritten stays: run it again to go on)");
                     ExitCode::FAILURE
                 }
             }

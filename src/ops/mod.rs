@@ -162,13 +162,18 @@ impl Engine {
 
     /// Whether the listed record's stored request holds the filter's
     /// content matches (read from the store: listings leave requests out).
+    /// A record no configured key opens matches nothing (the store counts
+    /// and logs it): one lost key does not fail a whole search.
     async fn holds(&self, filter: &Filter, listed: &Listed) -> Result<bool, OpsError> {
         if filter.content.is_empty() {
             return Ok(true);
         }
         let store = self.store();
-        let record = store.get(&store.key(&listed.scope, &listed.id)).await?;
-        Ok(record.is_some_and(|record| filter.holds(&record)))
+        match store.get(&store.key(&listed.scope, &listed.id)).await {
+            Ok(record) => Ok(record.is_some_and(|record| filter.holds(&record))),
+            Err(StoreError::Unreadable(_)) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// One page of the store's listing for `query`, without its filter.

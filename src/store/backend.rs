@@ -131,6 +131,19 @@ pub trait Transfer: Records {
         expires_at_ms: u64,
         guard: Option<&StoreKey>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Write `now`'s kept content (`hookgate store reencrypt`: the request,
+    /// the answer and the history, laid out as [`Content`](super::Content))
+    /// in place of `was`'s, only while the live record of `key` still keeps
+    /// exactly `was`'s, compared column by column in one atomic step. Nothing else
+    /// of the record changes. A record some delivery wrote since it was read
+    /// is left alone (`false`), so a rewrite never undoes a write.
+    fn reseal(
+        &self,
+        key: &StoreKey,
+        was: &Record,
+        now: &Record,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// The queue of accepted events. On the same backend as [`Records`]: one

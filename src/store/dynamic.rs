@@ -68,6 +68,7 @@ pub(super) trait DynBackend: Send + Sync {
         expires_at_ms: u64,
         guard: Option<&'a StoreKey>,
     ) -> Op<'a, bool>;
+    fn reseal<'a>(&'a self, key: &'a StoreKey, was: &'a Record, now: &'a Record) -> Op<'a, bool>;
     fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()>;
     fn set_control<'a>(
         &'a self,
@@ -175,6 +176,9 @@ impl<B: Backend> DynBackend for B {
         guard: Option<&'a StoreKey>,
     ) -> Op<'a, bool> {
         Box::pin(Transfer::import(self, key, record, expires_at_ms, guard))
+    }
+    fn reseal<'a>(&'a self, key: &'a StoreKey, was: &'a Record, now: &'a Record) -> Op<'a, bool> {
+        Box::pin(Transfer::reseal(self, key, was, now))
     }
     fn ping<'a>(&'a self, space: &'a str) -> Op<'a, ()> {
         Box::pin(Health::ping(self, space))

@@ -53,6 +53,7 @@ mod order;
 mod postgres;
 mod record;
 mod redis;
+mod reencrypt;
 pub mod sealed;
 mod settings;
 mod shards;
@@ -70,7 +71,9 @@ pub use self::copy::{
     copy, Copied as CopiedRecords, CopyScope, Counts as CopyCounts, COPY_TIMEOUT,
 };
 use self::dynamic::DynBackend;
-pub use self::embedded::{backup, upgrade as upgrade_embedded, Copied, EmbeddedStore, Upgraded};
+pub use self::embedded::{
+    backup, checkpoint, upgrade as upgrade_embedded, Copied, EmbeddedStore, Upgraded,
+};
 pub use self::history::{AttemptKind, FailureClass, LastError, PastAttempt};
 pub use self::listing::{Cursor, Listed, Page};
 pub use self::memory::MemoryStore;
@@ -86,6 +89,7 @@ pub use self::record::{
     Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
+pub use self::reencrypt::{reencrypt, Content, Resealed};
 pub use self::settings::{
     BackendSettings, StoreSettings, Synchronous, DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES,
 };
@@ -477,7 +481,6 @@ impl Store {
         record.map(|record| self.opened(key, record)).transpose()
     }
 
-    /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
     /// The live record of `key`, whole, and when it expires (Unix ms): see
     /// [`Transfer::export`].
     pub async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
@@ -501,6 +504,7 @@ impl Store {
         Ok(written)
     }
 
+    /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         let deleted = self
             .deadline("delete", self.backend.delete(key, force))

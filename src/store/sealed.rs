@@ -170,6 +170,47 @@ pub(super) fn open_record(
     Ok(())
 }
 
+/// `record` (event `id` of `scope`, as stored) with every part sealed
+/// under the first of `keys`: `None` when each already is (or the record
+/// keeps no content), an error when a part opens with none of them.
+pub(super) fn reseal_record(
+    keys: &Keys,
+    scope: &str,
+    id: &str,
+    record: &Record,
+) -> Result<Option<Record>, SealError> {
+    let current = |headers: &HeaderMap, sealed: &[u8]| {
+        headers.contains_key(SEALED) && keys.is_current(sealed)
+    };
+    let request = record.request.as_ref();
+    let response = record.response.as_ref();
+    let stale = request.is_some_and(|r| !current(&r.headers, &r.body))
+        || response.is_some_and(|r| !current(&r.headers, &r.body))
+        || record.history.iter().any(|attempt| match &attempt.sealed {
+            Some(sealed) => BASE64
+                .decode(sealed)
+                .map_or(true, |sealed| !keys.is_current(&sealed)),
+            None => attempt.body.is_some(),
+        });
+    if !stale {
+        return Ok(None);
+    }
+    let mut opened = record.clone();
+    open_record(Some(keys), scope, id, &mut opened)?;
+    if let Some(request) = opened.request.as_mut() {
+        *request = seal_request(keys, scope, id, request);
+    }
+    if let Some(response) = opened.response.as_mut() {
+        *response = seal_response(keys, scope, id, response);
+    }
+    for attempt in &mut opened.history {
+        if let Some(sealed) = seal_attempt(keys, scope, id, attempt) {
+            *attempt = sealed;
+        }
+    }
+    Ok(Some(opened))
+}
+
 fn open_request(
     keys: Option<&Keys>,
     scope: &str,
@@ -433,6 +474,29 @@ mod tests {
         let rotated = keys(&[B, A]);
         open_record(Some(&rotated), "s", "k", &mut record).unwrap();
         assert_eq!(record.response, Some(response()));
+    }
+
+    #[test]
+    fn a_reseal_moves_clear_and_older_parts_under_the_first_key_only() {
+        let (old, rotated) = (keys(&[A]), keys(&[B, A]));
+        let clear = record_with(request(), response());
+        let under_a = record_with(
+            seal_request(&old, "s", "k", &request()),
+            seal_response(&old, "s", "k", &response()),
+        );
+        for record in [clear, under_a] {
+            let resealed = reseal_record(&rotated, "s", "k", &record).unwrap().unwrap();
+            let (request_seal, response_seal) = (
+                &resealed.request.as_ref().unwrap().body,
+                &resealed.response.as_ref().unwrap().body,
+            );
+            assert!(rotated.is_current(request_seal) && rotated.is_current(response_seal));
+            assert_eq!(reseal_record(&rotated, "s", "k", &resealed), Ok(None));
+            let mut opened = resealed;
+            open_record(Some(&keys(&[B])), "s", "k", &mut opened).unwrap();
+            assert_eq!(opened.request, Some(request()));
+            assert_eq!(opened.response, Some(response()));
+        }
     }
 
     #[test]

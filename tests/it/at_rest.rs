@@ -4,7 +4,9 @@
 //! WAL, every Redis value, every PostgreSQL row) never hold it — and it is
 //! read back whole. A record no configured key opens is never forwarded
 //! again nor answered as garbage: 503 `record_unreadable` to a sender, 500
-//! to an operator, counted; with its key listed again it opens.
+//! to an operator, counted; with its key listed again it opens. A
+//! ciphertext changed or moved to another record in the store does not
+//! open at all. (Rotation with `store reencrypt`: `reencrypt.rs`.)
 
 use http::{Method, StatusCode};
 
@@ -12,16 +14,16 @@ use crate::support::*;
 
 /// In the stored request's body, the upstream's answer and one of its
 /// headers: what must never reach the store in clear.
-const CUSTOMER: &str = "ada.lovelace@example.com";
-const ANSWER: &str = "cus_answer_kept_sealed";
-const ANSWER_HEADER: &str = "x-upstream-secret";
+pub(crate) const CUSTOMER: &str = "ada.lovelace@example.com";
+pub(crate) const ANSWER: &str = "cus_answer_kept_sealed";
+pub(crate) const ANSWER_HEADER: &str = "x-upstream-secret";
 
-const KEY_A: &str = "8b5c5f5e0a8f8d2c1e3b4a6d7c9e0f1a2b3c4d5e6f708192a3b4c5d6e7f80910";
-const KEY_B: &str = "Xq4PbjXz2jHlP0n8hnJ8b0lC0d8Q6oTqYx8zZyJ1m3k=";
+pub(crate) const KEY_A: &str = "8b5c5f5e0a8f8d2c1e3b4a6d7c9e0f1a2b3c4d5e6f708192a3b4c5d6e7f80910";
+pub(crate) const KEY_B: &str = "Xq4PbjXz2jHlP0n8hnJ8b0lC0d8Q6oTqYx8zZyJ1m3k=";
 
 /// An upstream that answers `ANSWER` (and a header of it), and refuses
 /// every event whose id holds `fail`.
-async fn upstream() -> Upstream {
+pub(crate) async fn upstream() -> Upstream {
     Upstream::with(|seen| {
         let refused = seen.key().contains("fail");
         let mut plan = ok_plan(seen);
@@ -37,18 +39,18 @@ async fn upstream() -> Upstream {
     .await
 }
 
-fn event_of(id: &str) -> String {
+pub(crate) fn event_of(id: &str) -> String {
     format!(r#"{{"id":"{id}","type":"customer.updated","email":"{CUSTOMER}"}}"#)
 }
 
 /// The config: `backend`, events dead after one attempt, the keys' files.
-fn config(upstream: &Upstream, backend: &Backend, keys: &[&std::path::Path]) -> String {
+pub(crate) fn config(upstream: &Upstream, backend: &Backend, keys: &[&std::path::Path]) -> String {
     let store = format!("[store.encryption]\n{}", keys_line(keys));
     let text = config_text(&upstream.url("/hook"), backend, "max_attempts = 1", &store);
     with_admin(&text, true)
 }
 
-fn keys_line(keys: &[&std::path::Path]) -> String {
+pub(crate) fn keys_line(keys: &[&std::path::Path]) -> String {
     let keys: Vec<String> = (keys.iter())
         .map(|path| format!("\"${{file:{}}}\"", path.display()))
         .collect();
@@ -56,7 +58,7 @@ fn keys_line(keys: &[&std::path::Path]) -> String {
 }
 
 /// `text` (a [`config`]) with other keys: what a reload reads.
-fn with_keys(text: &str, keys: &[&std::path::Path]) -> String {
+pub(crate) fn with_keys(text: &str, keys: &[&std::path::Path]) -> String {
     let line = text
         .lines()
         .find(|line| line.starts_with("keys = ["))
@@ -64,8 +66,17 @@ fn with_keys(text: &str, keys: &[&std::path::Path]) -> String {
     text.replace(line, &keys_line(keys))
 }
 
+/// `text` (a [`config`]) without `[store.encryption]`.
+pub(crate) fn without_keys(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("keys = ["))
+        .unwrap();
+    text.replace(line, "").replace("[store.encryption]\n", "")
+}
+
 /// Every byte the store keeps, as its operator's tools would read it.
-async fn kept_bytes(backend: &Backend) -> Vec<u8> {
+pub(crate) async fn kept_bytes(backend: &Backend) -> Vec<u8> {
     match backend {
         Backend::Embedded(path) => {
             let mut bytes = std::fs::read(path).unwrap();
@@ -127,7 +138,7 @@ async fn kept_bytes(backend: &Backend) -> Vec<u8> {
 }
 
 /// Whether `bytes` hold `secret`, as it is or in hex.
-fn holds(bytes: &[u8], secret: &str) -> bool {
+pub(crate) fn holds(bytes: &[u8], secret: &str) -> bool {
     let hex = hex::encode(secret);
     [secret.as_bytes(), hex.as_bytes()]
         .iter()
@@ -186,6 +197,11 @@ async fn sealed_at_rest(backend: Backend) {
     let shown = request_admin(&gateway, "/admin/routes/hook/keys/evt_fail").await;
     assert_eq!(shown.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(shown.json()["error"]["code"], "record_unreadable");
+    // A search through stored requests passes over what does not open.
+    let search = "/admin/events?route=hook&q=json:/type%3Dcustomer.updated";
+    let searched = request_admin(&gateway, search).await;
+    assert_eq!(searched.status, StatusCode::OK, "{:?}", searched.json());
+    assert_eq!(searched.json()["events"], serde_json::json!([]));
     let metrics = scrape(&gateway.admin_url("/metrics")).await;
     let failures = sample(&metrics, "hookgate_store_decrypt_failures_total", &[]);
     assert!(failures.is_some_and(|n| n >= 2.0), "{failures:?}");
@@ -206,7 +222,7 @@ async fn sealed_at_rest(backend: Backend) {
     gateway.shutdown().await;
 }
 
-async fn request_admin(gateway: &TestGateway, path: &str) -> Answer {
+pub(crate) async fn request_admin(gateway: &TestGateway, path: &str) -> Answer {
     request(Method::GET, &gateway.admin_url(path), Some(ADMIN_TOKEN)).await
 }
 
@@ -312,9 +328,7 @@ async fn a_sealed_store_copied_to_redis_opens_there_and_stays_sealed() {
     gateway.shutdown().await;
 
     // The same store read by a gateway without the keys.
-    let keyless = to
-        .replace(&keys_line(&[&key]), "")
-        .replace("[store.encryption]\n", "");
+    let keyless = without_keys(&to);
     let gateway = TestGateway::start(&keyless).await;
     let refused = sender
         .deliver(&gateway.url("/hook"), &event_of("evt_ok"))
@@ -322,5 +336,59 @@ async fn a_sealed_store_copied_to_redis_opens_there_and_stays_sealed() {
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.json()["error"]["code"], "record_unreadable");
     assert_eq!(upstream.count("evt_ok"), 1, "never forwarded again");
+    gateway.shutdown().await;
+}
+
+/// A stored ciphertext with one byte changed, or moved to another event's
+/// record, does not open: the sender's duplicate is refused (never
+/// forwarded), the operator told, and the untouched record still opens.
+#[tokio::test]
+async fn a_changed_or_moved_ciphertext_does_not_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("a.key");
+    std::fs::write(&key, KEY_A).unwrap();
+    let upstream = upstream().await;
+    let path = dir.path().join("hookgate.db");
+    let text = config(&upstream, &Backend::Embedded(path.clone()), &[&key]);
+    let gateway = TestGateway::start(&text).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    for id in ["evt_fail_1", "evt_fail_2", "evt_fail_3"] {
+        let dead = sender.deliver(&url, &event_of(id)).await;
+        assert_eq!(dead.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    // By hand, as someone with write access to the file could (beside the
+    // running gateway: SQLite's locking keeps the two apart).
+    let file = rusqlite::Connection::open(&path).unwrap();
+    let body_of = |id: &str| -> Vec<u8> {
+        file.query_row(
+            "SELECT request_body FROM webhook_events WHERE key LIKE '%' || ?1",
+            [id],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    let mut changed = body_of(":evt_fail_1");
+    let last = changed.len() - 1;
+    changed[last] ^= 0x01;
+    let moved = body_of(":evt_fail_3");
+    for (id, body) in [(":evt_fail_1", changed), (":evt_fail_2", moved)] {
+        let set = "UPDATE webhook_events SET request_body = ?1 WHERE key LIKE '%' || ?2";
+        assert_eq!(file.execute(set, rusqlite::params![body, id]).unwrap(), 1);
+    }
+    drop(file);
+
+    for id in ["evt_fail_1", "evt_fail_2"] {
+        let shown = request_admin(&gateway, &format!("/admin/routes/hook/keys/{id}")).await;
+        assert_eq!(shown.status, StatusCode::INTERNAL_SERVER_ERROR, "{id}");
+        assert_eq!(shown.code(), "record_unreadable", "{id}");
+        let calls = upstream.count(id);
+        let refused = sender.deliver(&url, &event_of(id)).await;
+        assert_eq!(refused.code(), "record_unreadable", "{id}");
+        assert_eq!(upstream.count(id), calls, "{id}: never forwarded");
+    }
+    let intact = request_admin(&gateway, "/admin/routes/hook/keys/evt_fail_3").await;
+    assert_eq!(intact.status, StatusCode::OK);
+    assert!(intact.json().to_string().contains(CUSTOMER));
     gateway.shutdown().await;
 }

@@ -465,13 +465,16 @@ async fn two_bulk_actions_at_once(backend: Backend) {
         admin(&gateway, Method::POST, path)
     );
     let mut delivered = 0;
+    let mut both = Vec::new();
     for started in [a, b] {
         assert_eq!(started.status, StatusCode::ACCEPTED, "{:?}", started.body);
         let bulk = ended(&gateway, started.json()["id"].as_str().unwrap()).await;
         assert_eq!(bulk["failed"], 0, "{bulk}");
         delivered += bulk["delivered"].as_u64().unwrap();
+        both.push(bulk);
     }
-    assert_eq!(delivered, 20);
+    let counts: Vec<usize> = ids.iter().map(|id| upstream.count(id)).collect();
+    assert_eq!(delivered, 20, "{both:?}, upstream counts {counts:?}");
     for id in &ids {
         let expected = if id.contains("_503_") { 2 } else { 1 };
         assert_eq!(upstream.count(id), expected, "{id}");

@@ -30,6 +30,7 @@ mod model;
 mod observability;
 mod ordering;
 mod postgres;
+mod reencrypt;
 mod reload;
 mod replay_cache;
 mod roles;

@@ -50,6 +50,23 @@ pub(super) fn prepare(path: &Path, synchronous: Synchronous) -> Result<Connectio
     Ok(connection)
 }
 
+/// After `hookgate store reencrypt` beside a running gateway: the log's
+/// frames written back into the file and the log emptied, so the row
+/// versions the rewrites replaced (zeroed in the file, the rewriting
+/// connection runs with `secure_delete`) keep no copy in `-wal`. Whether it
+/// could: a gateway's read in progress keeps the log, whose frames are
+/// then overwritten as the gateway reuses it.
+pub fn checkpoint(path: &Path) -> Result<bool, StoreError> {
+    let connection = Connection::open(path).map_err(|e| open_error(path, e))?;
+    connection
+        .busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(|e| open_error(path, e))?;
+    let busy: i64 = connection
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))
+        .map_err(|e| open_error(path, e))?;
+    Ok(busy == 0)
+}
+
 /// What `hookgate migrate` did to an embedded file.
 #[derive(Debug)]
 pub struct Upgraded {

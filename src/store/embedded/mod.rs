@@ -24,7 +24,8 @@
 //! power loss or an OS crash; `"full"` also survives those at one fsync per
 //! batch. The file is locked (`{path}.lock`) for the life of the process: a
 //! second gateway on the same file fails at start-up — this backend is for
-//! one instance; fleets share Redis.
+//! one instance; fleets share Redis. `hookgate store reencrypt` alone works
+//! beside a running gateway ([`EmbeddedStore::beside`]).
 //!
 //! The files: `batches.rs` the database thread, `run.rs` each operation's
 //! statements in a batch's transaction, `sql.rs` the SQL, `row.rs` a row
@@ -41,8 +42,8 @@ mod sql;
 mod transfer;
 
 pub use self::backup::{backup, Copied};
+pub use self::file::{checkpoint, upgrade, Upgraded};
 use self::file::{lock_file, prepare};
-pub use self::file::{upgrade, Upgraded};
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -56,12 +57,12 @@ use self::batches::{serve, Job};
 use self::batches::{sweep_step, SWEEP_BATCH};
 use self::order::Placing;
 use self::run::{Op, Reply};
-use self::transfer::Import;
+use self::transfer::{Import, Reseal};
 use super::Synchronous;
 use super::{
-    Backend, Blocked, ClaimOutcome, ClaimRequest, Clock, Deleted, Due, Failure, Fleet, Health,
-    Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
-    StoreKey, Transfer,
+    Backend, Blocked, ClaimOutcome, ClaimRequest, Clock, Content, Deleted, Due, Failure, Fleet,
+    Health, Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records,
+    StoreError, StoreKey, Transfer,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -81,7 +82,35 @@ impl EmbeddedStore {
     /// and expiry are judged by `clock`.
     pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
         let lock = lock_file(path)?;
+        Self::start(path, prepare(path, synchronous)?, clock, Some(lock))
+    }
+
+    /// Open the file of a gateway that may be running, without its lock:
+    /// for `hookgate store reencrypt`, whose every write is one short
+    /// transaction that changes a row only while it is as read, so
+    /// SQLite's own locking (the gateway waits out `busy_timeout` at most)
+    /// keeps the two apart. Nothing else may use a store opened so.
+    pub fn beside(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::Backend(format!(
+                "{}: no such file",
+                path.display()
+            )));
+        }
         let connection = prepare(path, synchronous)?;
+        // What a rewrite replaces is zeroed, not left in the file's free
+        // space ([`checkpoint`] empties the log after).
+        (connection.pragma_update(None, "secure_delete", true))
+            .map_err(|e| StoreError::Backend(format!("{}: {e}", path.display())))?;
+        Self::start(path, connection, clock, None)
+    }
+
+    fn start(
+        path: &Path,
+        connection: rusqlite::Connection,
+        clock: Clock,
+        lock: Option<std::fs::File>,
+    ) -> Result<Self, StoreError> {
         let (jobs, queue) = mpsc::sync_channel::<Job>(Self::MAX_QUEUED);
         thread::Builder::new()
             .name("hookgate-sqlite".into())
@@ -424,6 +453,15 @@ impl Transfer for EmbeddedStore {
             Reply::Applied(written) => Ok(written),
             _ => Err(unexpected()),
         }
+    }
+
+    async fn reseal(&self, key: &StoreKey, was: &Record, now: &Record) -> Result<bool, StoreError> {
+        let reseal = Reseal {
+            key: key.as_str().to_owned(),
+            was: Content::of(was),
+            now: Content::of(now),
+        };
+        self.applied(Op::Reseal(Box::new(reseal))).await
     }
 }
 

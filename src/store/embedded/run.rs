@@ -98,6 +98,7 @@ pub(super) enum Op {
         key: String,
     },
     Import(Box<super::transfer::Import>),
+    Reseal(Box<super::transfer::Reseal>),
     Delete {
         key: String,
         force: bool,
@@ -330,6 +331,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Get { key } => live_record(tx, &key, now).map(Reply::Record),
         Op::Export { key } => super::transfer::export(tx, &key, now).map(Reply::Exported),
         Op::Import(import) => import.run(tx, now).map(Reply::Applied),
+        Op::Reseal(reseal) => reseal.run(tx, now).map(Reply::Applied),
         Op::Delete { key, force } => {
             let entity = entity_of(tx, &key)?;
             if run(tx, DELETE, params![key, now_i, force])? == 1 {

@@ -1,13 +1,15 @@
 //! Copying records into and out of the embedded file (`hookgate store
 //! copy`): a whole row with its expiry, and a row written back as it was —
-//! its state, times and request, and for an accepted event its queue — run
-//! by the database thread like every other operation (`run.rs`).
+//! its state, times and request, and for an accepted event its queue — and
+//! a row's content sealed again (`hookgate store reencrypt`), run by the
+//! database thread like every other operation (`run.rs`).
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, Transaction};
 
 use super::row::record_from;
 use super::sql::EXPORT;
-use crate::store::{history, Record};
+use crate::store::{history, Content, Record};
 
 /// ?1 key, ?2..?28 the columns in `record_columns`' order, ?29 expiry, ?30 now: a
 /// live row changed at or after ?6 is kept.
@@ -43,6 +45,46 @@ ON CONFLICT (body_key) DO UPDATE SET first_key = excluded.first_key, \
     expires_at = excluded.expires_at \
 WHERE replay_guards.expires_at <= ?4 OR NOT EXISTS (SELECT 1 FROM webhook_events \
     WHERE key = replay_guards.first_key AND expires_at > ?4)";
+
+/// ?1 key, ?2 now, ?3..?8 the content written, ?9..?14 the content it
+/// replaces, compared with `IS` (NULL is NULL).
+const RESEAL: &str = "UPDATE webhook_events SET request_query = ?3, request_headers = ?4, \
+    request_body = ?5, response_headers = ?6, response_body = ?7, history = ?8 \
+WHERE key = ?1 AND expires_at > ?2 AND request_query IS ?9 AND request_headers IS ?10 \
+    AND request_body IS ?11 AND response_headers IS ?12 AND response_body IS ?13 \
+    AND history IS ?14";
+
+/// A row's content to seal again (see
+/// [`Transfer::reseal`](crate::store::Transfer::reseal)).
+pub(super) struct Reseal {
+    pub(super) key: String,
+    pub(super) was: Content,
+    pub(super) now: Content,
+}
+
+impl Reseal {
+    pub(super) fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<bool> {
+        let columns = |content: Content| -> [Value; 6] {
+            let blob = |bytes: Option<bytes::Bytes>| bytes.map(|b| b.to_vec());
+            [
+                content.request_query.into(),
+                content.request_headers.into(),
+                blob(content.request_body).into(),
+                content.response_headers.into(),
+                blob(content.response_body).into(),
+                content.history.into(),
+            ]
+        };
+        let values = [Value::from(self.key), Value::from(now as i64)]
+            .into_iter()
+            .chain(columns(self.now))
+            .chain(columns(self.was));
+        let written = tx
+            .prepare_cached(RESEAL)?
+            .execute(params_from_iter(values))?;
+        Ok(written == 1)
+    }
+}
 
 /// A record to write (see [`Transfer::import`](crate::store::Transfer::import)).
 pub(super) struct Import {

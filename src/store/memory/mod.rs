@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use super::{
     decide, history, keeps_without_force, settled, Backend, Blocked, ClaimMode, ClaimOutcome,
-    ClaimRequest, Clock, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease, Leased,
-    ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey, Transfer,
+    ClaimRequest, Clock, Content, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease,
+    Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
+    Transfer,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -427,6 +428,19 @@ impl Transfer for MemoryStore {
             }
         }
         Ok(true)
+    }
+
+    async fn reseal(&self, key: &StoreKey, was: &Record, now: &Record) -> Result<bool, StoreError> {
+        Ok(self.with_record(key.as_str(), |entry, _| {
+            let Some(entry) = entry.filter(|e| Content::of(&e.value) == Content::of(was)) else {
+                return false;
+            };
+            let record = &mut entry.value;
+            record.request.clone_from(&now.request);
+            record.response.clone_from(&now.response);
+            record.history.clone_from(&now.history);
+            true
+        }))
     }
 }
 

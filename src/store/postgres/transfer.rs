@@ -1,17 +1,27 @@
 //! Copying records into and out of PostgreSQL (`hookgate store copy`): a
 //! whole row with its expiry, and a row written back as it was, in one
-//! statement that keeps a newer row.
+//! statement that keeps a newer row; and a row's content sealed again
+//! (`hookgate store reencrypt`), in one statement that keeps a changed row.
 
 use tokio_postgres::types::ToSql;
 
 use super::rows::record;
 use super::{db, sql, PostgresStore};
-use crate::store::{history, Clock, Record, StoreError, StoreKey, Transfer};
+use crate::store::{history, Clock, Content, Record, StoreError, StoreKey, Transfer};
 
 /// Moves the order sequence past a copied record's place ($1), when it is
 /// not already past it.
 const SEQUENCE_PAST: &str = "SELECT setval('hookgate_order_seq', $1) FROM hookgate_order_seq \
     WHERE last_value < $1";
+
+/// ($1 source, $2 key, $3..$8 the content written, $9..$14 the content it
+/// replaces): written only while the live row keeps exactly the latter.
+const RESEAL: &str = "UPDATE webhook_events SET request_query = $3, request_headers = $4, \
+    request_body = $5, response_headers = $6, response_body = $7, history = $8 \
+WHERE source = $1 AND idempotency_key = $2 AND expires_at > now() \
+    AND request_query IS NOT DISTINCT FROM $9 AND request_headers IS NOT DISTINCT FROM $10 \
+    AND request_body IS NOT DISTINCT FROM $11 AND response_headers IS NOT DISTINCT FROM $12 \
+    AND response_body IS NOT DISTINCT FROM $13 AND history IS NOT DISTINCT FROM $14";
 
 impl Transfer for PostgresStore {
     async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
@@ -117,5 +127,31 @@ impl Transfer for PostgresStore {
             client.execute(&statement, &guard).await.map_err(db)?;
         }
         Ok(written)
+    }
+
+    async fn reseal(&self, key: &StoreKey, was: &Record, now: &Record) -> Result<bool, StoreError> {
+        let (was, now) = (Content::of(was), Content::of(now));
+        let bytes = |b: &Option<bytes::Bytes>| b.as_ref().map(|b| b.to_vec());
+        let (new_request, new_response) = (bytes(&now.request_body), bytes(&now.response_body));
+        let (old_request, old_response) = (bytes(&was.request_body), bytes(&was.response_body));
+        let params: [&(dyn ToSql + Sync); 14] = [
+            &key.source(),
+            &key.id(),
+            &now.request_query,
+            &now.request_headers,
+            &new_request,
+            &now.response_headers,
+            &new_response,
+            &now.history,
+            &was.request_query,
+            &was.request_headers,
+            &old_request,
+            &was.response_headers,
+            &old_response,
+            &was.history,
+        ];
+        let client = self.client().await?;
+        let statement = client.prepare_cached(RESEAL).await.map_err(db)?;
+        Ok(client.execute(&statement, &params).await.map_err(db)? == 1)
     }
 }

@@ -1,6 +1,8 @@
 //! Copying records into and out of Redis (`hookgate store copy`): a
 //! record's hash and its TTL read in one step, and written back — hash,
-//! expiry, listing entry, due entry, replay guard — in one script.
+//! expiry, listing entry, due entry, replay guard — in one script; and a
+//! record's content sealed again (`hookgate store reencrypt`) in one script
+//! that leaves a changed record alone.
 
 use std::sync::LazyLock;
 
@@ -9,7 +11,7 @@ use redis::{Script, Value};
 use super::fields::parse_record;
 use super::scripts::PRELUDE;
 use super::{Connector, RedisStore};
-use crate::store::{history, Record, RecordState, StoreError, StoreKey, Transfer};
+use crate::store::{history, Content, Record, RecordState, StoreError, StoreKey, Transfer};
 
 /// KEYS[1] the key; returns {now, PTTL, HGETALL}.
 const EXPORT: &str = "return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1])}";
@@ -56,10 +58,33 @@ end
 return 1
 ";
 
+/// KEYS[1] the key; ARGV[1..6] the content fields (in `CONTENT`'s order) as
+/// read, ARGV[7..12] as written, each `-` when absent or `+` and its
+/// value. Written (1) only while the hash holds exactly the first.
+const RESEAL: &str = "
+local names = {'req_query', 'req_headers', 'req_body', 'headers', 'body', 'history'}
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i, name in ipairs(names) do
+  local held = redis.call('HGET', KEYS[1], name)
+  if ARGV[i] == '-' then
+    if held then return 0 end
+  elseif held ~= string.sub(ARGV[i], 2) then
+    return 0
+  end
+end
+for i, name in ipairs(names) do
+  local value = ARGV[6 + i]
+  if value == '-' then redis.call('HDEL', KEYS[1], name)
+  else redis.call('HSET', KEYS[1], name, string.sub(value, 2)) end
+end
+return 1
+";
+
 static EXPORT_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{EXPORT}")));
 static IMPORT_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{IMPORT}")));
+static RESEAL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RESEAL));
 
 impl<C: Connector> Transfer for RedisStore<C> {
     async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
@@ -112,6 +137,41 @@ impl<C: Connector> Transfer for RedisStore<C> {
         }
         Ok(written == 1)
     }
+
+    async fn reseal(&self, key: &StoreKey, was: &Record, now: &Record) -> Result<bool, StoreError> {
+        let mut invocation = RESEAL_SCRIPT.key(key.as_str());
+        for record in [was, now] {
+            for field in content_fields(record) {
+                let mut arg = Vec::new();
+                match field {
+                    None => arg.push(b'-'),
+                    Some(value) => {
+                        arg.push(b'+');
+                        arg.extend_from_slice(&value);
+                    }
+                }
+                invocation.arg(arg);
+            }
+        }
+        let written: i64 = self.invoke(&invocation).await?;
+        Ok(written == 1)
+    }
+}
+
+/// The hash's content fields of `record` (`RESEAL`'s order), as [`fields`]
+/// writes them.
+fn content_fields(record: &Record) -> [Option<Vec<u8>>; 6] {
+    let content = Content::of(record);
+    let query = (content.request_headers.is_some())
+        .then(|| content.request_query.unwrap_or_default().into_bytes());
+    [
+        query,
+        content.request_headers,
+        content.request_body.map(|b| b.to_vec()),
+        content.response_headers,
+        content.response_body.map(|b| b.to_vec()),
+        content.history.map(String::into_bytes),
+    ]
 }
 
 /// The hash's fields of `record`, as `fields.rs` reads them back.

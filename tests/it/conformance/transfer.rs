@@ -2,7 +2,8 @@
 //! copy` is made of: a record read whole with its expiry and written back
 //! as it was — state, lease, times, response, request, history, listing
 //! entry, queue place, replay guard — never over a newer one, on every
-//! backend.
+//! backend; and `hookgate store reencrypt`'s rewrite of a record's content,
+//! never over a write it did not read.
 
 use hookgate::store::{ClaimOutcome, ClaimRequest, Record, RecordState, Store};
 
@@ -158,12 +159,65 @@ async fn an_imported_guard_answers_the_same_body(store: Store, _: Time) {
     }
 }
 
+/// `record` with other content: another request (without a query),
+/// answer and attempt excerpt, as a rewrite under another key leaves it.
+fn rewritten(record: &Record, tag: &str) -> Record {
+    let mut now = record.clone();
+    if let Some(request) = now.request.as_mut() {
+        request.query = None;
+        request.headers = HeaderMap::new();
+        request
+            .headers
+            .insert("hookgate-sealed", tag.parse().unwrap());
+        request.body = Bytes::from(format!("request {tag}"));
+    }
+    if let Some(answer) = now.response.as_mut() {
+        answer.headers = HeaderMap::new();
+        answer.body = Bytes::from(format!("answer {tag}"));
+    }
+    for attempt in &mut now.history {
+        attempt.body = Some(format!("excerpt {tag}"));
+    }
+    now
+}
+
+/// A reseal writes a record's content in place — nothing else of it — only
+/// while the store keeps the content it was given as read: a record a
+/// delivery wrote in between (here, a second rewrite) is left alone.
+async fn a_reseal_writes_only_over_the_content_it_read(store: Store, _: Time) {
+    let scope = scope();
+    for state in [
+        RecordState::Dead,
+        RecordState::Completed,
+        RecordState::Queued,
+    ] {
+        let id = state.as_str();
+        leave(&store, &scope, id, state).await;
+        let key = store.key(&scope, id);
+        let (was, _) = exported(&store, &scope, id).await;
+        let now = rewritten(&was, "one");
+        assert!(store.reseal(&key, &was, &now).await.unwrap(), "{state:?}");
+        assert_eq!(exported(&store, &scope, id).await.0, now, "{state:?}");
+        let stale = rewritten(&was, "two");
+        assert!(
+            !store.reseal(&key, &was, &stale).await.unwrap(),
+            "{state:?}: written since it was read"
+        );
+        assert_eq!(exported(&store, &scope, id).await.0, now, "{state:?}");
+    }
+    let gone = store.key(&scope, "gone");
+    let (was, _) = exported(&store, &scope, "dead").await;
+    assert!(!store.reseal(&gone, &was, &was).await.unwrap());
+    assert_eq!(store.export(&gone).await.unwrap(), None);
+}
+
 conformance! {
     tests: [
         an_imported_record_is_the_exported_one,
         an_import_never_overwrites_a_newer_record,
         an_expired_record_is_not_imported,
         an_imported_guard_answers_the_same_body,
+        a_reseal_writes_only_over_the_content_it_read,
     ],
     backends: [memory, embedded, redis, cluster, postgres],
 }

@@ -373,6 +373,15 @@ impl hookgate::store::Transfer for LateAnswers {
     ) -> Result<bool, hookgate::store::StoreError> {
         self.0.import(key, record, expires_at_ms, guard).await
     }
+
+    async fn reseal(
+        &self,
+        key: &hookgate::store::StoreKey,
+        was: &hookgate::store::Record,
+        now: &hookgate::store::Record,
+    ) -> Result<bool, hookgate::store::StoreError> {
+        self.0.reseal(key, was, now).await
+    }
 }
 
 impl hookgate::store::Listing for LateAnswers {
