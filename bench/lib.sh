@@ -1,5 +1,5 @@
 # Shared by the focused benchmarks (bench/ordering.sh, destinations.sh,
-# encryption.sh): sourced after `cd` to the repository. `bench_start NAME`
+# encryption.sh, reencrypt.sh): sourced after `cd` to the repository. `bench_start NAME`
 # checks the tools, builds the release binaries and makes $WORK (removed,
 # with every process in $PIDS, on exit).
 

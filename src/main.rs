@@ -75,7 +75,7 @@ struct ReencryptArgs {
     #[command(flatten)]
     config: ConfigArg,
     /// Records rewritten a second at most, e.g. `500/s` or `20000/m`
-    /// [default: 200/s]
+    /// [default: 500/s]
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
 }

@@ -12,7 +12,7 @@ use crate::metrics::StoreMetrics;
 use crate::store::{self, BackendSettings, Clock, EmbeddedStore, Resealed, Store, StoreError};
 
 /// Rewrites a second when `--rate` is not given.
-pub const DEFAULT_RATE: f64 = 200.0;
+pub const DEFAULT_RATE: f64 = 500.0;
 
 /// Seal every record of `config`'s store under its first key, at most
 /// `rate` rewrites a second; `progress` hears each pass's counts as they

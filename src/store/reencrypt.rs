@@ -16,12 +16,15 @@
 //! resumable by being idempotent.
 //!
 //! Rewrites are paced (`rate` a second) so a store under traffic keeps
-//! its headroom; reading what is already current is not paced.
+//! its headroom; reading what is already current is not paced. At most
+//! [`PARALLEL`] records are read and rewritten at once.
 
 use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::stream::{self, TryStreamExt};
+use tokio::sync::Mutex;
 use tokio::time::{Interval, MissedTickBehavior};
 
 use super::sealed::reseal_record;
@@ -29,6 +32,9 @@ use super::{Cursor, Record, RecordState, Store, StoreError, StoreKey};
 
 /// Records read from one page of a listing at a time.
 const PAGE: usize = 500;
+
+/// Records read and rewritten at once.
+const PARALLEL: usize = 16;
 
 /// Reads of a record that changed under each rewrite before it is left to
 /// a later run.
@@ -139,9 +145,10 @@ pub async fn reencrypt(
     }
     let mut pace = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.001)));
     pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let pace = Mutex::new(pace);
     let mut passes = Vec::new();
     while passes.len() < PASSES {
-        let counts = pass(store, scopes, &mut pace, |counts| {
+        let counts = pass(store, scopes, &pace, |counts| {
             progress(passes.len() + 1, counts)
         })
         .await?;
@@ -157,7 +164,7 @@ pub async fn reencrypt(
 async fn pass(
     store: &Store,
     scopes: &[String],
-    pace: &mut Interval,
+    pace: &Mutex<Interval>,
     mut progress: impl FnMut(&Resealed),
 ) -> Result<Resealed, StoreError> {
     let mut counts = Resealed::default();
@@ -168,10 +175,14 @@ async fn pass(
                 let page = store
                     .list(&[scope.as_str()], Some(state), PAGE, cursor.as_ref())
                     .await?;
-                for listed in &page.records {
-                    let key = store.key(scope, &listed.id);
+                let outcomes: Vec<Outcome> = stream::iter(page.records.iter().map(Ok))
+                    .map_ok(|listed| reseal_one(store, store.key(scope, &listed.id), pace))
+                    .try_buffer_unordered(PARALLEL)
+                    .try_collect()
+                    .await?;
+                for outcome in outcomes {
                     counts.read += 1;
-                    match reseal_one(store, &key, pace).await? {
+                    match outcome {
                         Outcome::Resealed => counts.resealed += 1,
                         Outcome::Current => counts.current += 1,
                         Outcome::Gone => counts.gone += 1,
@@ -192,9 +203,10 @@ async fn pass(
 
 async fn reseal_one(
     store: &Store,
-    key: &StoreKey,
-    pace: &mut Interval,
+    key: StoreKey,
+    pace: &Mutex<Interval>,
 ) -> Result<Outcome, StoreError> {
+    let key = &key;
     for _ in 0..TRIES {
         let Some((was, _)) = store.export(key).await? else {
             return Ok(Outcome::Gone);
@@ -209,7 +221,7 @@ async fn reseal_one(
                 return Ok(Outcome::Unreadable);
             }
         };
-        pace.tick().await;
+        pace.lock().await.tick().await;
         if store.reseal(key, &was, &now).await? {
             return Ok(Outcome::Resealed);
         }
