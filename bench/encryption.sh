@@ -31,16 +31,7 @@ key_prefix = "bench:"
 replay_cache_bytes = $2
 TOML
     [ "$1" = on ] && printf '[store.encryption]\nkeys = ["${file:%s}"]\n' "$WORK/key"
-    cat <<TOML
-[[routes]]
-name = "hook"
-path = "/hook"
-upstream = "http://127.0.0.1:$UP/hook"
-key = ["header:X-Id"]
-retention = "1h"
-[routes.verify]
-scheme = "none"
-TOML
+    sync_route $UP
 }
 
 rate() { # script

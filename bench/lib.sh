@@ -23,3 +23,18 @@ bench_cleanup() {
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# The plain sync route of the focused benchmarks: `X-Id` is the key, no
+# signature, answers kept an hour.
+sync_route() { # upstream_port
+    cat <<TOML
+[[routes]]
+name = "hook"
+path = "/hook"
+upstream = "http://127.0.0.1:$1/hook"
+key = ["header:X-Id"]
+retention = "1h"
+[routes.verify]
+scheme = "none"
+TOML
+}

@@ -36,15 +36,8 @@ $(store_section "$1")
 key_prefix = "bench:"
 [store.encryption]
 keys = [$2]
-[[routes]]
-name = "hook"
-path = "/hook"
-upstream = "http://127.0.0.1:$UP/hook"
-key = ["header:X-Id"]
-retention = "1h"
-[routes.verify]
-scheme = "none"
 TOML
+    sync_route $UP
 }
 
 seconds() { # command…: wall seconds, its stdout's last line kept in $WORK/said
