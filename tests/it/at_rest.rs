@@ -2,11 +2,12 @@
 //! record keeps of a sender's request and of the upstream's answer is
 //! sealed on every backend — the store's own bytes (the SQLite file and its
 //! WAL, every Redis value, a `pg_dump` of the PostgreSQL database) never
-//! hold it — and it is read back whole. A record no configured key opens is never forwarded
-//! again nor answered as garbage: 503 `record_unreadable` to a sender, 500
-//! to an operator, counted; with its key listed again it opens. A
-//! ciphertext changed or moved to another record in the store does not
-//! open at all. (Rotation with `store reencrypt`: `reencrypt.rs`.)
+//! hold it — and it is read back whole. A record no configured key opens
+//! is never forwarded again nor answered as garbage: 503
+//! `record_unreadable` to a sender, 500 to an operator, counted; with its
+//! key listed again it opens. A ciphertext changed or moved to another
+//! record in the store does not open at all. (Rotation with `store
+//! reencrypt`: `reencrypt.rs`.)
 
 use http::{Method, StatusCode};
 
