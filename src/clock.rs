@@ -17,8 +17,9 @@
 //! Redis keeps its own clock (`TIME` in every script), so that every gateway
 //! of a fleet judges leases by one clock.
 //!
-//! Wall time as text is here too: RFC 3339, as operators write a search's
-//! bounds and senders an event's time (`stale_by`).
+//! Time as text is here too: RFC 3339, as operators write a search's
+//! bounds and senders an event's time (`stale_by`), and durations as
+//! configs write them (`"30s"`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -157,9 +158,54 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
+/// Parse `"250ms"`, `"30s"`, `"5m"`, `"72h"` or `"30d"`.
+pub fn parse_duration(input: &str) -> Result<Duration, String> {
+    let text = input.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{input:?} has no unit (use ms, s, m, h or d)"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{input:?} is not a duration like \"30s\""))?;
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{input:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
+            ))
+        }
+    };
+    n.checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{input:?} is too long"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(
+            parse_duration("72h").unwrap(),
+            Duration::from_secs(72 * 3600)
+        );
+        assert_eq!(
+            parse_duration("30d").unwrap(),
+            Duration::from_secs(30 * 86400)
+        );
+        for bad in ["30", "s", "3.5s", "10x", "-1s", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn moves_with_the_monotonic_clock_from_its_anchor() {

@@ -20,9 +20,10 @@
 //!   what a reload swaps (the routes with their pooled upstream clients and
 //!   controls, kept across reloads).
 //! - [`verify`] — signature schemes, on the raw body, before anything else.
-//!   One file per sender, each with its [`verify::Profile`] (default key,
-//!   retry horizon, retention, replay guard); adding a sender is that file
-//!   plus one line in [`verify::PROFILES`].
+//!   Each sender is a [`verify::Profile`] (default key, retry horizon,
+//!   retention, replay guard): described as data in `verify/senders.toml`
+//!   (adding one is an entry and its vector), or a file of code where the
+//!   scheme is more than data; a config's `[[schemes]]` describes more.
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
 //! - [`delivery`] — one delivery, whatever its entrance: the
 //!   [`delivery::Engine`] (store, claims, live routes, traffic control,

@@ -124,6 +124,11 @@ struct CheckArgs {
     /// prints just the pending ones of an existing one).
     #[arg(long)]
     print_migrations: bool,
+    /// Print the catalogue of senders this binary verifies (scheme,
+    /// default key, retry horizon, retention, evidence) and exit; no config
+    /// is read.
+    #[arg(long)]
+    senders: bool,
 }
 
 #[derive(clap::Args)]
@@ -165,6 +170,10 @@ fn main() -> ExitCode {
         Command::Events(args) => hookgate::client::events(args),
         Command::Routes(args) => hookgate::client::routes(args),
         Command::Reload(args) => hookgate::client::reload(args),
+        Command::Check(args) if args.senders => {
+            print!("{}", hookgate::verify::catalogue());
+            ExitCode::SUCCESS
+        }
         Command::Check(args) => match Config::load(&args.config.config) {
             Ok(_) if args.print_migrations => {
                 print!(

@@ -19,6 +19,7 @@ mod destinations;
 mod locate;
 mod raw;
 mod routes;
+mod schemes;
 mod server;
 mod settings;
 mod store;
@@ -40,7 +41,8 @@ pub use self::settings::{
     StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
 pub use self::summary::humanize;
-pub use self::value::{interpolate, parse_duration, parse_rate};
+pub use self::value::{interpolate, parse_rate};
+pub use crate::clock::parse_duration;
 pub use crate::key::OnMissingKey;
 
 /// The validated configuration of one gateway process.
@@ -169,6 +171,7 @@ impl Validator<'_> {
         let encryption = (raw_store.encryption.take())
             .and_then(|raw| self.encryption(&root.key("store").key("encryption"), raw));
         let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw_store);
+        self.schemes = self.schemes(&root.key("schemes"), raw.schemes);
         let routes = self.routes(&root.key("routes"), raw.routes);
         self.orders_kept_by(&root.key("routes"), &routes, &store.backend);
         for route in &routes {

@@ -14,6 +14,9 @@ pub struct RawConfig {
     pub store: RawStore,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    /// Senders described as data.
+    #[serde(default)]
+    pub schemes: Vec<crate::verify::RawScheme>,
     pub telemetry: Option<RawTelemetry>,
 }
 

@@ -10,9 +10,10 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::locate::{line_col, KeyPath, Locator};
-use super::value::{interpolate, parse_duration};
+use super::value::interpolate;
 use super::Problem;
 use crate::cidr::Cidr;
+use crate::clock::parse_duration;
 
 /// Collects problems while turning raw sections into settings. Each method
 /// returns a usable placeholder on error so validation can continue and
@@ -27,6 +28,9 @@ pub(super) struct Validator<'a> {
     files: Vec<PathBuf>,
     problems: Vec<Problem>,
     warnings: Vec<String>,
+    /// The config's own `[[schemes]]`, once read: what a route's `scheme`
+    /// may name beside the built-in senders.
+    pub(super) schemes: Vec<&'static crate::verify::Profile>,
 }
 
 /// The longest duration any setting accepts.
@@ -42,6 +46,7 @@ impl<'a> Validator<'a> {
             files: Vec::new(),
             problems: Vec::new(),
             warnings: Vec::new(),
+            schemes: Vec::new(),
         }
     }
 

@@ -3,7 +3,6 @@
 //! `"72h"`, `"30d"`).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Replace every `${NAME}` with the environment variable `NAME`, and every
 /// `${file:/absolute/path}` with that file's content (one trailing newline
@@ -60,33 +59,6 @@ fn read_secret_file(path: &Path) -> Result<String, String> {
         .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
     Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
-}
-
-/// Parse `"250ms"`, `"30s"`, `"5m"`, `"72h"` or `"30d"`.
-pub fn parse_duration(input: &str) -> Result<Duration, String> {
-    let text = input.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{input:?} has no unit (use ms, s, m, h or d)"))?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{input:?} is not a duration like \"30s\""))?;
-    let millis_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "{input:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
-            ))
-        }
-    };
-    n.checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{input:?} is too long"))
 }
 
 /// Parse a rate like `"50/s"`, `"300/m"` or `"10/h"` (at most 1,000,000
@@ -152,23 +124,5 @@ mod tests {
         assert!(expand("${file:relative/path}")
             .unwrap_err()
             .contains("absolute path"));
-    }
-
-    #[test]
-    fn parses_durations() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(
-            parse_duration("72h").unwrap(),
-            Duration::from_secs(72 * 3600)
-        );
-        assert_eq!(
-            parse_duration("30d").unwrap(),
-            Duration::from_secs(30 * 86400)
-        );
-        for bad in ["30", "s", "3.5s", "10x", "-1s", ""] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
     }
 }

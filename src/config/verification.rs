@@ -44,8 +44,11 @@ impl Validator<'_> {
         let scheme_text = self
             .string(&at.key("scheme"), &raw.scheme)
             .unwrap_or_default();
-        let Some(scheme) = Profile::named(&scheme_text) else {
-            let names: Vec<String> = PROFILES.iter().map(|p| format!("{:?}", p.name)).collect();
+        let own = self.schemes.iter().copied().find(|p| p.name == scheme_text);
+        let Some(scheme) = own.or_else(|| Profile::named(&scheme_text)) else {
+            let names: Vec<String> = (PROFILES.iter().chain(&self.schemes))
+                .map(|p| format!("{:?}", p.name))
+                .collect();
             self.fail(
                 &at.key("scheme"),
                 format!("{scheme_text:?} is not one of {}", names.join(", ")),
@@ -134,7 +137,7 @@ impl Validator<'_> {
             public_url,
             min_secret_bytes,
         };
-        match (scheme.build)(spec) {
+        match scheme.verifier(spec, raw.tolerance.is_some()) {
             Ok(verifier) => (scheme, Some(verifier)),
             Err(message) => {
                 self.fail(&at.key("secrets"), message);

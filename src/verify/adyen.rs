@@ -40,6 +40,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |spec| {
         let keys = spec
             .secrets

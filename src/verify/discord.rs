@@ -37,6 +37,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |spec| {
         let keys = TimestampedKeys::from_spec(&ED25519, &spec, public_key)?;
         Ok(Verifier::new(DiscordVerifier(keys)))

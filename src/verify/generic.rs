@@ -25,6 +25,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |mut spec| {
         let options = spec
             .hmac

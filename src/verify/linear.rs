@@ -36,6 +36,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: true,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |spec| {
         Ok(Verifier::new(LinearVerifier {
             hmac: HmacVerifier {

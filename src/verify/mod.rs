@@ -5,18 +5,20 @@
 //! constant time (`Mac::verify_slice`), and accepts a list of secrets so a
 //! rotation never drops a delivery. Malformed input — missing, duplicated or
 //! oversized headers, bad hex or base64 — is a clean [`VerifyError`], never a
-//! panic. One file per scheme; this module holds the scheme trait, the
-//! profiles and the verifier, `shared.rs` the helpers they all use.
+//! panic. Senders described as data are `senders.toml` (read by
+//! `described.rs`, listed by `catalogue.rs`); each scheme of code is one
+//! file. This module holds the scheme trait, the profiles and the verifier,
+//! `shared.rs` the helpers they all use.
 
 mod adyen;
 mod asymmetric;
 mod calendly;
+mod catalogue;
+mod described;
 mod discord;
 mod generic;
-mod github;
 mod gitlab;
 mod hubspot;
-mod intercom;
 mod linear;
 mod mailgun;
 mod paddle;
@@ -24,17 +26,16 @@ mod pagerduty;
 mod pairs;
 mod sendgrid;
 mod shared;
-mod shopify;
 mod slack;
 mod square;
 mod standard_webhooks;
 mod stripe;
 mod twilio;
-mod typeform;
 mod woocommerce;
 mod zoom;
 
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
@@ -42,6 +43,9 @@ use http::{HeaderMap, HeaderName, Method, StatusCode};
 use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 
+pub use self::catalogue::catalogue;
+use self::described::DescribedVerifier;
+pub use self::described::{check_vector, intern, parse_template, Described, RawScheme, RawVector};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
 #[cfg(test)]
 pub(crate) use self::shared::at;
@@ -51,33 +55,56 @@ pub(crate) use self::shared::{
     single_header, Timestamped,
 };
 
-/// Every sender hookgate knows, by the `scheme` name of `[routes.verify]`.
-/// Adding a sender is one file with its [`Profile`] and one line here.
-pub static PROFILES: &[&Profile] = &[
+/// The senders of code: those whose scheme is more than data (key pairs,
+/// signatures in the body, public keys, handshakes with logic), and the
+/// ones not moved to `senders.toml` yet. Adding one is a file with its
+/// [`Profile`] and one line here.
+static CODE: &[&Profile] = &[
     &stripe::PROFILE,
-    &github::PROFILE,
     &gitlab::PROFILE,
     &paddle::PROFILE,
     &calendly::PROFILE,
     &linear::PROFILE,
     &twilio::PROFILE,
     &square::PROFILE,
-    &intercom::PROFILE,
     &pagerduty::PROFILE,
     &mailgun::PROFILE,
     &sendgrid::PROFILE,
     &discord::PROFILE,
     &zoom::PROFILE,
     &hubspot::PROFILE,
-    &typeform::PROFILE,
     &woocommerce::PROFILE,
     &adyen::PROFILE,
-    &shopify::PROFILE,
     &standard_webhooks::PROFILE,
     &slack::PROFILE,
     &generic::PROFILE,
     &NONE,
 ];
+
+/// The senders described as data, shipped in the binary: the same format
+/// as a config's `[[schemes]]` (README, "Senders described as data").
+pub const SENDERS: &str = include_str!("senders.toml");
+
+/// The catalogue `senders.toml` is read into.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalogue {
+    #[serde(default)]
+    pub schemes: Vec<RawScheme>,
+}
+
+/// Every sender hookgate knows, by the `scheme` name of `[routes.verify]`:
+/// those of code, then those described in [`SENDERS`].
+pub static PROFILES: LazyLock<Vec<&'static Profile>> = LazyLock::new(|| {
+    let catalogue: Catalogue = toml::from_str(SENDERS).expect("senders.toml parses");
+    let code = |name: &str| CODE.iter().copied().find(|profile| profile.name == name);
+    let described = catalogue.schemes.iter().map(|raw| {
+        let made = described::profile(raw, code)
+            .unwrap_or_else(|(field, error)| panic!("senders.toml, {}.{field}: {error}", raw.name));
+        &*Box::leak(Box::new(made))
+    });
+    CODE.iter().copied().chain(described).collect()
+});
 
 /// Why a delivery was refused. Both are 401s; they differ in the error code so
 /// an operator can tell forgery from clock trouble.
@@ -90,7 +117,9 @@ pub enum VerifyError {
 }
 
 /// What hookgate knows about one sender's convention: everything a route
-/// with `scheme = "<name>"` gets by default. Each scheme file owns one.
+/// with `scheme = "<name>"` gets by default. Each scheme file owns one, or
+/// `senders.toml` (or a config's `[[schemes]]`) describes it.
+#[derive(Clone)]
 pub struct Profile {
     /// The `scheme` name: the sender's name in lowercase.
     pub name: &'static str,
@@ -122,7 +151,11 @@ pub struct Profile {
     /// attempt counter, a fresh signature block): a later body under the
     /// same key is a retry, so `on_mismatch = "replay"` by default.
     pub retries_change_body: bool,
-    /// The verifier of a route from its `[routes.verify]`.
+    /// A scheme described as data: verified by its description, not by
+    /// `build`.
+    pub described: Option<&'static Described>,
+    /// The verifier of a route from its `[routes.verify]` (a scheme of
+    /// code).
     pub build: fn(VerifySpec) -> Result<Verifier, String>,
 }
 
@@ -132,6 +165,15 @@ impl Profile {
             .iter()
             .copied()
             .find(|profile| profile.name == name)
+    }
+
+    /// A route's verifier from its `[routes.verify]`; `tolerance_given`:
+    /// the route set `tolerance` (else a description's own applies).
+    pub fn verifier(&self, spec: VerifySpec, tolerance_given: bool) -> Result<Verifier, String> {
+        match self.described {
+            Some(described) => Ok(DescribedVerifier::build(described, spec, tolerance_given)),
+            None => (self.build)(spec),
+        }
     }
 
     /// Whether a key read from `source` is covered by this scheme's
@@ -173,6 +215,7 @@ static NONE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |_| Ok(Verifier::new(Unverified)),
 };
 
@@ -278,6 +321,11 @@ pub trait Verify: fmt::Debug + Send + Sync {
         None
     }
 
+    /// Whether a verified delivery's signature covered header `name`.
+    fn covers(&self, headers: &HeaderMap, name: &HeaderName) -> bool {
+        self.signed_id(headers) == Some(name)
+    }
+
     /// The header that carries the signature, when the operator named it
     /// (`scheme = "hmac"`): shown `[redacted]` like every signature. The
     /// senders' own headers are recognised by name.
@@ -326,7 +374,7 @@ impl Verifier {
         headers: &HeaderMap,
         name: &HeaderName,
     ) -> bool {
-        !scheme.signed_headers.contains(&name.as_str()) || self.0.signed_id(headers) == Some(name)
+        !scheme.signed_headers.contains(&name.as_str()) || self.0.covers(headers, name)
     }
 }
 
@@ -395,11 +443,10 @@ mod tests {
             _ => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         }
         };
-        PROFILES
-            .iter()
+        CODE.iter()
             .filter(|profile| profile.name != "none")
             .map(|profile| {
-                let verifier = (profile.build)(spec(secret(profile.name))).unwrap();
+                let verifier = profile.verifier(spec(secret(profile.name)), false).unwrap();
                 (verifier, headers(profile.name))
             })
             .collect()

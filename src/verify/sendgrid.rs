@@ -35,6 +35,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |spec| {
         let keys = TimestampedKeys::from_spec(&ECDSA_P256_SHA256_ASN1, &spec, public_key)?;
         Ok(Verifier::new(SendGridVerifier(keys)))

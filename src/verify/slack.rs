@@ -23,6 +23,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Forward,
+    described: None,
     build: |spec| {
         Ok(Verifier::new(V0Verifier {
             headers: &SLACK,

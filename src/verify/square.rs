@@ -30,6 +30,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: true,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    described: None,
     build: |spec| {
         Ok(Verifier::new(SquareVerifier {
             secrets: spec.secrets,

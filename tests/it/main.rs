@@ -14,6 +14,7 @@ mod copy;
 mod dead_letters;
 mod delivery;
 mod demo;
+mod described;
 mod destinations;
 mod entrances;
 mod evidence;
