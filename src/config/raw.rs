@@ -190,4 +190,6 @@ pub struct RawVerify {
     pub prefix: Option<String>,
     /// Bytes of key material a secret needs at least (default 16).
     pub min_secret_bytes: Option<u64>,
+    /// The token the sender's handshake carries (Meta's verify token).
+    pub handshake_token: Option<String>,
 }

@@ -78,7 +78,7 @@ impl Validator<'_> {
                 format!("{path:?} must be an absolute path without query"),
             );
         }
-        let methods = self.methods(&at.key("methods"), raw.methods.as_deref());
+        let mut methods = self.methods(&at.key("methods"), raw.methods.as_deref());
         let fans_out = self.upstream_or_destinations(at, &raw);
         let upstream = match (&raw.upstream, fans_out) {
             (Some(upstream), false) => self.upstream(&at.key("upstream"), upstream),
@@ -123,6 +123,12 @@ impl Validator<'_> {
                 format!("scheme {:?} does not sign the URL; remove `public_url`", scheme.name),
             ),
             _ => {}
+        }
+        // A sender that proves the endpoint with a GET is let through to
+        // its handshake (and to 401 for any other GET).
+        let asks_get = scheme.challenge().is_some_and(|c| c.before_verification);
+        if asks_get && raw.methods.is_none() {
+            methods.push(Method::GET);
         }
         // Broken verify settings fail the whole config: this placeholder is
         // never served, it only lets validation go on and report the rest.

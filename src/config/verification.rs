@@ -130,12 +130,14 @@ impl Validator<'_> {
             (false, true) => self.fail(&at.key("secrets"), "list at least one secret"),
             _ => {}
         }
+        let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
         let spec = VerifySpec {
             secrets,
             tolerance,
             hmac,
             public_url,
             min_secret_bytes,
+            handshake_token,
         };
         match scheme.verifier(spec, raw.tolerance.is_some()) {
             Ok(verifier) => (scheme, Some(verifier)),
@@ -143,6 +145,47 @@ impl Validator<'_> {
                 self.fail(&at.key("secrets"), message);
                 (scheme, None)
             }
+        }
+    }
+
+    /// `handshake_token`: required by a scheme whose handshake carries a
+    /// token (the one set at the sender), refused by any other.
+    fn handshake_token(
+        &mut self,
+        at: &KeyPath,
+        scheme: &Profile,
+        raw: Option<&str>,
+    ) -> Option<Secret> {
+        let at = at.key("handshake_token");
+        let asked = scheme
+            .challenge()
+            .and_then(|challenge| challenge.token.as_deref());
+        match (asked, raw) {
+            (Some(param), None) => {
+                self.fail(
+                    &at,
+                    format!(
+                        "scheme {:?} answers its handshake only when `{param}` is the token set at the \
+                         sender: handshake_token = \"${{…}}\"",
+                        scheme.name
+                    ),
+                );
+                None
+            }
+            (None, Some(_)) => {
+                let why = format!("scheme {:?} has no handshake token", scheme.name);
+                self.fail(&at, why);
+                None
+            }
+            (_, Some(text)) => {
+                let token = self.string(&at, text)?;
+                if token.is_empty() {
+                    self.fail(&at, "the token is empty");
+                    return None;
+                }
+                Some(Secret::new(token))
+            }
+            (None, None) => None,
         }
     }
 
@@ -200,5 +243,6 @@ pub(super) fn placeholder() -> VerifySpec {
         hmac: None,
         public_url: None,
         min_secret_bytes: MIN_SECRET_BYTES,
+        handshake_token: None,
     }
 }

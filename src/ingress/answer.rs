@@ -13,7 +13,7 @@ use crate::error::{json_response, GatewayError};
 use crate::headers::{HOOKGATE_EVENT_STATE, IDEMPOTENT_REPLAYED};
 use crate::store::Record;
 use crate::upstream::{BodyRead, UpstreamError, UpstreamResponse};
-use crate::verify::Handshake;
+use crate::verify::{Handshake, Reply};
 
 /// How a request ended, for logs (and the `outcome` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,20 +83,30 @@ pub(super) fn replay(
     Ok(recorded.replay())
 }
 
-/// The answer of an async route: `accept_status` and a small JSON body;
-/// `Idempotent-Replayed: true` for a duplicate.
 /// The gateway's own answer to a sender's handshake.
 pub(super) fn handshake_response(handshake: Handshake) -> Response<Full<Bytes>> {
     match handshake.body {
-        Some(body) => json_response(handshake.status, &body),
-        None => {
+        Reply::Json(body) => json_response(handshake.status, &body),
+        Reply::Empty => {
             let mut response = Response::new(Full::new(Bytes::new()));
             *response.status_mut() = handshake.status;
+            response
+        }
+        Reply::Text(challenge) => {
+            let mut response = Response::new(Full::new(Bytes::from(challenge)));
+            *response.status_mut() = handshake.status;
+            let headers = response.headers_mut();
+            let plain = HeaderValue::from_static("text/plain; charset=utf-8");
+            headers.insert(http::header::CONTENT_TYPE, plain);
+            let nosniff = HeaderValue::from_static("nosniff");
+            headers.insert(http::header::X_CONTENT_TYPE_OPTIONS, nosniff);
             response
         }
     }
 }
 
+/// The answer of an async route: `accept_status` and a small JSON body;
+/// `Idempotent-Replayed: true` for a duplicate.
 pub(super) fn accepted(
     settings: &AsyncDelivery,
     key: &str,

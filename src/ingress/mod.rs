@@ -174,24 +174,30 @@ impl Gateway {
             }
         }
 
-        // 2. Read the body, bounded in size and time.
+        // 1c. A sender's unsigned handshake (Meta's `hub.challenge`, X's
+        //     CRC): answered here, with nothing read, claimed or forwarded.
         let (parts, body) = request.into_parts();
+        let line = RequestLine {
+            method: &parts.method,
+            query: parts.uri.query(),
+        };
+        if let Some(answer) = route.verifier.challenge(line, &parts.headers) {
+            return Ok((handshake_response(answer?), Outcome::Handshake));
+        }
+
+        // 2. Read the body, bounded in size and time.
         let body = read_body(body, &parts.headers, runtime.limits).await?;
 
         // 3. Verify the signature on the raw bytes, before anything else.
         //    A verified handshake (Discord's PING, Zoom's URL validation) is
         //    answered here: nothing to claim, nothing to forward.
-        let line = RequestLine {
-            method: &parts.method,
-            query: parts.uri.query(),
-        };
         route.verifier.verify(
             line,
             &parts.headers,
             &body,
             self.engine.clock().system_time(),
         )?;
-        if let Some(handshake) = route.verifier.handshake(&body) {
+        if let Some(handshake) = route.verifier.handshake(&parts.headers, &body) {
             return Ok((handshake_response(handshake), Outcome::Handshake));
         }
 

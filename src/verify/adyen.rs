@@ -147,6 +147,7 @@ mod tests {
             hmac: None,
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
+            handshake_token: None,
         })
         .unwrap()
     }
@@ -197,6 +198,7 @@ mod tests {
             hmac: None,
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
+            handshake_token: None,
         });
         assert!(built.is_err());
     }

@@ -48,8 +48,11 @@ pub fn catalogue() -> String {
                     Some((name, _)) => format!("; `{name}` within `tolerance`"),
                     None => String::new(),
                 };
+                let handshake = (described.challenge.as_ref())
+                    .map(|challenge| format!("; handshake: {}", challenge.describe()))
+                    .unwrap_or_default();
                 format!(
-                    "`{}: {}<{encoding}>`, {digest} of `{signed}`{stamp}",
+                    "`{}: {}<{encoding}>`, {digest} of `{signed}`{stamp}{handshake}",
                     described.header, described.prefix
                 )
             }

@@ -19,9 +19,10 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName};
 use serde::Deserialize;
 
+use super::challenge::{Challenge, RawHandshake};
 use super::{
-    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Algorithm, Encoding, Profile,
-    RequestLine, Verifier, Verify, VerifyError, VerifySpec, DAY,
+    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Algorithm, Encoding,
+    Handshake, Profile, RequestLine, Verifier, Verify, VerifyError, VerifySpec, DAY,
 };
 use crate::clock::parse_duration;
 use crate::key::OnMissingKey;
@@ -38,6 +39,8 @@ pub struct RawScheme {
     pub signature: Option<RawSignature>,
     pub signed: Option<String>,
     pub timestamp: Option<RawTimestamp>,
+    /// The challenge the sender sends to prove the endpoint.
+    pub handshake: Option<RawHandshake>,
     /// The default key's sources (first present wins).
     pub key: Option<Vec<String>>,
     pub retention: Option<String>,
@@ -114,6 +117,8 @@ pub struct Described {
     pub timestamp: Option<(HeaderName, Unit)>,
     /// The description's own `tolerance`, when it gives one.
     pub tolerance: Option<Duration>,
+    /// The sender's handshake, answered by the gateway.
+    pub challenge: Option<Challenge>,
 }
 
 /// A description's error: the field (under the entry) and what is wrong.
@@ -221,7 +226,13 @@ impl Described {
             .and_then(|stamp| stamp.tolerance.as_deref())
             .map(|text| duration("timestamp.tolerance", text))
             .transpose()?;
+        let challenge = raw
+            .handshake
+            .as_ref()
+            .map(Challenge::from_raw)
+            .transpose()?;
         Ok(Described {
+            challenge,
             algorithm,
             header: header_name("signature.header", &signature.header)?,
             encoding,
@@ -269,6 +280,7 @@ pub fn profile(
             ("signature", raw.signature.is_some()),
             ("signed", raw.signed.is_some()),
             ("timestamp", raw.timestamp.is_some()),
+            ("handshake", raw.handshake.is_some()),
         ] {
             if given {
                 return Err(refuse(field, format!("comes from builds_on = {name:?}")));
@@ -340,6 +352,7 @@ pub struct DescribedVerifier {
     secrets: Vec<Secret>,
     tolerance: Duration,
     public_url: Option<String>,
+    handshake_token: Option<Secret>,
 }
 
 impl DescribedVerifier {
@@ -357,6 +370,7 @@ impl DescribedVerifier {
             secrets: spec.secrets,
             tolerance,
             public_url: spec.public_url,
+            handshake_token: spec.handshake_token,
         })
     }
 }
@@ -406,6 +420,22 @@ impl Verify for DescribedVerifier {
         }
     }
 
+    fn challenge(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+    ) -> Option<Result<Handshake, VerifyError>> {
+        let challenge = (self.described.challenge.as_ref()).filter(|c| c.before_verification)?;
+        let token = self.handshake_token.as_ref();
+        challenge.answer(line, headers, &[], &self.secrets, token)
+    }
+
+    fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
+        let challenge = (self.described.challenge.as_ref()).filter(|c| !c.before_verification)?;
+        let answer = challenge.answer(RequestLine::POST, headers, body, &self.secrets, None);
+        answer?.ok()
+    }
+
     fn covers(&self, _: &HeaderMap, name: &HeaderName) -> bool {
         self.described.signed_headers().any(|signed| signed == name)
     }
@@ -434,6 +464,7 @@ pub fn check_vector(profile: &Profile, vector: &RawVector) -> Result<(), String>
             hmac: None,
             public_url: vector.url.clone(),
             min_secret_bytes: 1,
+            handshake_token: None,
         };
         let verifier = profile.verifier(spec, false)?;
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(vector.at.unwrap_or(0));
@@ -535,6 +566,7 @@ mod tests {
                     hmac: None,
                     public_url: Some("https://hooks.example.com/in".into()),
                     min_secret_bytes: 1,
+                    handshake_token: None,
                 };
                 Some((profile.verifier(spec, false).unwrap(), names))
             })

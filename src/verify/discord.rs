@@ -23,7 +23,7 @@ use ring::signature::ED25519;
 use serde::Deserialize;
 
 use super::asymmetric::TimestampedKeys;
-use super::{single_header, Handshake, Profile, Verifier, Verify, VerifyError, DAY};
+use super::{single_header, Handshake, Profile, Reply, Verifier, Verify, VerifyError, DAY};
 use crate::key::OnMissingKey;
 
 pub static PROFILE: Profile = Profile {
@@ -76,18 +76,18 @@ impl Verify for DiscordVerifier {
         self.0.check(timestamp, &signature, body, now)
     }
 
-    fn handshake(&self, body: &[u8]) -> Option<Handshake> {
+    fn handshake(&self, _: &HeaderMap, body: &[u8]) -> Option<Handshake> {
         match serde_json::from_slice::<Kind>(body).ok()? {
             Kind {
                 kind: 1,
                 event: None,
             } => Some(Handshake {
                 status: StatusCode::OK,
-                body: Some(serde_json::json!({ "type": 1 })),
+                body: Reply::Json(serde_json::json!({ "type": 1 })),
             }),
             Kind { kind: 0, .. } => Some(Handshake {
                 status: StatusCode::NO_CONTENT,
-                body: None,
+                body: Reply::Empty,
             }),
             _ => None,
         }
@@ -120,6 +120,7 @@ mod tests {
             hmac: None,
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
+            handshake_token: None,
         })
     }
 
@@ -141,23 +142,27 @@ mod tests {
         assert_eq!(verify(TS, PING_SIG, PING, TS), Ok(()));
         assert_eq!(verify(TS, EVENT_PING_SIG, EVENT_PING, TS), Ok(()));
         let v = verifier(&[PUBLIC_KEY]).unwrap();
-        assert_eq!(v.handshake(COMMAND.as_bytes()), None);
+        assert_eq!(v.handshake(&HeaderMap::new(), COMMAND.as_bytes()), None);
         assert_eq!(
-            v.handshake(PING.as_bytes()),
+            v.handshake(&HeaderMap::new(), PING.as_bytes()),
             Some(Handshake {
                 status: StatusCode::OK,
-                body: Some(serde_json::json!({ "type": 1 })),
+                body: Reply::Json(serde_json::json!({ "type": 1 })),
             })
         );
         assert_eq!(
-            v.handshake(EVENT_PING.as_bytes()),
+            v.handshake(&HeaderMap::new(), EVENT_PING.as_bytes()),
             Some(Handshake {
                 status: StatusCode::NO_CONTENT,
-                body: None,
+                body: Reply::Empty,
             })
         );
         let event = r#"{"version":1,"application_id":"1","type":1,"event":{"type":"APPLICATION_AUTHORIZED"}}"#;
-        assert_eq!(v.handshake(event.as_bytes()), None, "an event, not a ping");
+        assert_eq!(
+            v.handshake(&HeaderMap::new(), event.as_bytes()),
+            None,
+            "an event, not a ping"
+        );
     }
 
     #[test]

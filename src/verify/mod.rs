@@ -14,6 +14,7 @@ mod adyen;
 mod asymmetric;
 mod calendly;
 mod catalogue;
+mod challenge;
 mod described;
 mod discord;
 mod generic;
@@ -44,6 +45,7 @@ use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 
 pub use self::catalogue::catalogue;
+pub use self::challenge::{Challenge, RawHandshake};
 use self::described::DescribedVerifier;
 pub use self::described::{check_vector, intern, parse_template, Described, RawScheme, RawVector};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
@@ -167,6 +169,11 @@ impl Profile {
             .find(|profile| profile.name == name)
     }
 
+    /// The handshake a scheme described as data answers, if any.
+    pub fn challenge(&self) -> Option<&'static Challenge> {
+        self.described?.challenge.as_ref()
+    }
+
     /// A route's verifier from its `[routes.verify]`; `tolerance_given`:
     /// the route set `tolerance` (else a description's own applies).
     pub fn verifier(&self, spec: VerifySpec, tolerance_given: bool) -> Result<Verifier, String> {
@@ -253,6 +260,9 @@ pub struct VerifySpec {
     /// Bytes of key material a secret needs at least (`min_secret_bytes`,
     /// [`MIN_SECRET_BYTES`] unless the route lowered it), after decoding.
     pub min_secret_bytes: usize,
+    /// The token the sender's handshake must carry (`handshake_token`), for
+    /// the schemes whose handshake has one.
+    pub handshake_token: Option<Secret>,
 }
 
 /// The request line, for the schemes whose signature covers it: the method
@@ -284,8 +294,17 @@ impl RequestLine<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Handshake {
     pub status: StatusCode,
-    /// A JSON body; none for a bare status.
-    pub body: Option<serde_json::Value>,
+    pub body: Reply,
+}
+
+/// The body of a handshake's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A bare status.
+    Empty,
+    Json(serde_json::Value),
+    /// A challenge echoed back (`text/plain`, never sniffed).
+    Text(String),
 }
 
 /// Checks one delivery's signature on the raw body. `now` is injected so
@@ -309,8 +328,20 @@ pub trait Verify: fmt::Debug + Send + Sync {
     /// For a verified delivery that is the sender's handshake, the answer
     /// the sender requires; the gateway sends it without claiming or
     /// forwarding anything.
-    fn handshake(&self, body: &[u8]) -> Option<Handshake> {
-        let _ = body;
+    fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
+        let _ = (headers, body);
+        None
+    }
+
+    /// For a request that is the sender's unsigned handshake (a GET
+    /// challenge), answered before verification: the answer, or an error
+    /// when its token is not the route's; `None` for any other request.
+    fn challenge(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+    ) -> Option<Result<Handshake, VerifyError>> {
+        let _ = (line, headers);
         None
     }
 
@@ -355,8 +386,18 @@ impl Verifier {
     }
 
     /// The answer to a verified handshake, if this delivery is one.
-    pub fn handshake(&self, body: &[u8]) -> Option<Handshake> {
-        self.0.handshake(body)
+    pub fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
+        self.0.handshake(headers, body)
+    }
+
+    /// The answer to an unsigned handshake, before verification: see
+    /// [`Verify::challenge`].
+    pub fn challenge(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+    ) -> Option<Result<Handshake, VerifyError>> {
+        self.0.challenge(line, headers)
     }
 
     /// The header the operator named for the signature, if any.
@@ -398,6 +439,7 @@ mod tests {
             }),
             public_url: Some("https://hooks.example.com/webhooks".into()),
             min_secret_bytes: MIN_SECRET_BYTES,
+            handshake_token: None,
         };
         let headers = |name: &str| -> &'static [&'static str] {
             match name {

@@ -110,6 +110,7 @@ mod tests {
             hmac: None,
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
+            handshake_token: None,
         })
     }
 

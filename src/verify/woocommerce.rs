@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::{
-    Algorithm, Encoding, Handshake, HmacOptions, HmacVerifier, Profile, Verifier, Verify,
+    Algorithm, Encoding, Handshake, HmacOptions, HmacVerifier, Profile, Reply, Verifier, Verify,
     VerifyError, DAY,
 };
 use crate::key::OnMissingKey;
@@ -78,10 +78,10 @@ impl Verify for WooVerifier {
         self.0.verify(headers, body)
     }
 
-    fn handshake(&self, body: &[u8]) -> Option<Handshake> {
+    fn handshake(&self, _: &HeaderMap, body: &[u8]) -> Option<Handshake> {
         is_ping(body).then_some(Handshake {
             status: StatusCode::OK,
-            body: None,
+            body: Reply::Empty,
         })
     }
 }
@@ -120,7 +120,11 @@ mod tests {
         let v = verifier();
         let now = crate::clock::wall();
         assert_eq!(v.verify(&signed(SIGNATURE), BODY, now), Ok(()));
-        assert_eq!(v.handshake(BODY), None, "a delivery is no ping");
+        assert_eq!(
+            v.handshake(&HeaderMap::new(), BODY),
+            None,
+            "a delivery is no ping"
+        );
         let bad = Err(VerifyError::SignatureInvalid);
         assert_eq!(v.verify(&signed(SIGNATURE), b"{}", now), bad);
         assert_eq!(v.verify(&HeaderMap::new(), BODY, now), bad, "unsigned");
@@ -132,10 +136,10 @@ mod tests {
         let now = crate::clock::wall();
         assert_eq!(v.verify(&HeaderMap::new(), b"webhook_id=42", now), Ok(()));
         assert_eq!(
-            v.handshake(b"webhook_id=42"),
+            v.handshake(&HeaderMap::new(), b"webhook_id=42"),
             Some(Handshake {
                 status: StatusCode::OK,
-                body: None
+                body: Reply::Empty
             })
         );
         for body in [

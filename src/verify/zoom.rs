@@ -22,7 +22,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use serde::Deserialize;
 
 use super::slack::{V0Headers, V0Verifier};
-use super::{Algorithm, Handshake, Profile, Verifier, Verify, VerifyError, DAY, HOUR};
+use super::{Algorithm, Handshake, Profile, Reply, Verifier, Verify, VerifyError, DAY, HOUR};
 use crate::key::OnMissingKey;
 
 pub static PROFILE: Profile = Profile {
@@ -72,7 +72,7 @@ impl Verify for ZoomVerifier {
         self.0.verify(headers, body, now)
     }
 
-    fn handshake(&self, body: &[u8]) -> Option<Handshake> {
+    fn handshake(&self, _: &HeaderMap, body: &[u8]) -> Option<Handshake> {
         let validation: Validation = serde_json::from_slice(body).ok()?;
         if validation.event != "endpoint.url_validation" {
             return None;
@@ -82,7 +82,7 @@ impl Verify for ZoomVerifier {
         let encrypted = Algorithm::Sha256.tag(secret.expose(), &[token.as_bytes()]);
         Some(Handshake {
             status: StatusCode::OK,
-            body: Some(serde_json::json!({
+            body: Reply::Json(serde_json::json!({
                 "plainToken": token,
                 "encryptedToken": hex::encode(encrypted),
             })),
@@ -133,7 +133,7 @@ mod tests {
             v.verify(&headers(&ts, SIG), BODY.as_bytes(), at(TS)),
             Ok(())
         );
-        assert_eq!(v.handshake(BODY.as_bytes()), None);
+        assert_eq!(v.handshake(&HeaderMap::new(), BODY.as_bytes()), None);
     }
 
     #[test]
@@ -141,11 +141,13 @@ mod tests {
         let v = verifier();
         let h = headers(&TS.to_string(), VALIDATION_SIG);
         assert_eq!(v.verify(&h, VALIDATION.as_bytes(), at(TS)), Ok(()));
-        let answer = v.handshake(VALIDATION.as_bytes()).expect("a handshake");
+        let answer = v
+            .handshake(&HeaderMap::new(), VALIDATION.as_bytes())
+            .expect("a handshake");
         assert_eq!(answer.status, StatusCode::OK);
         assert_eq!(
             answer.body,
-            Some(serde_json::json!({
+            Reply::Json(serde_json::json!({
                 "plainToken": "qgg8vlvZRS6UYooatFL8Aw",
                 "encryptedToken": ENCRYPTED,
             }))

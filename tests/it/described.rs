@@ -4,10 +4,13 @@
 //! answered from the record; a stale, forged or unsigned one is refused
 //! with its code and reaches nothing; a description that cannot work is a
 //! config error that names its entry and field, and a vector in it that
-//! does not verify is one too.
+//! does not verify is one too. The shipped senders' handshakes — Meta's
+//! GET `hub.challenge`, X's CRC, Twitch's signed callback verification —
+//! are answered by the gateway, counted, and reach no upstream.
 
 use std::process::Command;
 
+use base64::Engine;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use http::{Request, StatusCode};
@@ -17,6 +20,7 @@ use sha2::Sha256;
 use crate::support::*;
 
 const SIGNING: &str = "acme-signing-secret-0123456789";
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 fn scheme(vectors: &str) -> String {
     format!(
@@ -34,27 +38,7 @@ retention = "3d"
 }
 
 fn config(upstream: &Upstream, dir: &std::path::Path, scheme: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-
-[store]
-backend = "embedded"
-path = "{db}"
-
-[[routes]]
-name = "acme"
-path = "/acme"
-upstream = "{upstream}"
-
-[routes.verify]
-scheme = "acme"
-secrets = ["{SIGNING}"]
-{scheme}"#,
-        db = dir.join("hookgate.db").display(),
-        upstream = upstream.url("/acme"),
-    )
+    shipped(upstream, dir, "acme", "") + scheme
 }
 
 fn signature(timestamp: u64, body: &str) -> String {
@@ -85,7 +69,7 @@ async fn a_described_sender_is_verified_and_deduplicated_like_a_shipped_one() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start().await;
     let gateway = TestGateway::start(&config(&upstream, dir.path(), &scheme(""))).await;
-    let (sender, url) = (Sender::new(), gateway.url("/acme"));
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
     let body = r#"{"type":"invoice.paid","amount":4200}"#;
 
     let first = sender
@@ -117,7 +101,7 @@ async fn a_described_sender_is_verified_and_deduplicated_like_a_shipped_one() {
     assert_eq!(upstream.total(), 1, "nothing refused reached the upstream");
     for id in ["dlv_2", "dlv_3", "dlv_4"] {
         assert!(
-            gateway.record("acme", id).await.is_none(),
+            gateway.record("hook", id).await.is_none(),
             "{id} left a record"
         );
     }
@@ -184,4 +168,161 @@ async fn a_description_that_cannot_work_is_a_located_config_error() {
     );
     assert_ne!(code, 0, "{said}");
     assert!(said.contains("schemes[0].vectors[0]"), "{said}");
+}
+
+/// A route on shipped sender `scheme` (with `extra` in its verify table),
+/// its metrics on an admin listener.
+fn shipped(upstream: &Upstream, dir: &std::path::Path, scheme: &str, extra: &str) -> String {
+    let text = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "embedded"
+path = "{db}"
+
+[[routes]]
+name = "hook"
+path = "/hook"
+upstream = "{upstream}"
+
+[routes.verify]
+scheme = "{scheme}"
+secrets = ["{SIGNING}"]
+{extra}
+"#,
+        db = dir.join("hookgate.db").display(),
+        upstream = upstream.url("/hook"),
+    );
+    with_admin(&text, true)
+}
+
+fn hex_mac(parts: &[&str]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SIGNING.as_bytes()).unwrap();
+    for part in parts {
+        mac.update(part.as_bytes());
+    }
+    hex::encode(mac.finalize().into_bytes())
+}
+
+async fn handshakes_counted(gateway: &TestGateway) -> f64 {
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let labels = [("route", "hook"), ("outcome", "handshake")];
+    sample(&metrics, "hookgate_requests_total", &labels).unwrap_or(0.0)
+}
+
+/// Meta's subscription check: a GET the gateway answers itself, only with
+/// the route's verify token; the deliveries after it are signed POSTs.
+#[tokio::test]
+async fn metas_subscription_check_is_answered_only_with_the_routes_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let text = shipped(
+        &upstream,
+        dir.path(),
+        "meta",
+        "handshake_token = \"verify-me-0123\"",
+    );
+    let gateway = TestGateway::start(&text).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    let get = |query: &str| {
+        let request = Request::get(format!("{url}?{query}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.send(request)
+    };
+
+    let subscribe = "hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=verify-me-0123";
+    let answer = get(subscribe).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(&answer.body[..], b"1158201444");
+    assert_eq!(answer.headers["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(answer.headers["x-content-type-options"], "nosniff");
+    let wrong = get("hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=guess").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.code(), "signature_invalid");
+    let hostile = get("hub.mode=subscribe&hub.challenge=%3Cb%3E&hub.verify_token=verify-me-0123");
+    assert_eq!(hostile.await.status, StatusCode::UNAUTHORIZED, "not echoed");
+    assert_eq!(handshakes_counted(&gateway).await, 1.0);
+
+    let body = r#"{"object":"page","entry":[{"id":"1","time":1733230000,"changes":[]}]}"#;
+    let signed = Request::post(&url)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hex_mac(&[body])),
+        )
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    assert_eq!(sender.send(signed).await.status, StatusCode::OK);
+    assert_eq!(
+        upstream.total(),
+        1,
+        "only the delivery reached the upstream"
+    );
+    gateway.shutdown().await;
+
+    // Without its token the route does not load.
+    let (code, said) = check(dir.path(), &shipped(&upstream, dir.path(), "meta", ""));
+    assert_ne!(code, 0);
+    assert!(said.contains("routes[0].verify.handshake_token"), "{said}");
+}
+
+/// X's challenge-response check: the CRC is the HMAC of `crc_token` under
+/// the consumer secret, answered by the gateway.
+#[tokio::test]
+async fn xs_crc_is_answered_with_the_hmac_of_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&shipped(&upstream, dir.path(), "twitter", "")).await;
+    let url = gateway.url("/hook?crc_token=crc_9a8b7c6d");
+    let request = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    let answer = Sender::new().send(request).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let mut mac = Hmac::<Sha256>::new_from_slice(SIGNING.as_bytes()).unwrap();
+    mac.update(b"crc_9a8b7c6d");
+    let expected = format!("sha256={}", B64.encode(mac.finalize().into_bytes()));
+    assert_eq!(answer.json()["response_token"], expected.as_str());
+    assert_eq!(upstream.total(), 0);
+    gateway.shutdown().await;
+}
+
+/// Twitch's callback verification is a signed POST: answered with its
+/// challenge once verified; a forged one is refused; a notification after
+/// it is forwarded.
+#[tokio::test]
+async fn twitchs_callback_verification_is_answered_once_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&shipped(&upstream, dir.path(), "twitch", "")).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    let twitch = |id: &str, kind: &str, body: &str, signature: Option<String>| {
+        let at = "2026-12-03T12:00:00.000Z";
+        let signature = signature.unwrap_or_else(|| format!("sha256={}", hex_mac(&[id, at, body])));
+        Request::post(&url)
+            .header("twitch-eventsub-message-id", id)
+            .header("twitch-eventsub-message-timestamp", at)
+            .header("twitch-eventsub-message-type", kind)
+            .header("twitch-eventsub-message-signature", signature)
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap()
+    };
+    let verification = r#"{"challenge":"pogchamp-kappa-360noscope-vohiyo"}"#;
+    let kind = "webhook_callback_verification";
+    let answer = sender.send(twitch("m1", kind, verification, None)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(&answer.body[..], b"pogchamp-kappa-360noscope-vohiyo");
+    let forged = twitch(
+        "m2",
+        kind,
+        verification,
+        Some(format!("sha256={}", "0".repeat(64))),
+    );
+    assert_eq!(sender.send(forged).await.status, StatusCode::UNAUTHORIZED);
+    let event = r#"{"subscription":{"type":"channel.follow"},"event":{"user_id":"1337"}}"#;
+    let forwarded = sender.send(twitch("m3", "notification", event, None)).await;
+    assert_eq!(forwarded.status, StatusCode::OK);
+    assert_eq!(upstream.total(), 1, "the handshake reached no upstream");
+    assert_eq!(handshakes_counted(&gateway).await, 1.0);
+    gateway.shutdown().await;
 }

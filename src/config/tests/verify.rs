@@ -209,8 +209,12 @@ fn every_sender_needs_only_its_scheme_and_secret() {
         } else {
             ""
         };
+        let token = match profile.challenge().and_then(|c| c.token.as_ref()) {
+            Some(_) => "\nhandshake_token = \"verify-me\"",
+            None => "",
+        };
         let verify = format!(
-            "scheme = \"{}\"\nsecrets = [\"{}\"]",
+            "scheme = \"{}\"\nsecrets = [\"{}\"]{token}",
             profile.name,
             dashboard_secret(profile.name)
         );
