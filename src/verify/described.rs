@@ -48,6 +48,10 @@ pub struct RawScheme {
     pub retry_horizon: Option<String>,
     pub replay_guard: Option<bool>,
     pub retries_change_body: Option<bool>,
+    /// `reject` (the default) or `forward`: what a verified delivery
+    /// without a key gets, for senders whose keyless requests are never
+    /// retried (Slack's commands).
+    pub on_missing_key: Option<String>,
     /// Where the convention is documented.
     pub docs: Option<String>,
     /// What shows the profile right: `official` (a vector the sender
@@ -271,6 +275,14 @@ pub fn profile(
     let retry_horizon = (raw.retry_horizon.as_deref())
         .map(|text| duration("retry_horizon", text))
         .transpose()?;
+    let on_missing_key = match raw.on_missing_key.as_deref() {
+        None | Some("reject") => None,
+        Some("forward") => Some(OnMissingKey::Forward),
+        Some(other) => {
+            let why = format!("{other:?} is not \"reject\" or \"forward\"");
+            return Err(refuse("on_missing_key", why));
+        }
+    };
     if let Some(name) = &raw.builds_on {
         let base = base(name)
             .filter(|base| base.described.is_none())
@@ -297,6 +309,7 @@ pub fn profile(
             default_retention: retention.unwrap_or(base.default_retention),
             replay_guard: raw.replay_guard.unwrap_or(base.replay_guard),
             retries_change_body: raw.retries_change_body.unwrap_or(base.retries_change_body),
+            on_missing_key: on_missing_key.unwrap_or(base.on_missing_key),
             ..base.clone()
         });
     }
@@ -317,7 +330,7 @@ pub fn profile(
         default_retention: retention.unwrap_or(Duration::from_secs(7 * DAY)),
         replay_guard: (raw.replay_guard).unwrap_or(described.timestamp.is_none() && unsigned_key),
         timestamped: described.timestamp.is_some(),
-        on_missing_key: OnMissingKey::Reject,
+        on_missing_key: on_missing_key.unwrap_or(OnMissingKey::Reject),
         signed_headers: Box::leak(signed_headers.into_boxed_slice()),
         signs_url: described.signed.contains(&Piece::Url),
         retries_change_body: raw.retries_change_body.unwrap_or(false),

@@ -27,8 +27,6 @@ mod pagerduty;
 mod pairs;
 mod sendgrid;
 mod shared;
-mod slack;
-mod square;
 mod standard_webhooks;
 mod stripe;
 mod twilio;
@@ -68,7 +66,6 @@ static CODE: &[&Profile] = &[
     &calendly::PROFILE,
     &linear::PROFILE,
     &twilio::PROFILE,
-    &square::PROFILE,
     &pagerduty::PROFILE,
     &mailgun::PROFILE,
     &sendgrid::PROFILE,
@@ -78,7 +75,6 @@ static CODE: &[&Profile] = &[
     &woocommerce::PROFILE,
     &adyen::PROFILE,
     &standard_webhooks::PROFILE,
-    &slack::PROFILE,
     &generic::PROFILE,
     &NONE,
 ];

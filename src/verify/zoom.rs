@@ -21,9 +21,12 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName, StatusCode};
 use serde::Deserialize;
 
-use super::slack::{V0Headers, V0Verifier};
-use super::{Algorithm, Handshake, Profile, Reply, Verifier, Verify, VerifyError, DAY, HOUR};
+use super::{
+    single_header, Algorithm, Handshake, Profile, Reply, Timestamped, Verifier, Verify,
+    VerifyError, DAY, HOUR,
+};
 use crate::key::OnMissingKey;
+use crate::secret::Secret;
 
 pub static PROFILE: Profile = Profile {
     name: "zoom",
@@ -87,6 +90,41 @@ impl Verify for ZoomVerifier {
                 "encryptedToken": hex::encode(encrypted),
             })),
         })
+    }
+}
+
+/// Where Zoom puts its `v0` signature and its timestamp (Slack signs the
+/// same way, described as data in `senders.toml`).
+#[derive(Debug)]
+struct V0Headers {
+    signature: HeaderName,
+    timestamp: HeaderName,
+}
+
+/// `v0=<hex>`, the HMAC-SHA256 of `"v0:{timestamp}:{body}"`.
+#[derive(Debug)]
+struct V0Verifier {
+    headers: &'static V0Headers,
+    secrets: Vec<Secret>,
+    tolerance: Duration,
+}
+
+impl Verify for V0Verifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
+        let timestamp = single_header(headers, &self.headers.timestamp)?;
+        let signature = single_header(headers, &self.headers.signature)?
+            .strip_prefix("v0=")
+            .and_then(|hex_text| hex::decode(hex_text).ok())
+            .ok_or(VerifyError::SignatureInvalid)?;
+        let parts: [&[u8]; 4] = [b"v0:", timestamp.as_bytes(), b":", body];
+        Timestamped {
+            secrets: &self.secrets,
+            parts: &parts,
+            candidates: &[signature],
+            timestamp,
+            tolerance: self.tolerance,
+        }
+        .check(now)
     }
 }
 
