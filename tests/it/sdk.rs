@@ -200,6 +200,20 @@ async fn twilio_signed_by_its_sdk() {
     accepted_once("twilio", |r| header(r, "I-Twilio-Idempotency-Token")).await;
 }
 
+/// Svix's SDK signs for Svix itself and for the senders that deliver
+/// through it (Clerk, Resend), each under its own scheme name.
+#[tokio::test]
+async fn svix_clerk_and_resend_signed_by_the_svix_sdk() {
+    for scheme in ["svix", "clerk", "resend"] {
+        accepted_once(scheme, |r| header(r, "svix-id")).await;
+    }
+}
+
+#[tokio::test]
+async fn razorpay_accepted_by_its_sdk() {
+    accepted_once("razorpay", |r| header(r, "X-Razorpay-Event-Id")).await;
+}
+
 #[tokio::test]
 async fn square_accepted_by_its_sdk() {
     accepted_once("square", |r| {

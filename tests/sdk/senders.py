@@ -3,13 +3,14 @@
 `python senders.py SCHEME` prints one JSON object: the route settings the
 request needs (`secret`, `public_url`) and the request itself (`query`,
 `headers`, `body`), signed now. Where the sender's SDK signs (Twilio,
-HubSpot, Adyen, Paddle), it signs; where it only verifies (Square,
-SendGrid, Discord, Mailgun), the request is signed here with the
+HubSpot, Adyen, Paddle, and Svix for Svix, Clerk and Resend), it signs;
+where it only verifies (Square, SendGrid, Discord, Mailgun, Razorpay), the request is signed here with the
 documented method and the SDK must accept it before it is printed. Either way the SDK, not hookgate,
 is the oracle: the gateway is then expected to accept exactly this.
 """
 
 import base64
+import datetime
 import hashlib
 import hmac
 import json
@@ -240,7 +241,63 @@ def mailgun():
     return {"secret": key, "headers": {"Content-Type": "application/json"}, "body": body}
 
 
+def svix_signed(kind):
+    """The Svix SDK signs (Svix's own, and the senders that deliver through
+    Svix: Clerk, Resend), with its `svix-*` headers."""
+
+    def sign():
+        from svix.webhooks import Webhook
+
+        secret = "whsec_" + base64.b64encode(uuid.uuid4().bytes + uuid.uuid4().bytes).decode()
+        msg_id = "msg_" + uuid.uuid4().hex
+        now = datetime.datetime.now(tz=datetime.timezone.utc)
+        body = json.dumps(
+            {"type": kind, "data": {"id": "obj_" + uuid.uuid4().hex}}, separators=(",", ":")
+        )
+        signature = Webhook(secret).sign(msg_id, now, body)
+        headers = {
+            "Content-Type": "application/json",
+            "svix-id": msg_id,
+            "svix-timestamp": str(int(now.timestamp())),
+            "svix-signature": signature,
+        }
+        Webhook(secret).verify(body, headers)
+        return {"secret": secret, "headers": headers, "body": body}
+
+    return sign
+
+
+def razorpay():
+    import razorpay as sdk
+
+    secret = "rzp_whsec_" + uuid.uuid4().hex
+    body = json.dumps(
+        {
+            "entity": "event",
+            "event": "payment.captured",
+            "payload": {"payment": {"entity": {"id": "pay_" + uuid.uuid4().hex[:14]}}},
+        },
+        separators=(",", ":"),
+    )
+    signature = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    client = sdk.Client(auth=("rzp_test_key", "rzp_test_secret"))
+    assert client.utility.verify_webhook_signature(body, signature, secret)
+    return {
+        "secret": secret,
+        "headers": {
+            "Content-Type": "application/json",
+            "X-Razorpay-Signature": signature,
+            "X-Razorpay-Event-Id": "evt_" + uuid.uuid4().hex[:14],
+        },
+        "body": body,
+    }
+
+
 SENDERS = {
+    "svix": svix_signed("invoice.paid"),
+    "clerk": svix_signed("user.created"),
+    "resend": svix_signed("email.delivered"),
+    "razorpay": razorpay,
     "paddle": paddle,
     "mailgun": mailgun,
     "twilio": twilio,
