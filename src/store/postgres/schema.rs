@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
 
 use super::{db, pool_error, sql, MIGRATIONS};
 use crate::store::StoreError;
@@ -206,9 +207,29 @@ pub(super) async fn migrate(client: deadpool_postgres::Object) -> Result<usize, 
 async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), StoreError> {
     match step {
         Step::Transaction(statements) => {
-            let transaction = client.transaction().await.map_err(db)?;
-            transaction.batch_execute(statements).await.map_err(db)?;
-            transaction.commit().await.map_err(db)
+            // A lock not had within the timeout is let go of and asked for
+            // again: queued, it would stall every gateway's query behind it
+            // for as long as the read it waits on runs.
+            let mut waits = 0;
+            loop {
+                let transaction = client.transaction().await.map_err(db)?;
+                let tried = match transaction.batch_execute(sql::MIGRATION_LOCK_TIMEOUT).await {
+                    Ok(()) => transaction.batch_execute(statements).await,
+                    Err(error) => Err(error),
+                };
+                match tried {
+                    Ok(()) => return transaction.commit().await.map_err(db),
+                    Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                        transaction.rollback().await.map_err(db)?;
+                        waits += 1;
+                        if waits % 50 == 1 {
+                            tracing::info!(waits, "a migration waits for the gateways' transactions to let the table go");
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(error) => return Err(db(error)),
+                }
+            }
         }
         Step::Concurrently(statement) => {
             if let Some(index) = index_name(statement) {

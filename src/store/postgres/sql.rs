@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
 /// For the migration's own session only.
 pub(super) const NO_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 0";
 
+/// A migration's transaction waits this long at most for a lock (an
+/// `ALTER TABLE` behind a gateway's long read): while it waits, every
+/// gateway's query on the table waits behind it.
+pub(super) const MIGRATION_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
+
 /// Serializes migrations between gateways starting at once, and `psql`
 /// running `hookgate migrate --print`'s script: a session's lock, since
 /// index builds run outside transactions.
