@@ -44,12 +44,14 @@ fn sdk_python() -> Option<PathBuf> {
     None
 }
 
-/// What `tests/sdk/senders.py SCHEME` printed (`tests/sdk/linear.mjs` for
-/// Linear, whose SDK is on npm).
+/// What `tests/sdk/senders.py SCHEME` printed (`tests/sdk/linear.mjs` and
+/// `github.mjs` for Linear and GitHub, whose SDKs are on npm).
 fn sdk_request(python: &PathBuf, scheme: &str) -> SdkRequest {
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
     let output = match scheme {
-        "linear" => Command::new("node").arg(sdk.join("linear.mjs")).output(),
+        "linear" | "github" => Command::new("node")
+            .arg(sdk.join(format!("{scheme}.mjs")))
+            .output(),
         _ => Command::new(python)
             .arg(sdk.join("senders.py"))
             .arg(scheme)
@@ -207,6 +209,25 @@ async fn svix_clerk_and_resend_signed_by_the_svix_sdk() {
     for scheme in ["svix", "clerk", "resend"] {
         accepted_once(scheme, |r| header(r, "svix-id")).await;
     }
+}
+
+/// GitHub's own signing code (@octokit/webhooks-methods) signs.
+#[tokio::test]
+async fn github_signed_by_its_sdk() {
+    accepted_once("github", |r| header(r, "X-GitHub-Delivery")).await;
+}
+
+#[tokio::test]
+async fn gocardless_accepted_by_its_sdk() {
+    accepted_once("gocardless", |r| {
+        r.json()["meta"]["webhook_id"].as_str().unwrap().to_owned()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn openai_accepted_by_its_sdk() {
+    accepted_once("openai", |r| header(r, "webhook-id")).await;
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 request needs (`secret`, `public_url`) and the request itself (`query`,
 `headers`, `body`), signed now. Where the sender's SDK signs (Twilio,
 HubSpot, Adyen, Paddle, and Svix for Svix, Clerk and Resend), it signs;
-where it only verifies (Square, SendGrid, Discord, Mailgun, Razorpay), the request is signed here with the
+where it only verifies (Square, SendGrid, Discord, Mailgun, Razorpay,
+GoCardless, OpenAI), the request is signed here with the
 documented method and the SDK must accept it before it is printed. Either way the SDK, not hookgate,
 is the oracle: the gateway is then expected to accept exactly this.
 """
@@ -293,7 +294,49 @@ def razorpay():
     }
 
 
+def gocardless():
+    from gocardless_pro import webhooks
+
+    secret = "gc_whsec_" + uuid.uuid4().hex
+    body = json.dumps(
+        {
+            "events": [{"id": "EV" + uuid.uuid4().hex[:12].upper(), "action": "confirmed",
+                        "resource_type": "payments", "links": {}}],
+            "meta": {"webhook_id": "WB" + uuid.uuid4().hex[:12].upper()},
+        },
+        separators=(",", ":"),
+    )
+    signature = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    assert webhooks.parse(body, secret, signature)
+    headers = {"Content-Type": "application/json", "Webhook-Signature": signature}
+    return {"secret": secret, "headers": headers, "body": body}
+
+
+def openai():
+    from openai import OpenAI
+
+    raw = uuid.uuid4().bytes + uuid.uuid4().bytes
+    secret = "whsec_" + base64.b64encode(raw).decode()
+    msg_id, now = "wh_" + uuid.uuid4().hex, str(int(time.time()))
+    body = json.dumps(
+        {"id": "evt_" + uuid.uuid4().hex, "type": "response.completed", "data": {"id": "resp_1"}},
+        separators=(",", ":"),
+    )
+    signed = f"{msg_id}.{now}.{body}".encode()
+    signature = base64.b64encode(hmac.new(raw, signed, hashlib.sha256).digest()).decode()
+    headers = {
+        "Content-Type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": now,
+        "webhook-signature": "v1," + signature,
+    }
+    OpenAI(api_key="sk-test").webhooks.verify_signature(body, headers, secret=secret)
+    return {"secret": secret, "headers": headers, "body": body}
+
+
 SENDERS = {
+    "gocardless": gocardless,
+    "openai": openai,
     "svix": svix_signed("invoice.paid"),
     "clerk": svix_signed("user.created"),
     "resend": svix_signed("email.delivered"),
