@@ -458,44 +458,6 @@ impl Verify for DescribedVerifier {
     }
 }
 
-/// Whether `vector` verifies under `profile` — and neither the same
-/// delivery with a byte added to its body nor one under another secret
-/// does: the check every shipped vector gets, and a config's too.
-pub fn check_vector(profile: &Profile, vector: &RawVector) -> Result<(), String> {
-    let mut headers = HeaderMap::new();
-    for (name, value) in &vector.headers {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("{name:?} is not a header name"))?;
-        let value = http::HeaderValue::from_str(value)
-            .map_err(|_| format!("the value of {name} is not a header value"))?;
-        headers.append(name, value);
-    }
-    let verify = |secret: &str, body: &[u8]| -> Result<(), String> {
-        let spec = VerifySpec {
-            secrets: vec![Secret::new(secret)],
-            tolerance: super::DEFAULT_TOLERANCE,
-            hmac: None,
-            public_url: vector.url.clone(),
-            min_secret_bytes: 1,
-            handshake_token: None,
-        };
-        let verifier = profile.verifier(spec, false)?;
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(vector.at.unwrap_or(0));
-        (verifier.verify(RequestLine::POST, &headers, body, now)).map_err(|error| error.to_string())
-    };
-    verify(&vector.secret, vector.body.as_bytes())
-        .map_err(|error| format!("does not verify: {error}"))?;
-    let changed = [vector.body.as_bytes(), b" "].concat();
-    if verify(&vector.secret, &changed).is_ok() {
-        return Err("verifies with a byte added to its body".into());
-    }
-    let other = format!("{}x", vector.secret);
-    if verify(&other, vector.body.as_bytes()).is_ok() {
-        return Err("verifies under another secret".into());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use http::HeaderValue;

@@ -43,9 +43,10 @@ use crate::key::{KeySource, OnMissingKey};
 use crate::secret::Secret;
 
 pub use self::catalogue::catalogue;
+pub use self::catalogue::check_vector;
 pub use self::challenge::{Challenge, RawHandshake};
 use self::described::DescribedVerifier;
-pub use self::described::{check_vector, intern, parse_template, Described, RawScheme, RawVector};
+pub use self::described::{intern, parse_template, Described, RawScheme, RawVector};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
 #[cfg(test)]
 pub(crate) use self::shared::at;
