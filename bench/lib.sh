@@ -24,6 +24,17 @@ wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# A config's [store] backend lines: Redis on $REDIS, the embedded file
+# $WORK/NAME.db, or the local PostgreSQL's database DB.
+store_section() { # store name db
+    case $1 in
+        redis) printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s"' "$REDIS" ;;
+        embedded) printf 'backend = "embedded"\npath = "%s/%s.db"' "$WORK" "$2" ;;
+        postgres) printf 'backend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/%s"' "$3" ;;
+        *) echo "the store is redis, embedded or postgres, not $1" >&2; exit 2 ;;
+    esac
+}
+
 # The plain sync route of the focused benchmarks: `X-Id` is the key, no
 # signature, answers kept an hour.
 sync_route() { # upstream_port

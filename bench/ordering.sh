@@ -40,21 +40,12 @@ fresh_store() { # shape
     fi
 }
 
-store_section() { # shape
-    case $STORE in
-        redis) printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s"' $REDIS ;;
-        embedded) printf 'backend = "embedded"\npath = "%s/%s.db"' "$WORK" "$1" ;;
-        postgres) printf 'backend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/%s"' "$(pg_db "$1")" ;;
-        *) echo "STORE is redis, embedded or postgres" >&2; exit 2 ;;
-    esac
-}
-
 route() { # shape
     cat <<TOML
 [server]
 listen = "127.0.0.1:$GW"
 [store]
-$(store_section "$1")
+$(store_section "$STORE" "$1" "$(pg_db "$1")")
 key_prefix = "bench:"
 [[routes]]
 name = "orders"

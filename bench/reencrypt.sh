@@ -19,20 +19,12 @@ bench_start reencrypt
 openssl rand -hex 32 > "$WORK/a.key"
 openssl rand -hex 32 > "$WORK/b.key"
 
-store_section() { # store
-    case $1 in
-        redis) printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s"' $REDIS ;;
-        embedded) printf 'backend = "embedded"\npath = "%s/hookgate.db"' "$WORK" ;;
-        postgres) printf 'backend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/%s"' $DB ;;
-    esac
-}
-
 config() { # store keys
     cat <<TOML
 [server]
 listen = "127.0.0.1:$GW"
 [store]
-$(store_section "$1")
+$(store_section "$1" hookgate "$DB")
 key_prefix = "bench:"
 [store.encryption]
 keys = [$2]

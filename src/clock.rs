@@ -185,6 +185,39 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{input:?} is too long"))
 }
 
+/// [`humanize`], or rounded to its largest unit with a `≈` when it is not a
+/// whole number of it (`≈27m` for 1623 s).
+pub fn roughly(d: Duration) -> String {
+    let ms = d.as_millis();
+    match UNITS[..3].iter().find(|(_, size)| ms >= *size) {
+        Some((unit, size)) if !ms.is_multiple_of(*size) => {
+            format!("≈{}{unit}", (ms + size / 2) / size)
+        }
+        _ => humanize(d),
+    }
+}
+
+/// The units a duration is written in, largest first, in milliseconds.
+const UNITS: [(&str, u128); 4] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+];
+
+/// A duration the way a config writes it, the inverse of
+/// [`parse_duration`]: `3d`, `4h`, `90s`, `250ms`.
+pub fn humanize(d: Duration) -> String {
+    let ms = d.as_millis();
+    match UNITS
+        .iter()
+        .find(|(_, size)| ms >= *size && ms.is_multiple_of(*size))
+    {
+        Some((unit, size)) => format!("{}{unit}", ms / size),
+        None => format!("{ms}ms"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,7 +75,9 @@ impl GatewayError {
         match self {
             GatewayError::RouteNotFound => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            GatewayError::SourceNotAllowed => StatusCode::FORBIDDEN,
+            GatewayError::SourceNotAllowed
+            | GatewayError::Verify(VerifyError::SourceNotAllowed) => StatusCode::FORBIDDEN,
+            GatewayError::Verify(VerifyError::SenderUnreachable) => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BodyUnreadable => StatusCode::BAD_REQUEST,
             GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -102,7 +104,9 @@ impl GatewayError {
         match self {
             GatewayError::RouteNotFound => "route_not_found",
             GatewayError::MethodNotAllowed { .. } => "method_not_allowed",
-            GatewayError::SourceNotAllowed => "source_not_allowed",
+            GatewayError::SourceNotAllowed
+            | GatewayError::Verify(VerifyError::SourceNotAllowed) => "source_not_allowed",
+            GatewayError::Verify(VerifyError::SenderUnreachable) => "sender_unreachable",
             GatewayError::BodyTooLarge => "body_too_large",
             GatewayError::BodyUnreadable => "body_unreadable",
             GatewayError::BodyTimeout => "body_timeout",
@@ -131,9 +135,9 @@ impl GatewayError {
             GatewayError::InFlight { retry_after }
             | GatewayError::CircuitOpen { retry_after }
             | GatewayError::RateLimited { retry_after } => Some(*retry_after),
-            GatewayError::StoreUnavailable | GatewayError::RecordUnreadable => {
-                Some(STORE_RETRY_AFTER)
-            }
+            GatewayError::StoreUnavailable
+            | GatewayError::RecordUnreadable
+            | GatewayError::Verify(VerifyError::SenderUnreachable) => Some(STORE_RETRY_AFTER),
             GatewayError::RoutePaused => Some(PAUSED_RETRY_AFTER),
             _ => None,
         }

@@ -19,7 +19,7 @@ pub const UNMATCHED: &str = "_unmatched";
 /// series start at 0 at start-up and at every reload, so a rate or a ratio
 /// over them is defined before the first such request (and after a
 /// restart).
-pub const OUTCOMES: [&str; 28] = [
+pub const OUTCOMES: [&str; 29] = [
     "forwarded",
     "filtered",
     "forwarded_unkeyed",
@@ -34,6 +34,7 @@ pub const OUTCOMES: [&str; 28] = [
     "payload_mismatch",
     "signature_invalid",
     "timestamp_out_of_tolerance",
+    "sender_unreachable",
     "key_missing",
     "key_invalid",
     "body_too_large",

@@ -40,8 +40,8 @@ pub use self::settings::{
     OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
     StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
-pub use self::summary::humanize;
 pub use self::value::{interpolate, parse_rate};
+pub use crate::clock::humanize;
 pub use crate::clock::parse_duration;
 pub use crate::key::OnMissingKey;
 

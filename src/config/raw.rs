@@ -192,4 +192,10 @@ pub struct RawVerify {
     pub min_secret_bytes: Option<u64>,
     /// The token the sender's handshake carries (Meta's verify token).
     pub handshake_token: Option<String>,
+    /// AWS SNS: the topic ARNs the route accepts.
+    pub topics: Option<Vec<String>>,
+    /// A scheme whose key is fetched: the hosts it may come from.
+    pub cert_hosts: Option<Vec<String>>,
+    /// A scheme whose key is fetched: a CA trusted beyond the Mozilla roots.
+    pub cert_ca: Option<String>,
 }

@@ -11,7 +11,7 @@ use http::{HeaderName, Method, Uri};
 use super::locate::KeyPath;
 use super::raw::RawRoute;
 use super::settings::{DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
-use super::summary::{humanize, roughly};
+use crate::clock::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
 /// (README, "Failed events and dead letters"), or as long as `retention` when that is longer.

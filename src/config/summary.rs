@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::{Backend, Config, DeliveryMode, OnStoreError};
+use crate::clock::{humanize, roughly};
 use crate::order::OnBlocked;
 
 impl Config {
@@ -178,37 +179,5 @@ impl Config {
             out += &format!("warning: {warning}\n");
         }
         out
-    }
-}
-
-/// Render a duration the way the config writes them.
-/// `humanize`, or rounded to its largest unit with a `≈` when it is not a
-/// whole number of it (`≈27m` for 1623 s).
-pub fn roughly(d: Duration) -> String {
-    let ms = d.as_millis();
-    match UNITS[..3].iter().find(|(_, size)| ms >= *size) {
-        Some((unit, size)) if !ms.is_multiple_of(*size) => {
-            format!("≈{}{unit}", (ms + size / 2) / size)
-        }
-        _ => humanize(d),
-    }
-}
-
-/// The units a duration is written in, largest first, in milliseconds.
-const UNITS: [(&str, u128); 4] = [
-    ("d", 86_400_000),
-    ("h", 3_600_000),
-    ("m", 60_000),
-    ("s", 1_000),
-];
-
-pub fn humanize(d: Duration) -> String {
-    let ms = d.as_millis();
-    match UNITS
-        .iter()
-        .find(|(_, size)| ms >= *size && ms.is_multiple_of(*size))
-    {
-        Some((unit, size)) => format!("{}{unit}", ms / size),
-        None => format!("{ms}ms"),
     }
 }

@@ -8,8 +8,8 @@ use super::raw::RawVerify;
 use super::validate::Validator;
 use crate::secret::Secret;
 use crate::verify::{
-    Algorithm, Encoding, HmacOptions, Profile, Verifier, VerifySpec, DEFAULT_TOLERANCE,
-    MIN_SECRET_BYTES, PROFILES,
+    sns_hosts, Algorithm, Encoding, FetchSpec, HmacOptions, HostPattern, Profile, Verifier,
+    VerifySpec, DEFAULT_TOLERANCE, MIN_SECRET_BYTES, PROFILES,
 };
 
 impl Validator<'_> {
@@ -122,14 +122,26 @@ impl Validator<'_> {
                 Some(Secret::new(value))
             })
             .collect();
-        match (scheme == none(), raw.secrets.is_empty()) {
+        match (
+            scheme == none() || scheme.fetches_key,
+            raw.secrets.is_empty(),
+        ) {
             (true, false) => self.fail(
                 &at.key("secrets"),
-                "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
+                format!(
+                    "scheme {:?} has no secret; remove the secrets{}",
+                    scheme.name,
+                    if scheme.fetches_key {
+                        " and list the topics it accepts"
+                    } else {
+                        " or pick a scheme"
+                    }
+                ),
             ),
             (false, true) => self.fail(&at.key("secrets"), "list at least one secret"),
             _ => {}
         }
+        let (fetch, topics) = self.fetched(at, scheme, &raw);
         let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
         let spec = VerifySpec {
             secrets,
@@ -138,6 +150,8 @@ impl Validator<'_> {
             public_url,
             min_secret_bytes,
             handshake_token,
+            fetch,
+            topics,
         };
         match scheme.verifier(spec, raw.tolerance.is_some()) {
             Ok(verifier) => (scheme, Some(verifier)),
@@ -146,6 +160,72 @@ impl Validator<'_> {
                 (scheme, None)
             }
         }
+    }
+
+    /// `topics`, `cert_hosts` and `cert_ca`: a scheme whose key is fetched
+    /// (AWS SNS) needs the topics and may narrow the hosts or add a CA;
+    /// any other scheme takes none of them.
+    fn fetched(
+        &mut self,
+        at: &KeyPath,
+        scheme: &Profile,
+        raw: &RawVerify,
+    ) -> (Option<FetchSpec>, Vec<String>) {
+        if !scheme.fetches_key {
+            for (name, present) in [
+                ("topics", raw.topics.is_some()),
+                ("cert_hosts", raw.cert_hosts.is_some()),
+                ("cert_ca", raw.cert_ca.is_some()),
+            ] {
+                if present {
+                    let why = format!("scheme {:?} fetches no key; remove `{name}`", scheme.name);
+                    self.fail(&at.key(name), why);
+                }
+            }
+            return (None, Vec::new());
+        }
+        let topics: Vec<String> = (raw.topics.iter().flatten().enumerate())
+            .filter_map(|(i, text)| self.string(&at.key("topics").index(i), text))
+            .collect();
+        if topics.is_empty() {
+            self.fail(
+                &at.key("topics"),
+                format!(
+                    "scheme {:?} proves only that the message came from SNS, and any AWS account \
+                     can subscribe this URL to its topic: list the topic ARNs this route accepts, \
+                     topics = [\"arn:aws:sns:REGION:ACCOUNT:NAME\"]",
+                    scheme.name
+                ),
+            );
+        }
+        let hosts = match &raw.cert_hosts {
+            None => sns_hosts(),
+            Some(list) => (list.iter().enumerate())
+                .filter_map(|(i, text)| {
+                    let at = at.key("cert_hosts").index(i);
+                    let text = self.string(&at, text)?;
+                    let host = (HostPattern::parse(&text))
+                        .map_err(|message| self.fail(&at, message))
+                        .ok()?;
+                    if !sns_hosts().contains(&host) {
+                        self.warn(format!(
+                            "{at}: signing certificates are fetched from {text:?} too; SNS names \
+                             only its own hosts (sns.<region>.amazonaws.com), so list another only \
+                             for a test or a host you run"
+                        ));
+                    }
+                    Some(host)
+                })
+                .collect(),
+        };
+        let roots = match &raw.cert_ca {
+            Some(path) => self
+                .upstream_ca(&at.key("cert_ca"), path)
+                .map(|ca| ca.certs)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        (Some(FetchSpec { hosts, roots }), topics)
     }
 
     /// `handshake_token`: required by a scheme whose handshake carries a
@@ -244,5 +324,7 @@ pub(super) fn placeholder() -> VerifySpec {
         public_url: None,
         min_secret_bytes: MIN_SECRET_BYTES,
         handshake_token: None,
+        fetch: None,
+        topics: vec![],
     }
 }

@@ -188,16 +188,14 @@ impl Gateway {
         // 2. Read the body, bounded in size and time.
         let body = read_body(body, &parts.headers, runtime.limits).await?;
 
-        // 3. Verify the signature on the raw bytes, before anything else.
-        //    A verified handshake (Discord's PING, Zoom's URL validation) is
-        //    answered here: nothing to claim, nothing to forward.
-        route.verifier.verify(
-            line,
-            &parts.headers,
-            &body,
-            self.engine.clock().system_time(),
-        )?;
-        if let Some(handshake) = route.verifier.handshake(&parts.headers, &body) {
+        // 3. Verify the signature on the raw bytes, before anything else
+        //    (a key the sender publishes, AWS SNS's certificate, is fetched
+        //    here from an allowed host). A verified handshake (Discord's
+        //    PING, Zoom's URL validation, an SNS subscription) is answered
+        //    here: nothing to claim, nothing to forward.
+        let now = self.engine.clock().system_time();
+        let checked = route.verifier.check(line, &parts.headers, &body, now);
+        if let Some(handshake) = checked.await? {
             return Ok((handshake_response(handshake), Outcome::Handshake));
         }
 

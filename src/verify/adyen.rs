@@ -40,6 +40,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |spec| {
         let keys = spec
@@ -148,6 +149,8 @@ mod tests {
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
             handshake_token: None,
+            fetch: None,
+            topics: vec![],
         })
         .unwrap()
     }
@@ -199,6 +202,8 @@ mod tests {
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
             handshake_token: None,
+            fetch: None,
+            topics: vec![],
         });
         assert!(built.is_err());
     }

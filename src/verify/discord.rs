@@ -37,6 +37,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |spec| {
         let keys = TimestampedKeys::from_spec(&ED25519, &spec, public_key)?;
@@ -121,6 +122,8 @@ mod tests {
             public_url: None,
             min_secret_bytes: crate::verify::MIN_SECRET_BYTES,
             handshake_token: None,
+            fetch: None,
+            topics: vec![],
         })
     }
 

@@ -37,6 +37,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: true,
     retries_change_body: true,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |spec| {
         Ok(Verifier::new(HubSpotVerifier {

@@ -36,6 +36,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: true,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |spec| {
         Ok(Verifier::new(LinearVerifier {
@@ -81,7 +82,7 @@ fn options() -> HmacOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::generic::testing::check_vector;
+    use crate::verify::{check_vector, RawVector};
 
     const BODY: &[u8] = br#"{"action":"create","type":"Issue","data":{"id":"2174add1-f7c8-44e3-bbf3-2d60b5ea8bc9","title":"Checkout fails"},"url":"https://linear.app/acme/issue/ENG-1","webhookTimestamp":1712917129123}"#;
 
@@ -90,13 +91,17 @@ mod tests {
     #[test]
     fn accepts_the_vector_and_refuses_forgeries() {
         let signature = "3b615b51d435c9f7b1400e8f965d2420ee9545529d077c21c95e144c0b3721ab";
-        check_vector(
-            options(),
-            "lin_wh_0123456789abcdef",
-            BODY,
-            signature,
-            &[&format!("sha256={signature}")], // a prefix Linear does not write
-        );
+        let vector = |signature: &str| RawVector {
+            secret: "lin_wh_0123456789abcdef".into(),
+            body: String::from_utf8(BODY.to_vec()).unwrap(),
+            headers: [("Linear-Signature".to_owned(), signature.to_owned())].into(),
+            url: None,
+            at: Some(1_712_917_129),
+        };
+        assert_eq!(check_vector(&PROFILE, &vector(signature)), Ok(()));
+        // A prefix Linear does not write.
+        let prefixed = check_vector(&PROFILE, &vector(&format!("sha256={signature}")));
+        assert!(prefixed.unwrap_err().contains("does not verify"));
     }
 
     #[test]

@@ -12,11 +12,13 @@
 
 mod adyen;
 mod asymmetric;
+mod aws_sns;
 mod calendly;
 mod catalogue;
 mod challenge;
 mod described;
 mod discord;
+mod fetched;
 mod generic;
 mod gitlab;
 mod hubspot;
@@ -37,6 +39,7 @@ use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
 use crate::key::{KeySource, OnMissingKey};
@@ -47,6 +50,7 @@ pub use self::catalogue::check_vector;
 pub use self::challenge::{Challenge, RawHandshake};
 use self::described::DescribedVerifier;
 pub use self::described::{intern, parse_template, Described, RawScheme, RawVector};
+pub use self::fetched::{sns_hosts, FetchSpec, HostPattern};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
 #[cfg(test)]
 pub(crate) use self::shared::at;
@@ -76,6 +80,7 @@ static CODE: &[&Profile] = &[
     &woocommerce::PROFILE,
     &adyen::PROFILE,
     &standard_webhooks::PROFILE,
+    &aws_sns::PROFILE,
     &generic::PROFILE,
     &NONE,
 ];
@@ -105,14 +110,22 @@ pub static PROFILES: LazyLock<Vec<&'static Profile>> = LazyLock::new(|| {
     CODE.iter().copied().chain(described).collect()
 });
 
-/// Why a delivery was refused. Both are 401s; they differ in the error code so
-/// an operator can tell forgery from clock trouble.
+/// Why a delivery was refused. The first two are 401s; they differ in the
+/// error code so an operator can tell forgery from clock trouble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyError {
     #[error("signature missing, malformed or not matching any configured secret")]
     SignatureInvalid,
     #[error("signature timestamp is outside the accepted tolerance")]
     TimestampOutOfTolerance,
+    /// A scheme whose key is fetched could not fetch it (or could not
+    /// confirm a subscription): 503, so the sender retries.
+    #[error("the sender's signing certificate could not be fetched; try again later")]
+    SenderUnreachable,
+    /// Verified, but from a source the route does not list (an SNS topic
+    /// not in `topics`): 403.
+    #[error("this route does not accept deliveries from this source")]
+    SourceNotAllowed,
 }
 
 /// What hookgate knows about one sender's convention: everything a route
@@ -150,6 +163,10 @@ pub struct Profile {
     /// attempt counter, a fresh signature block): a later body under the
     /// same key is a retry, so `on_mismatch = "replay"` by default.
     pub retries_change_body: bool,
+    /// The sender's key is fetched from a URL in the delivery (AWS SNS):
+    /// the route lists `topics` instead of `secrets`, and may set
+    /// `cert_hosts` and `cert_ca`.
+    pub fetches_key: bool,
     /// A scheme described as data: verified by its description, not by
     /// `build`.
     pub described: Option<&'static Described>,
@@ -175,7 +192,7 @@ impl Profile {
     /// the route set `tolerance` (else a description's own applies).
     pub fn verifier(&self, spec: VerifySpec, tolerance_given: bool) -> Result<Verifier, String> {
         match self.described {
-            Some(described) => Ok(DescribedVerifier::build(described, spec, tolerance_given)),
+            Some(described) => DescribedVerifier::build(described, spec, tolerance_given),
             None => (self.build)(spec),
         }
     }
@@ -219,6 +236,7 @@ static NONE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |_| Ok(Verifier::new(Unverified)),
 };
@@ -260,6 +278,11 @@ pub struct VerifySpec {
     /// The token the sender's handshake must carry (`handshake_token`), for
     /// the schemes whose handshake has one.
     pub handshake_token: Option<Secret>,
+    /// A scheme whose key is fetched: where from (`cert_hosts`, `cert_ca`);
+    /// none: the scheme's own hosts.
+    pub fetch: Option<FetchSpec>,
+    /// AWS SNS: the topic ARNs the route accepts.
+    pub topics: Vec<String>,
 }
 
 /// The request line, for the schemes whose signature covers it: the method
@@ -330,6 +353,20 @@ pub trait Verify: fmt::Debug + Send + Sync {
         None
     }
 
+    /// For a scheme whose key is fetched (AWS SNS): the whole check —
+    /// fetch the key, verify, and the handshake's answer if the delivery is
+    /// one — as a future; `None` for a scheme that verifies in place.
+    fn fetching<'a>(
+        &'a self,
+        line: RequestLine<'a>,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now: SystemTime,
+    ) -> Option<BoxFuture<'a, Result<Option<Handshake>, VerifyError>>> {
+        let _ = (line, headers, body, now);
+        None
+    }
+
     /// For a request that is the sender's unsigned handshake (a GET
     /// challenge), answered before verification: the answer, or an error
     /// when its token is not the route's; `None` for any other request.
@@ -382,6 +419,23 @@ impl Verifier {
         self.0.verify_line(line, headers, body, now)
     }
 
+    /// Verify `body` and, when the delivery is the sender's handshake, the
+    /// answer it requires: what the request path calls. A scheme whose key
+    /// is fetched fetches it here.
+    pub async fn check(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Option<Handshake>, VerifyError> {
+        if let Some(fetching) = self.0.fetching(line, headers, body, now) {
+            return fetching.await;
+        }
+        self.0.verify_line(line, headers, body, now)?;
+        Ok(self.0.handshake(headers, body))
+    }
+
     /// The answer to a verified handshake, if this delivery is one.
     pub fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
         self.0.handshake(headers, body)
@@ -417,151 +471,4 @@ impl Verifier {
 }
 
 #[cfg(test)]
-mod tests {
-    use http::HeaderValue;
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// Every scheme's verifier (but `none`), and the headers each reads.
-    fn every_scheme() -> Vec<(Verifier, &'static [&'static str])> {
-        let spec = |secret: &str| VerifySpec {
-            secrets: vec![Secret::new(secret)],
-            tolerance: DEFAULT_TOLERANCE,
-            hmac: Some(HmacOptions {
-                header: HeaderName::from_static("x-signature"),
-                algorithm: Algorithm::Sha512,
-                encoding: Encoding::Base64,
-                prefix: "sha512=".into(),
-            }),
-            public_url: Some("https://hooks.example.com/webhooks".into()),
-            min_secret_bytes: MIN_SECRET_BYTES,
-            handshake_token: None,
-        };
-        let headers = |name: &str| -> &'static [&'static str] {
-            match name {
-                "stripe" => &["stripe-signature"],
-                "github" => &["x-hub-signature-256"],
-                "gitlab" => &["x-gitlab-token"],
-                "paddle" => &["paddle-signature"],
-                "calendly" => &["calendly-webhook-signature"],
-                "linear" => &["linear-signature"],
-                "twilio" => &["x-twilio-signature"],
-                "square" => &["x-square-hmacsha256-signature"],
-                "intercom" => &["x-hub-signature"],
-                "pagerduty" => &["x-pagerduty-signature"],
-                // Mailgun and Adyen sign in the body: no header helps.
-                "mailgun" | "adyen" => &["x-mailgun-signature"],
-                "sendgrid" => &[
-                    "x-twilio-email-event-webhook-signature",
-                    "x-twilio-email-event-webhook-timestamp",
-                ],
-                "discord" => &["x-signature-ed25519", "x-signature-timestamp"],
-                "zoom" => &["x-zm-signature", "x-zm-request-timestamp"],
-                "hubspot" => &["x-hubspot-signature-v3", "x-hubspot-request-timestamp"],
-                "typeform" => &["typeform-signature"],
-                "woocommerce" => &["x-wc-webhook-signature"],
-                "shopify" => &["x-shopify-hmac-sha256"],
-                "slack" => &["x-slack-signature", "x-slack-request-timestamp"],
-                "standard-webhooks" => &[
-                    "webhook-id",
-                    "webhook-timestamp",
-                    "webhook-signature",
-                    "svix-signature",
-                ],
-                "hmac" => &["x-signature"],
-                other => panic!("no headers listed for scheme {other:?}"),
-            }
-        };
-        // What each dashboard hands out: a token, a hex or base64 key.
-        let secret = |name: &str| {
-            match name {
-            "discord" => "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8",
-            "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
-            "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
-            _ => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        }
-        };
-        CODE.iter()
-            .filter(|profile| profile.name != "none")
-            .map(|profile| {
-                let verifier = profile.verifier(spec(secret(profile.name)), false).unwrap();
-                (verifier, headers(profile.name))
-            })
-            .collect()
-    }
-
-    /// Header values shaped like signatures: their separators, prefixes and
-    /// alphabets in random order, plus plain noise.
-    fn header_value() -> impl Strategy<Value = String> {
-        let piece = prop_oneof![
-            Just("t=".to_owned()),
-            Just("v1=".to_owned()),
-            Just("v1,".to_owned()),
-            Just("v0=".to_owned()),
-            Just("sha256=".to_owned()),
-            Just(",".to_owned()),
-            Just(" ".to_owned()),
-            Just("=".to_owned()),
-            "[0-9]{1,20}",
-            "[0-9a-f]{1,128}",
-            "[A-Za-z0-9+/=]{1,90}",
-            "[ -~]{0,40}",
-        ];
-        proptest::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-
-        #[test]
-        fn arbitrary_headers_never_panic_or_pass(
-            values in proptest::collection::vec(header_value(), 4),
-            raw in proptest::collection::vec(any::<u8>(), 0..200),
-            body in proptest::collection::vec(any::<u8>(), 0..64),
-        ) {
-            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_614_265_330);
-            for (verifier, names) in every_scheme() {
-                let mut headers = HeaderMap::new();
-                for (name, value) in names.iter().zip(&values) {
-                    headers.append(*name, HeaderValue::from_str(value).unwrap());
-                }
-                if let Ok(value) = HeaderValue::from_bytes(&raw) {
-                    headers.append(names[0], value);
-                }
-                prop_assert!(verifier.verify(RequestLine::POST, &headers, &body, now).is_err());
-            }
-        }
-    }
-
-    #[test]
-    fn timestamps_are_checked_both_ways_at_the_edges() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let five_minutes = Duration::from_secs(300);
-        for (ts, ok) in [
-            ("999701", true),  // 299 s old
-            ("999700", true),  // exactly 300 s
-            ("999699", false), // 301 s old
-            ("1000299", true), // 299 s ahead
-            ("1000301", false),
-        ] {
-            let result = check_timestamp(ts, now, five_minutes);
-            assert_eq!(result.is_ok(), ok, "{ts}");
-            if !ok {
-                assert_eq!(result, Err(VerifyError::TimestampOutOfTolerance));
-            }
-        }
-        assert_eq!(
-            check_timestamp("12a", now, five_minutes),
-            Err(VerifyError::SignatureInvalid)
-        );
-        assert_eq!(
-            check_timestamp("", now, five_minutes),
-            Err(VerifyError::SignatureInvalid)
-        );
-        assert_eq!(
-            check_timestamp("99999999999999999999999", now, five_minutes),
-            Err(VerifyError::SignatureInvalid)
-        );
-    }
-}
+pub(crate) mod tests;

@@ -30,6 +30,7 @@ pub static PROFILE: Profile = Profile {
     signs_url: false,
     retries_change_body: false,
     on_missing_key: OnMissingKey::Reject,
+    fetches_key: false,
     described: None,
     build: |spec| {
         Ok(Verifier::new(PagerDutyVerifier {

@@ -8,8 +8,6 @@
 //! GET `hub.challenge`, X's CRC, Twitch's signed callback verification —
 //! are answered by the gateway, counted, and reach no upstream.
 
-use std::process::Command;
-
 use base64::Engine;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -108,33 +106,18 @@ async fn a_described_sender_is_verified_and_deduplicated_like_a_shipped_one() {
     gateway.shutdown().await;
 }
 
-/// `hookgate check` on a config, the real binary: its exit code and what it
-/// printed.
-fn check(dir: &std::path::Path, text: &str) -> (i32, String) {
-    let file = dir.join("gateway.toml");
-    std::fs::write(&file, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), said)
-}
-
 #[tokio::test]
 async fn a_description_that_cannot_work_is_a_located_config_error() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start().await;
     let good = config(&upstream, dir.path(), &scheme(""));
-    let (code, said) = check(dir.path(), &good);
+    let (code, said) = check_config(dir.path(), &good);
     assert_eq!(code, 0, "{said}");
 
     for (wrong, right, field) in [
         (
             "{header:X-Acme-Timestamp}.{body}",
-            "{timestamp}.{body}",
+            "{stamp}.{body}",
             "schemes[0].signed",
         ),
         ("hmac-sha256", "md5", "schemes[0].algorithm"),
@@ -146,7 +129,7 @@ async fn a_description_that_cannot_work_is_a_located_config_error() {
         ),
     ] {
         let text = good.replace(wrong, right);
-        let (code, said) = check(dir.path(), &text);
+        let (code, said) = check_config(dir.path(), &text);
         assert_ne!(code, 0, "{right}: {said}");
         assert!(said.contains(field), "{right}: {said}");
         assert!(said.contains("gateway.toml:"), "located: {said}");
@@ -159,10 +142,10 @@ async fn a_description_that_cannot_work_is_a_located_config_error() {
          headers = {{ \"X-Acme-Timestamp\" = \"1733230000\", \"X-Acme-Signature\" = \"{}\" }}\n",
         signature(1_733_230_000, body)
     );
-    let (code, said) = check(dir.path(), &config(&upstream, dir.path(), &scheme(&vector)));
+    let (code, said) = check_config(dir.path(), &config(&upstream, dir.path(), &scheme(&vector)));
     assert_eq!(code, 0, "a vector that verifies: {said}");
     let swapped = vector.replace("sha256=", "sha256=00");
-    let (code, said) = check(
+    let (code, said) = check_config(
         dir.path(),
         &config(&upstream, dir.path(), &scheme(&swapped)),
     );
@@ -263,7 +246,7 @@ async fn metas_subscription_check_is_answered_only_with_the_routes_token() {
     gateway.shutdown().await;
 
     // Without its token the route does not load.
-    let (code, said) = check(dir.path(), &shipped(&upstream, dir.path(), "meta", ""));
+    let (code, said) = check_config(dir.path(), &shipped(&upstream, dir.path(), "meta", ""));
     assert_ne!(code, 0);
     assert!(said.contains("routes[0].verify.handshake_token"), "{said}");
 }

@@ -38,6 +38,7 @@ mod roles;
 mod schemes;
 mod sdk;
 mod search;
+mod sns;
 mod support;
 mod tls;
 mod tracing;

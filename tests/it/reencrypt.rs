@@ -7,7 +7,7 @@
 //! record still opens whole. Run again, it rewrites nothing.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use http::StatusCode;
 
@@ -24,21 +24,13 @@ fn id_of(key: &str) -> String {
 }
 
 fn hookgate(args: &[&str], config: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hookgate"))
+    hookgate_command()
         .args(args)
         .arg("--config")
         .arg(config)
         .env("TEST_SECRET", SECRET)
         .output()
         .unwrap()
-}
-
-fn said(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 async fn rotated_and_resealed(backend: Backend) {

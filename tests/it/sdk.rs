@@ -1,9 +1,11 @@
-//! The senders' own SDKs as the oracle: `tests/sdk/senders.py` makes a
-//! request the way each sender does — signed live by the SDK (Twilio,
-//! HubSpot, Adyen, Paddle), or signed by the documented method and accepted
-//! by the SDK's verifier first (Square, SendGrid, Discord, Mailgun) — and the real gateway,
-//! on Redis, must accept exactly that: forwarded once under the sender's
-//! event id however many copies race in, refused once tampered with.
+//! The senders' own SDKs as the oracle: `tests/sdk/senders.py` (PyPI) and
+//! `tests/sdk/senders.mjs` (npm) make a request the way each sender does —
+//! signed live by the SDK (Twilio, HubSpot, Adyen, Paddle, Slack, Svix), or
+//! signed by the documented method and accepted by the SDK's verifier first
+//! (Stripe, Shopify, Square, SendGrid, Discord, Telnyx's Ed25519, Mux's
+//! `t=…,v1=…`, …) — and the real gateway, on Redis, must accept exactly
+//! that: forwarded once under the sender's event id however many copies
+//! race in, refused once tampered with.
 //!
 //! The SDKs live in `target/sdk-venv` and `tests/sdk/node_modules`
 //! (`tests/sdk/setup.sh`, which `.ci/run` runs). Without them the tests skip, except under `CI=true`, where they
@@ -44,13 +46,18 @@ fn sdk_python() -> Option<PathBuf> {
     None
 }
 
-/// What `tests/sdk/senders.py SCHEME` printed (`tests/sdk/linear.mjs` and
-/// `github.mjs` for Linear and GitHub, whose SDKs are on npm).
+/// What `tests/sdk/senders.py SCHEME` printed (`tests/sdk/senders.mjs
+/// SCHEME`, `linear.mjs` and `github.mjs` for the senders whose SDKs are on
+/// npm).
 fn sdk_request(python: &PathBuf, scheme: &str) -> SdkRequest {
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
     let output = match scheme {
         "linear" | "github" => Command::new("node")
             .arg(sdk.join(format!("{scheme}.mjs")))
+            .output(),
+        "mux" | "shopify" | "webflow" | "polar" => Command::new("node")
+            .arg(sdk.join("senders.mjs"))
+            .arg(scheme)
             .output(),
         _ => Command::new(python)
             .arg(sdk.join("senders.py"))
@@ -128,6 +135,11 @@ async fn gateway_for(
 /// `key`, and a later retry is answered from the record; a tampered copy
 /// is refused.
 async fn accepted_once(scheme: &str, key: impl Fn(&SdkRequest) -> String) {
+    accepted_once_with(scheme, "", key).await;
+}
+
+/// [`accepted_once`] on a route with `extra` settings.
+async fn accepted_once_with(scheme: &str, extra: &str, key: impl Fn(&SdkRequest) -> String) {
     let Some(python) = sdk_python() else {
         return;
     };
@@ -135,7 +147,7 @@ async fn accepted_once(scheme: &str, key: impl Fn(&SdkRequest) -> String) {
         return;
     };
     let request = sdk_request(&python, scheme);
-    let (gateway, upstream) = gateway_for(&redis, scheme, &request, "").await;
+    let (gateway, upstream) = gateway_for(&redis, scheme, &request, extra).await;
     let url = gateway.url("/webhooks");
     let client = Sender::new();
 
@@ -186,6 +198,11 @@ async fn accepted_once(scheme: &str, key: impl Fn(&SdkRequest) -> String) {
     gateway.shutdown().await;
 }
 
+/// The hex SHA-256 of the request's body: the key `body-sha256` reads.
+fn body_hash(request: &SdkRequest) -> String {
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&request.body))
+}
+
 fn header(request: &SdkRequest, name: &str) -> String {
     request
         .headers
@@ -228,6 +245,76 @@ async fn gocardless_accepted_by_its_sdk() {
 #[tokio::test]
 async fn openai_accepted_by_its_sdk() {
     accepted_once("openai", |r| header(r, "webhook-id")).await;
+}
+
+#[tokio::test]
+async fn slack_signed_by_its_sdk() {
+    accepted_once("slack", |r| {
+        r.json()["event_id"].as_str().unwrap().to_owned()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stripe_accepted_by_its_sdk() {
+    accepted_once("stripe", |r| r.json()["id"].as_str().unwrap().to_owned()).await;
+}
+
+#[tokio::test]
+async fn box_accepted_by_its_sdk() {
+    accepted_once("box", |r| header(r, "Box-Delivery-Id")).await;
+}
+
+#[tokio::test]
+async fn replicate_and_lithic_accepted_by_their_sdks() {
+    for scheme in ["replicate", "lithic"] {
+        accepted_once(scheme, |r| header(r, "webhook-id")).await;
+    }
+}
+
+#[tokio::test]
+async fn pusher_accepted_by_its_sdk() {
+    // Pusher sends no event id: the verified body's hash is the key.
+    accepted_once("pusher", body_hash).await;
+}
+
+#[tokio::test]
+async fn coinbase_commerce_accepted_by_its_sdk() {
+    accepted_once("coinbase-commerce", |r| {
+        r.json()["event"]["id"].as_str().unwrap().to_owned()
+    })
+    .await;
+}
+
+/// Telnyx signs with Ed25519: the route lists the account's public key,
+/// and Telnyx's SDK accepts the request first.
+#[tokio::test]
+async fn telnyx_accepted_by_its_sdk() {
+    accepted_once("telnyx", |r| {
+        r.json()["data"]["id"].as_str().unwrap().to_owned()
+    })
+    .await;
+}
+
+/// A header of pairs (`t=…,v1=…`), accepted by Mux's SDK from npm.
+#[tokio::test]
+async fn mux_accepted_by_its_sdk() {
+    accepted_once("mux", |r| r.json()["id"].as_str().unwrap().to_owned()).await;
+}
+
+#[tokio::test]
+async fn shopify_and_webflow_accepted_by_their_sdks() {
+    accepted_once("shopify", |r| header(r, "X-Shopify-Webhook-Id")).await;
+    // Webflow sends no event id; a retry resends the body, so its hash
+    // serves (the route says so: the profile has no default key).
+    accepted_once_with("webflow", "key = [\"body-sha256\"]", body_hash).await;
+}
+
+/// Polar's Standard Webhooks are keyed by its secret's own bytes, as its
+/// SDK verifies them: the secret its dashboard shows is the route's.
+#[tokio::test]
+async fn polar_accepted_by_its_sdk() {
+    accepted_once("polar", |r| header(r, "webhook-id")).await;
 }
 
 #[tokio::test]

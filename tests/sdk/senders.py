@@ -3,9 +3,10 @@
 `python senders.py SCHEME` prints one JSON object: the route settings the
 request needs (`secret`, `public_url`) and the request itself (`query`,
 `headers`, `body`), signed now. Where the sender's SDK signs (Twilio,
-HubSpot, Adyen, Paddle, and Svix for Svix, Clerk and Resend), it signs;
-where it only verifies (Square, SendGrid, Discord, Mailgun, Razorpay,
-GoCardless, OpenAI), the request is signed here with the
+HubSpot, Adyen, Paddle, Slack, and Svix for Svix, Clerk and Resend), it
+signs; where it only verifies (Stripe, Square, SendGrid, Discord, Mailgun,
+Razorpay, GoCardless, OpenAI, Box, Replicate, Lithic, Pusher, Coinbase
+Commerce, Telnyx), the request is signed here with the
 documented method and the SDK must accept it before it is printed. Either way the SDK, not hookgate,
 is the oracle: the gateway is then expected to accept exactly this.
 """
@@ -334,7 +335,135 @@ def openai():
     return {"secret": secret, "headers": headers, "body": body}
 
 
+def compact(value):
+    return json.dumps(value, separators=(",", ":"))
+
+
+def stripe():
+    import stripe as sdk
+
+    secret = "whsec_" + uuid.uuid4().hex
+    body = compact({"id": "evt_" + uuid.uuid4().hex[:24], "object": "event", "type": "charge.succeeded"})
+    t = str(int(time.time()))
+    v1 = hmac.new(secret.encode(), f"{t}.{body}".encode(), hashlib.sha256).hexdigest()
+    header = f"t={t},v1={v1}"
+    sdk.Webhook.construct_event(body, header, secret)
+    return {"secret": secret, "headers": {"Content-Type": "application/json", "Stripe-Signature": header}, "body": body}
+
+
+def slack():
+    from slack_sdk.signature import SignatureVerifier
+
+    secret = uuid.uuid4().hex
+    body = compact({"type": "event_callback", "event_id": "Ev" + uuid.uuid4().hex[:10].upper(),
+                    "event": {"type": "app_mention", "text": "hello"}})
+    t = str(int(time.time()))
+    verifier = SignatureVerifier(secret)
+    signature = verifier.generate_signature(timestamp=t, body=body)
+    headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": t,
+               "X-Slack-Signature": signature}
+    assert verifier.is_valid(body=body, timestamp=t, signature=signature)
+    return {"secret": secret, "headers": headers, "body": body}
+
+
+def box():
+    from box_sdk_gen.managers.webhooks import WebhooksManager
+
+    secret = uuid.uuid4().hex
+    body = compact({"type": "webhook_event", "id": str(uuid.uuid4()), "trigger": "FILE.UPLOADED",
+                    "source": {"id": "1", "type": "file"}})
+    at = datetime.datetime.now(tz=datetime.timezone.utc).replace(microsecond=0).isoformat()
+    signed = body.encode() + at.encode()
+    signature = base64.b64encode(hmac.new(secret.encode(), signed, hashlib.sha256).digest()).decode()
+    headers = {"Content-Type": "application/json", "Box-Delivery-Id": str(uuid.uuid4()),
+               "Box-Delivery-Timestamp": at, "Box-Signature-Primary": signature,
+               "Box-Signature-Version": "1", "Box-Signature-Algorithm": "HmacSHA256"}
+    lowered = {name.lower(): value for name, value in headers.items()}
+    assert WebhooksManager.validate_message(body, lowered, secret)
+    return {"secret": secret, "headers": headers, "body": body}
+
+
+def standard(kind, accept):
+    """A Standard Webhooks sender whose SDK verifies (`accept` raises if
+    not): signed here by the standard's method."""
+
+    def sign():
+        raw = uuid.uuid4().bytes + uuid.uuid4().bytes
+        secret = "whsec_" + base64.b64encode(raw).decode()
+        msg_id, now = "msg_" + uuid.uuid4().hex, str(int(time.time()))
+        body = compact({"type": kind, "data": {"id": uuid.uuid4().hex}})
+        signed = f"{msg_id}.{now}.{body}".encode()
+        signature = base64.b64encode(hmac.new(raw, signed, hashlib.sha256).digest()).decode()
+        headers = {"Content-Type": "application/json", "webhook-id": msg_id,
+                   "webhook-timestamp": now, "webhook-signature": "v1," + signature}
+        accept(body, headers, secret)
+        return {"secret": secret, "headers": headers, "body": body}
+
+    return sign
+
+
+def replicate_accepts(body, headers, secret):
+    from replicate.webhook import Webhooks, WebhookSigningSecret
+
+    Webhooks.validate(headers=headers, body=body, secret=WebhookSigningSecret(key=secret))
+
+
+def lithic_accepts(body, headers, secret):
+    import lithic as sdk
+
+    sdk.Lithic(api_key="test").webhooks.verify_signature(body, headers, secret=secret)
+
+
+def pusher():
+    import pusher as sdk
+
+    secret, key = uuid.uuid4().hex, "app-key-1"
+    body = compact({"time_ms": int(time.time() * 1000),
+                    "events": [{"name": "channel_occupied", "channel": "orders-" + uuid.uuid4().hex}]})
+    signature = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    client = sdk.Pusher(app_id="1", key=key, secret=secret)
+    assert client.validate_webhook(key, signature, body) is not None
+    headers = {"Content-Type": "application/json", "X-Pusher-Key": key, "X-Pusher-Signature": signature}
+    return {"secret": secret, "headers": headers, "body": body}
+
+
+def coinbase_commerce():
+    from coinbase_commerce.webhook import Webhook
+
+    secret = uuid.uuid4().hex
+    body = compact({"id": 1, "scheduled_for": "2026-12-03T12:00:00Z",
+                    "event": {"id": str(uuid.uuid4()), "type": "charge:confirmed", "data": {"code": "66BEOV2A"}}})
+    signature = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    Webhook.construct_event(body, signature, secret)
+    headers = {"Content-Type": "application/json", "X-CC-Webhook-Signature": signature}
+    return {"secret": secret, "headers": headers, "body": body}
+
+
+def telnyx():
+    import telnyx as sdk
+    from nacl.signing import SigningKey
+
+    key = SigningKey.generate()
+    public = base64.b64encode(bytes(key.verify_key)).decode()
+    body = compact({"data": {"event_type": "message.received", "id": str(uuid.uuid4()),
+                             "payload": {"direction": "inbound"}}})
+    t = str(int(time.time()))
+    signature = base64.b64encode(key.sign(f"{t}|{body}".encode()).signature).decode()
+    headers = {"Content-Type": "application/json", "telnyx-timestamp": t,
+               "telnyx-signature-ed25519": signature}
+    sdk.Telnyx(api_key="KEY_test").webhooks.unwrap(body, headers=headers, key=public)
+    return {"secret": public, "headers": headers, "body": body}
+
+
 SENDERS = {
+    "stripe": stripe,
+    "slack": slack,
+    "box": box,
+    "replicate": standard("prediction.completed", replicate_accepts),
+    "lithic": standard("card.created", lithic_accepts),
+    "pusher": pusher,
+    "coinbase-commerce": coinbase_commerce,
+    "telnyx": telnyx,
     "gocardless": gocardless,
     "openai": openai,
     "svix": svix_signed("invoice.paid"),

@@ -184,6 +184,7 @@ fn dashboard_secret(scheme: &str) -> &'static str {
         "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
         "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
         "standard-webhooks" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "telnyx" => "A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=",
         _ => built_on_standard_webhooks(scheme).unwrap_or("s3cr3t-0123456789abcdef"),
     }
 }
@@ -213,11 +214,18 @@ fn every_sender_needs_only_its_scheme_and_secret() {
             Some(_) => "\nhandshake_token = \"verify-me\"",
             None => "",
         };
-        let verify = format!(
-            "scheme = \"{}\"\nsecrets = [\"{}\"]{token}",
-            profile.name,
-            dashboard_secret(profile.name)
-        );
+        let verify = if profile.fetches_key {
+            format!(
+                "scheme = \"{}\"\ntopics = [\"arn:aws:sns:us-east-1:1:t\"]",
+                profile.name
+            )
+        } else {
+            format!(
+                "scheme = \"{}\"\nsecrets = [\"{}\"]{token}",
+                profile.name,
+                dashboard_secret(profile.name)
+            )
+        };
         let parsed = parse(&route_with(&verify, extra));
         if profile.default_key.is_empty() {
             // A sender with no event id and nothing safe to stand for one.
@@ -343,4 +351,46 @@ fn a_lowered_min_secret_bytes_admits_a_short_secret_with_a_warning() {
     let svix = "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MDEyMzQ1Njc=\"]";
     assert!(parse(&route_with(svix, "")).is_err());
     assert!(parse(&route_with(&format!("{svix}\nmin_secret_bytes = 8"), "")).is_ok());
+}
+
+#[test]
+fn sns_routes_list_their_topics_and_no_secrets() {
+    let topics = "topics = [\"arn:aws:sns:us-east-1:123456789012:orders\"]";
+    for (verify, says) in [
+        (
+            "scheme = \"aws-sns\"",
+            "routes[0].verify.topics: scheme \"aws-sns\" proves only",
+        ),
+        (
+            &format!("scheme = \"aws-sns\"\n{topics}\nsecrets = [\"s3cr3t-0123456789abcdef\"]"),
+            "routes[0].verify.secrets: scheme \"aws-sns\" has no secret",
+        ),
+        (
+            &format!("scheme = \"aws-sns\"\n{topics}\ncert_hosts = [\"sns.*.amazonaws.com:http\"]"),
+            "routes[0].verify.cert_hosts[0]:",
+        ),
+        (
+            "scheme = \"github\"\nsecrets = [\"s3cr3t-0123456789abcdef\"]\ntopics = [\"t\"]",
+            "routes[0].verify.topics: scheme \"github\" fetches no key",
+        ),
+        (
+            "scheme = \"github\"\nsecrets = [\"s3cr3t-0123456789abcdef\"]\ncert_ca = \"ca.pem\"",
+            "routes[0].verify.cert_ca: scheme \"github\" fetches no key",
+        ),
+    ] {
+        let found = problems(&route_with(verify, "")).join("\n");
+        assert!(found.contains(says), "{verify}: {found}");
+    }
+    let config = parse(&route_with(&format!("scheme = \"aws-sns\"\n{topics}"), "")).unwrap();
+    let route = &config.live.routes[0];
+    assert_eq!(route.key[0].to_string(), "json:/MessageId");
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let local = format!("scheme = \"aws-sns\"\n{topics}\ncert_hosts = [\"sns.*.amazonaws.com\", \"localhost:8443\"]");
+    let config = parse(&route_with(&local, "")).unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0].contains("\"localhost:8443\""),
+        "{:?}",
+        config.warnings
+    );
 }

@@ -7,6 +7,7 @@
 
 mod admin;
 mod browser;
+mod cli;
 mod gateway;
 mod metrics;
 mod pgbouncer;
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 
 pub use self::admin::*;
 pub use self::browser::*;
+pub use self::cli::*;
 pub use self::gateway::*;
 pub use self::metrics::*;
 pub use self::pgbouncer::*;

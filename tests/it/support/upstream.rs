@@ -117,6 +117,15 @@ impl Upstream {
         Self::serve(Some(config), ok_plan).await
     }
 
+    /// An upstream behind TLS with `config`'s certificate, answering as
+    /// `behaviour` says (a sender's own server: SNS's certificate host).
+    pub async fn tls_with(
+        config: Arc<rustls::ServerConfig>,
+        behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static,
+    ) -> Upstream {
+        Self::serve(Some(config), behaviour).await
+    }
+
     async fn serve(
         tls: Option<Arc<rustls::ServerConfig>>,
         behaviour: impl Fn(&Seen) -> Plan + Send + Sync + 'static,

@@ -14,19 +14,18 @@
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 use serde::Deserialize;
 
+mod verifier;
+
+pub use self::verifier::DescribedVerifier;
 use super::challenge::{Challenge, RawHandshake};
-use super::{
-    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Algorithm, Encoding,
-    Handshake, Profile, RequestLine, Verifier, Verify, VerifyError, VerifySpec, DAY,
-};
+use super::{Algorithm, Encoding, Profile, DAY};
 use crate::clock::parse_duration;
 use crate::key::OnMissingKey;
-use crate::secret::Secret;
 
 /// One `[[schemes]]` entry as written (`senders.toml` and a config's).
 #[derive(Debug, Clone, Deserialize)]
@@ -69,12 +68,25 @@ pub struct RawSignature {
     pub header: String,
     pub encoding: Option<String>,
     pub prefix: Option<String>,
+    /// The header is `name=value` pairs (`t=…,v1=…`), and the signatures
+    /// are the values of the pairs with this name.
+    pub pair: Option<String>,
+    /// The header is a list, and every item is a signature (but a
+    /// timestamp with `first = true`).
+    pub list: Option<bool>,
+    /// What separates pairs or items: any of these characters (`","`).
+    pub separator: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTimestamp {
-    pub header: String,
+    /// In a header of its own;
+    pub header: Option<String>,
+    /// or the pair of this name in the signature header;
+    pub pair: Option<String>,
+    /// or the first item of the signature header's list.
+    pub first: Option<bool>,
     /// `s` (default) or `ms`.
     pub unit: Option<String>,
     pub tolerance: Option<String>,
@@ -100,7 +112,44 @@ pub enum Piece {
     Body,
     Header(HeaderName),
     Url,
+    /// The signed timestamp, wherever the description reads it.
+    Timestamp,
     Literal(String),
+}
+
+/// What signs: an HMAC under the route's secrets, or a private key whose
+/// public key the route lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    Hmac(Algorithm),
+    Ed25519,
+    EcdsaP256,
+}
+
+impl Signer {
+    /// Whether the route lists public keys rather than secrets.
+    pub fn is_asymmetric(self) -> bool {
+        !matches!(self, Signer::Hmac(_))
+    }
+}
+
+/// How the signature header is laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// One signature.
+    Whole,
+    /// `name=value` pairs; the signatures are the pairs named `name`.
+    Pairs { name: String, separator: String },
+    /// A list of signatures (after the timestamp, when it is first).
+    List { separator: String },
+}
+
+/// Where the signed timestamp is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stamp {
+    Header(HeaderName),
+    Pair(String),
+    First,
 }
 
 /// The signed timestamp's unit.
@@ -113,12 +162,14 @@ pub enum Unit {
 /// A scheme described as data, checked.
 #[derive(Debug, Clone)]
 pub struct Described {
-    pub algorithm: Algorithm,
+    pub signer: Signer,
     pub header: HeaderName,
     pub encoding: Encoding,
+    /// Before each encoded signature.
     pub prefix: String,
+    pub layout: Layout,
     pub signed: Vec<Piece>,
-    pub timestamp: Option<(HeaderName, Unit)>,
+    pub timestamp: Option<(Stamp, Unit)>,
     /// The description's own `tolerance`, when it gives one.
     pub tolerance: Option<Duration>,
     /// The sender's handshake, answered by the gateway.
@@ -141,7 +192,8 @@ fn duration(field: &str, text: &str) -> Result<Duration, Refusal> {
     parse_duration(text).map_err(|message| refuse(field, message))
 }
 
-/// `{body}`, `{header:NAME}`, `{url}` and literal text between them.
+/// `{body}`, `{header:NAME}`, `{url}`, `{timestamp}` and literal text
+/// between them.
 pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
     let mut pieces = Vec::new();
     let mut rest = text;
@@ -159,6 +211,7 @@ pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
         pieces.push(match inner {
             "body" => Piece::Body,
             "url" => Piece::Url,
+            "timestamp" => Piece::Timestamp,
             _ => match inner.strip_prefix("header:") {
                 Some(name) => Piece::Header(
                     HeaderName::from_bytes(name.as_bytes())
@@ -166,7 +219,7 @@ pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
                 ),
                 None => {
                     return Err(format!(
-                        "{text:?}: {{{inner}}} is not {{body}}, {{header:NAME}} or {{url}}"
+                        "{text:?}: {{{inner}}} is not {{body}}, {{header:NAME}}, {{url}} or {{timestamp}}"
                     ))
                 }
             },
@@ -182,15 +235,18 @@ pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
 impl Described {
     /// The verification part of `raw`, checked.
     pub fn from_raw(raw: &RawScheme) -> Result<Described, Refusal> {
-        let algorithm = match raw.algorithm.as_deref() {
-            Some("hmac-sha256") => Algorithm::Sha256,
-            Some("hmac-sha512") => Algorithm::Sha512,
-            Some("hmac-sha1") => Algorithm::Sha1,
+        let signer = match raw.algorithm.as_deref() {
+            Some("hmac-sha256") => Signer::Hmac(Algorithm::Sha256),
+            Some("hmac-sha512") => Signer::Hmac(Algorithm::Sha512),
+            Some("hmac-sha1") => Signer::Hmac(Algorithm::Sha1),
+            Some("ed25519") => Signer::Ed25519,
+            Some("ecdsa-p256") => Signer::EcdsaP256,
             Some(other) => {
                 return Err(refuse(
                     "algorithm",
                     format!(
-                        "{other:?} is not one of \"hmac-sha256\", \"hmac-sha512\", \"hmac-sha1\""
+                        "{other:?} is not one of \"hmac-sha256\", \"hmac-sha512\", \"hmac-sha1\", \
+                         \"ed25519\", \"ecdsa-p256\""
                     ),
                 ))
             }
@@ -201,31 +257,52 @@ impl Described {
         let encoding = match signature.encoding.as_deref() {
             None | Some("hex") => Encoding::Hex,
             Some("base64") => Encoding::Base64,
+            Some("base64url") => Encoding::Base64Url,
             Some(other) => {
                 return Err(refuse(
                     "signature.encoding",
-                    format!("{other:?} is not \"hex\" or \"base64\""),
+                    format!("{other:?} is not \"hex\", \"base64\" or \"base64url\""),
                 ))
             }
         };
+        let separator = signature.separator.clone().unwrap_or_else(|| ",".into());
+        if separator.is_empty() || separator.contains('=') {
+            let why = "the characters between pairs or items: not empty, no `=`";
+            return Err(refuse("signature.separator", why));
+        }
+        let layout = match (&signature.pair, signature.list) {
+            (Some(_), Some(true)) => {
+                return Err(refuse(
+                    "signature.list",
+                    "a header is pairs or a list, not both",
+                ))
+            }
+            (Some(name), _) if name.is_empty() || name.contains(separator.as_str()) => {
+                return Err(refuse(
+                    "signature.pair",
+                    "the name of the signature's pair (\"v1\")",
+                ))
+            }
+            (Some(name), _) => Layout::Pairs {
+                name: name.clone(),
+                separator,
+            },
+            (None, Some(true)) => Layout::List { separator },
+            (None, _) => Layout::Whole,
+        };
+        let timestamp = raw
+            .timestamp
+            .as_ref()
+            .map(|stamp| Self::stamp(stamp, &layout))
+            .transpose()?;
         let signed = raw.signed.as_deref().unwrap_or("{body}");
         let signed = parse_template(signed).map_err(|message| refuse("signed", message))?;
-        let timestamp = match &raw.timestamp {
-            None => None,
-            Some(stamp) => {
-                let unit = match stamp.unit.as_deref() {
-                    None | Some("s") => Unit::Seconds,
-                    Some("ms") => Unit::Millis,
-                    Some(other) => {
-                        return Err(refuse(
-                            "timestamp.unit",
-                            format!("{other:?} is not \"s\" or \"ms\""),
-                        ))
-                    }
-                };
-                Some((header_name("timestamp.header", &stamp.header)?, unit))
-            }
-        };
+        if signed.contains(&Piece::Timestamp) && timestamp.is_none() {
+            return Err(refuse(
+                "signed",
+                "{timestamp} needs a `timestamp` to read it from",
+            ));
+        }
         let tolerance = (raw.timestamp.as_ref())
             .and_then(|stamp| stamp.tolerance.as_deref())
             .map(|text| duration("timestamp.tolerance", text))
@@ -237,14 +314,111 @@ impl Described {
             .transpose()?;
         Ok(Described {
             challenge,
-            algorithm,
+            signer,
             header: header_name("signature.header", &signature.header)?,
             encoding,
             prefix: signature.prefix.clone().unwrap_or_default(),
+            layout,
             signed,
             timestamp,
             tolerance,
         })
+    }
+
+    /// Where and in what unit `raw` says the timestamp is.
+    fn stamp(raw: &RawTimestamp, layout: &Layout) -> Result<(Stamp, Unit), Refusal> {
+        let unit = match raw.unit.as_deref() {
+            None | Some("s") => Unit::Seconds,
+            Some("ms") => Unit::Millis,
+            Some(other) => {
+                let why = format!("{other:?} is not \"s\" or \"ms\"");
+                return Err(refuse("timestamp.unit", why));
+            }
+        };
+        let stamp = match (&raw.header, &raw.pair, raw.first.unwrap_or(false)) {
+            (Some(header), None, false) => Stamp::Header(header_name("timestamp.header", header)?),
+            (None, Some(pair), false) if matches!(layout, Layout::Pairs { .. }) => {
+                Stamp::Pair(pair.clone())
+            }
+            (None, None, true) if matches!(layout, Layout::List { .. }) => Stamp::First,
+            (None, Some(_), false) => {
+                return Err(refuse(
+                    "timestamp.pair",
+                    "needs a signature header of pairs",
+                ))
+            }
+            (None, None, true) => {
+                return Err(refuse(
+                    "timestamp.first",
+                    "needs a signature header that is a list",
+                ))
+            }
+            _ => {
+                let why = "one of: header = \"NAME\", pair = \"t\", first = true";
+                return Err(refuse("timestamp", why));
+            }
+        };
+        Ok((stamp, unit))
+    }
+
+    /// What is verified, in a line of the catalogue: `Mux-Signature:
+    /// t=<timestamp>,v1=<hex>`, HMAC-SHA256 of `{timestamp}.{body}`; ….
+    pub fn describe(&self) -> String {
+        let signer = match self.signer {
+            Signer::Hmac(Algorithm::Sha1) => "HMAC-SHA1",
+            Signer::Hmac(Algorithm::Sha256) => "HMAC-SHA256",
+            Signer::Hmac(Algorithm::Sha512) => "HMAC-SHA512",
+            Signer::Ed25519 => "Ed25519",
+            Signer::EcdsaP256 => "ECDSA P-256 (SHA-256)",
+        };
+        let encoding = match self.encoding {
+            Encoding::Hex => "hex",
+            Encoding::Base64 => "base64",
+            Encoding::Base64Url => "base64url",
+        };
+        let one = format!("{}<{encoding}>", self.prefix);
+        let stamp = |default: &str| match &self.timestamp {
+            Some((Stamp::Pair(name), _)) => format!("{name}=<timestamp>"),
+            _ => default.to_owned(),
+        };
+        let header = match &self.layout {
+            Layout::Whole => one,
+            Layout::Pairs { name, separator } => {
+                let sep = separator.chars().next().unwrap_or(',');
+                match &self.timestamp {
+                    Some((Stamp::Pair(_), _)) => format!("{}{sep}{name}={one}", stamp("")),
+                    _ => format!("{name}={one}"),
+                }
+            }
+            Layout::List { separator } => {
+                let sep = separator.chars().next().unwrap_or(',');
+                match &self.timestamp {
+                    Some((Stamp::First, _)) => format!("<timestamp>{sep}{one}[{sep}…]"),
+                    _ => format!("{one}[{sep}…]"),
+                }
+            }
+        };
+        let signed: String = (self.signed.iter())
+            .map(|piece| match piece {
+                Piece::Body => "{body}".to_owned(),
+                Piece::Url => "{url}".to_owned(),
+                Piece::Timestamp => "{timestamp}".to_owned(),
+                Piece::Header(name) => format!("{{{name}}}"),
+                Piece::Literal(text) => text.clone(),
+            })
+            .collect();
+        let stamp = match &self.timestamp {
+            Some((Stamp::Header(name), _)) => format!("; `{name}` within `tolerance`"),
+            Some(_) => "; the timestamp within `tolerance`".to_owned(),
+            None => String::new(),
+        };
+        let handshake = (self.challenge.as_ref())
+            .map(|challenge| format!("; handshake: {}", challenge.describe()))
+            .unwrap_or_default();
+        format!(
+            "`{}: {header}`, {signer} of `{signed}`{stamp}{handshake}",
+            self.header
+        )
     }
 
     /// The headers the signature covers.
@@ -334,6 +508,7 @@ pub fn profile(
         signed_headers: Box::leak(signed_headers.into_boxed_slice()),
         signs_url: described.signed.contains(&Piece::Url),
         retries_change_body: raw.retries_change_body.unwrap_or(false),
+        fetches_key: false,
         described: Some(described),
         build: |_| Err("a described scheme is built from its description".into()),
     })
@@ -358,212 +533,5 @@ pub fn intern(
     Ok(made)
 }
 
-/// A route's verifier of a described scheme.
-#[derive(Debug)]
-pub struct DescribedVerifier {
-    described: &'static Described,
-    secrets: Vec<Secret>,
-    tolerance: Duration,
-    public_url: Option<String>,
-    handshake_token: Option<Secret>,
-}
-
-impl DescribedVerifier {
-    pub fn build(
-        described: &'static Described,
-        spec: VerifySpec,
-        tolerance_given: bool,
-    ) -> Verifier {
-        let tolerance = match (tolerance_given, described.tolerance) {
-            (false, Some(own)) => own,
-            _ => spec.tolerance,
-        };
-        Verifier::new(DescribedVerifier {
-            described,
-            secrets: spec.secrets,
-            tolerance,
-            public_url: spec.public_url,
-            handshake_token: spec.handshake_token,
-        })
-    }
-}
-
-impl Verify for DescribedVerifier {
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
-        self.verify_line(RequestLine::POST, headers, body, now)
-    }
-
-    fn verify_line(
-        &self,
-        line: RequestLine<'_>,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), VerifyError> {
-        let d = self.described;
-        let value = single_header(headers, &d.header)?;
-        let encoded =
-            (value.strip_prefix(d.prefix.as_str())).ok_or(VerifyError::SignatureInvalid)?;
-        let signature = d
-            .encoding
-            .decode(encoded)
-            .ok_or(VerifyError::SignatureInvalid)?;
-        let url = (d.signed.contains(&Piece::Url))
-            .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(d.signed.len());
-        for piece in &d.signed {
-            parts.push(match piece {
-                Piece::Body => body,
-                Piece::Header(name) => single_header(headers, name)?.as_bytes(),
-                Piece::Url => url.as_deref().unwrap_or_default().as_bytes(),
-                Piece::Literal(text) => text.as_bytes(),
-            });
-        }
-        hmac_verdict(d.algorithm, &self.secrets, &parts, &[signature])?;
-        match &d.timestamp {
-            None => Ok(()),
-            Some((name, Unit::Seconds)) => {
-                check_timestamp(single_header(headers, name)?, now, self.tolerance)
-            }
-            Some((name, Unit::Millis)) => {
-                let millis = (single_header(headers, name)?.parse())
-                    .map_err(|_| VerifyError::SignatureInvalid)?;
-                check_timestamp_ms(millis, now, self.tolerance)
-            }
-        }
-    }
-
-    fn challenge(
-        &self,
-        line: RequestLine<'_>,
-        headers: &HeaderMap,
-    ) -> Option<Result<Handshake, VerifyError>> {
-        let challenge = (self.described.challenge.as_ref()).filter(|c| c.before_verification)?;
-        let token = self.handshake_token.as_ref();
-        challenge.answer(line, headers, &[], &self.secrets, token)
-    }
-
-    fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
-        let challenge = (self.described.challenge.as_ref()).filter(|c| !c.before_verification)?;
-        let answer = challenge.answer(RequestLine::POST, headers, body, &self.secrets, None);
-        answer?.ok()
-    }
-
-    fn covers(&self, _: &HeaderMap, name: &HeaderName) -> bool {
-        self.described.signed_headers().any(|signed| signed == name)
-    }
-
-    fn signature_header(&self) -> Option<&HeaderName> {
-        Some(&self.described.header)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use http::HeaderValue;
-    use proptest::prelude::*;
-
-    use super::*;
-    use crate::verify::PROFILES;
-
-    #[test]
-    fn templates_take_the_body_headers_the_url_and_text() {
-        let pieces = parse_template("v0:{header:X-Ts}:{body}{url}").unwrap();
-        assert_eq!(
-            pieces,
-            [
-                Piece::Literal("v0:".into()),
-                Piece::Header(HeaderName::from_static("x-ts")),
-                Piece::Literal(":".into()),
-                Piece::Body,
-                Piece::Url,
-            ]
-        );
-        for (bad, says) in [
-            ("{bdy}", "is not {body}"),
-            ("{body", "never closed"),
-            ("{header:bad name}.{body}", "not a header name"),
-            ("{header:X-Ts}", "does not sign {body}"),
-        ] {
-            let error = parse_template(bad).unwrap_err();
-            assert!(error.contains(says), "{bad}: {error}");
-        }
-    }
-
-    fn raw(text: &str) -> RawScheme {
-        toml::from_str(&format!("name = \"acme\"\n{text}")).unwrap()
-    }
-
-    #[test]
-    fn an_error_names_its_field() {
-        let signature = "signature = { header = \"X-Sig\" }";
-        for (text, field) in [
-            ("algorithm = \"md5\"", "algorithm"),
-            (signature, "algorithm"),
-            ("algorithm = \"hmac-sha256\"", "signature"),
-            (
-                &format!("algorithm = \"hmac-sha256\"\n{signature}\nsigned = \"{{nope}}\""),
-                "signed",
-            ),
-            (
-                "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", encoding = \"b32\" }",
-                "signature.encoding",
-            ),
-            (
-                &format!("algorithm = \"hmac-sha256\"\n{signature}\ntimestamp = {{ header = \"T\", unit = \"h\" }}"),
-                "timestamp.unit",
-            ),
-            (
-                &format!("algorithm = \"hmac-sha256\"\n{signature}\nretention = \"3 days\""),
-                "retention",
-            ),
-            ("builds_on = \"acme-pay\"", "builds_on"),
-            ("builds_on = \"standard-webhooks\"\nalgorithm = \"hmac-sha1\"", "algorithm"),
-        ] {
-            let refused = profile(&raw(text), Profile::named).err();
-            assert_eq!(refused.map(|(f, _)| f), Some(field.to_owned()), "{text}");
-        }
-    }
-
-    /// Every described sender's headers: its signature's, its template's
-    /// and its timestamp's.
-    fn described() -> Vec<(Verifier, Vec<HeaderName>)> {
-        PROFILES
-            .iter()
-            .filter_map(|profile| {
-                let described = profile.described?;
-                let mut names = vec![described.header.clone()];
-                names.extend(described.signed_headers().cloned());
-                names.extend(described.timestamp.iter().map(|(name, _)| name.clone()));
-                let spec = VerifySpec {
-                    secrets: vec![Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
-                    tolerance: super::super::DEFAULT_TOLERANCE,
-                    hmac: None,
-                    public_url: Some("https://hooks.example.com/in".into()),
-                    min_secret_bytes: 1,
-                    handshake_token: None,
-                };
-                Some((profile.verifier(spec, false).unwrap(), names))
-            })
-            .collect()
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
-
-        #[test]
-        fn arbitrary_headers_never_pass_a_described_sender(
-            values in proptest::collection::vec("[ -~]{0,90}", 4),
-            body in proptest::collection::vec(any::<u8>(), 0..64),
-        ) {
-            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
-            for (verifier, names) in described() {
-                let mut headers = HeaderMap::new();
-                for (name, value) in names.iter().zip(&values) {
-                    headers.append(name, HeaderValue::from_str(value).unwrap());
-                }
-                prop_assert!(verifier.verify(RequestLine::POST, &headers, &body, now).is_err());
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,297 @@
+//! Descriptions read, refused with their field, and verified: templates,
+//! layouts of the signature header, public keys, and arbitrary headers.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderValue};
+use proptest::prelude::*;
+
+use super::*;
+use crate::secret::Secret;
+use crate::verify::catalogue::unrelated_key;
+use crate::verify::tests::header_value;
+use crate::verify::{RequestLine, Verifier, VerifyError, VerifySpec, PROFILES};
+
+#[test]
+fn templates_take_the_body_headers_the_url_and_text() {
+    let pieces = parse_template("v0:{header:X-Ts}:{body}{url}").unwrap();
+    assert_eq!(
+        pieces,
+        [
+            Piece::Literal("v0:".into()),
+            Piece::Header(HeaderName::from_static("x-ts")),
+            Piece::Literal(":".into()),
+            Piece::Body,
+            Piece::Url,
+        ]
+    );
+    for (bad, says) in [
+        ("{bdy}", "is not {body}"),
+        ("{body", "never closed"),
+        ("{header:bad name}.{body}", "not a header name"),
+        ("{header:X-Ts}", "does not sign {body}"),
+    ] {
+        let error = parse_template(bad).unwrap_err();
+        assert!(error.contains(says), "{bad}: {error}");
+    }
+}
+
+fn raw(text: &str) -> RawScheme {
+    toml::from_str(&format!("name = \"acme\"\n{text}")).unwrap()
+}
+
+#[test]
+fn an_error_names_its_field() {
+    let signature = "signature = { header = \"X-Sig\" }";
+    for (text, field) in [
+        ("algorithm = \"md5\"", "algorithm"),
+        (signature, "algorithm"),
+        ("algorithm = \"hmac-sha256\"", "signature"),
+        (
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\nsigned = \"{{nope}}\""),
+            "signed",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", encoding = \"b32\" }",
+            "signature.encoding",
+        ),
+        (
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\ntimestamp = {{ header = \"T\", unit = \"h\" }}"),
+            "timestamp.unit",
+        ),
+        (
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\nretention = \"3 days\""),
+            "retention",
+        ),
+        (
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\nsigned = \"{{timestamp}}.{{body}}\""),
+            "signed",
+        ),
+        (
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\ntimestamp = {{ pair = \"t\" }}"),
+            "timestamp.pair",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\" }\ntimestamp = { first = true }",
+            "timestamp.first",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\" }\ntimestamp = { header = \"T\", pair = \"t\" }",
+            "timestamp",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\", list = true }",
+            "signature.list",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\", separator = \"=\" }",
+            "signature.separator",
+        ),
+        ("builds_on = \"acme-pay\"", "builds_on"),
+        ("builds_on = \"standard-webhooks\"\nalgorithm = \"hmac-sha1\"", "algorithm"),
+    ] {
+        let refused = profile(&raw(text), Profile::named).err();
+        assert_eq!(refused.map(|(f, _)| f), Some(field.to_owned()), "{text}");
+    }
+}
+
+/// A verifier of `description` (a `[[schemes]]` entry) under `key`.
+fn verifier_of(description: &str, key: &str) -> Result<Verifier, String> {
+    let made = profile(&raw(description), Profile::named).map_err(|(f, e)| format!("{f}: {e}"))?;
+    let spec = VerifySpec {
+        secrets: vec![Secret::new(key)],
+        tolerance: super::super::DEFAULT_TOLERANCE,
+        hmac: None,
+        public_url: None,
+        min_secret_bytes: 1,
+        handshake_token: None,
+        fetch: None,
+        topics: vec![],
+    };
+    made.verifier(spec, false)
+}
+
+fn sign(secret: &str, text: &str) -> String {
+    hex::encode(crate::verify::Algorithm::Sha256.tag(secret.as_bytes(), &[text.as_bytes()]))
+}
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(*name, HeaderValue::from_str(value).unwrap());
+    }
+    map
+}
+
+#[test]
+fn a_header_of_pairs_yields_its_signatures_and_its_timestamp() {
+    let description = "algorithm = \"hmac-sha256\"\n\
+        signature = { header = \"X-Sig\", pair = \"v1\", separator = \", \" }\n\
+        signed = \"{timestamp}.{body}\"\ntimestamp = { pair = \"t\" }";
+    let secret = "acme-secret-0123456789";
+    let pairs = verifier_of(description, secret).unwrap();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
+    let good = sign(secret, "1733230000.{}");
+    let check = |value: &str| {
+        let headers = headers(&[("x-sig", value)]);
+        pairs.verify(RequestLine::POST, &headers, b"{}", now)
+    };
+    assert_eq!(check(&format!("t=1733230000,v1={good}")), Ok(()));
+    assert_eq!(
+        check(&format!("v1={good}, t=1733230000")),
+        Ok(()),
+        "in any order"
+    );
+    assert_eq!(
+        check(&format!("t=1733230000,v0=00,v1=zz,v1={good}")),
+        Ok(()),
+        "any v1"
+    );
+    for (value, error) in [
+        (format!("v1={good}"), VerifyError::SignatureInvalid),
+        (
+            format!("t=1733230001,v1={good}"),
+            VerifyError::SignatureInvalid,
+        ),
+        // Two times: the signature is not bound to one of them.
+        (
+            format!("t=1733230000,v1={good} t=1733230001,v1={good}"),
+            VerifyError::SignatureInvalid,
+        ),
+        (
+            format!("t=1733230000,{}", ["v1=00"; 9].join(",")),
+            VerifyError::SignatureInvalid,
+        ),
+    ] {
+        assert_eq!(check(&value), Err(error), "{value}");
+    }
+    let late = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000 + 301);
+    let headers = headers(&[("x-sig", &format!("t=1733230000,v1={good}"))]);
+    assert_eq!(
+        pairs.verify(RequestLine::POST, &headers, b"{}", late),
+        Err(VerifyError::TimestampOutOfTolerance)
+    );
+}
+
+#[test]
+fn a_list_takes_its_first_item_as_the_timestamp() {
+    let description = "algorithm = \"hmac-sha256\"\n\
+        signature = { header = \"X-Sig\", list = true }\n\
+        signed = \"{timestamp}.{body}\"\ntimestamp = { first = true, unit = \"ms\" }";
+    let secret = "acme-secret-0123456789";
+    let list = verifier_of(description, secret).unwrap();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
+    let good = sign(secret, "1733230000000.{}");
+    for (value, ok) in [
+        (format!("1733230000000,{good}"), true),
+        (format!("1733230000000,abcd,{good}"), true),
+        (format!("{good},1733230000000"), false),
+        ("1733230000000".to_owned(), false),
+    ] {
+        let headers = headers(&[("x-sig", &value)]);
+        let verdict = list.verify(RequestLine::POST, &headers, b"{}", now);
+        assert_eq!(verdict.is_ok(), ok, "{value}: {verdict:?}");
+    }
+}
+
+#[test]
+fn public_keys_are_read_in_every_form_a_sender_shows() {
+    // P-256 (SEC1 point, SubjectPublicKeyInfo as PEM and as base64 DER):
+    // the signatures made by Python's `cryptography`, DER and fixed-size.
+    let pem = "-----BEGIN PUBLIC KEY-----\n\
+        MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEvtBRXHgwBGQ0XPrzBgBUJN501ohu\n\
+        kaFXoZYCH5qxIE474+zrt1g3eFDK5zXfy/OW2/9BgUOQ6a+1Kc/WaE7mqg==\n\
+        -----END PUBLIC KEY-----\n";
+    let der = "MEUCIFyGMtyJsQndac7jpHOBXnHPfj6xQwg5PZotMJXXgdUSAiEAickZHKXVj1cPPmal+NWJa3+qCN0hfyOwz/Z6poYFKCY=";
+    let fixed =
+        "XIYy3ImxCd1pzuOkc4Fecc9+PrFDCDk9mi0wldeB1RKJyRkcpdWPVw8+ZqX41Ylrf6oI3SF/I7DP9nqmhgUoJg==";
+    let point = "04bed0515c78300464345cfaf306005424de74d6886e91a157a196021f9ab1204e3be3ecebb758377850cae735dfcbf396dbff41814390e9afb529cfd6684ee6aa";
+    let description = "algorithm = \"ecdsa-p256\"\n\
+        signature = { header = \"X-Sig\", encoding = \"base64\" }\n\
+        signed = \"{header:X-Ts}.{body}\"\ntimestamp = { header = \"X-Ts\" }";
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
+    let one_line: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    for key in [pem, one_line.as_str(), point] {
+        let verifier = verifier_of(description, key).unwrap();
+        for signature in [der, fixed] {
+            let headers = headers(&[("x-sig", signature), ("x-ts", "1733230000")]);
+            let verdict = verifier.verify(RequestLine::POST, &headers, br#"{"id":"evt_1"}"#, now);
+            assert_eq!(verdict, Ok(()), "{key}");
+            let verdict = verifier.verify(RequestLine::POST, &headers, br#"{"id":"evt_2"}"#, now);
+            assert_eq!(verdict, Err(VerifyError::SignatureInvalid));
+        }
+    }
+    let unrelated = verifier_of(description, unrelated_key(Signer::EcdsaP256)).unwrap();
+    let headers = headers(&[("x-sig", der), ("x-ts", "1733230000")]);
+    let verdict = unrelated.verify(RequestLine::POST, &headers, br#"{"id":"evt_1"}"#, now);
+    assert_eq!(verdict, Err(VerifyError::SignatureInvalid));
+
+    let ed25519 = "algorithm = \"ed25519\"\nsignature = { header = \"X-Sig\" }";
+    for (key, ok) in [
+        (unrelated_key(Signer::Ed25519), true),
+        ("GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=", true),
+        // The same key's SubjectPublicKeyInfo.
+        (
+            "MCowBQYDK2VwAyEAGX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=",
+            true,
+        ),
+        ("not a key", false),
+        ("00ff", false),
+        // A P-256 key where an Ed25519 one belongs.
+        (unrelated_key(Signer::EcdsaP256), false),
+    ] {
+        assert_eq!(verifier_of(ed25519, key).is_ok(), ok, "{key}");
+    }
+}
+
+/// Every described sender's headers: its signature's, its template's
+/// and its timestamp's.
+fn described() -> Vec<(Verifier, Vec<HeaderName>)> {
+    PROFILES
+        .iter()
+        .filter_map(|profile| {
+            let described = profile.described?;
+            let mut names = vec![described.header.clone()];
+            names.extend(described.signed_headers().cloned());
+            names.extend(
+                described
+                    .timestamp
+                    .iter()
+                    .filter_map(|(stamp, _)| match stamp {
+                        Stamp::Header(name) => Some(name.clone()),
+                        _ => None,
+                    }),
+            );
+            let spec = VerifySpec {
+                secrets: vec![Secret::new(unrelated_key(described.signer))],
+                tolerance: super::super::DEFAULT_TOLERANCE,
+                hmac: None,
+                public_url: Some("https://hooks.example.com/in".into()),
+                min_secret_bytes: 1,
+                handshake_token: None,
+                fetch: None,
+                topics: vec![],
+            };
+            Some((profile.verifier(spec, false).unwrap(), names))
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_headers_never_pass_a_described_sender(
+        values in proptest::collection::vec(prop_oneof!["[ -~]{0,90}", header_value()], 4),
+        body in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
+        for (verifier, names) in described() {
+            let mut headers = HeaderMap::new();
+            for (name, value) in names.iter().zip(&values) {
+                headers.append(name, HeaderValue::from_str(value).unwrap());
+            }
+            prop_assert!(verifier.verify(RequestLine::POST, &headers, &body, now).is_err());
+        }
+    }
+}

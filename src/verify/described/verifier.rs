@@ -1,0 +1,267 @@
+//! A route's verifier of a described scheme: the signature header read as
+//! its layout says (one signature, `name=value` pairs, a list), the signed
+//! content put together from the template, the signature checked — by an
+//! HMAC under the route's secrets, or by a public key the route lists —
+//! and the timestamp only after it.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName};
+use ring::signature::{
+    UnparsedPublicKey, VerificationAlgorithm, ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED,
+    ED25519,
+};
+use x509_parser::prelude::FromDer;
+use x509_parser::x509::SubjectPublicKeyInfo;
+
+use super::{Described, Layout, Piece, Signer, Stamp, Unit};
+use crate::secret::Secret;
+use crate::verify::{
+    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Handshake, RequestLine,
+    Verifier, Verify, VerifyError, VerifySpec,
+};
+
+/// Most signatures one header may carry (a rotation lists two or three);
+/// beyond it the delivery is refused rather than costing a check each.
+const MAX_SIGNATURES: usize = 8;
+
+/// What the signature header holds.
+struct Read<'a> {
+    signatures: Vec<Vec<u8>>,
+    /// The timestamp, when the header carries it.
+    timestamp: Option<&'a str>,
+}
+
+impl Described {
+    /// The signatures (and the timestamp, if it is there) of header
+    /// `value`. A signature that does not decode is passed over: another
+    /// in the same header may match.
+    fn read<'a>(&self, value: &'a str) -> Result<Read<'a>, VerifyError> {
+        let decode = |text: &str| {
+            let text = text.trim().strip_prefix(self.prefix.as_str())?;
+            self.encoding.decode(text)
+        };
+        let mut read = Read {
+            signatures: Vec::new(),
+            timestamp: None,
+        };
+        let split = |separator: &str| -> Vec<&'a str> {
+            (value.split(|c| separator.contains(c)))
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .collect()
+        };
+        match &self.layout {
+            Layout::Whole => read.signatures.extend(decode(value)),
+            Layout::Pairs { name, separator } => {
+                let stamp = match &self.timestamp {
+                    Some((Stamp::Pair(stamp), _)) => Some(stamp.as_str()),
+                    _ => None,
+                };
+                let pairs = split(separator);
+                for (key, text) in pairs.iter().filter_map(|pair| pair.split_once('=')) {
+                    if key == name {
+                        read.signatures.extend(decode(text));
+                    } else if Some(key) == stamp {
+                        // Persona lists `t=…,v1=…` once per secret: the
+                        // same time each time.
+                        match read.timestamp {
+                            Some(seen) if seen != text => {
+                                return Err(VerifyError::SignatureInvalid)
+                            }
+                            _ => read.timestamp = Some(text),
+                        }
+                    }
+                }
+            }
+            Layout::List { separator } => {
+                let mut items = split(separator).into_iter();
+                if matches!(&self.timestamp, Some((Stamp::First, _))) {
+                    read.timestamp = items.next();
+                }
+                read.signatures.extend(items.filter_map(decode));
+            }
+        }
+        if read.signatures.is_empty() || read.signatures.len() > MAX_SIGNATURES {
+            return Err(VerifyError::SignatureInvalid);
+        }
+        Ok(read)
+    }
+}
+
+/// The ring algorithm(s) of an asymmetric signer: ECDSA signatures come
+/// DER-encoded or as the fixed 64 bytes of `r || s`.
+fn algorithms(signer: Signer) -> &'static [&'static dyn VerificationAlgorithm] {
+    static EDDSA: [&dyn VerificationAlgorithm; 1] = [&ED25519];
+    static ECDSA: [&dyn VerificationAlgorithm; 2] =
+        [&ECDSA_P256_SHA256_ASN1, &ECDSA_P256_SHA256_FIXED];
+    match signer {
+        Signer::Ed25519 => &EDDSA,
+        Signer::EcdsaP256 => &ECDSA,
+        Signer::Hmac(_) => &[],
+    }
+}
+
+/// A public key as a sender's dashboard shows it — hex or base64 (plain or
+/// URL-safe) of the raw key, or of its DER SubjectPublicKeyInfo, or that as
+/// PEM — as the raw key ring verifies with.
+pub fn public_key(signer: Signer, text: &[u8]) -> Result<Vec<u8>, String> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let (name, raw_len, oid) = match signer {
+        Signer::Ed25519 => ("an Ed25519", 32, "1.3.101.112"),
+        Signer::EcdsaP256 => ("a P-256", 65, "1.2.840.10045.2.1"),
+        Signer::Hmac(_) => unreachable!("an HMAC has no public key"),
+    };
+    let invalid = || {
+        format!(
+            "{name} public key, as the sender shows it: hex or base64 of the key, or of its \
+             SubjectPublicKeyInfo (PEM too)"
+        )
+    };
+    let text = std::str::from_utf8(text).map_err(|_| invalid())?.trim();
+    let body: String = (text.lines())
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    let bytes = (body.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| hex::decode(&body).ok())
+        .flatten()
+        .or_else(|| STANDARD.decode(&body).ok())
+        .or_else(|| URL_SAFE_NO_PAD.decode(body.trim_end_matches('=')).ok())
+        .ok_or_else(invalid)?;
+    if bytes.len() == raw_len {
+        return Ok(bytes);
+    }
+    match SubjectPublicKeyInfo::from_der(&bytes) {
+        Ok((rest, info)) if rest.is_empty() && info.algorithm.algorithm.to_id_string() == oid => {
+            let key = info.subject_public_key.data.to_vec();
+            (key.len() == raw_len).then_some(key).ok_or_else(invalid)
+        }
+        _ => Err(invalid()),
+    }
+}
+
+/// A route's verifier of a described scheme.
+#[derive(Debug)]
+pub struct DescribedVerifier {
+    described: &'static Described,
+    secrets: Vec<Secret>,
+    /// The route's public keys, for an asymmetric signer: public, nothing
+    /// to redact.
+    keys: Vec<Vec<u8>>,
+    tolerance: Duration,
+    public_url: Option<String>,
+    handshake_token: Option<Secret>,
+}
+
+impl DescribedVerifier {
+    pub fn build(
+        described: &'static Described,
+        spec: VerifySpec,
+        tolerance_given: bool,
+    ) -> Result<Verifier, String> {
+        let tolerance = match (tolerance_given, described.tolerance) {
+            (false, Some(own)) => own,
+            _ => spec.tolerance,
+        };
+        let keys = match described.signer {
+            Signer::Hmac(_) => Vec::new(),
+            signer => (spec.secrets.iter())
+                .map(|secret| public_key(signer, secret.expose()))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(Verifier::new(DescribedVerifier {
+            described,
+            secrets: spec.secrets,
+            keys,
+            tolerance,
+            public_url: spec.public_url,
+            handshake_token: spec.handshake_token,
+        }))
+    }
+
+    /// Whether any of `signatures` signs `parts`.
+    fn signed(&self, parts: &[&[u8]], signatures: &[Vec<u8>]) -> Result<(), VerifyError> {
+        if let Signer::Hmac(algorithm) = self.described.signer {
+            return hmac_verdict(algorithm, &self.secrets, parts, signatures);
+        }
+        let message = parts.concat();
+        let algorithms = algorithms(self.described.signer);
+        let verified = signatures.iter().any(|signature| {
+            self.keys.iter().any(|key| {
+                (algorithms.iter()).any(|algorithm| {
+                    let key = UnparsedPublicKey::new(*algorithm, key);
+                    key.verify(&message, signature).is_ok()
+                })
+            })
+        });
+        verified.then_some(()).ok_or(VerifyError::SignatureInvalid)
+    }
+}
+
+impl Verify for DescribedVerifier {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), VerifyError> {
+        self.verify_line(RequestLine::POST, headers, body, now)
+    }
+
+    fn verify_line(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let d = self.described;
+        let read = d.read(single_header(headers, &d.header)?)?;
+        let timestamp = match &d.timestamp {
+            None => None,
+            Some((Stamp::Header(name), unit)) => Some((single_header(headers, name)?, *unit)),
+            Some((_, unit)) => Some((read.timestamp.ok_or(VerifyError::SignatureInvalid)?, *unit)),
+        };
+        let url = (d.signed.contains(&Piece::Url))
+            .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(d.signed.len());
+        for piece in &d.signed {
+            parts.push(match piece {
+                Piece::Body => body,
+                Piece::Header(name) => single_header(headers, name)?.as_bytes(),
+                Piece::Url => url.as_deref().unwrap_or_default().as_bytes(),
+                Piece::Timestamp => timestamp.map_or(&[][..], |(text, _)| text.as_bytes()),
+                Piece::Literal(text) => text.as_bytes(),
+            });
+        }
+        self.signed(&parts, &read.signatures)?;
+        match timestamp {
+            None => Ok(()),
+            Some((text, Unit::Seconds)) => check_timestamp(text, now, self.tolerance),
+            Some((text, Unit::Millis)) => {
+                let millis = text.parse().map_err(|_| VerifyError::SignatureInvalid)?;
+                check_timestamp_ms(millis, now, self.tolerance)
+            }
+        }
+    }
+
+    fn challenge(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+    ) -> Option<Result<Handshake, VerifyError>> {
+        let challenge = (self.described.challenge.as_ref()).filter(|c| c.before_verification)?;
+        let token = self.handshake_token.as_ref();
+        challenge.answer(line, headers, &[], &self.secrets, token)
+    }
+
+    fn handshake(&self, headers: &HeaderMap, body: &[u8]) -> Option<Handshake> {
+        let challenge = (self.described.challenge.as_ref()).filter(|c| !c.before_verification)?;
+        let answer = challenge.answer(RequestLine::POST, headers, body, &self.secrets, None);
+        answer?.ok()
+    }
+
+    fn covers(&self, _: &HeaderMap, name: &HeaderName) -> bool {
+        self.described.signed_headers().any(|signed| signed == name)
+    }
+
+    fn signature_header(&self) -> Option<&HeaderName> {
+        Some(&self.described.header)
+    }
+}
