@@ -88,12 +88,14 @@ async fn assert_each_entity_in_order(upstream: &Upstream, within: Duration) -> V
     let all: Vec<String> = (0..ENTITIES)
         .flat_map(|e| (0..ROUNDS).map(move |r| format!("evt_{e}_{r}")))
         .collect();
-    assert!(
-        upstream.all_reached(&all, within).await,
-        "{} of {} delivered",
-        upstream.counts().len(),
-        all.len()
-    );
+    if !upstream.all_reached(&all, within).await {
+        let missing: Vec<&String> = (all.iter()).filter(|id| upstream.count(id) == 0).collect();
+        panic!(
+            "{} of {} delivered; never delivered: {missing:?}",
+            all.len() - missing.len(),
+            all.len()
+        );
+    }
     for e in 0..ENTITIES {
         let seen = arrivals(upstream, &format!("sub_{e}"));
         let mut firsts: Vec<&str> = Vec::new();

@@ -165,7 +165,12 @@ pub(super) fn lease_ordered(
                 continue;
             };
             if !seen.insert(entity.clone()) {
-                parked += park(&key)?;
+                // Its turn was taken. The head this pass leased for an
+                // earlier row is met here too when its lease had lapsed
+                // (due after its siblings): it is in flight now, not parked.
+                if !leased.due.iter().any(|due| key[prefix..] == due.id) {
+                    parked += park(&key)?;
+                }
                 continue;
             }
             loop {

@@ -172,8 +172,11 @@ impl PostgresStore {
                 };
                 if let Some(&mine) = decided.get(&entity) {
                     // Its turn was taken: the rest wait for its wake. An
-                    // entity another gateway holds is left as it is.
-                    if mine {
+                    // entity another gateway holds is left as it is. The
+                    // head this pass leased for an earlier row is met here
+                    // too when its lease had lapsed (due after its
+                    // siblings): it is in flight now, not parked.
+                    if mine && !leased.due.iter().any(|due| due.id == key) {
                         parking.push(key);
                     }
                     continue;

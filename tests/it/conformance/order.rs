@@ -362,6 +362,32 @@ async fn a_lapsed_lease_gives_the_head_again_never_its_sibling(store: Store, tim
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&[]));
 }
 
+/// A head whose lease lapsed is due again after a sibling accepted while
+/// it was in flight, so a pass meets the sibling first, leases the head for
+/// it, and then meets the head itself: the pass must not park what it just
+/// leased. Parked, a head whose worker then dies too is out of the due
+/// index for a day, and its entity with it (found by a fleet SIGKILLed
+/// under load).
+async fn a_head_leased_again_is_never_parked_by_its_own_pass(store: Store, time: Time) {
+    let s = "o6b";
+    let short = Duration::from_millis(300);
+    accept_in(&store, s, "h1", ("e", None), Duration::ZERO).await;
+    let first = store.lease_ordered(s, 10, short, WAIT).await.unwrap();
+    assert_eq!(first.due.len(), 1);
+    accept_in(&store, s, "h2", ("e", None), Duration::ZERO).await;
+    time.pass(Duration::from_millis(400)).await;
+    for attempt in 2..=3 {
+        let leased = store.lease_ordered(s, 10, short, WAIT).await.unwrap();
+        let got: Vec<(&str, u32)> = (leased.due.iter())
+            .map(|due| (due.id.as_str(), due.lease.attempt))
+            .collect();
+        assert_eq!(got, [("h1", attempt)], "its worker died again: h1 again");
+        time.pass(Duration::from_millis(400)).await;
+    }
+    complete(&store, s, "h1").await;
+    assert_eq!(lease(&store, s, WAIT).await.0, ids(&["h2"]));
+}
+
 conformance! {
     tests: [
         an_entity_is_leased_one_event_at_a_time_in_acceptance_order,
@@ -370,6 +396,7 @@ conformance! {
         a_dead_event_holds_its_entity_unless_skipped,
         the_reorder_window_lets_an_older_late_event_go_first,
         a_lapsed_lease_gives_the_head_again_never_its_sibling,
+        a_head_leased_again_is_never_parked_by_its_own_pass,
         blocked_entities_name_their_dead_head_and_the_events_behind_it,
         a_copied_event_goes_before_its_entitys_new_ones,
         a_hot_entitys_backlog_never_hides_another_entity,
