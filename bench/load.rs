@@ -2,7 +2,11 @@
 //!
 //! - `rate`: open-loop load at a fixed request rate; latency is measured from
 //!   each request's *scheduled* send time, so a stall is not hidden
-//!   (coordinated omission). Prints achieved rate and p50/p99/p99.9.
+//!   (coordinated omission). Prints achieved rate and p50/p99/p99.9. Given
+//!   several URLs (comma-separated), each gets the rate on connections of
+//!   its own, their requests interleaved in one schedule, and a line each
+//!   (`target=K`): the box's stalls then fall on all of them alike, so the
+//!   difference of their percentiles is what one adds over another.
 //! - `sign`: write Stripe-style signed deliveries (one per line,
 //!   `signature<TAB>body`) for wrk's Lua script; a share of them repeat
 //!   earlier events, as retries do.
@@ -14,7 +18,7 @@
 //!   and closed; prints connections per second.
 //!
 //! Usage:
-//!   load rate URL RATE SECONDS CONNECTIONS [unique|replay]
+//!   load rate URL[,URL...] RATE SECONDS CONNECTIONS [unique|replay]
 //!   load sign SECRET COUNT DUP_RATIO > deliveries.tsv
 //!   load idle HOST:PORT CONNECTIONS PID [h2]
 //!   load tls HOST:PORT PATH CA.pem SECONDS CONCURRENCY
@@ -107,78 +111,126 @@ fn sign(secret: &str, count: usize, dup_ratio: f64) {
     eprintln!("{count} deliveries of {unique} events");
 }
 
-async fn rate(url: &str, rate: u64, seconds: u64, connections: usize, mode: &str) {
-    let uri: http::Uri = url.parse().unwrap();
-    let addr: SocketAddr = format!("{}:{}", uri.host().unwrap(), uri.port_u16().unwrap_or(80))
-        .parse()
-        .unwrap();
+async fn rate(urls: &str, rate: u64, seconds: u64, connections: usize, mode: &str) {
+    let urls: Vec<&str> = urls.split(',').collect();
     let total = (rate * seconds) as usize;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    // Target k's request i is due at start + (i + k / n) intervals.
+    let offset = interval / urls.len() as u32;
     let start = Instant::now() + Duration::from_millis(200);
     let run = format!("{}-{}", std::process::id(), now_secs());
-    let url = Arc::new(url.to_owned());
-    let mode = Arc::new(mode.to_owned());
-    let mut workers = Vec::new();
-    for worker in 0..connections {
-        let (url, mode, run) = (Arc::clone(&url), Arc::clone(&mode), run.clone());
-        workers.push(tokio::spawn(async move {
-            let stream = TcpStream::connect(addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let mut latencies = Vec::new();
-            let mut failures = 0usize;
-            for i in (worker..total).step_by(connections) {
-                let scheduled = start + interval * i as u32;
-                tokio::time::sleep_until(scheduled).await;
-                let id = match mode.as_str() {
-                    "replay" => "bench-replay".to_owned(),
-                    _ => format!("{run}-{i}"),
-                };
-                let request = Request::post(url.as_str())
-                    .header("host", "bench")
-                    .header("x-id", &id)
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(format!(r#"{{"id":"{id}"}}"#))))
-                    .unwrap();
-                match sender.send_request(request).await {
-                    Ok(response) => {
-                        let ok = response.status().is_success();
-                        let _ = response.into_body().collect().await;
-                        if !ok {
-                            failures += 1;
+    let mut targets = Vec::new();
+    for (k, url) in urls.iter().enumerate() {
+        let first = start + offset * k as u32;
+        let load = Load {
+            url: Arc::new((*url).to_owned()),
+            mode: Arc::new(mode.to_owned()),
+            run: format!("{run}-{k}"),
+        };
+        targets.push(load.open_loop(first, interval, total, connections));
+    }
+    for (k, target) in futures_util::future::join_all(targets)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let (mut latencies, failures) = target;
+        let elapsed = start.elapsed();
+        latencies.sort();
+        let pct = |p: f64| {
+            latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)]
+                .as_secs_f64()
+                * 1e3
+        };
+        let label = if urls.len() > 1 {
+            format!("target={k} ")
+        } else {
+            String::new()
+        };
+        println!(
+            "{label}rate={:.0} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} failures={failures}",
+            latencies.len() as f64 / elapsed.as_secs_f64(),
+            pct(0.50),
+            pct(0.99),
+            pct(0.999),
+        );
+    }
+}
+
+/// One target of [`rate`]: where its requests go, and what they carry.
+#[derive(Clone)]
+struct Load {
+    url: Arc<String>,
+    mode: Arc<String>,
+    run: String,
+}
+
+impl Load {
+    /// `total` requests, request `i` due at `first + i × interval`, over
+    /// `connections` keep-alive connections; each one's latency from when
+    /// it was due, and the failures.
+    async fn open_loop(
+        self,
+        first: Instant,
+        interval: Duration,
+        total: usize,
+        connections: usize,
+    ) -> (Vec<Duration>, usize) {
+        let uri: http::Uri = self.url.parse().unwrap();
+        let addr: SocketAddr = format!("{}:{}", uri.host().unwrap(), uri.port_u16().unwrap_or(80))
+            .parse()
+            .unwrap();
+        let workers: Vec<_> = (0..connections)
+            .map(|worker| {
+                let load = self.clone();
+                tokio::spawn(async move {
+                    let stream = TcpStream::connect(addr).await.unwrap();
+                    stream.set_nodelay(true).unwrap();
+                    let (mut sender, connection) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                            .await
+                            .unwrap();
+                    tokio::spawn(connection);
+                    let mut latencies = Vec::new();
+                    let mut failures = 0usize;
+                    for i in (worker..total).step_by(connections) {
+                        let scheduled = first + interval * i as u32;
+                        tokio::time::sleep_until(scheduled).await;
+                        let id = match load.mode.as_str() {
+                            "replay" => "bench-replay".to_owned(),
+                            _ => format!("{}-{i}", load.run),
+                        };
+                        let request = Request::post(load.url.as_str())
+                            .header("host", "bench")
+                            .header("x-id", &id)
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from(format!(r#"{{"id":"{id}"}}"#))))
+                            .unwrap();
+                        match sender.send_request(request).await {
+                            Ok(response) => {
+                                let ok = response.status().is_success();
+                                let _ = response.into_body().collect().await;
+                                if !ok {
+                                    failures += 1;
+                                }
+                            }
+                            Err(_) => failures += 1,
                         }
+                        latencies.push(scheduled.elapsed());
                     }
-                    Err(_) => failures += 1,
-                }
-                latencies.push(scheduled.elapsed());
-            }
-            (latencies, failures)
-        }));
+                    (latencies, failures)
+                })
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity(total);
+        let mut failures = 0;
+        for worker in workers {
+            let (l, f) = worker.await.unwrap();
+            latencies.extend(l);
+            failures += f;
+        }
+        (latencies, failures)
     }
-    let mut latencies = Vec::with_capacity(total);
-    let mut failures = 0;
-    for worker in workers {
-        let (l, f) = worker.await.unwrap();
-        latencies.extend(l);
-        failures += f;
-    }
-    let elapsed = start.elapsed();
-    latencies.sort();
-    let pct = |p: f64| {
-        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
-            * 1e3
-    };
-    println!(
-        "rate={:.0} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} failures={failures}",
-        latencies.len() as f64 / elapsed.as_secs_f64(),
-        pct(0.50),
-        pct(0.99),
-        pct(0.999),
-    );
 }
 
 async fn idle(addr: SocketAddr, connections: usize, pid: u32, h2: bool) {

@@ -228,15 +228,18 @@ if [ -n "$HG_PG_PID" ]; then
     scenario "hookgate postgres, replay" $HG_PG /hook replay $HG_PG_PID
 fi
 
-echo "--- latency at a fixed 1000 req/s, ${DURATION}s, 16 connections (open loop)"
-LAT_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 1000 "$DURATION" 16)
-LAT_NGINX=$("$BIN/examples/load" rate "http://127.0.0.1:$NGINX/hook" 1000 "$DURATION" 16)
-LAT_HG=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_REDIS/hook" 1000 "$DURATION" 16)
-LAT_EMB=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_EMBEDDED/hook" 1000 "$DURATION" 16)
-echo "--- latency at a fixed 5000 req/s, ${DURATION}s, 32 connections (open loop)"
-LAT5_UP=$("$BIN/examples/load" rate "http://127.0.0.1:$UP/hook" 5000 "$DURATION" 32)
-LAT5_NGINX=$("$BIN/examples/load" rate "http://127.0.0.1:$NGINX/hook" 5000 "$DURATION" 32)
-LAT5_HG=$("$BIN/examples/load" rate "http://127.0.0.1:$HG_REDIS/hook" 5000 "$DURATION" 32)
+# Each proxy's requests are interleaved with requests to the upstream
+# alone in one open-loop schedule (each at the rate), so a stall of the box
+# falls on both alike and the difference of their p99s is the proxy's.
+latency_pair() { "$BIN/examples/load" rate "http://127.0.0.1:$UP/hook,http://127.0.0.1:$1/hook" "$2" "$DURATION" "$3"; }
+target() { sed -n "s/^target=$1 //p" <<<"$2"; }
+echo "--- latency at a fixed 1000 req/s, ${DURATION}s, 16 connections each (open loop, beside the upstream alone)"
+PAIR_NGINX=$(latency_pair "$NGINX" 1000 16)
+PAIR_HG=$(latency_pair "$HG_REDIS" 1000 16)
+PAIR_EMB=$(latency_pair "$HG_EMBEDDED" 1000 16)
+echo "--- latency at a fixed 5000 req/s, ${DURATION}s, 32 connections each (open loop, beside the upstream alone)"
+PAIR5_NGINX=$(latency_pair "$NGINX" 5000 32)
+PAIR5_HG=$(latency_pair "$HG_REDIS" 5000 32)
 
 echo "--- $IDLE_CONNECTIONS idle keep-alive connections"
 # A fresh gateway, so the peak is the connections' and not the load's.
@@ -286,12 +289,20 @@ for row in "${ROWS[@]}"; do
     case "$name" in hookgate*|floor*) awk -v n="$name" -v a="$(num rps "$result")" -v b="$(rps_of "$base")" -v m="$base" 'BEGIN {printf "  %-46s %.2fx  (%s)\n", n, a/b, m}';; esac
 done
 echo
-echo "latency at 1000 req/s (open loop, from scheduled send time):"
-printf '  %-20s %s\n' "upstream alone" "$LAT_UP" "nginx" "$LAT_NGINX" "hookgate redis" "$LAT_HG" "hookgate embedded" "$LAT_EMB"
-awk -v a="$(num p99_ms "$LAT_HG")" -v b="$(num p99_ms "$LAT_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
-echo "latency at 5000 req/s:"
-printf '  %-20s %s\n' "upstream alone" "$LAT5_UP" "nginx" "$LAT5_NGINX" "hookgate redis" "$LAT5_HG"
-awk -v a="$(num p99_ms "$LAT5_HG")" -v b="$(num p99_ms "$LAT5_UP")" 'BEGIN {printf "  added p99 (hookgate redis - upstream alone): %.3f ms\n", a-b}'
+# One pair's lines: the upstream alone, the proxy, and the p99 it adds.
+report_pair() {
+    local up proxy
+    up=$(target 0 "$2"); proxy=$(target 1 "$2")
+    printf '  %-20s %s\n' "upstream alone" "$up" "$1" "$proxy"
+    awk -v n="$1" -v a="$(num p99_ms "$proxy")" -v b="$(num p99_ms "$up")" 'BEGIN {printf "  added p99 (%s - upstream alone): %.3f ms\n", n, a-b}'
+}
+echo "latency at 1000 req/s each (open loop, from scheduled send time, interleaved with the upstream alone):"
+report_pair "nginx" "$PAIR_NGINX"
+report_pair "hookgate redis" "$PAIR_HG"
+report_pair "hookgate embedded" "$PAIR_EMB"
+echo "latency at 5000 req/s each:"
+report_pair "nginx" "$PAIR5_NGINX"
+report_pair "hookgate redis" "$PAIR5_HG"
 echo
 echo "new TLS connections with full handshakes, each one unique POST:"
 printf '  %-20s %s\n' "nginx" "$FULL_NGINX" "hookgate redis" "$FULL_HG"
