@@ -30,6 +30,7 @@ mod migrate;
 mod model;
 mod observability;
 mod ordering;
+mod ordering_crashes;
 mod postgres;
 mod reencrypt;
 mod reload;

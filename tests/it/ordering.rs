@@ -22,7 +22,7 @@ pub(crate) fn ordered_config(upstream: &Upstream, backend: &Backend, extra: &str
     with_admin(&ordered_route(upstream, backend, extra), true)
 }
 
-fn ordered_route(upstream: &Upstream, backend: &Backend, extra: &str) -> String {
+pub(crate) fn ordered_route(upstream: &Upstream, backend: &Backend, extra: &str) -> String {
     let route = format!(
         "delivery = \"async\"\nmax_in_flight = 32\norder_by = \"json:/data/object/id\"\n\
          retry_backoff = {{ initial = \"50ms\", max = \"100ms\" }}\n{extra}"
