@@ -255,7 +255,6 @@ impl Rules {
             seen = true;
             placed = self.turn(state, w, &mut free);
         }
-        let mut leased = (!free).then_some(state.busy).flatten();
         // The due events as the pass read them, by when each became due: a
         // lapsed lease at its end, after every sibling queued meanwhile.
         let mut due: Vec<usize> = (0..EVENTS)
@@ -266,8 +265,10 @@ impl Rules {
             (lapsed, state.events[i].seq)
         });
         for i in due {
-            // The pass walks on with its other tokens (for other entities).
-            if placed == Some(i) || (self.spares_its_lease && leased == Some(i)) {
+            // The pass walks on with its other tokens (for other entities),
+            // past the head it leased (its token spent, the head is busy).
+            let leased = !free && state.busy == Some(i);
+            if placed == Some(i) || (self.spares_its_lease && leased) {
                 continue;
             }
             if !(state.events[i].due && Self::leasable(state.events[i].rec)) {
@@ -281,9 +282,6 @@ impl Rules {
             seen = true;
             if self.head_leased_in_turn {
                 placed = self.turn(state, w, &mut free);
-                if !free && leased.is_none() {
-                    leased = state.busy;
-                }
             } else {
                 // The earlier shape: the head is leased only when the pass
                 // met it first; a later sibling puts it back, unmarked.
