@@ -9,9 +9,16 @@
 //! touches the store before the signature checks out, and nothing reaches
 //! the upstream before the claim.
 //!
+//! The stages that only read (route to traffic control, and a duplicate
+//! answered from the replay cache) run on the connection's own task; the
+//! rest, from the claim on, in a task of its own ([`Gateway::deliver`]), so
+//! that a sender hanging up cannot cancel a claimed delivery half way.
+//!
 //! [`request`] reads what the sender sent (body, client address, request
-//! id); [`answer`] builds what hookgate answers itself.
+//! id); [`answer`] builds what hookgate answers itself; [`accept`] is an
+//! async route's stage 5.
 
+mod accept;
 mod answer;
 mod filtered;
 mod request;
@@ -28,26 +35,23 @@ use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
 pub use self::answer::Outcome;
-use self::answer::{accepted, answer_sender, check_body, dead_letter, handshake_response, replay};
+use self::answer::{answer_sender, dead_letter, handshake_response, replay};
 use self::request::{client_address, read_body, request_id};
 use crate::claim::Claim;
-use crate::config::{AsyncDelivery, DeliveryMode, OnStoreError};
+use crate::config::{DeliveryMode, OnStoreError};
 use crate::delivery::places::{Permit, Place};
 use crate::delivery::{policy, Attempt, Engine, Kind};
 use crate::error::GatewayError;
 use crate::fanout::{self, Verdict};
-use crate::headers::{lower_hex, new_request_id, X_REQUEST_ID};
+use crate::headers::{lower_hex, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
-use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Lease, OrderSpot, StoreError, StoreKey, Stored,
-    StoredRequest,
-};
+use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, StoreError, StoreKey};
 use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
-use crate::upstream::{build_request, resend, stored_request, Delivery};
+use crate::upstream::{build_request, stored_request, Delivery};
 use crate::verify::RequestLine;
 
 /// The sender's entrance: every request of the public listener, through
@@ -74,6 +78,21 @@ struct Hybrid {
     lease: Lease,
     admission: Admission,
     permit: Permit,
+}
+
+/// A delivery whose signature checked out, owned, handed to the stages
+/// that may write (their task outlives a sender hanging up).
+struct Verified {
+    route: Arc<Route>,
+    parts: http::request::Parts,
+    body: Bytes,
+    key: Option<String>,
+    body_sha256: String,
+    verdict: Verdict,
+    /// Traffic control's leave, when stage 4b took it.
+    admission: Option<Admission>,
+    request_id: HeaderValue,
+    connection: ConnectionInfo,
 }
 
 /// What the claim stage decided.
@@ -149,7 +168,7 @@ impl Gateway {
 
     async fn process<'a>(
         &self,
-        runtime: &'a Runtime,
+        runtime: &'a Arc<Runtime>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
         request_id: &HeaderValue,
@@ -216,12 +235,80 @@ impl Gateway {
         log.key = key.clone();
 
         // 4a. The route's filter, or its destinations' filters, on the
-        //     verified body: an event none takes is answered and recorded,
-        //     never forwarded.
-        let destinations = match (
-            fanout::judge(route, &parts.headers, &body, &body_sha256),
-            &key,
-        ) {
+        //     verified body (an event none takes is recorded in stage 5).
+        let verdict = fanout::judge(route, &parts.headers, &body, &body_sha256);
+
+        // 4b. Traffic control (README, "Traffic control"), for a sync
+        //     route's forward: a paused route, an open circuit breaker or a
+        //     spent rate limit refuse before anything is claimed; the
+        //     senders' retries carry the event. 4c. A duplicate of an event
+        //     this instance has seen completed is answered from the replay
+        //     cache, here on the connection's own task: it writes nothing.
+        let mut admission = None;
+        if let (DeliveryMode::Sync, Some(key), Verdict::Forward) = (&route.delivery, &key, &verdict)
+        {
+            admission = Some(self.engine.admit(route)?);
+            let store = self.engine.store();
+            if let Some(record) = store.replayed(&store.key(&route.scope, key)) {
+                return Ok((replay(route, &record, &body_sha256)?, Outcome::Replayed));
+            }
+        }
+
+        // From here on the delivery may write to the store and call the
+        // upstream: it runs in a task of its own, so that a sender hanging
+        // up cannot cancel it half way (a claim taken and never settled).
+        let event = Verified {
+            route: Arc::clone(route),
+            parts,
+            body,
+            key,
+            body_sha256,
+            verdict,
+            admission,
+            request_id: request_id.clone(),
+            connection,
+        };
+        let gateway = Gateway {
+            engine: Arc::clone(&self.engine),
+        };
+        let runtime = Arc::clone(runtime);
+        let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
+        // Boxed: the stages' future is large, and tokio would copy it into
+        // the task (measured: replays +6-15% req/s; BENCHMARKS.md).
+        let task = tokio::spawn(Box::pin(async move {
+            let route = Arc::clone(&event.route);
+            let mut log = RequestLog {
+                route: &route.name,
+                key: None,
+                upstream: None,
+                store: None,
+                trace,
+            };
+            let done = gateway.deliver(&runtime, event, &mut log).await;
+            (done, log.store, log.upstream, log.trace)
+        }));
+        let (done, store, upstream, trace) = task.await.map_err(|error| {
+            tracing::error!(%error, "request task failed");
+            GatewayError::Internal
+        })?;
+        (log.store, log.upstream, log.trace) = (store, upstream, trace);
+        done
+    }
+
+    /// Stages 4a to 7, in the delivery's own task: record a filtered event,
+    /// or store an async route's event, or claim, forward and settle.
+    async fn deliver(
+        &self,
+        runtime: &Runtime,
+        event: Verified,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (route, key, body_sha256) = (&event.route, event.key, event.body_sha256);
+        let connection = event.connection;
+
+        // 4a. An event no filter takes is answered and recorded, never
+        //     forwarded.
+        let destinations = match (event.verdict, &key) {
             (Verdict::Filtered, Some(key)) => {
                 return self.filtered(runtime, route, key, &body_sha256).await
             }
@@ -235,10 +322,10 @@ impl Gateway {
         // a sync one.
         let delivery = Delivery {
             route,
-            parts: &parts,
-            body,
+            parts: &event.parts,
+            body: event.body,
             key: key.as_deref(),
-            request_id,
+            request_id: &event.request_id,
             peer: connection.peer.ip(),
             peer_trusted: (runtime.trusted_proxies.iter())
                 .any(|range| range.contains(connection.peer.ip())),
@@ -260,10 +347,11 @@ impl Gateway {
             return accepted;
         }
 
-        // 4b. Traffic control (README, "Traffic control"): a paused route, an open circuit
-        //    breaker or a spent rate limit refuse before anything is
-        //    claimed; the senders' retries carry the event.
-        let admission = self.engine.admit(route)?;
+        // 4b. Traffic control, unless stage 4c took it already.
+        let admission = match event.admission {
+            Some(admission) => admission,
+            None => self.engine.admit(route)?,
+        };
 
         // 5. Claim it: a duplicate ends here, answered from the record (and
         //    the admission, unused, is given back).
@@ -314,180 +402,6 @@ impl Gateway {
             .await;
         log.upstream = Some(attempted.elapsed);
         answer_sender(attempted.result, Outcome::Forwarded)
-    }
-
-    /// Stage 5 of an async route: store the event with its request in one
-    /// write, then answer `accept_status` (never before: a 2xx promises the
-    /// event cannot be lost). A duplicate of a queued, delivering or
-    /// completed event gets the same answer, replayed; of a dead one, the
-    /// dead-letter answer. With `respond_within`, the event is also claimed
-    /// and forwarded at once: see [`Gateway::respond_within`].
-    async fn accept(
-        &self,
-        route: &Arc<Route>,
-        settings: &AsyncDelivery,
-        key: &str,
-        body_sha256: &str,
-        request: StoredRequest,
-        log: &mut RequestLog<'_>,
-    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
-        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
-        // The hybrid forwards at once only when the route may call now
-        // (one of its max_in_flight calls free, not paused, breaker closed,
-        // a token to spend); otherwise the event just queues for the
-        // workers.
-        let hybrid = settings.respond_within.and_then(|_| {
-            let permit = self
-                .engine
-                .places()
-                .gate(&route.name, settings.max_in_flight)
-                .try_enter()?;
-            Some((self.engine.admit(route).ok()?, permit))
-        });
-        // A route with destinations hands the event out at once, from a
-        // task holding the event's claim, unless it is paused; its workers
-        // do when this gateway cannot (paused, or gone).
-        let hand_out = route.fans_out() && !self.engine.pauses().is_paused(&route.name);
-        let mode = match hybrid.is_some() || hand_out {
-            true => ClaimMode::AcceptClaimed,
-            false => ClaimMode::Accept,
-        };
-        // An ordered route's event takes its place in its entity's order.
-        let order = route.order();
-        let place =
-            order.and_then(|order| order.place(&request.headers, &request.body, body_sha256));
-        let outcome = self
-            .engine
-            .store()
-            .claim(ClaimRequest {
-                order: place.as_ref().zip(order).map(|(place, order)| OrderSpot {
-                    entity: &place.entity,
-                    value: place.value,
-                    hold: order.reorder_window,
-                }),
-                key: &store_key,
-                body_sha256,
-                processing_ttl: route.processing_ttl,
-                // An accepted event outlives its attempts (max_age).
-                retention: route.dead_letter_retention,
-                guard_key: guard_key.as_ref(),
-                mode,
-                stored: Some(Stored {
-                    request: &request,
-                    route: &route.name,
-                    replay_of: None,
-                }),
-            })
-            .await;
-        match outcome {
-            Ok(ClaimOutcome::Queued) => {
-                self.engine.places().wake();
-                Ok((accepted(settings, key, false), Outcome::Accepted))
-            }
-            Ok(ClaimOutcome::New(lease)) if hand_out => {
-                let claim = self.engine.claim_for(route, store_key, lease);
-                let event = (key.to_owned(), request, body_sha256.to_owned());
-                let (engine, route) = (Arc::clone(&self.engine), Arc::clone(route));
-                tokio::spawn(fanout::fan_out(engine, route, event, claim));
-                Ok((accepted(settings, key, false), Outcome::Accepted))
-            }
-            Ok(ClaimOutcome::New(lease)) => {
-                let Some((admission, permit)) = hybrid else {
-                    // Only an AcceptClaimed is answered New.
-                    return Err(GatewayError::Internal);
-                };
-                let claimed = Hybrid {
-                    key: store_key,
-                    lease,
-                    admission,
-                    permit,
-                };
-                self.respond_within(route, settings, claimed, key, request, log)
-                    .await
-            }
-            Ok(ClaimOutcome::Completed(record)) => {
-                check_body(route, &record, body_sha256)?;
-                Ok((accepted(settings, key, true), Outcome::Replayed))
-            }
-            Ok(ClaimOutcome::InFlight { .. }) => {
-                // Queued or being delivered: the same event only if it is
-                // the same body (one read, for duplicates alone).
-                if let Ok(Some(record)) = self.engine.store().get(&store_key).await {
-                    check_body(route, &record, body_sha256)?;
-                }
-                Ok((accepted(settings, key, true), Outcome::Replayed))
-            }
-            Ok(ClaimOutcome::Dead(record)) => Ok((
-                dead_letter(route, &record, body_sha256)?,
-                Outcome::DeadLetter,
-            )),
-            Err(StoreError::Unreadable(_)) => Err(GatewayError::RecordUnreadable),
-            Err(error) => {
-                // Never accepted without the store: an async route does not
-                // forward unprotected, whatever `on_error` says.
-                tracing::warn!(route = %route.name, key, %error, "store unavailable; rejecting");
-                Err(GatewayError::StoreUnavailable)
-            }
-        }
-    }
-
-    /// The hybrid: forward the accepted, claimed event now, in a task of its
-    /// own. A final answer within `within` is returned as a sync route
-    /// would; otherwise the sender gets `accept_status`, the call runs on,
-    /// and its outcome is settled like a worker's attempt (a failure queues
-    /// the next one; a crash leaves the event to the workers once the lease
-    /// lapses). Exactly one call is made unless it fails.
-    async fn respond_within(
-        &self,
-        route: &Arc<Route>,
-        settings: &AsyncDelivery,
-        claimed: Hybrid,
-        key: &str,
-        request: StoredRequest,
-        log: &mut RequestLog<'_>,
-    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
-        let (answered, answer) = tokio::sync::oneshot::channel();
-        let engine = Arc::clone(&self.engine);
-        let task_route = Arc::clone(route);
-        let task_key = key.to_owned();
-        let accepted_ms = self.engine.clock().now_ms();
-        let trace = log.trace.headers();
-        let Hybrid {
-            key: store_key,
-            lease,
-            admission,
-            permit,
-        } = claimed;
-        tokio::spawn(async move {
-            let route = task_route;
-            let claim = engine.claim_for(&route, store_key, lease);
-            let request_id = new_request_id();
-            let mut upstream_request =
-                resend(&route, request.clone(), Some(&task_key), &request_id);
-            for (name, value) in trace {
-                upstream_request.headers_mut().insert(name, value);
-            }
-            let attempt = Attempt {
-                route: Arc::clone(&route),
-                claim,
-                admission,
-                // One of the route's max_in_flight calls, until it ends.
-                place: Place::Taken(permit),
-                kind: Kind::Hybrid,
-                first_seen_ms: accepted_ms,
-                was_dead: false,
-            };
-            let attempted = engine.attempt(attempt, upstream_request, || request).await;
-            let _ = answered.send((attempted.result, attempted.elapsed));
-        });
-        let within = settings.respond_within.unwrap_or_default();
-        match tokio::time::timeout(within, answer).await {
-            Ok(Ok((Ok(answer), elapsed))) if policy::is_final(answer.status) => {
-                log.upstream = Some(elapsed);
-                answer_sender(Ok(answer), Outcome::Forwarded)
-            }
-            _ => Ok((accepted(settings, key, false), Outcome::Accepted)),
-        }
     }
 
     /// The store key of `key` on `route`, and the replay guard of the body

@@ -33,11 +33,13 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -102,6 +104,9 @@ pub struct ConnectionInfo {
 /// ingress (`ingress::Gateway`). The server knows connections, not
 /// deliveries.
 pub trait Handler: Send + Sync + 'static {
+    /// Answer one request. It runs on the connection's task, and is dropped
+    /// if the client hangs up: work that must finish regardless is the
+    /// handler's to spawn.
     fn handle(
         &self,
         request: Request<Incoming>,
@@ -156,13 +161,12 @@ pub async fn serve<G: Handler>(
         move |request: Request<Incoming>| {
             let gateway = Arc::clone(&gateway);
             async move {
-                // Boxed: the lifecycle's future is large, and tokio would
-                // copy it into the task (measured: replays +6-15% req/s,
-                // -1 us CPU each; BENCHMARKS.md).
-                let task =
-                    tokio::spawn(Box::pin(async move { gateway.handle(request, info).await }));
-                task.await.unwrap_or_else(|error| {
-                    tracing::error!(%error, "request task failed");
+                // On the connection's task: the handler spawns what must
+                // outlive a hang-up itself. Boxed, as the lifecycle's future
+                // is large; a panic answers 500, as a failed task would.
+                let handled = AssertUnwindSafe(Box::pin(gateway.handle(request, info)));
+                handled.catch_unwind().await.unwrap_or_else(|_| {
+                    tracing::error!("request handler panicked");
                     GatewayError::Internal.to_response()
                 })
             }

@@ -362,6 +362,15 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// The completed record of `key`, when this instance's replay cache
+    /// holds it: a duplicate's answer with no round trip and nothing
+    /// written (the ingress answers it on the connection's own task).
+    pub fn replayed(&self, key: &StoreKey) -> Option<Arc<Record>> {
+        let record = self.cache.as_ref()?.get(key)?;
+        self.metrics.cache_hits.inc();
+        Some(record)
+    }
+
     /// Claim a key. A claim whose answer does not arrive in time may still
     /// have been applied — the store was merely slow — and would then block
     /// every retry of the event, 409, for `processing_ttl` under a token
@@ -372,8 +381,7 @@ impl Store {
             .cache
             .as_ref()
             .filter(|_| request.mode == ClaimMode::Deliver);
-        if let Some(record) = cache.and_then(|cache| cache.get(request.key)) {
-            self.metrics.cache_hits.inc();
+        if let Some(record) = cache.and_then(|_| self.replayed(request.key)) {
             return Ok(ClaimOutcome::Completed(Record::clone(&record)));
         }
         let epoch = cache.map(|cache| cache.epoch());

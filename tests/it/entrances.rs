@@ -524,3 +524,36 @@ async fn no_worker_beside_a_live_redelivery_redis() {
 async fn no_worker_beside_a_live_redelivery_memory() {
     no_worker_beside_a_live_redelivery(Backend::Memory).await;
 }
+
+/// A sender that hangs up while its delivery is at the upstream does not
+/// cancel it: the stages from the claim on run in a task of their own (only
+/// reading and a replay from the cache run on the connection's task). The
+/// call completes and is recorded, and the sender's retry is replayed.
+#[tokio::test]
+async fn a_delivery_outlives_its_sender_hanging_up() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(800),
+        ..ok_plan(seen)
+    })
+    .await;
+    let gateway = TestGateway::start(&config_text(
+        &upstream.url("/hook"),
+        &Backend::Memory,
+        "",
+        "",
+    ))
+    .await;
+    let (sender, url, body) = (Sender::new(), gateway.url("/hook"), event("evt_gone"));
+    let call = sender.deliver(&url, &body);
+    let hung_up = tokio::time::timeout(Duration::from_millis(200), call).await;
+    assert!(
+        hung_up.is_err(),
+        "the sender left before the upstream answered"
+    );
+    assert!(reaches(&gateway, "evt_gone", "completed").await);
+    let retry = sender.deliver(&url, &body).await;
+    assert_eq!(retry.status, StatusCode::OK);
+    assert!(retry.replayed(), "Idempotent-Replayed: true");
+    assert_eq!(upstream.count("evt_gone"), 1);
+    gateway.shutdown().await;
+}

@@ -1,0 +1,201 @@
+//! Stage 5 of an async route (README, "Asynchronous delivery"): the event
+//! and its request stored in one write before the sender hears
+//! `accept_status`, a duplicate answered from what is stored, and the
+//! hybrid's call (`respond_within`), forwarded at once from a task of its
+//! own and settled like a worker's attempt.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::Full;
+
+use super::answer::{accepted, answer_sender, check_body, dead_letter, Outcome};
+use super::{Gateway, Hybrid, RequestLog};
+use crate::config::AsyncDelivery;
+use crate::delivery::places::Place;
+use crate::delivery::{policy, Attempt, Kind};
+use crate::error::GatewayError;
+use crate::fanout;
+use crate::headers::new_request_id;
+use crate::route::Route;
+use crate::store::{
+    ClaimMode, ClaimOutcome, ClaimRequest, OrderSpot, StoreError, Stored, StoredRequest,
+};
+use crate::upstream::resend;
+
+impl Gateway {
+    /// Stage 5 of an async route: store the event with its request in one
+    /// write, then answer `accept_status` (never before: a 2xx promises the
+    /// event cannot be lost). A duplicate of a queued, delivering or
+    /// completed event gets the same answer, replayed; of a dead one, the
+    /// dead-letter answer. With `respond_within`, the event is also claimed
+    /// and forwarded at once: see [`Gateway::respond_within`].
+    pub(super) async fn accept(
+        &self,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        key: &str,
+        body_sha256: &str,
+        request: StoredRequest,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
+        // The hybrid forwards at once only when the route may call now
+        // (one of its max_in_flight calls free, not paused, breaker closed,
+        // a token to spend); otherwise the event just queues for the
+        // workers.
+        let hybrid = settings.respond_within.and_then(|_| {
+            let permit = self
+                .engine
+                .places()
+                .gate(&route.name, settings.max_in_flight)
+                .try_enter()?;
+            Some((self.engine.admit(route).ok()?, permit))
+        });
+        // A route with destinations hands the event out at once, from a
+        // task holding the event's claim, unless it is paused; its workers
+        // do when this gateway cannot (paused, or gone).
+        let hand_out = route.fans_out() && !self.engine.pauses().is_paused(&route.name);
+        let mode = match hybrid.is_some() || hand_out {
+            true => ClaimMode::AcceptClaimed,
+            false => ClaimMode::Accept,
+        };
+        // An ordered route's event takes its place in its entity's order.
+        let order = route.order();
+        let place =
+            order.and_then(|order| order.place(&request.headers, &request.body, body_sha256));
+        let outcome = self
+            .engine
+            .store()
+            .claim(ClaimRequest {
+                order: place.as_ref().zip(order).map(|(place, order)| OrderSpot {
+                    entity: &place.entity,
+                    value: place.value,
+                    hold: order.reorder_window,
+                }),
+                key: &store_key,
+                body_sha256,
+                processing_ttl: route.processing_ttl,
+                // An accepted event outlives its attempts (max_age).
+                retention: route.dead_letter_retention,
+                guard_key: guard_key.as_ref(),
+                mode,
+                stored: Some(Stored {
+                    request: &request,
+                    route: &route.name,
+                    replay_of: None,
+                }),
+            })
+            .await;
+        match outcome {
+            Ok(ClaimOutcome::Queued) => {
+                self.engine.places().wake();
+                Ok((accepted(settings, key, false), Outcome::Accepted))
+            }
+            Ok(ClaimOutcome::New(lease)) if hand_out => {
+                let claim = self.engine.claim_for(route, store_key, lease);
+                let event = (key.to_owned(), request, body_sha256.to_owned());
+                let (engine, route) = (Arc::clone(&self.engine), Arc::clone(route));
+                tokio::spawn(fanout::fan_out(engine, route, event, claim));
+                Ok((accepted(settings, key, false), Outcome::Accepted))
+            }
+            Ok(ClaimOutcome::New(lease)) => {
+                let Some((admission, permit)) = hybrid else {
+                    // Only an AcceptClaimed is answered New.
+                    return Err(GatewayError::Internal);
+                };
+                let claimed = Hybrid {
+                    key: store_key,
+                    lease,
+                    admission,
+                    permit,
+                };
+                self.respond_within(route, settings, claimed, key, request, log)
+                    .await
+            }
+            Ok(ClaimOutcome::Completed(record)) => {
+                check_body(route, &record, body_sha256)?;
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::InFlight { .. }) => {
+                // Queued or being delivered: the same event only if it is
+                // the same body (one read, for duplicates alone).
+                if let Ok(Some(record)) = self.engine.store().get(&store_key).await {
+                    check_body(route, &record, body_sha256)?;
+                }
+                Ok((accepted(settings, key, true), Outcome::Replayed))
+            }
+            Ok(ClaimOutcome::Dead(record)) => Ok((
+                dead_letter(route, &record, body_sha256)?,
+                Outcome::DeadLetter,
+            )),
+            Err(StoreError::Unreadable(_)) => Err(GatewayError::RecordUnreadable),
+            Err(error) => {
+                // Never accepted without the store: an async route does not
+                // forward unprotected, whatever `on_error` says.
+                tracing::warn!(route = %route.name, key, %error, "store unavailable; rejecting");
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+
+    /// The hybrid: forward the accepted, claimed event now, in a task of its
+    /// own. A final answer within `within` is returned as a sync route
+    /// would; otherwise the sender gets `accept_status`, the call runs on,
+    /// and its outcome is settled like a worker's attempt (a failure queues
+    /// the next one; a crash leaves the event to the workers once the lease
+    /// lapses). Exactly one call is made unless it fails.
+    async fn respond_within(
+        &self,
+        route: &Arc<Route>,
+        settings: &AsyncDelivery,
+        claimed: Hybrid,
+        key: &str,
+        request: StoredRequest,
+        log: &mut RequestLog<'_>,
+    ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let engine = Arc::clone(&self.engine);
+        let task_route = Arc::clone(route);
+        let task_key = key.to_owned();
+        let accepted_ms = self.engine.clock().now_ms();
+        let trace = log.trace.headers();
+        let Hybrid {
+            key: store_key,
+            lease,
+            admission,
+            permit,
+        } = claimed;
+        tokio::spawn(async move {
+            let route = task_route;
+            let claim = engine.claim_for(&route, store_key, lease);
+            let request_id = new_request_id();
+            let mut upstream_request =
+                resend(&route, request.clone(), Some(&task_key), &request_id);
+            for (name, value) in trace {
+                upstream_request.headers_mut().insert(name, value);
+            }
+            let attempt = Attempt {
+                route: Arc::clone(&route),
+                claim,
+                admission,
+                // One of the route's max_in_flight calls, until it ends.
+                place: Place::Taken(permit),
+                kind: Kind::Hybrid,
+                first_seen_ms: accepted_ms,
+                was_dead: false,
+            };
+            let attempted = engine.attempt(attempt, upstream_request, || request).await;
+            let _ = answered.send((attempted.result, attempted.elapsed));
+        });
+        let within = settings.respond_within.unwrap_or_default();
+        match tokio::time::timeout(within, answer).await {
+            Ok(Ok((Ok(answer), elapsed))) if policy::is_final(answer.status) => {
+                log.upstream = Some(elapsed);
+                answer_sender(Ok(answer), Outcome::Forwarded)
+            }
+            _ => Ok((accepted(settings, key, false), Outcome::Accepted)),
+        }
+    }
+}
