@@ -74,6 +74,8 @@ pub struct RawStore {
     pub synchronous: Option<String>,
     /// redis, redis-cluster: replicas that must acknowledge a claim.
     pub min_replicas_acked: Option<u32>,
+    /// redis, redis-cluster: new sync claims packed into one `SET`.
+    pub packed_claims: Option<bool>,
     /// postgres: connections per gateway.
     pub pool_size: Option<u64>,
     pub shards: Option<u64>,

@@ -120,7 +120,7 @@ impl Validator<'_> {
             "path" | "synchronous" => backend_name == "embedded",
             "url" => backend_name == "redis" || backend_name == "postgres",
             "pool_size" => backend_name == "postgres",
-            "min_replicas_acked" => backend_name.starts_with("redis"),
+            "min_replicas_acked" | "packed_claims" => backend_name.starts_with("redis"),
             "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
             _ => backend_name == "redis-cluster",
         };
@@ -132,6 +132,7 @@ impl Validator<'_> {
             ("nodes", raw.nodes.is_some()),
             ("shards", raw.shards.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
+            ("packed_claims", raw.packed_claims.is_some()),
             ("tls_ca", raw.tls_ca.is_some()),
         ] {
             if present && !applies(name) {
@@ -164,6 +165,7 @@ impl Validator<'_> {
                 Duration::from_millis(500),
             ),
             min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
+            packed_claims: raw.packed_claims.unwrap_or(false),
             tls_ca: raw.tls_ca.as_ref().and_then(|path| {
                 let path = PathBuf::from(self.string(&at.key("tls_ca"), path)?);
                 if let Err(message) = crate::tls::load_certs(&path) {

@@ -16,6 +16,9 @@ pub struct StoreSettings {
     pub min_replicas_acked: u32,
     /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
     pub tls_ca: Option<PathBuf>,
+    /// redis, redis-cluster: claim new sync keys with one `SET … NX GET PX`
+    /// (`store/redis/packed.rs`).
+    pub packed_claims: bool,
     /// The replay cache's budget in bytes (0: off).
     pub replay_cache_bytes: usize,
 }
@@ -31,6 +34,7 @@ impl StoreSettings {
             timeout: Duration::from_millis(500),
             min_replicas_acked: 0,
             tls_ca: None,
+            packed_claims: false,
             replay_cache_bytes: DEFAULT_REPLAY_CACHE_BYTES,
         }
     }

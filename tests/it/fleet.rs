@@ -23,6 +23,17 @@ fn cluster_config(
 /// concurrently: every event reaches the upstream exactly once.
 #[tokio::test]
 async fn three_gateways_on_one_cluster_forward_each_event_once() {
+    three_gateways_forward_each_event_once("").await;
+}
+
+/// The same with Redis's packed claim: the first delivery's claim one `SET`,
+/// its duplicates meeting it as a string, opened by the claim script.
+#[tokio::test]
+async fn three_gateways_with_packed_claims_forward_each_event_once() {
+    three_gateways_forward_each_event_once("packed_claims = true").await;
+}
+
+async fn three_gateways_forward_each_event_once(store_extra: &str) {
     let Some(cluster) = shared_cluster().await else {
         return;
     };
@@ -31,7 +42,7 @@ async fn three_gateways_on_one_cluster_forward_each_event_once() {
         ..ok_plan(seen)
     })
     .await;
-    let text = cluster_config(&upstream.url("/"), cluster, "", "");
+    let text = cluster_config(&upstream.url("/"), cluster, "", store_extra);
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut gateways = Vec::new();
     for dir in &dirs {
@@ -176,6 +187,17 @@ async fn a_master_failover_loses_and_doubles_nothing_with_wait() {
 /// no event is lost.
 #[tokio::test]
 async fn a_killed_gateways_claims_expire_and_the_survivor_finishes() {
+    a_killed_gateway_and_the_survivor("").await;
+}
+
+/// The same with packed claims: a killed gateway's packed claims lapse with
+/// their lease and are taken over.
+#[tokio::test]
+async fn a_killed_gateways_packed_claims_expire_and_the_survivor_finishes() {
+    a_killed_gateway_and_the_survivor("packed_claims = true").await;
+}
+
+async fn a_killed_gateway_and_the_survivor(store_extra: &str) {
     let Some(cluster) = shared_cluster().await else {
         return;
     };
@@ -192,7 +214,7 @@ async fn a_killed_gateways_claims_expire_and_the_survivor_finishes() {
         &upstream.url("/"),
         cluster,
         "processing_ttl = \"1s\"\nretention = \"1h\"",
-        "",
+        store_extra,
     );
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (path_a, port_a) = write_config(dir_a.path(), &text);

@@ -196,6 +196,22 @@ async fn the_documented_acl_runs_every_delivery_on_redis() {
     gateway.shutdown().await;
 }
 
+/// The same with `packed_claims`: the plain `SET … NX GET PX` and `TIME` it
+/// sends, and the scripts opening packed records, pass the same ACL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_runs_packed_claims_on_redis() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    set_user(redis.port, &documented_acl()).await;
+    let upstream = upstream().await;
+    let url = format!("redis://hookgate:{PASSWORD}@127.0.0.1:{}/0", redis.port);
+    let store = format!("backend = \"redis\"\nurl = \"{url}\"\npacked_claims = true");
+    let gateway = TestGateway::start(&config(&upstream, &store)).await;
+    exercise(&gateway, &upstream, "evt_lp_fail").await;
+    gateway.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_acl_runs_every_delivery_on_a_redis_cluster() {
     let Some(cluster) = shared_cluster().await else {

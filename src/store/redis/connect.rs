@@ -206,7 +206,7 @@ impl RedisStore<Single> {
                 client: client.clone(),
                 timeout,
             });
-        Ok(Self::with(
+        let store = Self::with(
             Single {
                 shared,
                 acked,
@@ -214,7 +214,8 @@ impl RedisStore<Single> {
             },
             timeout,
             min_replicas_acked,
-        ))
+        );
+        Ok(store.packing(settings.packed_claims))
     }
 }
 
@@ -249,7 +250,8 @@ impl RedisStore<Cluster> {
             acked: Repairing::new(timeout),
             nodes: node_clients,
         };
-        Ok(Self::with(cluster, timeout, min_replicas_acked))
+        let store = Self::with(cluster, timeout, min_replicas_acked);
+        Ok(store.packing(settings.packed_claims))
     }
 }
 

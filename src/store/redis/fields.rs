@@ -27,6 +27,15 @@ pub(super) fn pairs(fields: &Value) -> Option<Vec<(&Value, &Value)>> {
     }
 }
 
+/// An `HGETALL` reply as a record, `None` when the key holds none.
+pub(super) fn record_or_none(fields: &Value) -> Result<Option<Record>, StoreError> {
+    match fields {
+        Value::Array(items) if items.is_empty() => Ok(None),
+        Value::Map(items) if items.is_empty() => Ok(None),
+        _ => parse_record(fields).map(Some),
+    }
+}
+
 /// Turn an `HGETALL` reply (RESP2 flat array or RESP3 map) into a record.
 pub(super) fn parse_record(fields: &Value) -> Result<Record, StoreError> {
     let pairs =

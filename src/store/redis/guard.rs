@@ -34,7 +34,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::fields::{bytes, pairs, parse_record};
-use super::scripts::PRELUDE;
+use super::scripts::script;
 use super::{Connector, RedisStore};
 use crate::store::{
     settled, ClaimOutcome, ClaimRequest, Record, RecordState, StoreError, StoreKey,
@@ -61,8 +61,8 @@ redis.call('SET', KEYS[1], ARGV[2] .. '\\n' .. ARGV[3] .. '\\n' .. now .. '\\n' 
 return 1
 ";
 
-/// KEYS[1] a record; returns {now, HGETALL}.
-const RECORD: &str = "return {now, redis.call('HGETALL', KEYS[1])}";
+/// KEYS[1] a record; returns {now, HGETALL} (a packed record opened first).
+const RECORD: &str = "return {now, redis.call('HGETALL', opened(KEYS[1]))}";
 
 /// KEYS[1] a guard; ARGV key, expiry (Unix ms). A copied record's guard,
 /// where none is held.
@@ -75,9 +75,7 @@ return 1
 /// Compare-and-set rounds before a delivery gives up and answers in flight.
 const ROUNDS: usize = 4;
 
-static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
-    [READ, TAKE, RECORD, IMPORT].map(|body| Script::new(&format!("{PRELUDE}{body}")))
-});
+static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| [READ, TAKE, RECORD, IMPORT].map(script));
 
 /// What the guard step decided.
 pub(super) enum Taken {

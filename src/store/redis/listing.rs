@@ -1,6 +1,7 @@
 //! The Redis store's queue and listings: the due index a worker leases
 //! from, and the per-state sorted sets listings, counts, the oldest-record
-//! gauges and trims read (`scripts.rs` says how each script keeps them).
+//! gauges and trims read (`scripts.rs` says how each script keeps them;
+//! the listing and count scripts are here).
 
 use std::time::Duration;
 
@@ -12,6 +13,63 @@ use crate::order::Rules;
 use crate::store::{
     Blocked, Due, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, StoreError,
 };
+
+/// The fields a listing reads (no request, no response body).
+pub(super) const LISTED_FIELDS: &str =
+    "'state', 'token', 'body_sha256', 'attempts', 'first_seen', 'updated', \
+  'lease_until', 'completed_at', 'status', 'body_kept', 'last_error', 'last_status', \
+  'last_attempt_at', 'route', 'replay_of'";
+
+/// KEYS[1] the index of (source, state); ARGV source, state, limit, the
+/// score to start below ('+inf', or ms), and '1' when the ids at exactly
+/// that score are wanted too (the caller filters them by id). Returns
+/// {tied, below}: flat lists of id, field pairs. Entries whose record has
+/// expired or moved on are dropped from the index on the way.
+pub(super) const LIST: &str = "
+local idx, src, state, limit = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local FIELDS = {FIELDS}
+local function fetch(id)
+  local v = redis.call('HMGET', opened(src .. ':' .. id), unpack(FIELDS))
+  if v[1] ~= state then redis.call('ZREM', idx, id) return nil end
+  local out = {}
+  for i, name in ipairs(FIELDS) do
+    if v[i] then out[#out + 1] = name; out[#out + 1] = v[i] end
+  end
+  return out
+end
+local tied, below, max = {}, {}, ARGV[4]
+if ARGV[5] == '1' then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', idx, max, max)) do
+    local f = fetch(id)
+    if f then tied[#tied + 1] = id; tied[#tied + 1] = f end
+  end
+  max = '(' .. max
+end
+local offset = 0
+while #below < 2 * limit do
+  local ids = redis.call('ZREVRANGEBYSCORE', idx, max, '-inf', 'LIMIT', offset, limit)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local f = fetch(id)
+    if f then
+      offset = offset + 1
+      if #below < 2 * limit then below[#below + 1] = id; below[#below + 1] = f end
+    end
+  end
+end
+return {tied, below}
+";
+
+/// KEYS[1] the index of (source, state); ARGV source, state. Retires up to
+/// ten stale entries at the old end, then counts.
+pub(super) const COUNT: &str = "
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
+  if redis.call('HGET', opened(ARGV[1] .. ':' .. id), 'state') ~= ARGV[2] then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return redis.call('ZCARD', KEYS[1])
+";
 
 /// The most dead events one `BLOCKED` script looks at: the oldest deaths.
 const BLOCKED_LOOK_AT: usize = 10_000;

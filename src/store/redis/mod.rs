@@ -45,6 +45,7 @@ mod guard;
 mod health;
 mod layout;
 mod listing;
+mod packed;
 mod repair;
 mod scripts;
 mod transfer;
@@ -55,11 +56,12 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 pub use self::connect::{check_url, Cluster, Connector, Single};
-use self::fields::parse_record;
+use self::fields::{parse_record, record_or_none};
 use self::guard::Taken;
+use self::listing::{COUNT, LIST, LISTED_FIELDS};
 use self::scripts::{
-    BLOCKED, CLAIM, COMPLETE, COUNT, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, LIST, LISTED_FIELDS,
-    OLDEST_OWED, PRELUDE, PROBE, RELEASE, RENEW,
+    script, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, OLDEST_OWED, PROBE,
+    RELEASE, RENEW,
 };
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, Fleet,
@@ -89,6 +91,10 @@ pub struct RedisStore<C: Connector> {
     /// Whether scopes are sharded over a cluster's slots, so a body's guard
     /// and a key are apart (set when the layout is learned, `layout.rs`).
     sharded: AtomicBool,
+    /// Whether new keys take the packed claim (`packed.rs`).
+    packed: AtomicBool,
+    /// Redis's clock as last read, for the packed claim's lease.
+    clock: packed::RedisClock,
     /// How long `WAIT` may take.
     wait_timeout: Duration,
     claim: Script,
@@ -108,11 +114,12 @@ pub struct RedisStore<C: Connector> {
 
 impl<C: Connector> RedisStore<C> {
     fn with(connector: C, timeout: Duration, min_replicas_acked: u32) -> Self {
-        let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
         Self {
             connector,
             min_replicas_acked,
             sharded: AtomicBool::new(false),
+            packed: AtomicBool::new(false),
+            clock: packed::RedisClock::default(),
             wait_timeout: timeout / 2,
             claim: script(CLAIM),
             renew: script(RENEW),
@@ -294,6 +301,9 @@ impl<C: Connector> Records for RedisStore<C> {
         request: ClaimRequest<'_>,
         token: &str,
     ) -> Result<ClaimOutcome, StoreError> {
+        if let Some(outcome) = self.claim_packed(&request, token).await? {
+            return Ok(outcome);
+        }
         let Some(guard) = request.guard_key.filter(|_| self.guard_apart()) else {
             return claimed(self.run_claim(&request, token, Guarded::Atomic).await?);
         };
@@ -422,16 +432,15 @@ impl<C: Connector> Records for RedisStore<C> {
     async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
         let key = key.as_str();
         let mut connection = self.connector.connection().await?;
-        let fields: Value = redis::cmd("HGETALL")
+        let fields: Value = match redis::cmd("HGETALL")
             .arg(key)
             .query_async(&mut connection)
             .await
-            .map_err(backend)?;
-        match &fields {
-            Value::Array(items) if items.is_empty() => Ok(None),
-            Value::Map(items) if items.is_empty() => Ok(None),
-            _ => parse_record(&fields).map(Some),
-        }
+        {
+            Err(error) if error.code() == Some("WRONGTYPE") => return self.get_opened(key).await,
+            read => read.map_err(backend)?,
+        };
+        record_or_none(&fields)
     }
 
     async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {

@@ -2,6 +2,15 @@
 //! on the record, its listing index and its queue's due index. The claim
 //! script is the record's life (`store/record.rs`, `decide`) in Lua.
 
+use redis::Script;
+
+use super::packed::OPEN_PACKED;
+
+/// A script: [`PRELUDE`], then `open_packed` (`packed.rs`), then `body`.
+pub(super) fn script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}{OPEN_PACKED}{body}"))
+}
+
 /// Shared by every script: the current Redis time in ms, the listing
 /// indexes, and an ordered record's entity (`ordered`: the record left its
 /// entity's pending set (1), delivered (2, its value the entity's newest if
@@ -77,6 +86,7 @@ local accepting = mode == '3' or mode == '4'
 local operator = mode == '1' or mode == '2'
 local due = ARGV[5] .. '!due'
 local function answers(key)
+  open_packed(key)
   local s = redis.call('HMGET', key, 'state', 'lease_until')
   if not s[1] then return false end
   if s[1] == 'completed' or s[1] == 'dead' or s[1] == 'stale' or s[1] == 'queued' then
@@ -107,6 +117,7 @@ local function keep_request()
     if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'replay_of', ARGV[9]) end
   end
 end
+open_packed(KEYS[1])
 local r = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease_until', 'accepted', 'next_attempt')
 local state = r[1]
 local accepted = r[4] == '1' or r[5] ~= false
@@ -205,7 +216,7 @@ local src, lease = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, #ARGV - 2)
 local out, n = {}, 0
 for _, id in ipairs(ids) do
-  local key = src .. ':' .. id
+  local key = opened(src .. ':' .. id)
   local s = redis.call('HMGET', key, 'state', 'next_attempt', 'attempts')
   if (s[1] == 'queued' or s[1] == 'processing') and s[2] and tonumber(s[2]) <= now then
     n = n + 1
@@ -242,7 +253,7 @@ return out
 pub(super) const LEASE_ORDERED: &str = "
 local due, src, lease, skip = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local out, stale, n, wanted = {}, {}, 0, #ARGV - 3
-local function record(id) return src .. ':' .. id end
+local function record(id) return opened(src .. ':' .. id) end
 -- The entity's head: its id, state and next look; nil with when to look
 -- again (nil: when woken) while it is in flight, held by a dead event or
 -- empty. Settled events met on the way leave the pending set.
@@ -366,14 +377,14 @@ local src, limit = ARGV[1], tonumber(ARGV[2])
 local out, found = {}, 0
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)) do
   if found == limit then break end
-  local r = redis.call('HMGET', src .. ':' .. id, 'state', 'entity', 'order_seq', 'updated')
+  local r = redis.call('HMGET', opened(src .. ':' .. id), 'state', 'entity', 'order_seq', 'updated')
   if r[1] == 'dead' and r[2] then
     local pending = src .. '!e:' .. r[2]
     local rank = redis.call('ZRANK', pending, place_of(id, tonumber(r[3])))
     local first = rank ~= false and rank < 10
     if first and rank > 0 then
       for _, before in ipairs(redis.call('ZRANGE', pending, 0, rank - 1)) do
-        local s = redis.call('HGET', src .. ':' .. string.sub(before, 22), 'state')
+        local s = redis.call('HGET', opened(src .. ':' .. string.sub(before, 22)), 'state')
         if s and s ~= 'completed' and s ~= 'stale' then first = false end
       end
     end
@@ -392,6 +403,7 @@ return out
 /// KEYS[1] key; ARGV token, lease ms, source, id. An async event's next
 /// look moves with its lease.
 pub(super) const RENEW: &str = "
+open_packed(KEYS[1])
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local until_ = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'lease_until', until_)
@@ -405,7 +417,19 @@ return 1
 /// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
 /// source, id.
 pub(super) const COMPLETE: &str = "
-local s = redis.call('HMGET', KEYS[1], 'token', 'state', 'next_attempt')
+local s = redis.pcall('HMGET', KEYS[1], 'token', 'state', 'next_attempt')
+if s.err then
+  -- A packed claim (`packed.rs`): written completed at once.
+  local token, sha = string.match(redis.call('GET', KEYS[1]), '^p1:([^:]*):([^:]*):')
+  if token ~= ARGV[1] then return 0 end
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
+    'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6],
+    'body_sha256', sha, 'attempts', 1, 'first_seen', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  index(ARGV[7], ARGV[8], nil, 'completed')
+  return 1
+end
 if s[1] ~= ARGV[1] then return 0 end
 local from = s[2]
 redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
@@ -428,6 +452,7 @@ return 1
 /// future that fits the record's duty, and keeps the last ten history
 /// lines; returns the state left, 0 when the token no longer holds it.
 pub(super) const FAIL: &str = "
+open_packed(KEYS[1])
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local s = redis.call('HMGET', KEYS[1], 'state', 'accepted', 'next_attempt')
 local from = s[1]
@@ -468,6 +493,7 @@ return to
 /// KEYS[1] key; ARGV token, source, id. A released accepted event goes
 /// back to its queue, due now.
 pub(super) const RELEASE: &str = "
+open_packed(KEYS[1])
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local async = redis.call('HEXISTS', KEYS[1], 'next_attempt') == 1
   or redis.call('HGET', KEYS[1], 'accepted') == '1'
@@ -489,6 +515,7 @@ return 1
 /// 2 in flight (a live lease, or queued: its queue owes it a delivery), 0
 /// not found.
 pub(super) const DELETE: &str = "
+open_packed(KEYS[1])
 local s = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
 if not s[1] then return 0 end
 if ARGV[1] ~= '1' and (s[1] == 'queued' or (s[2] and tonumber(s[2]) > now)) then return 2 end
@@ -498,63 +525,6 @@ redis.call('ZREM', ARGV[2] .. '!' .. s[1], ARGV[3])
 redis.call('ZREM', ARGV[2] .. '!due', ARGV[3])
 redis.call('ZREM', ARGV[2] .. '!accepted', ARGV[3])
 return 1
-";
-
-/// The fields a listing reads (no request, no response body).
-pub(super) const LISTED_FIELDS: &str =
-    "'state', 'token', 'body_sha256', 'attempts', 'first_seen', 'updated', \
-  'lease_until', 'completed_at', 'status', 'body_kept', 'last_error', 'last_status', \
-  'last_attempt_at', 'route', 'replay_of'";
-
-/// KEYS[1] the index of (source, state); ARGV source, state, limit, the
-/// score to start below ('+inf', or ms), and '1' when the ids at exactly
-/// that score are wanted too (the caller filters them by id). Returns
-/// {tied, below}: flat lists of id, field pairs. Entries whose record has
-/// expired or moved on are dropped from the index on the way.
-pub(super) const LIST: &str = "
-local idx, src, state, limit = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
-local FIELDS = {FIELDS}
-local function fetch(id)
-  local v = redis.call('HMGET', src .. ':' .. id, unpack(FIELDS))
-  if v[1] ~= state then redis.call('ZREM', idx, id) return nil end
-  local out = {}
-  for i, name in ipairs(FIELDS) do
-    if v[i] then out[#out + 1] = name; out[#out + 1] = v[i] end
-  end
-  return out
-end
-local tied, below, max = {}, {}, ARGV[4]
-if ARGV[5] == '1' then
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', idx, max, max)) do
-    local f = fetch(id)
-    if f then tied[#tied + 1] = id; tied[#tied + 1] = f end
-  end
-  max = '(' .. max
-end
-local offset = 0
-while #below < 2 * limit do
-  local ids = redis.call('ZREVRANGEBYSCORE', idx, max, '-inf', 'LIMIT', offset, limit)
-  if #ids == 0 then break end
-  for _, id in ipairs(ids) do
-    local f = fetch(id)
-    if f then
-      offset = offset + 1
-      if #below < 2 * limit then below[#below + 1] = id; below[#below + 1] = f end
-    end
-  end
-end
-return {tied, below}
-";
-
-/// KEYS[1] the index of (source, state); ARGV source, state. Retires up to
-/// ten stale entries at the old end, then counts.
-pub(super) const COUNT: &str = "
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
-  if redis.call('HGET', ARGV[1] .. ':' .. id, 'state') ~= ARGV[2] then
-    redis.call('ZREM', KEYS[1], id)
-  end
-end
-return redis.call('ZCARD', KEYS[1])
 ";
 
 /// KEYS[1] `{source}!accepted`, KEYS[2] `{source}!queued`; ARGV source.
@@ -570,7 +540,7 @@ local oldest = nil
 for _ = 1, 100 do
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if #head == 0 then break end
-  local s = redis.call('HMGET', ARGV[1] .. ':' .. head[1], 'state', 'next_attempt')
+  local s = redis.call('HMGET', opened(ARGV[1] .. ':' .. head[1]), 'state', 'next_attempt')
   if (s[1] == 'queued' or s[1] == 'processing') and s[2] then
     oldest = tonumber(head[2])
     break
@@ -579,7 +549,7 @@ for _ = 1, 100 do
 end
 local queued = redis.call('ZRANGE', KEYS[2], 0, 0)
 if #queued > 0 then
-  local seen = tonumber(redis.call('HGET', ARGV[1] .. ':' .. queued[1], 'first_seen'))
+  local seen = tonumber(redis.call('HGET', opened(ARGV[1] .. ':' .. queued[1]), 'first_seen'))
   if seen and (not oldest or seen < oldest) then oldest = seen end
 end
 return oldest

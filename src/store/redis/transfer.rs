@@ -9,12 +9,13 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::fields::parse_record;
-use super::scripts::PRELUDE;
+use super::scripts::script;
 use super::{Connector, RedisStore};
 use crate::store::{history, Content, Record, RecordState, StoreError, StoreKey, Transfer};
 
 /// KEYS[1] the key; returns {now, PTTL, HGETALL}.
-const EXPORT: &str = "return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1])}";
+const EXPORT: &str =
+    "open_packed(KEYS[1]) return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1])}";
 
 /// KEYS[1] the key, optional KEYS[2] its body's replay guard; ARGV expiry
 /// (Unix ms), source, id, updated, state, due score ('' none), owed score
@@ -25,6 +26,7 @@ const EXPORT: &str = "return {now, redis.call('PTTL', KEYS[1]), redis.call('HGET
 const IMPORT: &str = "
 local expires = tonumber(ARGV[1])
 if expires <= now then return 0 end
+open_packed(KEYS[1])
 local old = redis.call('HMGET', KEYS[1], 'state', 'updated', 'first_seen')
 if old[1] then
   if (tonumber(old[2]) or tonumber(old[3]) or 0) >= tonumber(ARGV[4]) then return 0 end
@@ -64,6 +66,7 @@ return 1
 const RESEAL: &str = "
 local names = {'req_query', 'req_headers', 'req_body', 'headers', 'body', 'history'}
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+open_packed(KEYS[1])
 for i, name in ipairs(names) do
   local held = redis.call('HGET', KEYS[1], name)
   if ARGV[i] == '-' then
@@ -80,11 +83,9 @@ end
 return 1
 ";
 
-static EXPORT_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PRELUDE}{EXPORT}")));
-static IMPORT_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PRELUDE}{IMPORT}")));
-static RESEAL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RESEAL));
+static EXPORT_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(EXPORT));
+static IMPORT_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(IMPORT));
+static RESEAL_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(RESEAL));
 
 impl<C: Connector> Transfer for RedisStore<C> {
     async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {

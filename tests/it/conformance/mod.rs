@@ -28,6 +28,7 @@ mod fleet;
 mod life;
 mod listing;
 mod order;
+mod packed;
 mod queue;
 mod records;
 mod shards;
@@ -149,6 +150,17 @@ pub(crate) async fn redis() -> Option<Opened> {
     let redis = RedisServer::start().await?;
     let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
+    Some(opened(backend, Time::Wall, redis))
+}
+
+/// Redis with the packed claim (`store/redis/packed.rs`): every new
+/// sync claim is a string until a script reads it.
+pub(crate) async fn redis_packed() -> Option<Opened> {
+    let redis = RedisServer::start().await?;
+    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let backend = RedisStore::connect(&redis.url(), &settings)
+        .unwrap()
+        .packed_claims();
     Some(opened(backend, Time::Wall, redis))
 }
 

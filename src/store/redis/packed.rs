@@ -1,0 +1,182 @@
+//! The packed claim: a new key claimed by one `SET key value NX GET PX
+//! retention` instead of the claim script (BENCHMARKS.md, "The packed
+//! claim": a script costs Redis about 15 µs beyond the commands it runs,
+//! and the claim is one per new event).
+//!
+//! A packed record is a string, `p1:{token}:{body_sha256}:{lease_until}:
+//! {source length}`: a sync delivery's first claim, with nothing else to
+//! keep (no stored request, no replay guard, no order). Whatever reads a
+//! record by its key — every script, through [`OPEN_PACKED`] — first makes
+//! it the hash every other record is, in place: `processing`, the token,
+//! the body's hash, attempt 1, its lease, its expiry kept, and its entry in
+//! the `processing` listing. So a duplicate, renewal, completion, failure,
+//! release, forget, listing or copy meets the one shape it knows, and a
+//! delivery whose gateway died leaves the same record behind as a hashed
+//! claim does. Until something reads it, a packed claim is in no listing.
+//!
+//! Redis judges every lease by its own clock, and the packed claim, being
+//! no script, cannot read it: its lease end is Redis's time as this
+//! process last read it (`TIME`, at most [`CLOCK_AGE`] ago, carried forward
+//! on the monotonic clock) plus the lease — off by the read's one-way
+//! trip and the clocks' drift since, milliseconds against a lease of
+//! seconds.
+//!
+//! The writer is off unless asked for ([`RedisStore::packed_claims`]):
+//! a gateway of an earlier release reads a packed record as an error, so a
+//! fleet turns it on only once every instance reads it.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use redis::{Script, Value};
+
+use super::fields::record_or_none;
+use super::scripts::script;
+use super::{backend, Connector, RedisStore};
+use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, Record, StoreError};
+
+/// How old the reading of Redis's clock may be.
+const CLOCK_AGE: Duration = Duration::from_secs(5);
+
+/// Lua, after the prelude: `open_packed(key)` turns a packed record at
+/// `key` into its hash, in place, keeping its expiry, and lists it; any
+/// other value is left as it is. `opened(key)` does that and returns the
+/// key.
+pub(super) const OPEN_PACKED: &str = "
+local function open_packed(key)
+  if redis.call('TYPE', key)['ok'] ~= 'string' then return end
+  local token, sha, lease_until, n =
+    string.match(redis.call('GET', key), '^p1:([^:]*):([^:]*):(%d+):(%d+)$')
+  if not token then return end
+  local ttl = redis.call('PTTL', key)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'state', 'processing', 'token', token, 'body_sha256', sha,
+    'attempts', 1, 'lease_until', lease_until, 'updated', now, 'first_seen', now)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  n = tonumber(n)
+  index(string.sub(key, 1, n), string.sub(key, n + 2), nil, 'processing')
+end
+local function opened(key)
+  open_packed(key)
+  return key
+end
+";
+
+/// KEYS[1] a record; returns its HGETALL, a packed record opened first.
+static OPENED: LazyLock<Script> =
+    LazyLock::new(|| script("return redis.call('HGETALL', opened(KEYS[1]))"));
+
+/// Redis's clock as last read: its time minus this process's monotonic
+/// time, both in ms, and when it was read.
+#[derive(Default)]
+pub(super) struct RedisClock {
+    offset_ms: AtomicI64,
+    /// Monotonic ms since `EPOCH` at the reading; 0 never read.
+    read_at_ms: AtomicU64,
+}
+
+/// The monotonic clock's origin.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn monotonic_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64 + 1
+}
+
+impl<C: Connector> RedisStore<C> {
+    /// Claim new keys with the packed claim where it applies (see the
+    /// module doc): only once every instance of the fleet reads packed
+    /// records.
+    pub fn packed_claims(self) -> Self {
+        self.packing(true)
+    }
+
+    /// [`RedisStore::packed_claims`] when `on` (`store.packed_claims`).
+    pub(super) fn packing(self, on: bool) -> Self {
+        self.packed.store(on, Ordering::Relaxed);
+        self
+    }
+
+    /// The packed claim of `request`, when it applies: `None` when it does
+    /// not, or when the key holds a record already (the claim script then
+    /// decides, having opened a packed one).
+    pub(super) async fn claim_packed(
+        &self,
+        request: &ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let applies = self.packed.load(Ordering::Relaxed)
+            && request.mode == ClaimMode::Deliver
+            && request.guard_key.is_none()
+            && request.stored.is_none()
+            && request.order.is_none()
+            // A claim that must reach replicas waits for them in the script's path.
+            && self.min_replicas_acked == 0;
+        if !applies {
+            return Ok(None);
+        }
+        let lease_until = self.redis_now_ms().await? + request.processing_ttl.as_millis() as u64;
+        let mut connection = self.connector.connection().await?;
+        let reply: redis::RedisResult<Option<Value>> = redis::cmd("SET")
+            .arg(request.key.as_str())
+            .arg(format!(
+                "p1:{token}:{}:{lease_until}:{}",
+                request.body_sha256,
+                request.key.source().len()
+            ))
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(request.retention.as_millis() as u64)
+            .query_async(&mut connection)
+            .await;
+        match reply {
+            Ok(None) => Ok(Some(ClaimOutcome::New(Lease {
+                token: token.to_owned(),
+                attempt: 1,
+            }))),
+            // A packed claim is there: the claim script opens and judges it.
+            Ok(Some(_)) => Ok(None),
+            Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+            Err(error) => Err(backend(error)),
+        }
+    }
+
+    /// Redis's time now, in Unix ms, from the last reading of its clock
+    /// (read again when older than [`CLOCK_AGE`]).
+    async fn redis_now_ms(&self) -> Result<u64, StoreError> {
+        let clock = &self.clock;
+        let read_at = clock.read_at_ms.load(Ordering::Acquire);
+        let now = monotonic_ms();
+        if read_at != 0 && now - read_at < CLOCK_AGE.as_millis() as u64 {
+            return Ok(now.saturating_add_signed(clock.offset_ms.load(Ordering::Acquire)));
+        }
+        let mut connection = self.connector.connection().await?;
+        let before = monotonic_ms();
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        let after = monotonic_ms();
+        let redis_ms = seconds * 1000 + micros / 1000;
+        let middle = before + (after - before) / 2;
+        clock
+            .offset_ms
+            .store(redis_ms as i64 - middle as i64, Ordering::Release);
+        clock.read_at_ms.store(middle, Ordering::Release);
+        Ok(redis_ms + (after - middle))
+    }
+
+    /// The record at `key`, which holds something other than a hash (a
+    /// plain `HGETALL` met a packed record): opened, then read.
+    pub(super) async fn get_opened(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let mut connection = self.connector.connection().await?;
+        let fields: Value = OPENED
+            .key(key)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        record_or_none(&fields)
+    }
+}

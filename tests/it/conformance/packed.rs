@@ -1,0 +1,135 @@
+//! Redis's packed claim (`store/redis/packed.rs`), seen in Redis itself: a
+//! new sync claim is one string until a script reads it, then the same
+//! hash, listed, as a claim by the script. (Every conformance test also
+//! runs against it: the `redis_packed` backend.)
+
+use std::time::Duration;
+
+use hookgate::config::{Backend as StoreBackend, StoreSettings};
+use hookgate::store::{ClaimOutcome, RecordState, RedisStore, Store};
+
+use super::{claim_new, request, response, LONG, SHA_A, SHA_B};
+use crate::support::RedisServer;
+
+/// A store on `redis`, packed claims on or off, and a raw connection.
+async fn open(redis: &RedisServer, packed: bool) -> (Store, redis::aio::MultiplexedConnection) {
+    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
+    let backend = if packed {
+        backend.packed_claims()
+    } else {
+        backend
+    };
+    let metrics = hookgate::metrics::StoreMetrics::unregistered();
+    let store = Store::new(backend, "hookgate:", Duration::from_secs(2), metrics);
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    (
+        store,
+        client.get_multiplexed_async_connection().await.unwrap(),
+    )
+}
+
+async fn type_of(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query_async(raw).await.unwrap()
+}
+
+async fn pttl(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(raw).await.unwrap()
+}
+
+async fn redis_ms(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(raw).await.unwrap();
+    s * 1000 + us / 1000
+}
+
+#[tokio::test]
+async fn a_packed_claim_is_one_string_until_read_then_the_usual_record() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let (store, mut raw) = open(&redis, true).await;
+    let key = store.key("pk", "evt_1");
+    let ttl = Duration::from_secs(30);
+    let before = redis_ms(&mut raw).await;
+    let lease = match store.claim(request(&key, SHA_A, ttl)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(lease.attempt, 1);
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
+    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 0);
+    // Its retention is the key's expiry from the start.
+    let expiry = pttl(&mut raw, key.as_str()).await;
+    assert!(expiry > 500_000, "the retention (600 s), got {expiry} ms");
+
+    // Read: opened in place, listed, its lease by Redis's clock.
+    let record = store.get(&key).await.unwrap().unwrap();
+    let after = redis_ms(&mut raw).await;
+    assert_eq!(record.state, RecordState::Processing);
+    assert_eq!(record.attempts, 1);
+    assert_eq!(record.body_sha256, SHA_A);
+    let until = record.lease_expires_at_ms.unwrap();
+    assert!(
+        until + 50 >= before + 30_000 && until <= after + 30_000 + 50,
+        "lease end {until} against Redis's clock {before}..{after} + 30 s"
+    );
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "hash");
+    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 1);
+    let expiry = pttl(&mut raw, key.as_str()).await;
+    assert!(expiry > 500_000, "the expiry is kept, got {expiry} ms");
+
+    // A duplicate is in flight until the lease ends; the holder completes.
+    match store.claim(request(&key, SHA_B, ttl)).await.unwrap() {
+        ClaimOutcome::InFlight { retry_after } => assert!(retry_after > Duration::from_secs(20)),
+        other => panic!("{other:?}"),
+    }
+    assert!(store
+        .complete(&key, &lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    assert!(matches!(
+        store.claim(request(&key, SHA_A, ttl)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    assert_eq!(store.count("pk", RecordState::Completed).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_packed_claim_completes_straight_into_a_listed_record() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let (store, mut raw) = open(&redis, true).await;
+    let key = store.key("pk", "evt_2");
+    let lease = match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
+    let mut wrong = lease.clone();
+    wrong.token = "0".repeat(32);
+    assert!(!store
+        .complete(&key, &wrong, &response("no"), LONG)
+        .await
+        .unwrap());
+    assert!(store
+        .complete(&key, &lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!((record.attempts, record.body_sha256.as_str()), (1, SHA_A));
+    assert_eq!(store.count("pk", RecordState::Completed).await.unwrap(), 1);
+    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn without_the_setting_every_claim_is_a_hash() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let (store, mut raw) = open(&redis, false).await;
+    claim_new(&store, "evt_3", LONG).await;
+    let key = super::k("evt_3");
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "hash");
+}
