@@ -11,12 +11,17 @@
 //!
 //! The accepting request then hands the event out at once, from a task
 //! holding the event's claim (its acceptance was `ClaimMode::AcceptClaimed`);
-//! while the route is paused, or when that gateway dies first, a worker
-//! leases the event like any other and, instead of calling an upstream,
-//! hands it out ([`fan_out`]): one acceptance per destination it
-//! passed, in the destination's own scope (`scope/destination`) under the
-//! event's key, with the request as the sender sent it; then it completes
-//! the event's record. From there each destination is an ordinary async
+//! while the route is paused, when that gateway dies first, or on an
+//! ordered route, a worker leases the event like any other and, instead of
+//! calling an upstream, hands it out ([`fan_out`]): one acceptance per
+//! destination it passed, in the destination's own scope
+//! (`scope/destination`) under the event's key, with the request as the
+//! sender sent it; then it completes the event's record. An ordered
+//! route's events take their place in their entity's order at acceptance
+//! (by acceptance alone), so each entity's are handed out one at a time,
+//! in that order; each destination's acceptance gives the event its place
+//! in the destination's own order, with its `stale_by` value and
+//! `reorder_window`. From there each destination is an ordinary async
 //! delivery with its own record, lease, attempts, backoff, dead letter,
 //! pause, breaker and rate — a dead consumer never holds up another.
 //!
@@ -27,6 +32,9 @@
 //! destinations an event passed are decided once, at acceptance: a reload
 //! that adds a destination or changes a filter applies to later events; a
 //! destination removed before its event was fanned out is skipped (logged).
+//! An event a route held before a reload gave it destinations is judged
+//! when it is handed out: by a worker, or by an operator's redelivery,
+//! replay or redrive (docs/operations.md, "When a route changes shape").
 
 use std::sync::Arc;
 
@@ -40,7 +48,7 @@ use crate::delivery::Engine;
 use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
-use crate::store::{ClaimMode, ClaimRequest, Stored, StoredRequest};
+use crate::store::{ClaimMode, ClaimRequest, OrderSpot, Stored, StoredRequest};
 
 /// What a route's filters say of an event.
 pub enum Verdict {
@@ -88,13 +96,13 @@ pub fn mark(request: &mut StoredRequest, names: &str) {
 /// hash; claimed by the accepting request, or leased by a worker — to each
 /// destination it passed, then complete its record. On a store error the
 /// claim is released: the event is due again, and the next hand-out skips
-/// what this one did.
+/// what this one did. Whether it was handed out.
 pub async fn fan_out(
-    gateway: Arc<Engine>,
+    gateway: &Engine,
     route: Arc<Route>,
     event: (String, StoredRequest, String),
     claim: Claim,
-) {
+) -> bool {
     let (id, mut request, body_sha256) = event;
     // Judged at acceptance; an event accepted while the route had one
     // upstream (before a reload gave it destinations) is judged now.
@@ -112,8 +120,16 @@ pub async fn fan_out(
             continue;
         };
         let key = store.key(&destination.scope, &id);
+        // An ordered route's destination keeps the entity's order in its
+        // own queue, from the place this hand-out gives the event there.
+        let place = destination.order_place(&request.headers, &request.body, &body_sha256);
         let accept = ClaimRequest {
             mode: ClaimMode::Accept,
+            order: place.as_ref().map(|(place, hold)| OrderSpot {
+                entity: &place.entity,
+                value: place.value,
+                hold: *hold,
+            }),
             stored: Some(Stored {
                 request: &request,
                 route: &destination.name,
@@ -132,7 +148,7 @@ pub async fn fan_out(
             tracing::warn!(route = %route.name, key = %id, destination = %name, %error,
                 "could not hand the event to its destination; fanning out again");
             let _ = claim.release().await;
-            return;
+            return false;
         }
         handed.push(name);
     }
@@ -147,4 +163,5 @@ pub async fn fan_out(
     };
     claim.complete(&recorded, route.retention).await;
     gateway.places().wake();
+    true
 }

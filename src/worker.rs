@@ -27,6 +27,7 @@
 //! other, so the drain waits for them and releases the unfinished ones back
 //! to the queue.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ use crate::delivery::policy::{self, Rules};
 use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::headers::new_request_id;
+use crate::order::Rules as OrderRules;
 use crate::route::Route;
 use crate::store::{
     AttemptKind, Due, Failure, FailureClass, Next, PastAttempt, StoreError, SyncNext,
@@ -51,8 +53,9 @@ const POLL: Duration = Duration::from_millis(250);
 /// Run the workers until `stop` resolves.
 pub async fn run(gateway: Arc<Engine>, stop: impl std::future::Future<Output = ()>) {
     tokio::pin!(stop);
+    let mut orders = Orders::default();
     loop {
-        let busy = pass(&gateway).await;
+        let busy = pass(&gateway, &mut orders).await;
         if busy {
             // More may be due: go on at once, but let requests through.
             tokio::task::yield_now().await;
@@ -106,7 +109,7 @@ struct Leave {
 /// events are leased, and each event spends its owner's admission and
 /// takes its owner's place — waiting for one, its lease renewed, when a
 /// hybrid call took the last meanwhile.
-async fn pass(gateway: &Arc<Engine>) -> bool {
+async fn pass(gateway: &Arc<Engine>, orders: &mut Orders) -> bool {
     let mut busy = false;
     let pauses = gateway.pauses();
     for routes in scopes(&gateway.routes()) {
@@ -136,7 +139,7 @@ async fn pass(gateway: &Arc<Engine>) -> bool {
             continue;
         }
         let fallback = &routes[0];
-        let due = match lease(gateway, fallback, room).await {
+        let due = match orders.lease(gateway, fallback, room).await {
             Ok(due) => due,
             Err(error) => {
                 tracing::warn!(scope = %fallback.scope, %error, "could not lease due events");
@@ -171,23 +174,85 @@ async fn pass(gateway: &Arc<Engine>) -> bool {
     busy
 }
 
-/// Up to `room` due events of `route`'s scope: of each entity at most its
-/// next, on an ordered route (README, "Ordered delivery"), the stale ones
-/// met on the way counted.
-async fn lease(gateway: &Engine, route: &Route, room: usize) -> Result<Vec<Due>, StoreError> {
-    let store = gateway.store();
-    let Some(order) = route.order() else {
-        return store
-            .lease_due(&route.scope, room, route.processing_ttl)
-            .await;
-    };
-    let leased =
-        (store.lease_ordered(&route.scope, room, route.processing_ttl, order.rules())).await?;
-    for key in &leased.stale {
-        tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
-        route.stale_events.inc();
+/// Which scopes hold ordered events, whatever their routes say now.
+///
+/// An event keeps the place its acceptance gave it in its entity's order
+/// (docs/operations.md, "When a route changes shape"): after a reload or
+/// a restart turned its route unordered (sync, or async without
+/// `order_by`), the backlog still drains one event per entity at a time,
+/// in order, while new events are leased unordered beside it. A scope is
+/// leased in order while its route is ordered, once it was in this
+/// process, and in the first pass of each scope (which finds a backlog
+/// left by an earlier configuration); an unordered lease that still meets
+/// an ordered event gives it back unsent and leases the scope in order
+/// from then on.
+#[derive(Default)]
+struct Orders {
+    /// Scopes leased at least once by this process.
+    leased: HashSet<String>,
+    /// Scopes known to hold ordered events.
+    ordered: HashSet<String>,
+}
+
+impl Orders {
+    /// Up to `room` due events of `route`'s scope: of each entity at most
+    /// its next, on an ordered scope (README, "Ordered delivery"), the
+    /// stale ones met on the way counted.
+    async fn lease(
+        &mut self,
+        gateway: &Engine,
+        route: &Route,
+        room: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        let store = gateway.store();
+        // A store that spreads scopes over shards never orders.
+        let first = !self.leased.contains(&route.scope) && store.shards() == 1;
+        let rules = match route.queue_order() {
+            Some(order) => {
+                self.ordered.insert(route.scope.clone());
+                order.rules()
+            }
+            // A backlog left ordered: a dead event no longer holds its
+            // entity once the route stopped ordering.
+            None if first || self.ordered.contains(&route.scope) => OrderRules { skip_dead: true },
+            None => return self.lease_unordered(gateway, route, room).await,
+        };
+        let leased = (store.lease_ordered(&route.scope, room, route.processing_ttl, rules)).await?;
+        self.leased.insert(route.scope.clone());
+        for key in &leased.stale {
+            tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
+            route.stale_events.inc();
+        }
+        if leased.due.iter().any(|due| due.record.order.is_some()) {
+            self.ordered.insert(route.scope.clone());
+        }
+        Ok(leased.due)
     }
-    Ok(leased.due)
+
+    /// An unordered scope's lease; an ordered event met in it is given
+    /// back unsent (its attempt counted), and the scope leased in order
+    /// from the next pass on.
+    async fn lease_unordered(
+        &mut self,
+        gateway: &Engine,
+        route: &Route,
+        room: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        let store = gateway.store();
+        let due = (store.lease_due(&route.scope, room, route.processing_ttl)).await?;
+        let (ordered, unordered): (Vec<Due>, Vec<Due>) =
+            due.into_iter().partition(|due| due.record.order.is_some());
+        if !ordered.is_empty() {
+            tracing::info!(route = %route.name, events = ordered.len(), "ordered events left by an earlier configuration: their scope is leased in order from now on");
+            self.ordered.insert(route.scope.clone());
+            for due in ordered {
+                let _ = store
+                    .release(&store.key(&route.scope, &due.id), &due.lease)
+                    .await;
+            }
+        }
+        Ok(unordered)
+    }
 }
 
 /// One attempt at one leased event.
@@ -207,7 +272,8 @@ async fn deliver(
             return;
         };
         let event = (due.id, request, due.record.body_sha256);
-        return crate::fanout::fan_out(gateway, route, event, claim).await;
+        crate::fanout::fan_out(&gateway, route, event, claim).await;
+        return;
     }
     let Some(request) = due.record.request else {
         tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
@@ -383,10 +449,11 @@ scheme = "none"
             )
         };
         store.claim(accept).await.unwrap();
+        let mut orders = Orders::default();
 
-        pass(&engine).await;
+        pass(&engine, &mut orders).await;
         settled(&engine, 1).await;
-        pass(&engine).await;
+        pass(&engine, &mut orders).await;
         tokio::task::yield_now().await;
         assert_eq!(
             state(&engine).await,
@@ -395,11 +462,11 @@ scheme = "none"
         );
 
         tokio::time::advance(Duration::from_secs(10)).await;
-        pass(&engine).await;
+        pass(&engine, &mut orders).await;
         settled(&engine, 2).await;
 
         tokio::time::advance(Duration::from_secs(10)).await;
-        pass(&engine).await;
+        pass(&engine, &mut orders).await;
         for _ in 0..1000 {
             if state(&engine).await.0 == RecordState::Dead {
                 break;

@@ -31,10 +31,19 @@ impl Admin {
         }
     }
 
-    /// The delivery an action on one event of `route` acts on: each
+    /// The delivery an action on event `key` of `route` acts on: each
     /// destination's delivery is its own, so an action names which, unless
-    /// the route has only one.
-    pub(super) fn acted_on(&self, route: Arc<Route>) -> Result<Arc<Route>, AdminError> {
+    /// the route has only one — or the event was never handed out (it died
+    /// or failed before the route had destinations): then the action is
+    /// on the event itself, and sending it again hands it out.
+    pub(super) async fn acted_on(
+        &self,
+        route: Arc<Route>,
+        key: &str,
+    ) -> Result<Arc<Route>, AdminError> {
+        if route.fans_out() && self.gateway.never_handed_out(&route, key).await {
+            return Ok(route);
+        }
         match route.destinations.as_slice() {
             [] => Ok(route),
             [only] => (self.gateway.route(&only.name)).ok_or(AdminError::UnknownDestination),

@@ -361,7 +361,7 @@ impl Admin {
         let key = percent_decode(raw_key).ok_or(AdminError::KeyEncoding)?;
         let route = match method == Method::GET && action.is_none() {
             true => route,
-            false => self.acted_on(route)?,
+            false => self.acted_on(route, &key).await?,
         };
         let force = query_flag(request, "force");
         tracing::info!(target: "hookgate::admin", %peer, via, role, %method, route = %route.name, key, action, force, "admin action");

@@ -13,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 
 use crate::cidr::Cidr;
 use crate::key::{KeySource, OnMissingKey};
-use crate::order::OrderSettings;
+use crate::order::{OrderSettings, Place};
 use crate::secret::Secret;
 pub use crate::store::{BackendSettings as Backend, StoreSettings, Synchronous};
 use crate::verify::{Profile, Verifier};
@@ -413,14 +413,57 @@ impl RouteConfig {
         !self.destinations.is_empty()
     }
 
-    /// The order its queue keeps (README, "Ordered delivery"): an async
-    /// route's or destination's `order_by`. A route with destinations
-    /// hands its events out unordered, and each destination orders its own.
+    /// The order its deliveries keep (README, "Ordered delivery"): an
+    /// async route's or destination's `order_by`. A route with
+    /// destinations calls no upstream: each destination orders, holds and
+    /// judges staleness of its own deliveries ([`RouteConfig::hand_out_order`]).
     pub fn order(&self) -> Option<&OrderSettings> {
         match &self.delivery {
             DeliveryMode::Async(settings) if !self.fans_out() => settings.order.as_ref(),
             _ => None,
         }
+    }
+
+    /// A route with destinations and `order_by`: its events are handed
+    /// out one at a time per entity, in the order they were accepted, so
+    /// that each destination's own order starts from the sender's.
+    pub fn hand_out_order(&self) -> Option<&OrderSettings> {
+        match &self.delivery {
+            DeliveryMode::Async(settings) if self.fans_out() => settings.order.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The order this route's queue is leased in: its deliveries' order,
+    /// or its hand-outs'.
+    pub fn queue_order(&self) -> Option<&OrderSettings> {
+        self.order().or(self.hand_out_order())
+    }
+
+    /// Where an event this route accepts (or a destination is handed)
+    /// stands in its entity's order, and how long it waits before it may
+    /// be leased (`reorder_window`); `None` when it is delivered
+    /// unordered. A hand-out keeps the acceptance's place alone: no value
+    /// (staleness is each destination's to judge, by what it delivered)
+    /// and no wait (each destination holds its own window).
+    pub fn order_place(
+        &self,
+        headers: &http::HeaderMap,
+        body: &[u8],
+        body_sha256: &str,
+    ) -> Option<(Place, Duration)> {
+        if let Some(order) = self.order() {
+            let place = order.place(headers, body, body_sha256)?;
+            return Some((place, order.reorder_window));
+        }
+        let place = (self.hand_out_order()?).place(headers, body, body_sha256)?;
+        Some((
+            Place {
+                value: None,
+                ..place
+            },
+            Duration::ZERO,
+        ))
     }
 
     /// The destination named `name` of this route.

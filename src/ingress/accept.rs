@@ -54,25 +54,26 @@ impl Gateway {
             Some((self.engine.admit(route).ok()?, permit))
         });
         // A route with destinations hands the event out at once, from a
-        // task holding the event's claim, unless it is paused; its workers
-        // do when this gateway cannot (paused, or gone).
-        let hand_out = route.fans_out() && !self.engine.pauses().is_paused(&route.name);
+        // task holding the event's claim, unless it is paused or ordered;
+        // its workers do when this gateway cannot (paused, or gone), and
+        // an ordered route's one entity's events at a time, in order.
+        let hand_out = route.fans_out()
+            && route.hand_out_order().is_none()
+            && !self.engine.pauses().is_paused(&route.name);
         let mode = match hybrid.is_some() || hand_out {
             true => ClaimMode::AcceptClaimed,
             false => ClaimMode::Accept,
         };
         // An ordered route's event takes its place in its entity's order.
-        let order = route.order();
-        let place =
-            order.and_then(|order| order.place(&request.headers, &request.body, body_sha256));
+        let place = route.order_place(&request.headers, &request.body, body_sha256);
         let outcome = self
             .engine
             .store()
             .claim(ClaimRequest {
-                order: place.as_ref().zip(order).map(|(place, order)| OrderSpot {
+                order: place.as_ref().map(|(place, hold)| OrderSpot {
                     entity: &place.entity,
                     value: place.value,
-                    hold: order.reorder_window,
+                    hold: *hold,
                 }),
                 key: &store_key,
                 body_sha256,
@@ -97,7 +98,7 @@ impl Gateway {
                 let claim = self.engine.claim_for(route, store_key, lease);
                 let event = (key.to_owned(), request, body_sha256.to_owned());
                 let (engine, route) = (Arc::clone(&self.engine), Arc::clone(route));
-                tokio::spawn(fanout::fan_out(engine, route, event, claim));
+                tokio::spawn(async move { fanout::fan_out(&engine, route, event, claim).await });
                 Ok((accepted(settings, key, false), Outcome::Accepted))
             }
             Ok(ClaimOutcome::New(lease)) => {

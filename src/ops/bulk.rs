@@ -415,12 +415,6 @@ impl Engine {
             counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if route.fans_out() && bulk.action != Action::Forget {
-            // The event's own record calls no upstream: its destinations'
-            // deliveries (in the same selection) are what is sent again.
-            counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let mut store_tries = 0;
         loop {
             if bulk.action != Action::Forget {
@@ -468,6 +462,9 @@ impl Engine {
                     *bulk.last_error.lock().expect("poisoned") = Some(error.to_string());
                     &counts.failed
                 }
+                // Among them an event a route with destinations handed
+                // out (destination_required): its destinations' deliveries,
+                // in the same selection, are what is sent again.
                 Err(_) => &counts.skipped,
             };
             counter.fetch_add(1, Ordering::Relaxed);

@@ -220,6 +220,18 @@ impl Engine {
         })
     }
 
+    /// Whether event `key` of `route`, a route with destinations, is held
+    /// by the route's own record and was never handed out: accepted
+    /// before the route had destinations and not delivered (queued,
+    /// failed, dead). Its redelivery hands it out.
+    pub async fn never_handed_out(&self, route: &Route, key: &str) -> bool {
+        let store = self.store();
+        match store.get(&store.key(&route.scope, key)).await {
+            Ok(Some(record)) => record.state != RecordState::Completed,
+            _ => false,
+        }
+    }
+
     /// Forget `key`, so its next delivery is processed again — unless a
     /// delivery still holds it, or it is queued for its workers, and
     /// `force` is not set.

@@ -28,6 +28,7 @@ use crate::delivery::places::Place;
 use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::error::GatewayError;
+use crate::fanout;
 use crate::headers::new_request_id;
 use crate::key;
 use crate::route::Route;
@@ -91,9 +92,6 @@ impl Engine {
         key: String,
         force: bool,
     ) -> Result<Sent, OpsError> {
-        if route.fans_out() {
-            return Err(OpsError::DestinationRequired);
-        }
         let gateway = Arc::clone(self);
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
@@ -114,6 +112,10 @@ impl Engine {
             .await
             .map_err(OpsError::from)?
             .ok_or(OpsError::KeyNotFound)?;
+        if route.fans_out() && record.state == RecordState::Completed {
+            // Handed out: each destination's delivery is its own.
+            return Err(OpsError::DestinationRequired);
+        }
         if record.state == RecordState::Completed && !force {
             return Err(OpsError::Completed);
         }
@@ -136,6 +138,23 @@ impl Engine {
                 }
                 Ok(_) => Err(OpsError::InFlight),
                 Err(error) => Err(OpsError::from(error)),
+            };
+        }
+        if route.fans_out() {
+            // Never handed out (it died, or failed, before the route had
+            // destinations): handing it out is its delivery.
+            let claimed = store.claim(claim(ClaimMode::Redeliver { force })).await;
+            return match claimed.map_err(OpsError::from)? {
+                ClaimOutcome::New(lease) => {
+                    let held = (store_key, lease);
+                    self.hand_out(route, held, key, request, record.body_sha256)
+                        .await
+                }
+                ClaimOutcome::Queued => {
+                    self.places().wake();
+                    Ok(Sent::queued(key, record.attempts))
+                }
+                _ => Err(OpsError::InFlight),
             };
         }
         let leave = self.leave(route)?;
@@ -180,9 +199,6 @@ impl Engine {
         route: Arc<Route>,
         key: String,
     ) -> Result<Sent, OpsError> {
-        if route.fans_out() {
-            return Err(OpsError::DestinationRequired);
-        }
         let gateway = Arc::clone(self);
         detached(async move { gateway.replay_now(&route, &key).await }).await
     }
@@ -197,8 +213,16 @@ impl Engine {
             .await
             .map_err(OpsError::from)?
             .ok_or(OpsError::KeyNotFound)?;
+        if route.fans_out() && record.state == RecordState::Completed {
+            // Handed out: each destination's delivery is its own.
+            return Err(OpsError::DestinationRequired);
+        }
         let request = record.request.ok_or(OpsError::RequestNotStored)?;
-        let mut leave = Some(self.leave(route)?);
+        // A route with destinations hands the replay out: no call, no leave.
+        let mut leave = match route.fans_out() {
+            true => None,
+            false => Some(self.leave(route)?),
+        };
         for n in 1..=MAX_REPLAYS {
             let replay_key = key::validate(replay_key(key, n)).map_err(|_| OpsError::KeyInvalid)?;
             let store_key = store.key(&route.scope, &replay_key);
@@ -219,6 +243,11 @@ impl Engine {
                 .await
                 .map_err(OpsError::from)?;
             if let ClaimOutcome::New(lease) = claimed {
+                if route.fans_out() {
+                    let held = (store_key, lease);
+                    let sha = record.body_sha256;
+                    return self.hand_out(route, held, &replay_key, request, sha).await;
+                }
                 let Some(leave) = leave.take() else { break };
                 let held = (store_key, lease, leave);
                 let now = self.clock().now_ms();
@@ -246,6 +275,27 @@ impl Engine {
             found.push(replay_key);
         }
         Ok(found)
+    }
+
+    /// Hand the claimed event `key` of a route with destinations to each
+    /// destination its filters take now; their workers deliver it.
+    async fn hand_out(
+        &self,
+        route: &Arc<Route>,
+        (store_key, lease): (StoreKey, Lease),
+        key: &str,
+        request: StoredRequest,
+        body_sha256: String,
+    ) -> Result<Sent, OpsError> {
+        let claim = self.claim_for(route, store_key, lease);
+        let attempt = claim.attempt();
+        let event = (key.to_owned(), request, body_sha256);
+        match fanout::fan_out(self, Arc::clone(route), event, claim).await {
+            true => Ok(Sent::queued(key, attempt)),
+            false => Err(OpsError::StoreUnavailable(
+                "the event could not be handed to its destinations".into(),
+            )),
+        }
     }
 
     /// Leave for one operator call now, or the error that says why not.

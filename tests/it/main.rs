@@ -7,6 +7,7 @@ mod backup;
 mod bulk;
 mod cli;
 mod cluster_spread;
+mod composition;
 mod conformance;
 mod console;
 mod console_blocked;
