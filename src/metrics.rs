@@ -119,8 +119,11 @@ pub struct Metrics {
     pub dead_letters: IntGaugeVec,
     /// hookgate extension: operator redeliveries and replays by result.
     pub redeliveries: IntCounterVec,
-    /// Async delivery (README, "Asynchronous delivery").
+    /// Async delivery (README, "Asynchronous delivery"): the attempts of
+    /// accepted events, by workers and the hybrid.
     pub delivery_attempts: IntCounterVec,
+    /// Every attempt of a claimed event, by its entrance.
+    pub attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
     /// Traffic control (README, "Traffic control"): paused routes (1), breakers holding
@@ -332,6 +335,14 @@ impl Metrics {
             &["route", "destination", "result"],
         )
         .expect("valid metric");
+        let attempts = IntCounterVec::new(
+            Opts::new(
+                "hookgate_attempts_total",
+                "Upstream attempts of claimed events, by entrance (sync, hybrid, worker, redeliver, replay) and how each ended.",
+            ),
+            &["route", "destination", "entrance", "result"],
+        )
+        .expect("valid metric");
         let queue_depth = IntGaugeVec::new(
             Opts::new(
                 "hookgate_queue_depth",
@@ -422,6 +433,7 @@ impl Metrics {
             Box::new(blocked_entities.clone()),
             Box::new(redeliveries.clone()),
             Box::new(delivery_attempts.clone()),
+            Box::new(attempts.clone()),
             Box::new(queue_depth.clone()),
             Box::new(oldest_queued.clone()),
             Box::new(route_paused.clone()),
@@ -470,6 +482,7 @@ impl Metrics {
             dead_letters,
             redeliveries,
             delivery_attempts,
+            attempts,
             queue_depth,
             oldest_queued,
             route_paused,

@@ -226,6 +226,13 @@ impl Engine {
                 Box::pin(self.settle_failure(&route, claim, &result, failed, stored)).await
             }
         };
+        let labels = [
+            route.route_name(),
+            route.destination_name(),
+            kind.as_str(),
+            settled.as_str(),
+        ];
+        self.metrics().attempts.with_label_values(&labels).inc();
         Attempted {
             result,
             elapsed,

@@ -325,3 +325,50 @@ async fn a_dead_letter_of_a_route_that_gained_destinations_is_handed_out() {
     assert_eq!(again.json()["error"]["code"], "destination_required");
     gateway.shutdown().await;
 }
+
+/// A hybrid call that outlives `respond_within` and then fails: the sender
+/// was answered 202, and the attempt is still counted — in the async
+/// family, and in the family every entrance counts in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hybrid_attempt_that_fails_after_the_202_is_counted() {
+    let upstream = Upstream::with(|seen| Plan {
+        delay: Duration::from_millis(400),
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        ..ok_plan(seen)
+    })
+    .await;
+    let route = "delivery = \"async\"\nrespond_within = \"100ms\"\nmax_attempts = 5\n\
+                 retry_backoff = { initial = \"1h\", max = \"1h\" }";
+    let text = with_admin(
+        &config_text(&upstream.url("/hook"), &Backend::Memory, route, ""),
+        true,
+    );
+    let gateway = TestGateway::start(&text).await;
+    let sent = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_slow"))
+        .await;
+    assert_eq!(
+        sent.status,
+        StatusCode::ACCEPTED,
+        "answered before the call ended"
+    );
+    let retrying = [("route", "hook"), ("result", "retrying")];
+    let counted = eventually(Duration::from_secs(10), || async {
+        let metrics = scrape(&gateway.admin_url("/metrics")).await;
+        sample(&metrics, "hookgate_delivery_attempts_total", &retrying) == Some(1.0)
+    });
+    assert!(counted.await, "the hybrid's failed attempt is counted");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let by_entrance = [
+        ("route", "hook"),
+        ("entrance", "hybrid"),
+        ("result", "retrying"),
+    ];
+    assert_eq!(
+        sample(&metrics, "hookgate_attempts_total", &by_entrance),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(upstream.count("evt_slow"), 1);
+    gateway.shutdown().await;
+}
