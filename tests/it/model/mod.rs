@@ -45,12 +45,14 @@
 //! async senders, the hybrid, workers, operators, reloads between modes —
 //! with its own action → code table; [`fanout`] one event handed to several
 //! destinations and delivered by each; [`order`] one entity's events
-//! delivered in order, one at a time.
+//! delivered in order, one at a time; [`ordered_fanout`] an ordered
+//! route's events handed to a destination that keeps their order.
 
 mod entrances;
 mod fanout;
 mod guard;
 mod order;
+mod ordered_fanout;
 
 use stateright::{Checker, Model, Property};
 
