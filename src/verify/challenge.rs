@@ -11,6 +11,15 @@
 //! route's `handshake_token` when the sender sends one; or the CRC, an HMAC
 //! of the challenge under the route's first secret. A `POST` handshake is
 //! an ordinary signed delivery: answered only after it verified.
+//!
+//! A CRC is an HMAC that anyone may ask for, under the secret deliveries
+//! are signed with (X's protocol uses one secret for both): the answer to
+//! challenge `T` is exactly the signature of a delivery whose signed
+//! content is `T`. So on such a route a delivery whose signed content
+//! could itself be a challenge — 1 to 256 characters of the challenge
+//! alphabet — is refused whatever its signature ([`could_be_challenged`]):
+//! a handshake's answer is never a valid signature of a deliverable
+//! request. Real deliveries are JSON objects, never such a string.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -23,6 +32,24 @@ use crate::secret::Secret;
 
 /// The longest challenge echoed back.
 const MAX_CHALLENGE: usize = 256;
+
+/// A byte a challenge may hold: URL-safe, never markup or a line break.
+fn plain(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"._~+/=-".contains(&byte)
+}
+
+/// Whether `text` is a challenge this module answers.
+fn is_challenge(text: &[u8]) -> bool {
+    !text.is_empty() && text.len() <= MAX_CHALLENGE && text.iter().copied().all(plain)
+}
+
+/// Whether the signed content `parts` (concatenated) is one a CRC
+/// handshake would sign for anyone who asked: 1 to 256 characters of the
+/// challenge alphabet.
+pub fn could_be_challenged(parts: &[&[u8]]) -> bool {
+    let len: usize = parts.iter().map(|part| part.len()).sum();
+    (1..=MAX_CHALLENGE).contains(&len) && parts.iter().all(|part| part.iter().copied().all(plain))
+}
 
 /// A `[schemes.handshake]` as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -159,6 +186,13 @@ impl Challenge {
         })
     }
 
+    /// Whether it answers with an HMAC under the route's secret (a CRC):
+    /// then no delivery whose signed content could be a challenge is
+    /// accepted on the route ([`could_be_challenged`]).
+    pub fn signs(&self) -> bool {
+        self.answer == Answer::Crc
+    }
+
     /// What the catalogue says of it.
     pub fn describe(&self) -> String {
         let method = if self.before_verification {
@@ -207,9 +241,7 @@ impl Challenge {
             return None;
         }
         let challenge = self.challenge.read(line.query, headers, body)?;
-        let plain = |b: u8| b.is_ascii_alphanumeric() || b"._~+/=-".contains(&b);
-        if challenge.is_empty() || challenge.len() > MAX_CHALLENGE || !challenge.bytes().all(plain)
-        {
+        if !is_challenge(challenge.as_bytes()) {
             return None;
         }
         if let Some(name) = &self.token {
@@ -329,6 +361,17 @@ token = "hub.verify_token""#;
             answer.unwrap().unwrap().body,
             Reply::Json(serde_json::json!({ "response_token": expected }))
         );
+    }
+
+    #[test]
+    fn what_a_crc_would_sign_is_told_from_a_delivery() {
+        assert!(could_be_challenged(&[b"amount=1000000"]));
+        assert!(could_be_challenged(&[b"1733220000", b".", b"crc_9a8b7c6d"]));
+        assert!(!could_be_challenged(&[br#"{"for_user_id":"1"}"#]));
+        assert!(!could_be_challenged(&[b"a=1&b=2"]));
+        assert!(!could_be_challenged(&[b""]));
+        assert!(!could_be_challenged(&[&[b'a'; MAX_CHALLENGE + 1]]));
+        assert!(could_be_challenged(&[&[b'a'; MAX_CHALLENGE]]));
     }
 
     #[test]

@@ -127,6 +127,12 @@ async fn a_description_that_cannot_work_is_a_located_config_error() {
             "unit = \"hours\"",
             "schemes[0].timestamp.unit",
         ),
+        // A timestamp the signature does not cover guards nothing.
+        (
+            "{header:X-Acme-Timestamp}.{body}",
+            "{body}",
+            "schemes[0].timestamp",
+        ),
     ] {
         let text = good.replace(wrong, right);
         let (code, said) = check_config(dir.path(), &text);
@@ -266,6 +272,73 @@ async fn xs_crc_is_answered_with_the_hmac_of_its_token() {
     mac.update(b"crc_9a8b7c6d");
     let expected = format!("sha256={}", B64.encode(mac.finalize().into_bytes()));
     assert_eq!(answer.json()["response_token"], expected.as_str());
+    assert_eq!(upstream.total(), 0);
+    gateway.shutdown().await;
+}
+
+/// The CRC of `token` on `gateway`'s route `/hook`, as anyone may ask for
+/// it: the tag under the route's secret.
+async fn crc_of(gateway: &TestGateway, token: &str) -> Vec<u8> {
+    let url = gateway.url(&format!("/hook?crc_token={token}"));
+    let request = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    let answer = Sender::new().send(request).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let token = answer.json()["response_token"].as_str().unwrap().to_owned();
+    B64.decode(token.strip_prefix("sha256=").unwrap()).unwrap()
+}
+
+/// A CRC answer is never a delivery's signature: a body that could be a
+/// challenge is refused on X's route however it is signed, while a real
+/// (JSON) delivery is forwarded.
+#[tokio::test]
+async fn an_x_crc_answer_signs_no_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&shipped(&upstream, dir.path(), "twitter", "")).await;
+    let sender = Sender::new();
+    let post = |body: &str, tag: &[u8]| {
+        Request::post(gateway.url("/hook"))
+            .header(
+                "x-twitter-webhooks-signature",
+                format!("sha256={}", B64.encode(tag)),
+            )
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap()
+    };
+    let forged = crc_of(&gateway, "amount=1000000").await;
+    let answer = sender.send(post("amount=1000000", &forged)).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.code(), "signature_invalid");
+    assert_eq!(upstream.total(), 0, "nothing forged reached the upstream");
+
+    let body = r#"{"for_user_id":"2244994945","tweet_create_events":[{"id_str":"1"}]}"#;
+    let mut mac = Hmac::<Sha256>::new_from_slice(SIGNING.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let real = sender.send(post(body, &mac.finalize().into_bytes())).await;
+    assert_eq!(real.status, StatusCode::OK, "a real delivery is forwarded");
+    assert_eq!(upstream.total(), 1);
+    gateway.shutdown().await;
+}
+
+/// The same on a described scheme that signs a timestamp the sender
+/// chooses: the attacker picks the timestamp too, and is still refused.
+#[tokio::test]
+async fn a_described_crc_answer_signs_no_delivery_whatever_its_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let handshake = "handshake = { challenge = \"query:crc_token\", answer = \"crc-sha256\" }\n";
+    let gateway = TestGateway::start(&config(&upstream, dir.path(), &scheme(handshake))).await;
+    let at = now();
+    let tag = crc_of(&gateway, &format!("{at}.amount=1000000")).await;
+    let forged = Request::post(gateway.url("/hook"))
+        .header("x-acme-delivery", "d_forged")
+        .header("x-acme-timestamp", at.to_string())
+        .header("x-acme-signature", format!("sha256={}", hex::encode(tag)))
+        .body(Full::new(Bytes::from("amount=1000000")))
+        .unwrap();
+    let answer = Sender::new().send(forged).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.code(), "signature_invalid");
     assert_eq!(upstream.total(), 0);
     gateway.shutdown().await;
 }

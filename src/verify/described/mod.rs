@@ -307,11 +307,36 @@ impl Described {
             .and_then(|stamp| stamp.tolerance.as_deref())
             .map(|text| duration("timestamp.tolerance", text))
             .transpose()?;
+        // A timestamp the signature does not cover guards nothing: a
+        // captured body, re-sent with a fresh time, would verify.
+        let covered = |stamp: &Stamp| match stamp {
+            Stamp::Header(name) => (signed.iter())
+                .any(|piece| *piece == Piece::Timestamp || *piece == Piece::Header(name.clone())),
+            _ => signed.contains(&Piece::Timestamp),
+        };
+        if let Some((stamp, _)) = timestamp.as_ref().filter(|(stamp, _)| !covered(stamp)) {
+            let read = match stamp {
+                Stamp::Header(name) => format!("{{timestamp}} or {{header:{name}}}"),
+                _ => "{timestamp}".to_owned(),
+            };
+            return Err(refuse(
+                "timestamp",
+                format!(
+                    "the signed content does not include the timestamp, so it guards nothing                      (a captured body re-sent with a fresh time would verify): add {read} to                      `signed`, or leave `timestamp` out"
+                ),
+            ));
+        }
         let challenge = raw
             .handshake
             .as_ref()
             .map(Challenge::from_raw)
             .transpose()?;
+        if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_)) {
+            return Err(refuse(
+                "handshake.answer",
+                "crc-sha256 answers with an HMAC under the route's secret: a public-key scheme has no secret to answer with",
+            ));
+        }
         Ok(Described {
             challenge,
             signer,

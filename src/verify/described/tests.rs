@@ -87,6 +87,19 @@ fn an_error_names_its_field() {
             "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\", separator = \"=\" }",
             "signature.separator",
         ),
+        (
+            // The signature does not cover the timestamp: it guards nothing.
+            &format!("algorithm = \"hmac-sha256\"\n{signature}\ntimestamp = {{ header = \"X-Acme-Timestamp\" }}"),
+            "timestamp",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\", pair = \"v1\" }\ntimestamp = { pair = \"t\" }",
+            "timestamp",
+        ),
+        (
+            "algorithm = \"ed25519\"\nsignature = { header = \"X-Sig\" }\nhandshake = { challenge = \"query:crc\", answer = \"crc-sha256\" }",
+            "handshake.answer",
+        ),
         ("builds_on = \"acme-pay\"", "builds_on"),
         ("builds_on = \"standard-webhooks\"\nalgorithm = \"hmac-sha1\"", "algorithm"),
     ] {

@@ -16,6 +16,7 @@ use x509_parser::x509::SubjectPublicKeyInfo;
 
 use super::{Described, Layout, Piece, Signer, Stamp, Unit};
 use crate::secret::Secret;
+use crate::verify::challenge::could_be_challenged;
 use crate::verify::{
     check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Handshake, RequestLine,
     Verifier, Verify, VerifyError, VerifySpec,
@@ -229,6 +230,13 @@ impl Verify for DescribedVerifier {
                 Piece::Timestamp => timestamp.map_or(&[][..], |(text, _)| text.as_bytes()),
                 Piece::Literal(text) => text.as_bytes(),
             });
+        }
+        // A CRC handshake signs any challenge for anyone: content it could
+        // have signed is never a delivery (`challenge.rs`).
+        let crc = (d.challenge.as_ref()).is_some_and(|challenge| challenge.signs());
+        if crc && could_be_challenged(&parts) {
+            tracing::warn!("a delivery whose signed content is a possible handshake challenge; refused (docs/senders.md, \"Handshakes\")");
+            return Err(VerifyError::SignatureInvalid);
         }
         self.signed(&parts, &read.signatures)?;
         match timestamp {
