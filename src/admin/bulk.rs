@@ -16,6 +16,7 @@ use serde_json::json;
 use super::query::{filter, query_flag, query_param};
 use super::Admin;
 use crate::clock::rfc3339;
+use crate::config::MIN_RATE;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::{Action, Bulk, Selection, Start};
 use crate::route::Route;
@@ -171,10 +172,10 @@ fn rate(request: &Request<Incoming>) -> Result<f64, AdminError> {
     let per_second = text.trim().parse::<f64>().ok().filter(|r| r.is_finite());
     per_second
         .or_else(|| crate::config::parse_rate(&text))
-        .filter(|rate| *rate > 0.0 && *rate <= MAX_RATE)
+        .filter(|rate| (MIN_RATE..=MAX_RATE).contains(rate))
         .ok_or_else(|| {
             AdminError::BadQuery(format!(
-                "rate must be like \"50/s\", \"300/m\" or \"10/h\", at most {MAX_RATE}/s"
+                "rate must be like \"50/s\", \"300/m\" or \"10/h\": at least 1/h, at most {MAX_RATE}/s"
             ))
         })
 }

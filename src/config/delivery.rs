@@ -211,7 +211,7 @@ impl Validator<'_> {
         let Some(per_second) = parsed else {
             self.fail(
                 &key,
-                format!("{text:?} is not a rate like \"50/s\", \"300/m\" or \"10/h\" (at most 1000000 per unit)"),
+                format!("{text:?} is not a rate like \"50/s\", \"300/m\" or \"10/h\" (at least 1/h, at most 1000000 per unit)"),
             );
             return None;
         };

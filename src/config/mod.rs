@@ -40,7 +40,7 @@ pub use self::settings::{
     OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
     StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
-pub use self::value::{interpolate, parse_rate};
+pub use self::value::{interpolate, parse_rate, MIN_RATE};
 pub use crate::clock::humanize;
 pub use crate::clock::parse_duration;
 pub use crate::key::OnMissingKey;

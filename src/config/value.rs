@@ -72,8 +72,14 @@ pub fn parse_rate(text: &str) -> Option<f64> {
         "h" => 3600.0,
         _ => return None,
     };
-    (count.is_finite() && count > 0.0 && count <= 1e6).then_some(count / seconds)
+    let per_second = count / seconds;
+    (count.is_finite() && count <= 1e6 && per_second >= MIN_RATE).then_some(per_second)
 }
+
+/// The slowest rate taken anywhere (`upstream_rate`, a bulk action's
+/// `rate`): one an hour. Slower is a mistake, and its waits would not fit
+/// a timer.
+pub const MIN_RATE: f64 = 1.0 / 3600.0;
 
 #[cfg(test)]
 mod tests {

@@ -25,11 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::filter::Filter;
 use super::redeliver::detached;
 use super::{EventsQuery, OpsError};
+use crate::clock::Clock;
 use crate::delivery::{Engine, Settled};
 use crate::route::Route;
 use crate::store::RecordState;
@@ -97,6 +98,8 @@ pub enum State {
     Finished,
     /// Stopped by the operator (or by shutdown) before its end.
     Cancelled,
+    /// Its task ended by a fault before its end; `last_error` says what.
+    Failed,
 }
 
 impl State {
@@ -105,6 +108,7 @@ impl State {
             State::Running => "running",
             State::Finished => "finished",
             State::Cancelled => "cancelled",
+            State::Failed => "failed",
         }
     }
 }
@@ -361,12 +365,15 @@ impl Engine {
             matched = bulk.matched, rate = bulk.rate, by = %bulk.by, selection = %bulk.selection, "bulk action started");
         let gateway = Arc::clone(self);
         let task = Arc::clone(&bulk);
-        tokio::spawn(async move { gateway.run_bulk(task, matches).await });
+        let running = tokio::spawn(async move { gateway.run_bulk(task, matches).await });
+        let clock = self.clock().clone();
+        tokio::spawn(watch_over(Arc::clone(&bulk), clock, running));
         bulk
     }
 
     async fn run_bulk(self: Arc<Self>, bulk: Arc<Bulk>, matches: Vec<Match>) {
-        let every = Duration::from_secs_f64(1.0 / bulk.rate);
+        // The rate was validated (1/h to 10,000/s); never slower than that.
+        let every = Duration::from_secs_f64((1.0 / bulk.rate).min(3600.0));
         let mut pace = tokio::time::interval(every);
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut running = JoinSet::new();
@@ -473,6 +480,24 @@ impl Engine {
     }
 }
 
+/// Wait for `bulk`'s task: whatever ends it, the action ends in a final
+/// state with its cause — never `running` forever, and a cancel of it is
+/// always answered.
+async fn watch_over(bulk: Arc<Bulk>, clock: Clock, running: JoinHandle<()>) {
+    let Err(error) = running.await else { return };
+    let cause = match error.try_into_panic() {
+        Ok(panic) => (panic.downcast_ref::<&str>().map(|text| text.to_string()))
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a fault".to_owned()),
+        Err(_) => "its task was stopped".to_owned(),
+    };
+    let cause = format!("the bulk action stopped: {cause}");
+    tracing::error!(target: "hookgate::admin", bulk = %bulk.id, cause, "bulk action failed");
+    *bulk.last_error.lock().expect("poisoned") = Some(cause);
+    bulk.state
+        .send_replace((State::Failed, Some(clock.now_ms())));
+}
+
 /// A bulk action's id: `b_` and 16 hex digits.
 fn new_id() -> String {
     format!("b_{:016x}", rand::random::<u64>())
@@ -488,6 +513,34 @@ mod tests {
             assert_eq!(Action::parse(action.as_str()), Some(action));
         }
         assert_eq!(Action::parse("delete"), None);
+    }
+
+    /// A task that dies leaves its action `failed`, with why.
+    #[tokio::test]
+    async fn a_bulk_action_whose_task_dies_ends_failed_with_its_cause() {
+        let bulk = Arc::new(Bulk {
+            id: new_id(),
+            action: Action::Redeliver,
+            by: "test".into(),
+            selection: "every event".into(),
+            rate: 1.0,
+            matched: 3,
+            started_ms: 0,
+            counts: Counts::default(),
+            state: watch::Sender::new((State::Running, None)),
+            cancel: watch::Sender::new(None),
+            last_error: Mutex::new(None),
+        });
+        let dies = tokio::spawn(async { panic!("a pacing interval of zero") });
+        watch_over(Arc::clone(&bulk), Clock::system(), dies).await;
+        let progress = bulk.finished().await;
+        assert_eq!(progress.state, State::Failed);
+        let why = progress.last_error.unwrap();
+        assert!(why.contains("a pacing interval of zero"), "{why}");
+        assert!(
+            !bulk.cancel("operator"),
+            "a cancel is answered: not running"
+        );
     }
 
     #[test]

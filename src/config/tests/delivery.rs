@@ -226,6 +226,9 @@ fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
         ),
         ("upstream_rate = \"0/s\"", "routes[0].upstream_rate"),
         ("upstream_rate = \"5/d\"", "routes[0].upstream_rate"),
+        // Slower than one an hour: its waits would not fit a timer.
+        ("upstream_rate = \"1e-300/s\"", "routes[0].upstream_rate"),
+        ("upstream_rate = \"0.5/h\"", "routes[0].upstream_rate"),
         (
             "upstream_burst = 5",
             "routes[0].upstream_burst: only with upstream_rate",
