@@ -116,6 +116,10 @@ impl AdminClient {
             true => say!("{}", pretty(&done)),
             false => say!("{}", summary(&done)),
         }
+        if done["state"] == "failed" {
+            let why = done["last_error"].as_str().unwrap_or("no cause recorded");
+            return Err(format!("bulk action {id} failed: {why}"));
+        }
         Ok(())
     }
 
