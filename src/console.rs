@@ -59,8 +59,9 @@ pub enum Caller {
     /// A logged-in console session whose CSRF token matched (or a `GET`),
     /// with its role.
     Console(Role),
-    /// A session cookie on a state-changing request without its CSRF token.
-    CsrfMissing,
+    /// A session (with its role) on a state-changing request without its
+    /// CSRF token.
+    CsrfMissing(Role),
     /// No valid session.
     Nobody,
 }
@@ -135,7 +136,7 @@ impl Console {
         if bool::from(presented.ct_eq(csrf.as_bytes())) {
             Caller::Console(role)
         } else {
-            Caller::CsrfMissing
+            Caller::CsrfMissing(role)
         }
     }
 

@@ -210,46 +210,24 @@ impl Admin {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|value| bearer(value.as_bytes()));
-        // A bearer token, or a console session (with its CSRF token on
-        // anything but a read).
-        let (via, role) = match presented {
-            Some(presented) => match self.tokens.role_of(presented) {
-                Some(role) => ("token", role),
-                None => return Err(self.refused(peer, path)),
-            },
-            None => match self.console.caller(request.method(), request.headers()) {
-                Caller::Console(role) => ("console", role),
-                Caller::CsrfMissing => {
-                    tracing::warn!(target: "hookgate::admin", %peer, path, "console request without its CSRF token");
-                    return Err(AdminError::Csrf);
-                }
-                Caller::Nobody => return Err(self.refused(peer, path)),
-            },
-        };
-        if !role.may(request.method()) {
-            tracing::warn!(target: "hookgate::admin", %peer, via, role = role.as_str(), method = %request.method(), path,
-                "admin request refused: the read token changes nothing");
-            return Err(AdminError::ReadOnly);
-        }
-        let role = role.as_str();
-        if matches!(*request.method(), Method::GET | Method::HEAD) {
-            return self.act(request, path, peer, (via, role)).await;
-        }
-        // A change: audited with its answer, or as abandoned (status 0)
-        // when the caller hangs up before it.
+        let change = !matches!(*request.method(), Method::GET | Method::HEAD);
+        // A change: audited with its answer — a refused one too — or as
+        // abandoned (status 0) when the caller hangs up before it.
         let mut audited = Audited {
             audit: &self.audit,
-            entry: Some(Entry {
+            entry: change.then(|| Entry {
                 at_ms: self.gateway.clock().now_ms(),
                 peer: peer.to_string(),
-                via,
-                role,
+                via: if presented.is_some() { "token" } else { "none" },
+                role: "anonymous",
                 method: request.method().to_string(),
                 path: (request.uri().path_and_query()).map_or(path.to_owned(), ToString::to_string),
                 status: 0,
             }),
         };
-        let answer = self.act(request, path, peer, (via, role)).await;
+        let answer = self
+            .authorised(request, path, peer, presented, &mut audited)
+            .await;
         if let Some(entry) = audited.entry.as_mut() {
             entry.status = match &answer {
                 Ok(response) => response.status(),
@@ -258,6 +236,41 @@ impl Admin {
             .as_u16();
         }
         answer
+    }
+
+    /// Who asks — a bearer token, or a console session (with its CSRF
+    /// token on anything but a read) — written on `audited`; then the
+    /// request, if that caller may ask it.
+    async fn authorised(
+        &self,
+        request: &Request<Incoming>,
+        path: &str,
+        peer: SocketAddr,
+        presented: Option<&[u8]>,
+        audited: &mut Audited<'_>,
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let (via, role) = match presented {
+            Some(presented) => match self.tokens.role_of(presented) {
+                Some(role) => ("token", role),
+                None => return Err(self.refused(peer, path)),
+            },
+            None => match self.console.caller(request.method(), request.headers()) {
+                Caller::Console(role) => ("console", role),
+                Caller::CsrfMissing(role) => {
+                    audited.by("console", role.as_str());
+                    tracing::warn!(target: "hookgate::admin", %peer, path, "console request without its CSRF token");
+                    return Err(AdminError::Csrf);
+                }
+                Caller::Nobody => return Err(self.refused(peer, path)),
+            },
+        };
+        audited.by(via, role.as_str());
+        if !role.may(request.method()) {
+            tracing::warn!(target: "hookgate::admin", %peer, via, role = role.as_str(), method = %request.method(), path,
+                "admin request refused: the read token changes nothing");
+            return Err(AdminError::ReadOnly);
+        }
+        self.act(request, path, peer, (via, role.as_str())).await
     }
 
     /// An authorised admin request, by path.
@@ -536,6 +549,15 @@ impl Admin {
 struct Audited<'a> {
     audit: &'a Audit,
     entry: Option<Entry>,
+}
+
+impl Audited<'_> {
+    /// Who asked, once known (a read is not audited).
+    fn by(&mut self, via: &'static str, role: &'static str) {
+        if let Some(entry) = self.entry.as_mut() {
+            (entry.via, entry.role) = (via, role);
+        }
+    }
 }
 
 impl Drop for Audited<'_> {

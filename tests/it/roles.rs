@@ -106,10 +106,52 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     assert_eq!(refused.code(), "read_only");
     assert_eq!(upstream.count("evt_ro"), 1);
-
-    // The admin token still does what the read token may not.
+    // The operator's session, its CSRF token missing; and nobody at all.
     let (_, operator) = login(&gateway, ADMIN_TOKEN).await;
     let operator = operator.expect("the admin token logs in");
+    let forged = as_session(&gateway, Method::DELETE, key, &operator, None).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.json());
+    let anonymous = request(Method::POST, &gateway.admin_url("/admin/reload"), None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let wrong = request(
+        Method::POST,
+        &gateway.admin_url("/admin/reload"),
+        Some("not-a-token-at-all"),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+
+    // Every change asked is listed with its answer, refused ones too.
+    let audit = get(&gateway.admin_url("/admin/audit"), Some(ADMIN_TOKEN))
+        .await
+        .json();
+    let listed = |method: &str, path: &str, role: &str, status: u16| {
+        (audit["actions"].as_array().unwrap().iter()).any(|action| {
+            action["method"] == method
+                && action["path"] == path
+                && action["role"] == role
+                && action["status"] == status
+        })
+    };
+    for (method, path) in &changes {
+        assert!(
+            listed(method.as_str(), path, "reader", 403),
+            "{method} {path}: {audit}"
+        );
+    }
+    let redeliver = format!("{key}/redeliver");
+    assert!(listed("POST", &redeliver, "reader", 403), "{audit}");
+    assert!(
+        listed("DELETE", key, "operator", 403),
+        "no CSRF token: {audit}"
+    );
+    assert!(listed("POST", "/admin/reload", "anonymous", 401), "{audit}");
+    let anonymous = (audit["actions"].as_array().unwrap().iter())
+        .filter(|action| action["role"] == "anonymous")
+        .count();
+    assert_eq!(anonymous, 2, "{audit}");
+
+    // The admin token still does what the read token may not.
     let page = as_session(&gateway, Method::GET, "/ui", &operator, None).await;
     let html = String::from_utf8_lossy(&page.body).into_owned();
     assert!(html.contains(r#"<meta name="role" content="operator">"#));
