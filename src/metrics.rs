@@ -150,6 +150,8 @@ pub struct StoreMetrics {
     pub cache_live: prometheus::IntGauge,
     /// Records read whose sealed parts no configured key opens.
     pub decrypt_failures: prometheus::IntCounter,
+    /// 1 while new keys take Redis's packed claim (`store.packed_claims`).
+    pub packed_claims: prometheus::IntGauge,
 }
 
 impl StoreMetrics {
@@ -159,7 +161,7 @@ impl StoreMetrics {
         Self::build().0
     }
 
-    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 5]) {
+    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 6]) {
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "hookgate_store_operation_duration_seconds",
@@ -194,12 +196,18 @@ impl StoreMetrics {
             "Stored records read that no [store.encryption] key opens (answered record_unreadable).",
         )
         .expect("valid metric");
-        let collectors: [Box<dyn prometheus::core::Collector>; 5] = [
+        let packed_claims = prometheus::IntGauge::new(
+            "hookgate_store_packed_claims",
+            "1 while new sync keys take Redis's packed claim (store.packed_claims); 0 when it is off, or since the server refused SET ... NX GET (Redis before 7.0) and the hashed claim serves instead.",
+        )
+        .expect("valid metric");
+        let collectors: [Box<dyn prometheus::core::Collector>; 6] = [
             Box::new(duration.clone()),
             Box::new(errors.clone()),
             Box::new(cache_hits.clone()),
             Box::new(cache_live.clone()),
             Box::new(decrypt_failures.clone()),
+            Box::new(packed_claims.clone()),
         ];
         (
             Self {
@@ -208,6 +216,7 @@ impl StoreMetrics {
                 cache_hits,
                 cache_live,
                 decrypt_failures,
+                packed_claims,
             },
             collectors,
         )

@@ -175,10 +175,12 @@ impl Store {
             }
             BackendSettings::Redis { url } => {
                 let backend = RedisStore::connect(url, settings)?;
+                let backend = backend.reporting(metrics.packed_claims.clone());
                 Store::new(backend, key_prefix, timeout, metrics)
             }
             BackendSettings::RedisCluster { nodes, .. } => {
                 let backend = RedisStore::connect_cluster(nodes, settings)?;
+                let backend = backend.reporting(metrics.packed_claims.clone());
                 Store::new(backend, key_prefix, timeout, metrics)
             }
             BackendSettings::Postgres { url, pool_size } => {

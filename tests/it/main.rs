@@ -32,6 +32,7 @@ mod model;
 mod observability;
 mod ordering;
 mod ordering_crashes;
+mod packed;
 mod postgres;
 mod reencrypt;
 mod reload;

@@ -93,6 +93,8 @@ pub struct RedisStore<C: Connector> {
     sharded: AtomicBool,
     /// Whether new keys take the packed claim (`packed.rs`).
     packed: AtomicBool,
+    /// Says whether they do (`hookgate_store_packed_claims`).
+    packed_gauge: Option<prometheus::IntGauge>,
     /// Redis's clock as last read, for the packed claim's lease.
     clock: packed::RedisClock,
     /// How long `WAIT` may take.
@@ -119,6 +121,7 @@ impl<C: Connector> RedisStore<C> {
             min_replicas_acked,
             sharded: AtomicBool::new(false),
             packed: AtomicBool::new(false),
+            packed_gauge: None,
             clock: packed::RedisClock::default(),
             wait_timeout: timeout / 2,
             claim: script(CLAIM),

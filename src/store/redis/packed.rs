@@ -98,6 +98,26 @@ impl<C: Connector> RedisStore<C> {
         self
     }
 
+    /// Say on `gauge` whether new keys take the packed claim.
+    pub fn reporting(mut self, gauge: prometheus::IntGauge) -> Self {
+        gauge.set(i64::from(self.packed.load(Ordering::Relaxed)));
+        self.packed_gauge = Some(gauge);
+        self
+    }
+
+    /// The server refused `SET … NX GET` (Redis before 7.0, at start or
+    /// after a failover to an older server): every claim from now on is
+    /// the hashed one, which every Redis runs. Nothing was written by the
+    /// refused command, so the claim it was for goes on hashed.
+    fn fall_back(&self, error: &redis::RedisError) {
+        if self.packed.swap(false, Ordering::Relaxed) {
+            tracing::warn!(%error, "store.packed_claims: this Redis refuses SET ... NX GET (it needs Redis 7.0 or later); new keys are claimed with the hashed claim until a restart");
+            if let Some(gauge) = &self.packed_gauge {
+                gauge.set(0);
+            }
+        }
+    }
+
     /// The packed claim of `request`, when it applies: `None` when it does
     /// not, or when the key holds a record already (the claim script then
     /// decides, having opened a packed one).
@@ -139,6 +159,12 @@ impl<C: Connector> RedisStore<C> {
             // A packed claim is there: the claim script opens and judges it.
             Ok(Some(_)) => Ok(None),
             Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+            // A syntax error: a server that cannot take the packed claim.
+            // Never an outage, never an unprotected forward: hashed from now.
+            Err(error) if error.code() == Some("ERR") => {
+                self.fall_back(&error);
+                Ok(None)
+            }
             Err(error) => Err(backend(error)),
         }
     }
