@@ -27,6 +27,7 @@ mod full_disk;
 mod hostile;
 mod keep_alive;
 mod least_privilege;
+mod matrix;
 mod migrate;
 mod model;
 mod observability;
