@@ -33,8 +33,9 @@
 //!   the pure rule of what follows a failed attempt.
 //! - [`worker`] — the async entrance: workers that lease due events of
 //!   every scope and run each as an attempt.
-//! - [`ops`] — the operator's one door: every operator action is one
-//!   method returning one [`ops::OpsError`]; [`ops::redeliver`] is its
+//! - [`ops`] — the operator's one door, [`ops::Operator`]: every operator
+//!   action is one method returning one [`ops::OpsError`], and the gauges,
+//!   readiness and listing upkeep live there too; [`ops::redeliver`] is its
 //!   entrance to the upstream — redelivery (same key), replay (new key)
 //!   and redrive of dead letters, as tasks of the gateway.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
@@ -134,6 +135,7 @@ use crate::config::{Config, ServerSettings};
 use crate::delivery::Engine;
 use crate::ingress::Gateway;
 use crate::metrics::Metrics;
+use crate::ops::Operator;
 use crate::reload::Reloader;
 use crate::store::Store;
 
@@ -257,14 +259,17 @@ impl App {
         let workers = tokio::spawn(worker::run(Arc::clone(&self.engine), async {
             let _ = workers_stopped.await;
         }));
-        let engine = Arc::clone(&self.engine);
+        let (engine, ops) = (
+            Arc::clone(&self.engine),
+            Operator::new(Arc::clone(&self.engine)),
+        );
         let upkeep = tokio::spawn(async move {
             let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
             let mut trim = tokio::time::interval(UPKEEP_EVERY);
             loop {
                 tokio::select! {
                     _ = pauses.tick() => engine.refresh_pauses().await,
-                    _ = trim.tick() => engine.trim_indexes().await,
+                    _ = trim.tick() => ops.trim_indexes().await,
                 }
             }
         });

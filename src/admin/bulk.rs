@@ -71,7 +71,7 @@ impl Admin {
         }
         let described = describe(&selection);
         if query_flag(request, "dry_run") {
-            let matches = self.gateway.matches(&selection).await?;
+            let matches = self.ops.matches(&selection).await?;
             tracing::info!(target: "hookgate::admin", by, action = action.as_str(), selection = %described,
                 matched = matches.len(), "admin action: bulk dry run");
             return Ok(json_response(
@@ -85,7 +85,7 @@ impl Admin {
             selection: described,
             rate,
         };
-        let bulk = self.gateway.bulk(&self.bulks, selection, start).await?;
+        let bulk = self.ops.bulk(&self.bulks, selection, start).await?;
         Ok(json_response(
             StatusCode::ACCEPTED,
             &json!({ "id": bulk.id, "action": action.as_str(), "matched": bulk.matched }),
@@ -140,7 +140,7 @@ impl Admin {
             selection: describe(&selection),
             rate,
         };
-        let bulk = self.gateway.bulk(&self.bulks, selection, start).await?;
+        let bulk = self.ops.bulk(&self.bulks, selection, start).await?;
         let done = bulk.finished().await;
         Ok(json_response(
             StatusCode::OK,

@@ -41,7 +41,7 @@ impl Admin {
         route: Arc<Route>,
         key: &str,
     ) -> Result<Arc<Route>, AdminError> {
-        if route.fans_out() && self.gateway.never_handed_out(&route, key).await {
+        if route.fans_out() && self.ops.never_handed_out(&route, key).await {
             return Ok(route);
         }
         match route.destinations.as_slice() {

@@ -78,7 +78,7 @@ use crate::console::{Caller, Console};
 use crate::delivery::Engine;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::Bulks;
-use crate::ops::EventsQuery;
+use crate::ops::{EventsQuery, Operator};
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::server::{accept_loop, Limits};
@@ -94,6 +94,8 @@ const LIMITS: Limits = Limits {
 
 pub struct Admin {
     gateway: Arc<Engine>,
+    /// The operator's door: every verb an admin request asks for.
+    ops: Operator,
     reloader: Arc<Reloader>,
     tokens: Tokens,
     /// Store settings that would lose claims, found at start-up.
@@ -116,6 +118,7 @@ impl Admin {
         risks: Vec<String>,
     ) -> Self {
         Self {
+            ops: Operator::new(Arc::clone(&gateway)),
             gateway,
             reloader,
             tokens,
@@ -149,7 +152,7 @@ impl Admin {
         let path = request.uri().path().to_owned();
         match (request.method(), path.as_str()) {
             (&Method::GET, "/metrics") => {
-                self.gateway.refresh_gauges().await;
+                self.ops.refresh_gauges().await;
                 let mut response = text(StatusCode::OK, self.gateway.metrics().render());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -171,7 +174,7 @@ impl Admin {
     }
 
     async fn readyz(&self) -> Response<Full<Bytes>> {
-        let readiness = self.gateway.readiness().await;
+        let readiness = self.ops.readiness().await;
         let mut body = json!({
             "status": if readiness.ready() { "ready" } else { "not_ready" },
             "config": "loaded",
@@ -381,7 +384,7 @@ impl Admin {
 
         match (method, action) {
             (Method::GET, None) => {
-                let event = self.gateway.event(&route, &key).await?;
+                let event = self.ops.event(&route, &key).await?;
                 let record = &event.record;
                 let mut shown = record_json(&route.name, &key, record);
                 shown["replays"] = json!(event.replays);
@@ -415,21 +418,21 @@ impl Admin {
                     tracing::warn!(target: "hookgate::admin", %peer, route = %route.name, key,
                         "forced delete: a delivery still in flight, or a queued event, no longer holds its key");
                 }
-                self.gateway.forget(&route, &key, force).await?;
+                self.ops.forget(&route, &key, force).await?;
                 Ok(json_response(
                     StatusCode::OK,
                     &json!({"deleted": true, "route": route.route_name(), "destination": route.as_destination(), "key": key}),
                 ))
             }
             (Method::POST, Some("release")) => {
-                self.gateway.release(&route, &key).await?;
+                self.ops.release(&route, &key).await?;
                 Ok(json_response(
                     StatusCode::OK,
                     &json!({"released": true, "route": route.route_name(), "destination": route.as_destination(), "key": key}),
                 ))
             }
             (Method::POST, Some("redeliver")) => {
-                let sent = (self.gateway)
+                let sent = (self.ops)
                     .redeliver(Arc::clone(&route), key.clone(), force)
                     .await?;
                 tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, attempt = sent.attempt,
@@ -437,9 +440,7 @@ impl Admin {
                 Ok(sent_json(&route.name, &sent, None))
             }
             (Method::POST, Some("replay")) => {
-                let sent = (self.gateway)
-                    .replay(Arc::clone(&route), key.clone())
-                    .await?;
+                let sent = (self.ops).replay(Arc::clone(&route), key.clone()).await?;
                 tracing::info!(target: "hookgate::admin", %peer, route = %route.name, key, replay = sent.key,
                     result = sent.settled.as_str(), "replayed");
                 Ok(sent_json(&route.name, &sent, Some(&key)))
@@ -484,7 +485,7 @@ impl Admin {
             by: by.clone(),
             reason: reason.clone(),
         });
-        let changed = self.gateway.pause_or_resume(route, new).await?;
+        let changed = self.ops.pause_or_resume(route, new).await?;
         tracing::warn!(target: "hookgate::admin", %peer, via, role, route = %route.name, action, by, reason, changed,
             "admin action: route {}", if pause { "paused" } else { "resumed" });
         Ok(json_response(
@@ -529,7 +530,7 @@ impl Admin {
             limit,
             cursor,
         };
-        let page = self.gateway.events(query).await?;
+        let page = self.ops.events(query).await?;
         let events: Vec<serde_json::Value> = (page.events.iter())
             .map(|(route, listed)| record_json(route, &listed.id, &listed.record))
             .collect();

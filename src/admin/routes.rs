@@ -25,7 +25,7 @@ const MAX_LIMIT: usize = 1_000;
 impl Admin {
     /// `GET /admin/routes`: every route with its traffic controls.
     pub(super) async fn routes(&self) -> Vec<serde_json::Value> {
-        let views = self.gateway.route_views().await;
+        let views = self.ops.route_views().await;
         views.iter().map(|view| self.route_json(view)).collect()
     }
 

@@ -1,9 +1,10 @@
 //! The engine: what every attempt needs, whichever entrance made it — the
 //! live routes, the store and the claims held, traffic control, the places
 //! under `max_in_flight`, telemetry, metrics, the drain — with verbs for
-//! the entrances, the admin API and the fleet upkeep. The ingress, the
-//! workers and the operator's actions each hold an `Arc<Engine>`; the
-//! engine imports none of them.
+//! the entrances. The ingress, the workers and the operator's door
+//! (`ops::Operator`, which also keeps the gauges, readiness and the
+//! listing upkeep) each hold an `Arc<Engine>`; the engine imports none of
+//! them.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,11 +13,11 @@ use std::time::Duration;
 
 use super::places::Places;
 use crate::claim::{Claim, Claims};
-use crate::config::{Config, DeliveryMode, Live};
+use crate::config::{Config, Live};
 use crate::error::GatewayError;
 use crate::metrics::{delivery_labels, Metrics};
 use crate::route::{LiveRoutes, Route, Runtime};
-use crate::store::{Clock, Lease, RecordState, Store, StoreError, StoreKey};
+use crate::store::{Clock, Lease, Store, StoreError, StoreKey};
 use crate::telemetry::Telemetry;
 use crate::traffic::{Admission, Pause, Pauses, Refusal};
 
@@ -157,120 +158,6 @@ impl Engine {
             Refusal::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
             Refusal::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
         })
-    }
-
-    /// Set the gauges the store knows, when `/metrics` is scraped:
-    /// `hookgate_dead_letters{route}`, and for async routes
-    /// `hookgate_blocked_entities` (ordered routes that wait; at most
-    /// `BLOCKED_COUNTED`),
-    /// `hookgate_queue_depth{route,state="queued"}` (fleet-wide: every
-    /// instance reports the same) and `hookgate_oldest_queued_seconds`;
-    /// `state="delivering"` is this instance's running deliveries. Counted
-    /// per route scope (routes sharing a scope show the same counts). A
-    /// store that does not answer leaves the last values.
-    pub async fn refresh_gauges(&self) {
-        let metrics = &self.metrics;
-        metrics
-            .store_up
-            .set(i64::from(self.store.ping().await.is_ok()));
-        if let Some(bytes) = self.store.size_bytes() {
-            metrics.store_bytes.set(bytes as i64);
-        }
-        let cache_live = self
-            .store
-            .replay_cache()
-            .is_some_and(|cache| cache.is_live());
-        metrics.store.cache_live.set(i64::from(cache_live));
-        for route in self.routes() {
-            let (name, destination) = delivery_labels(&route.name);
-            if let Ok(count) = self.store.count(&route.scope, RecordState::Dead).await {
-                metrics
-                    .dead_letters
-                    .with_label_values(&[name, destination])
-                    .set(count as i64);
-            }
-            if !matches!(route.delivery, DeliveryMode::Async(_)) {
-                continue;
-            }
-            if let Some(blocked) = self.blocked_count(&route).await {
-                metrics
-                    .blocked_entities
-                    .with_label_values(&[name, destination])
-                    .set(blocked as i64);
-            }
-            if let Ok(count) = self.store.count(&route.scope, RecordState::Queued).await {
-                metrics
-                    .queue_depth
-                    .with_label_values(&[name, destination, "queued"])
-                    .set(count as i64);
-            }
-            if let Ok(oldest) = self.store.oldest(&route.scope, RecordState::Queued).await {
-                let age = oldest.map_or(0, |at| self.clock.now_ms().saturating_sub(at));
-                metrics
-                    .oldest_queued
-                    .with_label_values(&[name, destination])
-                    .set(age as f64 / 1000.0);
-            }
-        }
-        for (route, running) in self.places.delivering() {
-            let (route, destination) = delivery_labels(&route);
-            metrics
-                .queue_depth
-                .with_label_values(&[route, destination, "delivering"])
-                .set(running as i64);
-        }
-    }
-
-    /// Each async route's queue, for `/readyz`: events queued (in the
-    /// store, fleet-wide) and being delivered by this instance.
-    pub async fn delivery_status(&self) -> serde_json::Map<String, serde_json::Value> {
-        let delivering: std::collections::HashMap<String, usize> =
-            self.places.delivering().into_iter().collect();
-        let mut status = serde_json::Map::new();
-        for route in self.routes() {
-            if !matches!(route.delivery, DeliveryMode::Async(_)) {
-                continue;
-            }
-            let queued = self.store.count(&route.scope, RecordState::Queued).await;
-            status.insert(
-                route.name.clone(),
-                serde_json::json!({
-                    "queued": queued.ok(),
-                    "delivering": delivering.get(&route.name).copied().unwrap_or(0),
-                }),
-            );
-        }
-        status
-    }
-
-    /// Drop listing-index entries whose records have expired, per route
-    /// scope and state, by the longest lifetime a record of that state has
-    /// among the scope's routes (`retention` for processing and completed,
-    /// `dead_letter_retention` for failed and dead). Run every minute; a
-    /// store that keeps no such index has nothing to do.
-    pub async fn trim_indexes(&self) {
-        let routes = self.routes();
-        let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
-        scopes.sort_unstable();
-        scopes.dedup();
-        for scope in scopes {
-            let of_scope = || routes.iter().filter(|route| route.scope == scope);
-            let retention = of_scope().map(|route| route.retention).max();
-            let parked = of_scope().map(|route| route.dead_letter_retention).max();
-            for state in RecordState::ALL {
-                let horizon = match state {
-                    RecordState::Processing | RecordState::Completed => retention,
-                    RecordState::Queued
-                    | RecordState::Failed
-                    | RecordState::Dead
-                    | RecordState::Stale => parked,
-                };
-                let Some(horizon) = horizon else { continue };
-                if let Err(error) = self.store.trim(scope, state, horizon).await {
-                    tracing::debug!(scope, %error, "could not trim a listing index");
-                }
-            }
-        }
     }
 
     /// Every current route, sorted by name.

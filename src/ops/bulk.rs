@@ -5,7 +5,7 @@
 //! The matches are collected first, so the action covers each of them once
 //! however the records change while it runs (a redelivery moves its record
 //! to the front of the listing it came from). Each event then goes through
-//! the same door as a single action ([`Engine::redeliver`] and its
+//! the same door as a single action ([`Operator::redeliver`] and its
 //! siblings): its own claim with a fencing token, never beside a live
 //! holder, and governed — before each event the action waits while the
 //! route is paused, its breaker open or its rate spent, and an async
@@ -29,9 +29,10 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::filter::Filter;
 use super::redeliver::detached;
+use super::Operator;
 use super::{EventsQuery, OpsError};
 use crate::clock::Clock;
-use crate::delivery::{Engine, Settled};
+use crate::delivery::Settled;
 use crate::route::Route;
 use crate::store::RecordState;
 
@@ -263,12 +264,12 @@ pub struct Start {
     pub rate: f64,
 }
 
-impl Engine {
+impl Operator {
     /// Every event `selection` matches now, each once: the listing walked
     /// to its end, then once more over what changed meanwhile (a record
     /// that moved while the first walk ran is not lost).
     pub async fn matches(&self, selection: &Selection) -> Result<Vec<Match>, OpsError> {
-        let begun = self.clock().now_ms();
+        let begun = self.engine.clock().now_ms();
         let first = Filter {
             until_ms: Some(
                 selection
@@ -331,12 +332,12 @@ impl Engine {
     /// registered in `bulks` — both in a task of the gateway, so a caller
     /// that hangs up while the matches are collected does not stop it.
     pub async fn bulk(
-        self: &Arc<Self>,
+        &self,
         bulks: &Arc<Bulks>,
         selection: Selection,
         start: Start,
     ) -> Result<Arc<Bulk>, OpsError> {
-        let (gateway, bulks) = (Arc::clone(self), Arc::clone(bulks));
+        let (gateway, bulks) = (self.clone(), Arc::clone(bulks));
         detached(async move {
             let matches = gateway.matches(&selection).await?;
             Ok(gateway.start_bulk(&bulks, start, matches))
@@ -346,7 +347,7 @@ impl Engine {
 
     /// Start `start.action` over `matches` as a task of the gateway,
     /// registered in `bulks`.
-    fn start_bulk(self: &Arc<Self>, bulks: &Bulks, start: Start, matches: Vec<Match>) -> Arc<Bulk> {
+    fn start_bulk(&self, bulks: &Bulks, start: Start, matches: Vec<Match>) -> Arc<Bulk> {
         let bulk = Arc::new(Bulk {
             id: new_id(),
             action: start.action,
@@ -354,7 +355,7 @@ impl Engine {
             selection: start.selection,
             rate: start.rate,
             matched: matches.len() as u64,
-            started_ms: self.clock().now_ms(),
+            started_ms: self.engine.clock().now_ms(),
             counts: Counts::default(),
             state: watch::Sender::new((State::Running, None)),
             cancel: watch::Sender::new(None),
@@ -363,15 +364,15 @@ impl Engine {
         bulks.add(Arc::clone(&bulk));
         tracing::info!(target: "hookgate::admin", bulk = %bulk.id, action = bulk.action.as_str(),
             matched = bulk.matched, rate = bulk.rate, by = %bulk.by, selection = %bulk.selection, "bulk action started");
-        let gateway = Arc::clone(self);
+        let gateway = self.clone();
         let task = Arc::clone(&bulk);
         let running = tokio::spawn(async move { gateway.run_bulk(task, matches).await });
-        let clock = self.clock().clone();
+        let clock = self.engine.clock().clone();
         tokio::spawn(watch_over(Arc::clone(&bulk), clock, running));
         bulk
     }
 
-    async fn run_bulk(self: Arc<Self>, bulk: Arc<Bulk>, matches: Vec<Match>) {
+    async fn run_bulk(self, bulk: Arc<Bulk>, matches: Vec<Match>) {
         // The rate was validated (1/h to 10,000/s); never slower than that.
         let every = Duration::from_secs_f64((1.0 / bulk.rate).min(3600.0));
         let mut pace = tokio::time::interval(every);
@@ -379,7 +380,7 @@ impl Engine {
         let mut running = JoinSet::new();
         let total = matches.len();
         for (i, target) in matches.into_iter().enumerate() {
-            if self.is_draining() {
+            if self.engine.is_draining() {
                 bulk.cancel("shutdown");
             }
             if bulk.cancelled() {
@@ -392,7 +393,7 @@ impl Engine {
             while running.len() >= CONCURRENCY {
                 running.join_next().await;
             }
-            let gateway = Arc::clone(&self);
+            let gateway = self.clone();
             let each = Arc::clone(&bulk);
             running.spawn(async move { gateway.one(&each, target).await });
             if (i + 1) % 500 == 0 {
@@ -406,7 +407,8 @@ impl Engine {
             true => State::Cancelled,
             false => State::Finished,
         };
-        bulk.state.send_replace((end, Some(self.clock().now_ms())));
+        bulk.state
+            .send_replace((end, Some(self.engine.clock().now_ms())));
         let progress = bulk.progress();
         tracing::info!(target: "hookgate::admin", bulk = %bulk.id, action = bulk.action.as_str(), state = end.as_str(),
             cancelled_by = progress.cancelled_by, matched = bulk.matched, delivered = progress.delivered,
@@ -418,7 +420,7 @@ impl Engine {
     /// tried again while the route is held or the store does not answer.
     async fn one(&self, bulk: &Bulk, target: Match) {
         let counts = &bulk.counts;
-        let Some(route) = self.route(&target.route) else {
+        let Some(route) = self.engine.route(&target.route) else {
             counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         };

@@ -1,7 +1,8 @@
 //! The operator's one door: every action an operator takes — look at an
 //! event, list events, forget, release, redeliver, replay, redrive, pause,
-//! resume, the routes' view, readiness — is one method of the [`Engine`]
-//! here, returning one [`OpsError`]. The admin API (`admin`) and through it
+//! resume, the routes' view, readiness — is one method of the
+//! [`Operator`] here, returning one [`OpsError`]; the [`Engine`] it holds
+//! only runs deliveries. The admin API (`admin`) and through it
 //! the console and the CLI only parse what was asked and render what these
 //! answer; the rules live here.
 //!
@@ -12,6 +13,7 @@
 pub mod bulk;
 pub mod filter;
 pub mod redeliver;
+mod upkeep;
 
 use std::sync::Arc;
 
@@ -22,6 +24,20 @@ use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::Route;
 use crate::store::{Cursor, Deleted, ForceRelease, Listed, Record, RecordState, StoreError};
 use crate::traffic::Pause;
+
+/// The operator's door: every operator verb, over the engine that runs
+/// deliveries. Cheap to clone (it holds the engine's handle), so an
+/// action can run as a task of the gateway.
+#[derive(Clone)]
+pub struct Operator {
+    engine: Arc<Engine>,
+}
+
+impl Operator {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Operator { engine }
+    }
+}
 
 impl From<StoreError> for OpsError {
     fn from(error: StoreError) -> Self {
@@ -98,10 +114,10 @@ impl Readiness {
     }
 }
 
-impl Engine {
+impl Operator {
     /// The record of `key` on `route`, with its replays.
     pub async fn event(&self, route: &Route, key: &str) -> Result<Event, OpsError> {
-        let store = self.store();
+        let store = self.engine.store();
         let record = store
             .get(&store.key(&route.scope, key))
             .await?
@@ -168,7 +184,7 @@ impl Engine {
         if filter.content.is_empty() {
             return Ok(true);
         }
-        let store = self.store();
+        let store = self.engine.store();
         match store.get(&store.key(&listed.scope, &listed.id)).await {
             Ok(record) => Ok(record.is_some_and(|record| filter.holds(&record))),
             Err(StoreError::Unreadable(_)) => Ok(false),
@@ -182,9 +198,9 @@ impl Engine {
             // A route with destinations lists its events and each
             // destination's delivery of them.
             Some(route) => std::iter::once(Arc::clone(route))
-                .chain((route.destinations.iter()).filter_map(|d| self.route(&d.name)))
+                .chain((route.destinations.iter()).filter_map(|d| self.engine.route(&d.name)))
                 .collect(),
-            None => self.routes(),
+            None => self.engine.routes(),
         };
         let mut scopes: Vec<(&str, &str)> = Vec::new();
         for route in &routes {
@@ -193,7 +209,7 @@ impl Engine {
             }
         }
         let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
-        let page = (self.store())
+        let page = (self.engine.store())
             .list(&names, query.state, query.limit, query.cursor.as_ref())
             .await?;
         let only = (routes.len() == 1).then(|| routes[0].name.as_str());
@@ -225,7 +241,7 @@ impl Engine {
     /// before the route had destinations and not delivered (queued,
     /// failed, dead). Its redelivery hands it out.
     pub async fn never_handed_out(&self, route: &Route, key: &str) -> bool {
-        let store = self.store();
+        let store = self.engine.store();
         match store.get(&store.key(&route.scope, key)).await {
             Ok(Some(record)) => record.state != RecordState::Completed,
             _ => false,
@@ -236,7 +252,7 @@ impl Engine {
     /// delivery still holds it, or it is queued for its workers, and
     /// `force` is not set.
     pub async fn forget(&self, route: &Route, key: &str, force: bool) -> Result<(), OpsError> {
-        let store = self.store();
+        let store = self.engine.store();
         match store.delete(&store.key(&route.scope, key), force).await? {
             Deleted::Deleted => Ok(()),
             Deleted::InFlight => Err(OpsError::InFlight),
@@ -247,7 +263,7 @@ impl Engine {
     /// Release a stuck claim of `key`, whoever holds it (an accepted event
     /// goes back to its queue, due now).
     pub async fn release(&self, route: &Route, key: &str) -> Result<(), OpsError> {
-        let store = self.store();
+        let store = self.engine.store();
         match store.force_release(&store.key(&route.scope, key)).await? {
             ForceRelease::Released => Ok(()),
             ForceRelease::NotInFlight => Err(OpsError::NotInFlight),
@@ -263,11 +279,11 @@ impl Engine {
         route: &Route,
         pause: Option<Pause>,
     ) -> Result<bool, OpsError> {
-        let changed = pause.is_some() != self.pauses().of(&route.name).is_some();
+        let changed = pause.is_some() != self.engine.pauses().of(&route.name).is_some();
         if changed {
-            self.set_pause(&route.name, pause.as_ref()).await?;
+            self.engine.set_pause(&route.name, pause.as_ref()).await?;
             let action = if pause.is_some() { "pause" } else { "resume" };
-            (self.metrics().route_control_changes)
+            (self.engine.metrics().route_control_changes)
                 .with_label_values(&[route.route_name(), route.destination_name(), action])
                 .inc();
         }
@@ -277,8 +293,8 @@ impl Engine {
     /// Every route with its pause and its scope's queued and dead counts.
     pub async fn route_views(&self) -> Vec<RouteView> {
         let mut views = Vec::new();
-        for route in self.routes() {
-            let store = self.store();
+        for route in self.engine.routes() {
+            let store = self.engine.store();
             let queued = match route.delivery.is_async() {
                 true => store.count(&route.scope, RecordState::Queued).await.ok(),
                 false => None,
@@ -286,7 +302,7 @@ impl Engine {
             let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
             let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
-                paused: self.pauses().of(&route.name),
+                paused: self.engine.pauses().of(&route.name),
                 route,
                 queued,
                 dead_letters,
@@ -301,7 +317,11 @@ impl Engine {
     /// or when the store did not answer).
     pub async fn blocked_count(&self, route: &Route) -> Option<u64> {
         match route.order().map(|order| order.on_blocked) {
-            Some(OnBlocked::Wait) => (self.store().blocked(&route.scope, BLOCKED_COUNTED).await)
+            Some(OnBlocked::Wait) => (self
+                .engine
+                .store()
+                .blocked(&route.scope, BLOCKED_COUNTED)
+                .await)
                 .ok()
                 .map(|blocked| blocked.len() as u64),
             _ => None,
@@ -310,12 +330,12 @@ impl Engine {
 
     /// Whether this instance is ready, and why not.
     pub async fn readiness(&self) -> Readiness {
-        let store = self.store().ping().await;
-        (self.metrics().store_up).set(i64::from(store.is_ok()));
+        let store = self.engine.store().ping().await;
+        (self.engine.metrics().store_up).set(i64::from(store.is_ok()));
         Readiness {
             store,
-            store_local: self.store().is_local(),
-            draining: self.is_draining(),
+            store_local: self.engine.store().is_local(),
+            draining: self.engine.is_draining(),
             delivery: self.delivery_status().await,
         }
     }

@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
+use super::Operator;
 use super::OpsError;
 use crate::config::DeliveryMode;
 use crate::delivery::places::Place;
-use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::error::GatewayError;
 use crate::fanout;
@@ -83,16 +83,16 @@ struct Leave {
     place: Place,
 }
 
-impl Engine {
+impl Operator {
     /// Forward the stored request of `key` again under the same key; a
     /// completed event only with `force`; a queued one is made due now.
     pub async fn redeliver(
-        self: &Arc<Self>,
+        &self,
         route: Arc<Route>,
         key: String,
         force: bool,
     ) -> Result<Sent, OpsError> {
-        let gateway = Arc::clone(self);
+        let gateway = self.clone();
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
 
@@ -102,10 +102,10 @@ impl Engine {
         key: &str,
         force: bool,
     ) -> Result<Sent, OpsError> {
-        if self.pauses().is_paused(&route.name) {
+        if self.engine.pauses().is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
-        let store = self.store();
+        let store = self.engine.store();
         let store_key = store.key(&route.scope, key);
         let record = store
             .get(&store_key)
@@ -133,7 +133,7 @@ impl Engine {
             // The workers deliver it, governed like every queued event.
             return match store.claim(claim(ClaimMode::Redeliver { force })).await {
                 Ok(ClaimOutcome::Queued) => {
-                    self.places().wake();
+                    self.engine.places().wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
                 Ok(_) => Err(OpsError::InFlight),
@@ -151,7 +151,7 @@ impl Engine {
                         .await
                 }
                 ClaimOutcome::Queued => {
-                    self.places().wake();
+                    self.engine.places().wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
                 _ => Err(OpsError::InFlight),
@@ -167,7 +167,7 @@ impl Engine {
             ClaimOutcome::InFlight { .. } => return Err(OpsError::InFlight),
             ClaimOutcome::Completed(_) => return Err(OpsError::Completed),
             ClaimOutcome::Queued => {
-                self.places().wake();
+                self.engine.places().wake();
                 return Ok(Sent::queued(key, record.attempts));
             }
             ClaimOutcome::Dead(_) => {
@@ -194,20 +194,16 @@ impl Engine {
     /// Forward the stored request of `key` as a new event, under the first
     /// free key `{key}.replay-{n}`; the replay keeps the request and names
     /// its original.
-    pub async fn replay(
-        self: &Arc<Self>,
-        route: Arc<Route>,
-        key: String,
-    ) -> Result<Sent, OpsError> {
-        let gateway = Arc::clone(self);
+    pub async fn replay(&self, route: Arc<Route>, key: String) -> Result<Sent, OpsError> {
+        let gateway = self.clone();
         detached(async move { gateway.replay_now(&route, &key).await }).await
     }
 
     pub(super) async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, OpsError> {
-        if self.pauses().is_paused(&route.name) {
+        if self.engine.pauses().is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
-        let store = self.store();
+        let store = self.engine.store();
         let record = store
             .get(&store.key(&route.scope, key))
             .await
@@ -250,7 +246,7 @@ impl Engine {
                 }
                 let Some(leave) = leave.take() else { break };
                 let held = (store_key, lease, leave);
-                let now = self.clock().now_ms();
+                let now = self.engine.clock().now_ms();
                 return Ok(self
                     .send(route, held, &replay_key, request, Kind::Replay, now, false)
                     .await);
@@ -261,7 +257,7 @@ impl Engine {
 
     /// The replays of `key` that the store still holds, in order.
     pub async fn replays_of(&self, route: &Route, key: &str) -> Result<Vec<String>, OpsError> {
-        let store = self.store();
+        let store = self.engine.store();
         let mut found = Vec::new();
         for n in 1..=MAX_REPLAYS {
             let replay_key = replay_key(key, n);
@@ -287,10 +283,10 @@ impl Engine {
         request: StoredRequest,
         body_sha256: String,
     ) -> Result<Sent, OpsError> {
-        let claim = self.claim_for(route, store_key, lease);
+        let claim = self.engine.claim_for(route, store_key, lease);
         let attempt = claim.attempt();
         let event = (key.to_owned(), request, body_sha256);
-        match fanout::fan_out(self, Arc::clone(route), event, claim).await {
+        match fanout::fan_out(&self.engine, Arc::clone(route), event, claim).await {
             true => Ok(Sent::queued(key, attempt)),
             false => Err(OpsError::StoreUnavailable(
                 "the event could not be handed to its destinations".into(),
@@ -300,7 +296,7 @@ impl Engine {
 
     /// Leave for one operator call now, or the error that says why not.
     fn leave(&self, route: &Route) -> Result<Leave, OpsError> {
-        let admission = self.admit(route).map_err(|held| match held {
+        let admission = self.engine.admit(route).map_err(|held| match held {
             GatewayError::CircuitOpen { retry_after } => OpsError::UpstreamHeld {
                 code: "upstream_circuit_open",
                 retry_after,
@@ -312,9 +308,11 @@ impl Engine {
             _ => OpsError::RoutePaused,
         })?;
         let place = match &route.delivery {
-            DeliveryMode::Async(settings) => {
-                Place::Wait(self.places().gate(&route.name, settings.max_in_flight))
-            }
+            DeliveryMode::Async(settings) => Place::Wait(
+                self.engine
+                    .places()
+                    .gate(&route.name, settings.max_in_flight),
+            ),
             DeliveryMode::Sync => Place::Free,
         };
         Ok(Leave { admission, place })
@@ -325,7 +323,7 @@ impl Engine {
     pub(super) async fn wait_for_leave(&self, route: &Route, bulk: &str) {
         let mut said = false;
         loop {
-            let wait = match self.admit(route) {
+            let wait = match self.engine.admit(route) {
                 Ok(admission) => {
                     drop(admission); // given back: the redelivery takes its own
                     return;
@@ -355,7 +353,7 @@ impl Engine {
         first_seen_ms: u64,
         was_dead: bool,
     ) -> Sent {
-        let claim = self.claim_for(route, store_key, lease);
+        let claim = self.engine.claim_for(route, store_key, lease);
         let attempt_no = claim.attempt();
         let upstream_request = resend(route, request.clone(), Some(key), &new_request_id());
         let Leave { admission, place } = leave;
@@ -368,9 +366,13 @@ impl Engine {
             first_seen_ms,
             was_dead,
         };
-        let attempted = self.attempt(attempt, upstream_request, || request).await;
+        let attempted = self
+            .engine
+            .attempt(attempt, upstream_request, || request)
+            .await;
         let (upstream_status, upstream_error) = describe(&attempted.result);
-        self.metrics()
+        self.engine
+            .metrics()
             .redeliveries
             .with_label_values(&[
                 route.route_name(),

@@ -1,0 +1,142 @@
+//! Upkeep an operator relies on without asking: the gauges the store
+//! knows, set when `/metrics` is scraped; each async route's queue for
+//! `/readyz`; and the trim of listing indexes, every minute.
+
+use super::Operator;
+use crate::config::DeliveryMode;
+use crate::metrics::delivery_labels;
+use crate::store::RecordState;
+
+impl Operator {
+    /// Set the gauges the store knows, when `/metrics` is scraped:
+    /// `hookgate_dead_letters{route}`, and for async routes
+    /// `hookgate_blocked_entities` (ordered routes that wait; at most
+    /// `BLOCKED_COUNTED`),
+    /// `hookgate_queue_depth{route,state="queued"}` (fleet-wide: every
+    /// instance reports the same) and `hookgate_oldest_queued_seconds`;
+    /// `state="delivering"` is this instance's running deliveries. Counted
+    /// per route scope (routes sharing a scope show the same counts). A
+    /// store that does not answer leaves the last values.
+    pub async fn refresh_gauges(&self) {
+        let metrics = self.engine.metrics();
+        metrics
+            .store_up
+            .set(i64::from(self.engine.store().ping().await.is_ok()));
+        if let Some(bytes) = self.engine.store().size_bytes() {
+            metrics.store_bytes.set(bytes as i64);
+        }
+        let cache_live = (self.engine.store())
+            .replay_cache()
+            .is_some_and(|cache| cache.is_live());
+        metrics.store.cache_live.set(i64::from(cache_live));
+        for route in self.engine.routes() {
+            let (name, destination) = delivery_labels(&route.name);
+            if let Ok(count) = self
+                .engine
+                .store()
+                .count(&route.scope, RecordState::Dead)
+                .await
+            {
+                metrics
+                    .dead_letters
+                    .with_label_values(&[name, destination])
+                    .set(count as i64);
+            }
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            if let Some(blocked) = self.blocked_count(&route).await {
+                metrics
+                    .blocked_entities
+                    .with_label_values(&[name, destination])
+                    .set(blocked as i64);
+            }
+            if let Ok(count) = self
+                .engine
+                .store()
+                .count(&route.scope, RecordState::Queued)
+                .await
+            {
+                metrics
+                    .queue_depth
+                    .with_label_values(&[name, destination, "queued"])
+                    .set(count as i64);
+            }
+            if let Ok(oldest) = self
+                .engine
+                .store()
+                .oldest(&route.scope, RecordState::Queued)
+                .await
+            {
+                let age = oldest.map_or(0, |at| self.engine.clock().now_ms().saturating_sub(at));
+                metrics
+                    .oldest_queued
+                    .with_label_values(&[name, destination])
+                    .set(age as f64 / 1000.0);
+            }
+        }
+        for (route, running) in self.engine.places().delivering() {
+            let (route, destination) = delivery_labels(&route);
+            metrics
+                .queue_depth
+                .with_label_values(&[route, destination, "delivering"])
+                .set(running as i64);
+        }
+    }
+
+    /// Each async route's queue, for `/readyz`: events queued (in the
+    /// store, fleet-wide) and being delivered by this instance.
+    pub async fn delivery_status(&self) -> serde_json::Map<String, serde_json::Value> {
+        let delivering: std::collections::HashMap<String, usize> =
+            self.engine.places().delivering().into_iter().collect();
+        let mut status = serde_json::Map::new();
+        for route in self.engine.routes() {
+            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+                continue;
+            }
+            let queued = self
+                .engine
+                .store()
+                .count(&route.scope, RecordState::Queued)
+                .await;
+            status.insert(
+                route.name.clone(),
+                serde_json::json!({
+                    "queued": queued.ok(),
+                    "delivering": delivering.get(&route.name).copied().unwrap_or(0),
+                }),
+            );
+        }
+        status
+    }
+
+    /// Drop listing-index entries whose records have expired, per route
+    /// scope and state, by the longest lifetime a record of that state has
+    /// among the scope's routes (`retention` for processing and completed,
+    /// `dead_letter_retention` for failed and dead). Run every minute; a
+    /// store that keeps no such index has nothing to do.
+    pub async fn trim_indexes(&self) {
+        let routes = self.engine.routes();
+        let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        for scope in scopes {
+            let of_scope = || routes.iter().filter(|route| route.scope == scope);
+            let retention = of_scope().map(|route| route.retention).max();
+            let parked = of_scope().map(|route| route.dead_letter_retention).max();
+            for state in RecordState::ALL {
+                let horizon = match state {
+                    RecordState::Processing | RecordState::Completed => retention,
+                    RecordState::Queued
+                    | RecordState::Failed
+                    | RecordState::Dead
+                    | RecordState::Stale => parked,
+                };
+                let Some(horizon) = horizon else { continue };
+                if let Err(error) = self.engine.store().trim(scope, state, horizon).await {
+                    tracing::debug!(scope, %error, "could not trim a listing index");
+                }
+            }
+        }
+    }
+}
