@@ -46,13 +46,16 @@
 //! with its own action → code table; [`fanout`] one event handed to several
 //! destinations and delivered by each; [`order`] one entity's events
 //! delivered in order, one at a time; [`ordered_fanout`] an ordered
-//! route's events handed to a destination that keeps their order.
+//! route's events handed to a destination that keeps their order;
+//! [`reload_order`] an ordered backlog drained in order after its route
+//! stopped ordering, across a reload and a restart.
 
 mod entrances;
 mod fanout;
 mod guard;
 mod order;
 mod ordered_fanout;
+mod reload_order;
 
 use stateright::{Checker, Model, Property};
 
