@@ -118,7 +118,7 @@ impl Model for Rules {
             actions.push(Action::Restart);
         }
         for w in 0..WORKERS as u8 {
-            let busy = (state.events.iter()).any(|e| *e == Event::InFlight(w));
+            let busy = state.events.contains(&Event::InFlight(w));
             if !busy {
                 actions.push(Action::Lease(w));
             }
