@@ -59,6 +59,9 @@
 //!   circuit breaker and the upstream rate limit.
 //! - [`reload`] — swap the live config atomically: on SIGHUP, `POST
 //!   /admin/reload`, or when a file it was built from changes.
+//! - `shutdown` — one signal for every task of [`App::serve`]: the workers
+//!   stop leasing when the drain begins, the upkeep, the config watcher and
+//!   the admin listener once it is over.
 //! - [`telemetry`] — optional OpenTelemetry spans and `traceparent`.
 //! - [`headers`] — header names and hop-by-hop rules.
 //! - [`cidr`] — address ranges, for `trusted_proxies` and `allow_from`.
@@ -115,6 +118,7 @@ pub mod route;
 pub mod seal;
 pub mod secret;
 pub mod server;
+mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
@@ -137,6 +141,7 @@ use crate::ingress::Gateway;
 use crate::metrics::Metrics;
 use crate::ops::Operator;
 use crate::reload::Reloader;
+use crate::shutdown::Signal;
 use crate::store::Store;
 
 /// How often the store's listing indexes are trimmed of expired entries.
@@ -249,50 +254,55 @@ impl App {
         admin_listener: Option<TcpListener>,
         shutdown: impl Future<Output = ()>,
     ) {
-        let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        let admin_task = admin_listener.map(|listener| {
-            tokio::spawn(self.admin.serve(listener, async {
-                let _ = admin_stopped.await;
-            }))
-        });
-        let (stop_workers, workers_stopped) = tokio::sync::oneshot::channel::<()>();
-        let workers = tokio::spawn(worker::run(Arc::clone(&self.engine), async {
-            let _ = workers_stopped.await;
-        }));
+        // One signal for every task: the workers stop leasing when the
+        // drain begins, the rest once it is over.
+        let (signal, stage) = Signal::new();
+        let admin_task = admin_listener
+            .map(|listener| tokio::spawn(self.admin.serve(listener, stage.clone().stopped())));
+        let workers = tokio::spawn(worker::run(
+            Arc::clone(&self.engine),
+            stage.clone().draining(),
+        ));
         let (engine, ops) = (
             Arc::clone(&self.engine),
             Operator::new(Arc::clone(&self.engine)),
         );
+        let upkept = stage.clone().stopped();
         let upkeep = tokio::spawn(async move {
             let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
             let mut trim = tokio::time::interval(UPKEEP_EVERY);
+            tokio::pin!(upkept);
             loop {
                 tokio::select! {
+                    () = &mut upkept => return,
                     _ = pauses.tick() => engine.refresh_pauses().await,
                     _ = trim.tick() => ops.trim_indexes().await,
                 }
             }
         });
         let watcher = self.server.watch.then(|| {
-            tokio::spawn(reload::watch(
-                Arc::clone(&self.reloader),
-                reload::WATCH_EVERY,
-            ))
+            let (reloader, watched) = (Arc::clone(&self.reloader), stage.clone().stopped());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = reload::watch(reloader, reload::WATCH_EVERY) => {}
+                    () = watched => {}
+                }
+            })
         });
         let shutdown = async {
             shutdown.await;
             // Stop leasing new events; running deliveries drain as claims.
-            let _ = stop_workers.send(());
+            signal.drain();
         };
         let gateway = Arc::new(Gateway::new(Arc::clone(&self.engine)));
         server::serve(listener, gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
-        upkeep.abort();
+        signal.stop();
+        let _ = upkeep.await;
         self.engine.telemetry().shutdown().await;
         if let Some(watcher) = watcher {
-            watcher.abort();
+            let _ = watcher.await;
         }
-        let _ = stop_admin.send(());
         if let Some(task) = admin_task {
             let _ = task.await;
         }
