@@ -103,7 +103,6 @@ pub mod copy;
 pub mod delivery;
 pub mod demo;
 pub mod error;
-pub mod fanout;
 pub mod filter;
 pub mod headers;
 pub mod ingress;

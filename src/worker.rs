@@ -272,7 +272,7 @@ async fn deliver(
             return;
         };
         let event = (due.id, request, due.record.body_sha256);
-        crate::fanout::fan_out(&gateway, route, event, claim).await;
+        crate::delivery::fanout::fan_out(&gateway, route, event, claim).await;
         return;
     }
     let Some(request) = due.record.request else {

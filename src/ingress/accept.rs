@@ -13,10 +13,10 @@ use http_body_util::Full;
 use super::answer::{accepted, answer_sender, check_body, dead_letter, Outcome};
 use super::{Gateway, Hybrid, RequestLog};
 use crate::config::AsyncDelivery;
+use crate::delivery::fanout;
 use crate::delivery::places::Place;
 use crate::delivery::{policy, Attempt, Kind};
 use crate::error::GatewayError;
-use crate::fanout;
 use crate::headers::new_request_id;
 use crate::route::Route;
 use crate::store::{

@@ -42,9 +42,9 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
 
+use super::Engine;
 use crate::claim::Claim;
 use crate::config::RouteConfig;
-use crate::delivery::Engine;
 use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
