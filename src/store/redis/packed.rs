@@ -6,7 +6,7 @@
 //! A packed record is a string, `p1:{token}:{body_sha256}:{lease_until}:
 //! {source length}`: a sync delivery's first claim, with nothing else to
 //! keep (no stored request, no replay guard, no order). Whatever reads a
-//! record by its key — every script, through [`OPEN_PACKED`] — first makes
+//! record by its key — every script, through `OPEN_PACKED` (`scripts.rs`) — first makes
 //! it the hash every other record is, in place: `processing`, the token,
 //! the body's hash, attempt 1, its lease, its expiry kept, and its entry in
 //! the `processing` listing. So a duplicate, renewal, completion, failure,
@@ -39,30 +39,6 @@ use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, Record, StoreEr
 
 /// How old the reading of Redis's clock may be.
 const CLOCK_AGE: Duration = Duration::from_secs(5);
-
-/// Lua, after the prelude: `open_packed(key)` turns a packed record at
-/// `key` into its hash, in place, keeping its expiry, and lists it; any
-/// other value is left as it is. `opened(key)` does that and returns the
-/// key.
-pub(super) const OPEN_PACKED: &str = "
-local function open_packed(key)
-  if redis.call('TYPE', key)['ok'] ~= 'string' then return end
-  local token, sha, lease_until, n =
-    string.match(redis.call('GET', key), '^p1:([^:]*):([^:]*):(%d+):(%d+)$')
-  if not token then return end
-  local ttl = redis.call('PTTL', key)
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'state', 'processing', 'token', token, 'body_sha256', sha,
-    'attempts', 1, 'lease_until', lease_until, 'updated', now, 'first_seen', now)
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-  n = tonumber(n)
-  index(string.sub(key, 1, n), string.sub(key, n + 2), nil, 'processing')
-end
-local function opened(key)
-  open_packed(key)
-  return key
-end
-";
 
 /// KEYS[1] a record; returns its HGETALL, a packed record opened first.
 static OPENED: LazyLock<Script> =

@@ -4,12 +4,34 @@
 
 use redis::Script;
 
-use super::packed::OPEN_PACKED;
-
-/// A script: [`PRELUDE`], then `open_packed` (`packed.rs`), then `body`.
+/// A script: [`PRELUDE`], then [`OPEN_PACKED`], then `body`.
 pub(super) fn script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}{OPEN_PACKED}{body}"))
 }
+
+/// Lua, after the prelude: `open_packed(key)` turns a packed record
+/// (`packed.rs`) at `key` into its hash, in place, keeping its expiry, and
+/// lists it; any other value is left as it is. `opened(key)` does that and
+/// returns the key.
+pub(super) const OPEN_PACKED: &str = "
+local function open_packed(key)
+  if redis.call('TYPE', key)['ok'] ~= 'string' then return end
+  local token, sha, lease_until, n =
+    string.match(redis.call('GET', key), '^p1:([^:]*):([^:]*):(%d+):(%d+)$')
+  if not token then return end
+  local ttl = redis.call('PTTL', key)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'state', 'processing', 'token', token, 'body_sha256', sha,
+    'attempts', 1, 'lease_until', lease_until, 'updated', now, 'first_seen', now)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  n = tonumber(n)
+  index(string.sub(key, 1, n), string.sub(key, n + 2), nil, 'processing')
+end
+local function opened(key)
+  open_packed(key)
+  return key
+end
+";
 
 /// Shared by every script: the current Redis time in ms, the listing
 /// indexes, and an ordered record's entity (`ordered`: the record left its
