@@ -343,15 +343,6 @@ async fn deliver(
         store: None,
         upstream: Some(attempted.elapsed),
     });
-    gateway
-        .metrics()
-        .delivery_attempts
-        .with_label_values(&[
-            route.route_name(),
-            route.destination_name(),
-            settled.as_str(),
-        ])
-        .inc();
     // A permit comes free with this task's end: look for more at once
     // rather than at the next poll.
     gateway.places().wake();

@@ -226,17 +226,33 @@ impl Engine {
                 Box::pin(self.settle_failure(&route, claim, &result, failed, stored)).await
             }
         };
-        let labels = [
-            route.route_name(),
-            route.destination_name(),
-            kind.as_str(),
-            settled.as_str(),
-        ];
-        self.metrics().attempts.with_label_values(&labels).inc();
+        self.count(&route, kind, settled);
         Attempted {
             result,
             elapsed,
             settled,
+        }
+    }
+
+    /// Count a settled attempt, once, where it settles: in
+    /// `hookgate_attempts_total` by its entrance, and in the family its
+    /// entrance always had — the async attempts of accepted events (worker
+    /// and hybrid, whether or not a sender waited) or the operator's
+    /// redeliveries and replays.
+    fn count(&self, route: &Route, kind: Kind, settled: Settled) {
+        let metrics = self.metrics();
+        let (name, destination) = (route.route_name(), route.destination_name());
+        let labels = [name, destination, kind.as_str(), settled.as_str()];
+        metrics.attempts.with_label_values(&labels).inc();
+        match kind {
+            Kind::Worker | Kind::Hybrid => {
+                let labels = [name, destination, settled.as_str()];
+                metrics.delivery_attempts.with_label_values(&labels).inc();
+            }
+            Kind::Redeliver | Kind::Replay => {
+                metrics.redeliveries.with_label_values(&labels).inc();
+            }
+            Kind::Sync => {}
         }
     }
 

@@ -188,18 +188,6 @@ impl Gateway {
                 was_dead: false,
             };
             let attempted = engine.attempt(attempt, upstream_request, || request).await;
-            // The accepted event's first attempt, whether or not the sender
-            // waited for its answer.
-            let labels = [
-                route.route_name(),
-                route.destination_name(),
-                attempted.settled.as_str(),
-            ];
-            engine
-                .metrics()
-                .delivery_attempts
-                .with_label_values(&labels)
-                .inc();
             let _ = answered.send((attempted.result, attempted.elapsed));
         });
         let within = settings.respond_within.unwrap_or_default();

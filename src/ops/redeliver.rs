@@ -371,16 +371,6 @@ impl Operator {
             .attempt(attempt, upstream_request, || request)
             .await;
         let (upstream_status, upstream_error) = describe(&attempted.result);
-        self.engine
-            .metrics()
-            .redeliveries
-            .with_label_values(&[
-                route.route_name(),
-                route.destination_name(),
-                kind.as_str(),
-                attempted.settled.as_str(),
-            ])
-            .inc();
         Sent {
             key: key.to_owned(),
             attempt: attempt_no,

@@ -357,7 +357,11 @@ async fn a_hybrid_attempt_that_fails_after_the_202_is_counted() {
         let metrics = scrape(&gateway.admin_url("/metrics")).await;
         sample(&metrics, "hookgate_delivery_attempts_total", &retrying) == Some(1.0)
     });
-    assert!(counted.await, "the hybrid's failed attempt is counted");
+    assert!(
+        counted.await,
+        "the hybrid's failed attempt is counted: {}",
+        scrape(&gateway.admin_url("/metrics")).await
+    );
     let metrics = scrape(&gateway.admin_url("/metrics")).await;
     let by_entrance = [
         ("route", "hook"),
