@@ -26,8 +26,8 @@ pub(super) struct BulkArgs {
     /// Only this route's events.
     #[arg(long = "route", id = "bulk_route")]
     route: Option<String>,
-    /// processing, queued, failed, dead or completed.
-    #[arg(long)]
+    /// processing, queued, failed, dead, completed or stale.
+    #[arg(long, value_parser = super::query::state)]
     state: Option<String>,
     #[command(flatten)]
     filter: FilterArgs,
@@ -72,7 +72,7 @@ impl AdminClient {
         action: &str,
         args: BulkArgs,
         json: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), super::Failure> {
         let mut query = selection_query(args.route.as_ref(), args.state.as_ref());
         query.extend(args.filter.query());
         query.extend(args.rate.as_ref().map(|r| format!("rate={}", encode(r))));
@@ -118,9 +118,10 @@ impl AdminClient {
         }
         if done["state"] == "failed" {
             let why = done["last_error"].as_str().unwrap_or("no cause recorded");
-            return Err(format!("bulk action {id} failed: {why}"));
+            return Err(format!("bulk action {id} failed: {why}").into());
         }
-        Ok(())
+        let failed = done["failed"].as_u64().unwrap_or(0);
+        super::undelivered(failed, &format!("bulk action {id}"))
     }
 
     pub(super) async fn bulk_command(

@@ -23,8 +23,8 @@ pub(super) struct Listing {
     /// Only this route's events.
     #[arg(long)]
     route: Option<String>,
-    /// processing, queued, failed, dead or completed.
-    #[arg(long)]
+    /// processing, queued, failed, dead, completed or stale.
+    #[arg(long, value_parser = super::query::state)]
     state: Option<String>,
     /// Events per page.
     #[arg(long, default_value_t = 50)]

@@ -15,7 +15,7 @@
 /// output is escaped by JSON itself.
 macro_rules! say {
     ($($arg:tt)*) => {
-        println!("{}", $crate::client::render::escaped(&format!($($arg)*)))
+        $crate::client::render::say(&format!($($arg)*))
     };
 }
 
@@ -224,6 +224,38 @@ impl EventsCommand {
 
 /// Exit code for a bad command line (README, "Configuration").
 const EXIT_USAGE: u8 = 2;
+/// Exit code for an action that ran, but left an event it touched
+/// undelivered (failed, or dead again).
+const EXIT_UNDELIVERED: u8 = 3;
+
+/// Why a command did not end well, and so its exit code.
+pub(crate) enum Failure {
+    /// Not found, refused, or the gateway did not answer: 1.
+    Refused(String),
+    /// It ran, and at least one event it touched was not delivered: 3.
+    Undelivered(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Refused(message)
+    }
+}
+
+/// `Undelivered` when `failed` events of an action were not delivered.
+fn undelivered(failed: u64, what: &str) -> Result<(), Failure> {
+    match failed {
+        0 => Ok(()),
+        n => Err(Failure::Undelivered(format!(
+            "{n} event(s) of the {what} were not delivered (failed, or dead again)"
+        ))),
+    }
+}
+
+/// 1 when a single redelivery or replay left its event failed or dead.
+fn not_delivered(sent: &Value) -> u64 {
+    u64::from(matches!(sent["state"].as_str(), Some("failed" | "dead")))
+}
 
 /// Run one `hookgate events` command.
 pub fn events(args: EventsArgs) -> ExitCode {
@@ -254,7 +286,7 @@ pub fn reload(args: ReloadArgs) -> ExitCode {
                 );
             }
         }
-        Ok(())
+        Ok::<(), String>(())
     })
 }
 
@@ -266,9 +298,10 @@ pub fn routes(args: RoutesArgs) -> ExitCode {
     })
 }
 
-fn run<F>(args: &AdminArgs, command: impl FnOnce(AdminClient) -> F) -> ExitCode
+fn run<F, E>(args: &AdminArgs, command: impl FnOnce(AdminClient) -> F) -> ExitCode
 where
-    F: std::future::Future<Output = Result<(), String>>,
+    F: std::future::Future<Output = Result<(), E>>,
+    Failure: From<E>,
 {
     let Some(token) = admin_token() else {
         say_err!(
@@ -286,11 +319,15 @@ where
         token,
         http: Client::builder(TokioExecutor::new()).build_http(),
     };
-    match runtime.block_on(command(client)) {
+    match runtime.block_on(command(client)).map_err(Failure::from) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Failure::Refused(message)) => {
             say_err!("error: {message}");
             ExitCode::FAILURE
+        }
+        Err(Failure::Undelivered(message)) => {
+            say_err!("error: {message}");
+            ExitCode::from(EXIT_UNDELIVERED)
         }
     }
 }
@@ -383,9 +420,9 @@ impl AdminClient {
         Ok(())
     }
 
-    async fn events(&self, command: EventsCommand, json: bool) -> Result<(), String> {
+    async fn events(&self, command: EventsCommand, json: bool) -> Result<(), Failure> {
         match command {
-            EventsCommand::List(listing) => self.list(listing, json).await,
+            EventsCommand::List(listing) => Ok(self.list(listing, json).await?),
             EventsCommand::Show {
                 route,
                 key,
@@ -421,7 +458,7 @@ impl AdminClient {
                 );
                 let sent = self.call(Method::POST, &path, TIMEOUT).await?;
                 print_sent(&sent, json, "redelivered");
-                Ok(())
+                undelivered(not_delivered(&sent), "redelivery")
             }
             EventsCommand::Replay { route, key, bulk } => {
                 let Some((route, key)) = one(route, key) else {
@@ -433,7 +470,7 @@ impl AdminClient {
                 );
                 let sent = self.call(Method::POST, &path, TIMEOUT).await?;
                 print_sent(&sent, json, "replayed");
-                Ok(())
+                undelivered(not_delivered(&sent), "replay")
             }
             EventsCommand::Redrive {
                 route,
@@ -453,7 +490,8 @@ impl AdminClient {
                         done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
                     );
                 }
-                Ok(())
+                let count = |name: &str| done[name].as_u64().unwrap_or(0);
+                undelivered(count("failed") + count("dead"), "redrive")
             }
             EventsCommand::Forget {
                 route,
@@ -477,7 +515,7 @@ impl AdminClient {
                 }
                 Ok(())
             }
-            EventsCommand::Bulk { command } => self.bulk_command(command, json).await,
+            EventsCommand::Bulk { command } => Ok(self.bulk_command(command, json).await?),
         }
     }
 

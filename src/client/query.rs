@@ -52,6 +52,18 @@ pub(super) struct FilterArgs {
     q: Vec<String>,
 }
 
+/// A `--state` as given, once it names a state (a usage error, exit 2,
+/// otherwise).
+pub(super) fn state(text: &str) -> Result<String, String> {
+    match crate::store::RecordState::parse(text) {
+        Some(_) => Ok(text.to_owned()),
+        None => Err(format!(
+            "{text:?} is not a state: {}",
+            crate::store::RecordState::names()
+        )),
+    }
+}
+
 /// `route=` and `state=` of a listing or a bulk action, as query parameters.
 pub(super) fn selection_query(route: Option<&String>, state: Option<&String>) -> Vec<String> {
     let route = route.map(|r| format!("route={}", encode(r)));

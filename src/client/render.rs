@@ -306,6 +306,18 @@ pub(super) fn print_sent(sent: &Value, json: bool, what: &str) {
     );
 }
 
+/// Print `text`, escaped, on standard output; a reader that went away
+/// (`… | head -1`) ends the command quietly, as every Unix tool does.
+pub(crate) fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{}", escaped(text)) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+    }
+}
+
 /// `text` with its control characters escaped (`\x1b` as `\u{1b}`),
 /// newlines and tabs kept.
 pub(crate) fn escaped(text: &str) -> Cow<'_, str> {

@@ -522,3 +522,66 @@ async fn a_routes_own_signature_header_is_redacted() {
     let digest = sign(event("evt_digest").as_bytes());
     assert!(!String::from_utf8_lossy(&shown.body).contains(&digest));
 }
+
+/// The exit codes automation reads (README, "Failed events and dead
+/// letters"): an action whose events all go dead again exits 3, not 0; a
+/// bad `--state` is usage (2); a reader that closes the pipe early ends the
+/// listing quietly (0, no panic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_exits_3_when_an_action_leaves_events_undelivered() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let gateway = gateway_for(&upstream, &Backend::Memory, "max_attempts = 1").await;
+    for id in ["evt_x1", "evt_x2", "evt_x3"] {
+        let answer = Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let dead = eventually(Duration::from_secs(10), || async {
+        let listed = admin(&gateway, Method::GET, "/admin/events?route=hook&state=dead").await;
+        listed.json()["events"].as_array().map(Vec::len) == Some(3)
+    });
+    assert!(dead.await);
+
+    let code = |args: &[&str]| events_cli(&gateway, args).status.code();
+    assert_eq!(
+        code(&["redeliver", "hook", "evt_x1"]),
+        Some(3),
+        "dead again"
+    );
+    assert_eq!(code(&["redrive", "hook"]), Some(3), "every one dead again");
+    let bulk = [
+        "redeliver",
+        "--route",
+        "hook",
+        "--state",
+        "dead",
+        "--rate",
+        "100/s",
+    ];
+    assert_eq!(code(&bulk), Some(3), "a bulk action too");
+    assert_eq!(code(&["list", "--state", "nosuch"]), Some(2));
+    assert_eq!(code(&["redeliver", "--state", "nosuch"]), Some(2));
+
+    // `hookgate events list | head -0`: the reader is gone before a line.
+    let mut listing = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["events", "list", "--route", "hook"])
+        .args(["--admin", &gateway.admin_url("")])
+        .env("HOOKGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(listing.stdout.take());
+    let output = listing.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    healthy.store(true, Ordering::SeqCst);
+    assert_eq!(code(&["redrive", "hook"]), Some(0), "all delivered");
+    // Refused, redriven and redelivered in bulk while still refused, then
+    // delivered.
+    assert_eq!(upstream.count("evt_x2"), 4);
+    gateway.shutdown().await;
+}
