@@ -260,8 +260,15 @@ fn main() -> ExitCode {
                     .and_then(|keys| keys.ids().into_iter().next())
                     .unwrap_or_default(),
             );
-            let progress =
-                |pass, counts: &hookgate::store::Resealed| eprintln!("pass {pass}: {counts}");
+            // Progress on stderr as pages are read, once per change; each
+            // pass's result once on stdout at the end.
+            let mut shown = (0, 0);
+            let progress = move |pass, counts: &hookgate::store::Resealed| {
+                if shown != (pass, counts.read) {
+                    shown = (pass, counts.read);
+                    eprintln!("pass {pass}, so far: {counts}");
+                }
+            };
             let run = hookgate::reencrypt::reencrypt_store(&config, rate, progress);
             match runtime.block_on(run) {
                 Ok(passes) => {

@@ -121,7 +121,7 @@ impl Admin {
     /// `POST /admin/routes/{route}/dead-letters/redeliver?rate=`: every
     /// dead letter of the route redelivered as one bulk action, answered
     /// with its tally when it ends (the action runs on if the caller hangs
-    /// up).
+    /// up); with `wait=false`, answered 202 with the action's id at once.
     pub(super) async fn redrive(
         &self,
         request: &Request<Incoming>,
@@ -141,6 +141,18 @@ impl Admin {
             rate,
         };
         let bulk = self.ops.bulk(&self.bulks, selection, start).await?;
+        if query_param(request, "wait").as_deref() == Some("false") {
+            // Started: the caller follows it (`GET /admin/bulk/{id}`).
+            return Ok(json_response(
+                StatusCode::ACCEPTED,
+                &json!({
+                    "route": route.route_name(),
+                    "destination": route.as_destination(),
+                    "bulk": bulk.id,
+                    "dead_letters": bulk.matched,
+                }),
+            ));
+        }
         let done = bulk.finished().await;
         Ok(json_response(
             StatusCode::OK,

@@ -160,7 +160,7 @@ impl AdminClient {
 
     /// Ask after bulk action `id` until it ends; with `bar`, a progress
     /// line on standard error.
-    async fn follow(&self, id: &str, bar: bool) -> Result<Value, String> {
+    pub(super) async fn follow(&self, id: &str, bar: bool) -> Result<Value, String> {
         let path = format!("/admin/bulk/{}", encode(id));
         loop {
             let bulk = self

@@ -46,10 +46,10 @@ use self::list::Listing;
 use self::query::{with_query, DestinationArg};
 use self::render::{paused_text, pretty, print_blocked, print_record, print_routes, print_sent};
 
-/// How long one admin call may take (a redrive of many dead letters is
-/// paced, so it gets longer).
+/// How long one admin call may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
-const REDRIVE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long a redrive may take to start: its matches are collected first.
+const REDRIVE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args)]
 pub struct EventsArgs {
@@ -477,11 +477,30 @@ impl AdminClient {
                 destination,
                 rate,
             } => {
+                // Started, then followed (with a progress line on a
+                // terminal) to its tally.
+                let query = [format!("rate={}", encode(&rate)), "wait=false".into()];
                 let path = with_query(
                     format!("/admin/routes/{}/dead-letters/redeliver", encode(&route)),
-                    std::iter::once(format!("rate={}", encode(&rate))).chain(destination.query()),
+                    query.into_iter().chain(destination.query()),
                 );
-                let done = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
+                // Its matches are collected before it starts: a big route's
+                // take a while.
+                let started = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
+                let id = started["bulk"].as_str().unwrap_or_default().to_owned();
+                let bar = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let bulk = self.follow(&id, bar).await?;
+                let count = |name: &str| bulk[name].as_u64().unwrap_or(0);
+                let done = serde_json::json!({
+                    "route": started["route"],
+                    "destination": started["destination"],
+                    "bulk": id,
+                    "dead_letters": started["dead_letters"],
+                    "completed": count("delivered"),
+                    "failed": count("failed") - count("dead"),
+                    "dead": count("dead"),
+                    "skipped": count("skipped") + count("queued"),
+                });
                 if json {
                     say!("{}", pretty(&done));
                 } else {
@@ -490,8 +509,11 @@ impl AdminClient {
                         done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
                     );
                 }
-                let count = |name: &str| done[name].as_u64().unwrap_or(0);
-                undelivered(count("failed") + count("dead"), "redrive")
+                if bulk["state"] == "failed" {
+                    let why = bulk["last_error"].as_str().unwrap_or("no cause recorded");
+                    return Err(format!("the redrive ({id}) failed: {why}").into());
+                }
+                undelivered(count("failed"), "redrive")
             }
             EventsCommand::Forget {
                 route,

@@ -120,6 +120,7 @@ async fn rotated_and_resealed(backend: Backend) {
         out.contains("pass 1: read 5  resealed 0  current 5"),
         "{out}"
     );
+    assert_eq!(out.matches("pass 1: ").count(), 1, "said once: {out}");
 
     if let Backend::Embedded(_) = backend {
         // `hookgate backup` carries the ciphertext as it is.
