@@ -113,6 +113,10 @@ struct MigrateArgs {
     /// it records each version it applies.
     #[arg(long)]
     print: bool,
+    /// Print the GRANTs the gateways' role ROLE needs on the schema (rows
+    /// and the ordering sequence, no DDL), for `psql`, and exit.
+    #[arg(long, value_name = "ROLE")]
+    grants: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -288,6 +292,18 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Migrate(args) if args.grants.is_some() => {
+            let role = args.grants.unwrap_or_default();
+            let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            if role.is_empty() || !role.chars().all(plain) {
+                eprintln!(
+                    "hookgate migrate --grants: {role:?} is not a plain role name ([A-Za-z0-9_]+)"
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            print!("{}", hookgate::store::postgres_grants(&role));
+            ExitCode::SUCCESS
         }
         Command::Migrate(args) => {
             let config = match load(&args.config.config) {

@@ -80,8 +80,9 @@ pub use self::memory::MemoryStore;
 pub use self::migrate::migrate;
 pub use self::order::{Blocked, OrderSpot, Ordered};
 pub use self::postgres::{
-    check_url as check_postgres_url, migration_script, pending_migrations, PostgresStore,
-    CONNECTIONS_BESIDE_POOL as POSTGRES_CONNECTIONS_BESIDE_POOL, MIGRATIONS,
+    check_url as check_postgres_url, grants as postgres_grants, migration_script,
+    pending_migrations, PostgresStore, CONNECTIONS_BESIDE_POOL as POSTGRES_CONNECTIONS_BESIDE_POOL,
+    MIGRATIONS,
 };
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{

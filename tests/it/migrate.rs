@@ -150,14 +150,20 @@ async fn a_role_without_ddl_rights_serves_a_migrated_database() {
         Some(0)
     );
 
+    // The role gets exactly what `hookgate migrate --grants` prints.
     let role = format!("hg_app_{:08x}", rand::random::<u32>());
+    let grants = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["migrate", "--grants", &role])
+        .output()
+        .unwrap();
+    assert!(grants.status.success(), "{grants:?}");
+    let grants = String::from_utf8(grants.stdout).unwrap();
     let client = database.client().await;
     client
         .batch_execute(&format!(
             "CREATE ROLE {role} LOGIN; \
              REVOKE CREATE ON SCHEMA public FROM PUBLIC; \
-             GRANT USAGE ON SCHEMA public TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};"
+             {grants}"
         ))
         .await
         .unwrap();
@@ -176,6 +182,44 @@ async fn a_role_without_ddl_rights_serves_a_migrated_database() {
     assert!(again.replayed());
     assert_eq!(upstream.count("evt_dml"), 1);
     gateway.shutdown().await;
+
+    // Every feature that writes, under that role: an ordered async route
+    // (the ordering sequence) with two destinations, paused and resumed.
+    let route = "delivery = \"async\"\norder_by = \"json:/id\"\n\
+                 retry_backoff = { initial = \"50ms\", max = \"100ms\" }";
+    let text = config_text(
+        &upstream.url("/"),
+        &Backend::Postgres(url.clone()),
+        route,
+        "",
+    )
+    .replace(&format!("upstream = \"{}\"\n", upstream.url("/")), "");
+    let text = format!(
+        "{text}\n[[routes.destinations]]\nname = \"one\"\nupstream = \"{}\"\n\
+         [[routes.destinations]]\nname = \"two\"\nupstream = \"{}\"\n",
+        upstream.url("/one"),
+        upstream.url("/two")
+    );
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    assert_eq!(
+        gateway.control("hook", "pause", "by=test").await.status,
+        StatusCode::OK
+    );
+    for id in ["evt_ordered_1", "evt_ordered_2"] {
+        let answer = sender.deliver(&gateway.url("/hook"), &event(id)).await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    }
+    assert_eq!(
+        gateway.control("hook", "resume", "").await.status,
+        StatusCode::OK
+    );
+    let both = ["evt_ordered_1".to_owned(), "evt_ordered_2".to_owned()];
+    let delivered = eventually(Duration::from_secs(20), || async {
+        both.iter().all(|id| upstream.count(id) == 2)
+    });
+    assert!(delivered.await, "each event to each destination, once");
+    gateway.shutdown().await;
+
     let refused = client
         .batch_execute(&format!("SET ROLE {role}; CREATE TABLE probe (x int)"))
         .await;

@@ -44,7 +44,7 @@ use self::listen::{pg_channel, Listen};
 use self::prune::spawn_pruning;
 use self::rows::{claim, inserted, live_record, Start};
 use self::schema::Schema;
-pub use self::schema::{pending as pending_migrations, script as migration_script};
+pub use self::schema::{grants, pending as pending_migrations, script as migration_script};
 
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};

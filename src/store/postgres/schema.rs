@@ -262,6 +262,39 @@ async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), 
     }
 }
 
+/// The tables and the sequence the schema creates, which the gateways'
+/// role writes (docs/operations.md, "PostgreSQL"): a migration that adds
+/// one adds it here, and the grants follow.
+const WRITTEN: [&str; 3] = ["webhook_events", "replay_guards", "hookgate_route_controls"];
+const SEQUENCES: [&str; 1] = ["hookgate_order_seq"];
+
+/// What a role that only serves (`hookgate run`, no DDL) needs on the
+/// schema, as SQL for `psql`: its rows, the versions recorded, and the
+/// ordering sequence (`nextval` when an ordered event is accepted, `setval`
+/// when `store copy` moves it past copied places). `role` is a plain
+/// identifier, checked by the caller.
+pub fn grants(role: &str) -> String {
+    let mut out = format!(
+        "-- what the gateways' role {role} needs: rows, no DDL (hookgate migrate --grants {role})
+         GRANT USAGE ON SCHEMA public TO {role};
+         GRANT SELECT ON hookgate_migrations TO {role};
+"
+    );
+    for table in WRITTEN {
+        out += &format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role};
+"
+        );
+    }
+    for sequence in SEQUENCES {
+        out += &format!(
+            "GRANT USAGE, SELECT, UPDATE ON SEQUENCE {sequence} TO {role};
+"
+        );
+    }
+    out
+}
+
 /// `migrations` as one script `psql -v ON_ERROR_STOP=1 -f` runs as it is,
 /// with the steps a gateway takes: under the gateways' advisory lock,
 /// transactional parts in `BEGIN … COMMIT`, index builds alone, backfills
