@@ -126,6 +126,8 @@ pub struct Metrics {
     pub attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
+    /// Each async route's `page_after`, for the paging alert to compare.
+    pub page_after: prometheus::GaugeVec,
     /// Traffic control (README, "Traffic control"): paused routes (1), breakers holding
     /// calls (1), breaker trips, and every pause or resume (the audit).
     pub route_paused: IntGaugeVec,
@@ -368,6 +370,14 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
+        let page_after = prometheus::GaugeVec::new(
+            Opts::new(
+                "hookgate_route_page_after_seconds",
+                "Each async route's page_after: its oldest undelivered accepted event older than this pages (HookgateAsyncEventOverdue).",
+            ),
+            &["route", "destination"],
+        )
+        .expect("valid metric");
         let route_paused = per_delivery_gauge(
             "hookgate_route_paused",
             "1 while an operator has paused the route (fleet-wide, kept in the store).",
@@ -445,6 +455,7 @@ impl Metrics {
             Box::new(attempts.clone()),
             Box::new(queue_depth.clone()),
             Box::new(oldest_queued.clone()),
+            Box::new(page_after.clone()),
             Box::new(route_paused.clone()),
             Box::new(breaker_open.clone()),
             Box::new(breaker_opened.clone()),
@@ -494,6 +505,7 @@ impl Metrics {
             attempts,
             queue_depth,
             oldest_queued,
+            page_after,
             route_paused,
             breaker_open,
             breaker_opened,

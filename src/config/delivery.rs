@@ -35,6 +35,7 @@ impl Validator<'_> {
                 ("accept_status", raw.accept_status.is_some()),
                 ("retry_backoff", raw.retry_backoff.is_some()),
                 ("max_age", raw.max_age.is_some()),
+                ("page_after", raw.page_after.is_some()),
                 ("max_in_flight", raw.max_in_flight.is_some()),
                 ("respond_within", raw.respond_within.is_some()),
                 ("order_by", raw.order_by.is_some()),
@@ -73,6 +74,17 @@ impl Validator<'_> {
             raw.max_age.as_ref(),
             DEFAULT_QUEUE.max_age,
         );
+        let page_after = self.duration(
+            &at.key("page_after"),
+            raw.page_after.as_ref(),
+            DEFAULT_QUEUE.page_after,
+        );
+        if page_after >= max_age {
+            self.fail(
+                &at.key("page_after"),
+                "must be shorter than max_age: past max_age the event is a dead letter, and nobody was paged while it waited",
+            );
+        }
         let max_in_flight = self.size(
             &at.key("max_in_flight"),
             raw.max_in_flight,
@@ -101,6 +113,7 @@ impl Validator<'_> {
             backoff_initial,
             backoff_max,
             max_age,
+            page_after,
             max_in_flight,
             respond_within,
             order,

@@ -123,6 +123,8 @@ pub struct RawRoute {
     pub accept_status: Option<u64>,
     pub retry_backoff: Option<RawBackoff>,
     pub max_age: Option<String>,
+    /// The oldest undelivered accepted event older than this pages.
+    pub page_after: Option<String>,
     pub max_in_flight: Option<u64>,
     pub respond_within: Option<String>,
     /// Ordered delivery per entity (`crate::order`).

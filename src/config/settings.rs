@@ -237,6 +237,9 @@ pub struct AsyncDelivery {
     pub backoff_max: Duration,
     /// An event still undelivered this long after it was accepted is dead.
     pub max_age: Duration,
+    /// The oldest undelivered accepted event older than this is an
+    /// incident (`hookgate_route_page_after_seconds`, the paging alert).
+    pub page_after: Duration,
     /// Concurrent upstream calls of this route, per gateway instance.
     pub max_in_flight: usize,
     /// Hybrid: try synchronously this long first.
@@ -254,6 +257,7 @@ pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
     backoff_initial: Duration::from_secs(5),
     backoff_max: Duration::from_secs(3600),
     max_age: Duration::from_secs(3 * 86_400),
+    page_after: Duration::from_secs(15 * 60),
     max_in_flight: 16,
     respond_within: None,
     order: None,

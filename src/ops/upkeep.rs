@@ -42,9 +42,11 @@ impl Operator {
                     .with_label_values(&[name, destination])
                     .set(count as i64);
             }
-            if !matches!(route.delivery, DeliveryMode::Async(_)) {
+            let DeliveryMode::Async(settings) = &route.delivery else {
                 continue;
-            }
+            };
+            (metrics.page_after.with_label_values(&[name, destination]))
+                .set(settings.page_after.as_secs_f64());
             if let Some(blocked) = self.blocked_count(&route).await {
                 metrics
                     .blocked_entities

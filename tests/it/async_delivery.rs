@@ -441,3 +441,35 @@ async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
     }
     drop(gateway);
 }
+
+/// Each async route's `page_after` is on `/metrics` for the paging alert
+/// to compare with (deploy/prometheus/alerts.yml,
+/// `HookgateAsyncEventOverdue`); 15 minutes unless the route says.
+#[tokio::test]
+async fn page_after_is_exported_per_route() {
+    let upstream = Upstream::start().await;
+    for (extra, seconds) in [("page_after = \"2m\"", 120.0), ("", 900.0)] {
+        let route = format!("{ASYNC}\n{extra}");
+        let text = config_text(&upstream.url("/hook"), &Backend::Memory, &route, "");
+        let gateway = TestGateway::start(&with_admin(&text, true)).await;
+        let metrics = scrape(&gateway.admin_url("/metrics")).await;
+        let labels = [("route", "hook"), ("destination", "")];
+        assert_eq!(
+            sample(&metrics, "hookgate_route_page_after_seconds", &labels),
+            Some(seconds),
+            "{extra}: {metrics}"
+        );
+        gateway.shutdown().await;
+    }
+    // Longer than max_age, it would page after the event is parked.
+    let route = format!("{ASYNC}\npage_after = \"4d\"");
+    let text = config_text(&upstream.url("/hook"), &Backend::Memory, &route, "");
+    let refused = hookgate::config::Config::parse(&text, std::path::Path::new("t.toml"), &|name| {
+        (name == "TEST_SECRET").then(|| SECRET.to_owned())
+    });
+    let Err(problems) = refused else {
+        panic!("page_after past max_age was taken");
+    };
+    let problems = problems.to_string();
+    assert!(problems.contains("routes[0].page_after"), "{problems}");
+}
