@@ -37,7 +37,6 @@ use crate::delivery::places::{Gate, Place};
 use crate::delivery::policy::{self, Rules};
 use crate::delivery::Engine;
 use crate::delivery::{Attempt, Kind, Settled};
-use crate::headers::new_request_id;
 use crate::order::Rules as OrderRules;
 use crate::route::Route;
 use crate::store::{
@@ -45,7 +44,6 @@ use crate::store::{
 };
 use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
-use crate::upstream::resend;
 
 /// How often workers look for due events they were not woken for.
 const POLL: Duration = Duration::from_millis(250);
@@ -320,10 +318,7 @@ async fn deliver(
             .inc();
         return;
     }
-    let request_id = new_request_id();
     let trace = (gateway.telemetry()).delivery("webhook delivery attempt", &HeaderMap::new());
-    let mut upstream_request = resend(&route, request.clone(), Some(&due.id), &request_id);
-    trace.inject(upstream_request.headers_mut());
     let attempt = Attempt {
         route: Arc::clone(&route),
         claim,
@@ -333,7 +328,7 @@ async fn deliver(
         first_seen_ms,
         was_dead: false,
     };
-    let attempted = gateway.attempt(attempt, upstream_request, || request).await;
+    let attempted = (gateway.attempt_stored(attempt, &due.id, request, trace.headers())).await;
     let settled = attempted.settled;
     trace.finish(SpanFacts {
         route: &route.name,

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use rand::Rng;
@@ -23,13 +24,14 @@ use super::places::Place;
 use super::policy::{self, Entrance, Rules};
 use super::Engine;
 use crate::claim::{Claim, Recording};
+use crate::headers::new_request_id;
 use crate::replay::RecordedResponse;
 use crate::route::Route;
 use crate::store::{
     AttemptKind, Failure, FailureClass, Next, PastAttempt, RecordState, StoredRequest,
 };
 use crate::traffic::Admission;
-use crate::upstream::{UpstreamError, UpstreamResponse};
+use crate::upstream::{resend, UpstreamError, UpstreamResponse};
 
 /// Which entrance made an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +256,29 @@ impl Engine {
             }
             Kind::Sync => {}
         }
+    }
+
+    /// [`Engine::attempt`] on a stored request — a worker's, the hybrid's,
+    /// an operator's: the outbound request is built here, under `key` (the
+    /// event's own, or a replay's), with a request id of its own and the
+    /// `traced` headers of the attempt's span.
+    pub(crate) async fn attempt_stored(
+        &self,
+        attempt: Attempt,
+        key: &str,
+        request: StoredRequest,
+        traced: Vec<(HeaderName, HeaderValue)>,
+    ) -> Attempted {
+        let mut outbound = resend(
+            &attempt.route,
+            request.clone(),
+            Some(key),
+            &new_request_id(),
+        );
+        for (name, value) in traced {
+            outbound.headers_mut().insert(name, value);
+        }
+        self.attempt(attempt, outbound, || request).await
     }
 
     /// Settle a failed attempt: what comes next by the policy, both futures

@@ -17,12 +17,10 @@ use crate::delivery::fanout;
 use crate::delivery::places::Place;
 use crate::delivery::{policy, Attempt, Kind};
 use crate::error::GatewayError;
-use crate::headers::new_request_id;
 use crate::route::Route;
 use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, OrderSpot, StoreError, Stored, StoredRequest,
 };
-use crate::upstream::resend;
 
 impl Gateway {
     /// Stage 5 of an async route: store the event with its request in one
@@ -171,12 +169,6 @@ impl Gateway {
         tokio::spawn(async move {
             let route = task_route;
             let claim = engine.claim_for(&route, store_key, lease);
-            let request_id = new_request_id();
-            let mut upstream_request =
-                resend(&route, request.clone(), Some(&task_key), &request_id);
-            for (name, value) in trace {
-                upstream_request.headers_mut().insert(name, value);
-            }
             let attempt = Attempt {
                 route: Arc::clone(&route),
                 claim,
@@ -187,7 +179,9 @@ impl Gateway {
                 first_seen_ms: accepted_ms,
                 was_dead: false,
             };
-            let attempted = engine.attempt(attempt, upstream_request, || request).await;
+            let attempted = engine
+                .attempt_stored(attempt, &task_key, request, trace)
+                .await;
             let _ = answered.send((attempted.result, attempted.elapsed));
         });
         let within = settings.respond_within.unwrap_or_default();

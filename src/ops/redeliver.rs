@@ -29,14 +29,13 @@ use crate::delivery::fanout;
 use crate::delivery::places::Place;
 use crate::delivery::{Attempt, Kind, Settled};
 use crate::error::GatewayError;
-use crate::headers::new_request_id;
 use crate::key;
 use crate::route::Route;
 use crate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Lease, RecordState, StoreKey, Stored, StoredRequest,
 };
 use crate::traffic::{Admission, PAUSE_POLL};
-use crate::upstream::{resend, UpstreamError, UpstreamResponse};
+use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// Replays of one event, at most (`{key}.replay-1` … `-1000`).
 pub const MAX_REPLAYS: u32 = 1000;
@@ -355,7 +354,6 @@ impl Operator {
     ) -> Sent {
         let claim = self.engine.claim_for(route, store_key, lease);
         let attempt_no = claim.attempt();
-        let upstream_request = resend(route, request.clone(), Some(key), &new_request_id());
         let Leave { admission, place } = leave;
         let attempt = Attempt {
             route: Arc::clone(route),
@@ -366,9 +364,8 @@ impl Operator {
             first_seen_ms,
             was_dead,
         };
-        let attempted = self
-            .engine
-            .attempt(attempt, upstream_request, || request)
+        let attempted = (self.engine)
+            .attempt_stored(attempt, key, request, Vec::new())
             .await;
         let (upstream_status, upstream_error) = describe(&attempted.result);
         Sent {
