@@ -10,9 +10,9 @@ use std::time::Duration;
 use http::Method;
 use serde_json::Value;
 
-use super::query::{selection_query, FilterArgs};
+use super::query::{selection_query, with_query, DestinationArg, FilterArgs};
 use super::render::pretty;
-use super::{encode, AdminClient, TIMEOUT};
+use super::{encode, undelivered, AdminClient, Failure, TIMEOUT};
 
 /// How often a followed bulk action is asked for its progress.
 const POLL: Duration = Duration::from_millis(500);
@@ -72,7 +72,7 @@ impl AdminClient {
         action: &str,
         args: BulkArgs,
         json: bool,
-    ) -> Result<(), super::Failure> {
+    ) -> Result<(), Failure> {
         let mut query = selection_query(args.route.as_ref(), args.state.as_ref());
         query.extend(args.filter.query());
         query.extend(args.rate.as_ref().map(|r| format!("rate={}", encode(r))));
@@ -116,12 +116,49 @@ impl AdminClient {
             true => say!("{}", pretty(&done)),
             false => say!("{}", summary(&done)),
         }
-        if done["state"] == "failed" {
-            let why = done["last_error"].as_str().unwrap_or("no cause recorded");
-            return Err(format!("bulk action {id} failed: {why}").into());
+        ended(&done, &format!("bulk action {id}"))
+    }
+
+    /// `events redrive`: every dead letter of `route` (or of one of its
+    /// destinations) redelivered as one bulk action, started, then
+    /// followed (with a progress line on a terminal) to its tally.
+    pub(super) async fn redrive(
+        &self,
+        route: &str,
+        destination: DestinationArg,
+        rate: &str,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let query = [format!("rate={}", encode(rate)), "wait=false".into()];
+        let path = with_query(
+            format!("/admin/routes/{}/dead-letters/redeliver", encode(route)),
+            query.into_iter().chain(destination.query()),
+        );
+        let started = self.call(Method::POST, &path, COUNT_TIMEOUT).await?;
+        let id = started["bulk"].as_str().unwrap_or_default().to_owned();
+        let bulk = self
+            .follow(&id, !json && std::io::stderr().is_terminal())
+            .await?;
+        let count = |name: &str| bulk[name].as_u64().unwrap_or(0);
+        let done = serde_json::json!({
+            "route": started["route"],
+            "destination": started["destination"],
+            "bulk": id,
+            "dead_letters": started["dead_letters"],
+            "completed": count("delivered"),
+            "failed": count("failed") - count("dead"),
+            "dead": count("dead"),
+            "skipped": count("skipped") + count("queued"),
+        });
+        if json {
+            say!("{}", pretty(&done));
+        } else {
+            say!(
+                "redrove {} dead letters of {route}: {} completed, {} failed, {} dead again, {} skipped",
+                done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
+            );
         }
-        let failed = done["failed"].as_u64().unwrap_or(0);
-        super::undelivered(failed, &format!("bulk action {id}"))
+        ended(&bulk, &format!("the redrive ({id})"))
     }
 
     pub(super) async fn bulk_command(
@@ -188,6 +225,16 @@ impl AdminClient {
             tokio::time::sleep(POLL).await;
         }
     }
+}
+
+/// How an ended bulk action ends the command: its cause when it failed,
+/// exit 3 when an event it touched was not delivered.
+fn ended(bulk: &Value, what: &str) -> Result<(), Failure> {
+    if bulk["state"] == "failed" {
+        let why = bulk["last_error"].as_str().unwrap_or("no cause recorded");
+        return Err(format!("{what} failed: {why}").into());
+    }
+    undelivered(bulk["failed"].as_u64().unwrap_or(0), what)
 }
 
 /// `[#####-----] 1200/2000`, and the counts so far.

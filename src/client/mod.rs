@@ -48,8 +48,6 @@ use self::render::{paused_text, pretty, print_blocked, print_record, print_route
 
 /// How long one admin call may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a redrive may take to start: its matches are collected first.
-const REDRIVE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args)]
 pub struct EventsArgs {
@@ -476,45 +474,7 @@ impl AdminClient {
                 route,
                 destination,
                 rate,
-            } => {
-                // Started, then followed (with a progress line on a
-                // terminal) to its tally.
-                let query = [format!("rate={}", encode(&rate)), "wait=false".into()];
-                let path = with_query(
-                    format!("/admin/routes/{}/dead-letters/redeliver", encode(&route)),
-                    query.into_iter().chain(destination.query()),
-                );
-                // Its matches are collected before it starts: a big route's
-                // take a while.
-                let started = self.call(Method::POST, &path, REDRIVE_TIMEOUT).await?;
-                let id = started["bulk"].as_str().unwrap_or_default().to_owned();
-                let bar = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-                let bulk = self.follow(&id, bar).await?;
-                let count = |name: &str| bulk[name].as_u64().unwrap_or(0);
-                let done = serde_json::json!({
-                    "route": started["route"],
-                    "destination": started["destination"],
-                    "bulk": id,
-                    "dead_letters": started["dead_letters"],
-                    "completed": count("delivered"),
-                    "failed": count("failed") - count("dead"),
-                    "dead": count("dead"),
-                    "skipped": count("skipped") + count("queued"),
-                });
-                if json {
-                    say!("{}", pretty(&done));
-                } else {
-                    say!(
-                        "redrove {} dead letters of {route}: {} completed, {} failed, {} dead again, {} skipped",
-                        done["dead_letters"], done["completed"], done["failed"], done["dead"], done["skipped"]
-                    );
-                }
-                if bulk["state"] == "failed" {
-                    let why = bulk["last_error"].as_str().unwrap_or("no cause recorded");
-                    return Err(format!("the redrive ({id}) failed: {why}").into());
-                }
-                undelivered(count("failed"), "redrive")
-            }
+            } => self.redrive(&route, destination, &rate, json).await,
             EventsCommand::Forget {
                 route,
                 key,

@@ -125,11 +125,7 @@ pub async fn fan_out(
         let place = destination.order_place(&request.headers, &request.body, &body_sha256);
         let accept = ClaimRequest {
             mode: ClaimMode::Accept,
-            order: place.as_ref().map(|(place, hold)| OrderSpot {
-                entity: &place.entity,
-                value: place.value,
-                hold: *hold,
-            }),
+            order: place.as_ref().map(OrderSpot::at),
             stored: Some(Stored {
                 request: &request,
                 route: &destination.name,

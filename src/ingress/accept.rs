@@ -68,11 +68,7 @@ impl Gateway {
             .engine
             .store()
             .claim(ClaimRequest {
-                order: place.as_ref().map(|(place, hold)| OrderSpot {
-                    entity: &place.entity,
-                    value: place.value,
-                    hold: *hold,
-                }),
+                order: place.as_ref().map(OrderSpot::at),
                 key: &store_key,
                 body_sha256,
                 processing_ttl: route.processing_ttl,

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::order::Place;
+
 /// Where an accepted event stands in its entity's order: by `value` where
 /// it has one (an event without sorts first), then by `seq`, its
 /// acceptance's place in the store's sequence (`Queue::lease_ordered`).
@@ -48,6 +50,18 @@ pub struct OrderSpot<'a> {
     pub value: Option<f64>,
     /// `reorder_window`: not leased before it has waited this long.
     pub hold: Duration,
+}
+
+impl<'a> OrderSpot<'a> {
+    /// The spot of an event at `place`, waiting `hold` first, as
+    /// `RouteConfig::order_place` gives them.
+    pub fn at((place, hold): &'a (Place, Duration)) -> Self {
+        OrderSpot {
+            entity: &place.entity,
+            value: place.value,
+            hold: *hold,
+        }
+    }
 }
 
 /// An entity held by a dead event (`on_blocked = "wait"`): its later
