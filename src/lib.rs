@@ -26,16 +26,20 @@
 //!   scheme is more than data; a config's `[[schemes]]` describes more.
 //! - [`key`] — the idempotency key from a header, a JSON pointer or the body.
 //! - [`delivery`] — one delivery, whatever its entrance: the
-//!   [`delivery::Engine`] (store, claims, live routes, traffic control,
-//!   places under `max_in_flight`, telemetry, metrics, the drain) that
-//!   every entrance holds; [`delivery::attempt`], the one place that calls
-//!   the upstream for a claimed event and settles it; [`delivery::policy`],
+//!   [`delivery::Engine`] that every entrance holds, verbs only (attempt a
+//!   claimed event, hand it to its destinations, give a leased event its
+//!   work, record a filtered one, admit, reload, drain); the
+//!   [`delivery::Parts`] (live routes, store, metrics, clock, places under
+//!   `max_in_flight`, pauses, telemetry) built once and handed to each
+//!   holder beside it; [`delivery::attempt`], the one place that calls the
+//!   upstream for a claimed event and settles it; [`delivery::policy`],
 //!   the pure rule of what follows a failed attempt.
 //! - [`worker`] — the async entrance: workers that lease due events of
-//!   every scope and run each as an attempt.
+//!   every scope and give each its work (`Engine::deliver_due`).
 //! - [`ops`] — the operator's one door, [`ops::Operator`]: every operator
 //!   action is one method returning one [`ops::OpsError`], and the gauges,
-//!   readiness and listing upkeep live there too; [`ops::redeliver`] is its
+//!   readiness, the pauses read from the store and listing upkeep live
+//!   there too; [`ops::redeliver`] is its
 //!   entrance to the upstream — redelivery (same key), replay (new key)
 //!   and redrive of dead letters, as tasks of the gateway.
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
@@ -67,7 +71,7 @@
 //! - [`cidr`] — address ranges, for `trusted_proxies` and `allow_from`.
 //! - [`metrics`] — Prometheus collectors on an explicit registry.
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
-//!   own listener, over the engine; [`console`] is the operator console on
+//!   own listener, over the operator's door; [`console`] is the operator console on
 //!   it (`/ui`); [`access`] says what the admin token and the read token
 //!   may do there; [`client`] is `hookgate events|routes|reload`, its
 //!   command-line client.
@@ -135,7 +139,7 @@ use tokio::net::TcpListener;
 
 use crate::admin::Admin;
 use crate::config::{Config, ServerSettings};
-use crate::delivery::Engine;
+use crate::delivery::{Engine, Parts};
 use crate::ingress::Gateway;
 use crate::metrics::Metrics;
 use crate::ops::Operator;
@@ -170,8 +174,13 @@ async fn learn_layout(store: &mut Store, config: &Config) {
 /// A gateway assembled from its config: metrics registry, store, engine,
 /// its entrances and the admin endpoints, ready to serve.
 pub struct App {
-    /// What every entrance holds: the ingress, the workers, the admin API.
-    pub engine: Arc<Engine>,
+    /// What every entrance holds: the ingress, the workers, the operator.
+    engine: Arc<Engine>,
+    /// The components each entrance keeps what it uses of (routes, store,
+    /// metrics, clock, places, pauses, telemetry).
+    pub parts: Parts,
+    /// The operator's door, for the admin API and the upkeep.
+    ops: Operator,
     admin: Arc<Admin>,
     server: ServerSettings,
     tls: Option<server::Tls>,
@@ -206,15 +215,18 @@ impl App {
         metrics.store_warnings.set(risks.len() as i64);
         metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
         metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
-        let engine = Arc::new(Engine::new(config, store, metrics));
+        let parts = Parts::new(config, store, metrics);
+        let engine = Arc::new(Engine::new(&parts));
+        let ops = Operator::new(Arc::clone(&engine), parts.clone());
         // Paused routes are known before the first request.
-        engine.refresh_pauses().await;
+        ops.refresh_pauses().await;
         let tls = config.live.tls.as_ref().map(|tls| server::Tls {
             config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
-            handshake_failures: engine.metrics().tls_handshake_failures.clone(),
+            handshake_failures: parts.metrics.tls_handshake_failures.clone(),
         });
         let reloader = Arc::new(Reloader::new(
             Arc::clone(&engine),
+            parts.clone(),
             tls.as_ref().map(|tls| Arc::clone(&tls.config)),
             config,
         ));
@@ -225,13 +237,16 @@ impl App {
             })
             .unwrap_or_default();
         let admin = Arc::new(Admin::new(
-            Arc::clone(&engine),
+            ops.clone(),
+            parts.clone(),
             Arc::clone(&reloader),
             tokens,
             risks,
         ));
         Ok(App {
             engine,
+            parts,
+            ops,
             admin,
             server: fixed.server.clone(),
             tls,
@@ -260,12 +275,10 @@ impl App {
             .map(|listener| tokio::spawn(self.admin.serve(listener, stage.clone().stopped())));
         let workers = tokio::spawn(worker::run(
             Arc::clone(&self.engine),
+            self.parts.clone(),
             stage.clone().draining(),
         ));
-        let (engine, ops) = (
-            Arc::clone(&self.engine),
-            Operator::new(Arc::clone(&self.engine)),
-        );
+        let ops = self.ops.clone();
         let upkept = stage.clone().stopped();
         let upkeep = tokio::spawn(async move {
             let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
@@ -274,7 +287,7 @@ impl App {
             loop {
                 tokio::select! {
                     () = &mut upkept => return,
-                    _ = pauses.tick() => engine.refresh_pauses().await,
+                    _ = pauses.tick() => ops.refresh_pauses().await,
                     _ = trim.tick() => ops.trim_indexes().await,
                 }
             }
@@ -293,12 +306,12 @@ impl App {
             // Stop leasing new events; running deliveries drain as claims.
             signal.drain();
         };
-        let gateway = Arc::new(Gateway::new(Arc::clone(&self.engine)));
+        let gateway = Arc::new(Gateway::new(Arc::clone(&self.engine), self.parts.clone()));
         server::serve(listener, gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
         signal.stop();
         let _ = upkeep.await;
-        self.engine.telemetry().shutdown().await;
+        self.parts.telemetry.shutdown().await;
         if let Some(watcher) = watcher {
             let _ = watcher.await;
         }

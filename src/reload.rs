@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, Fixed};
-use crate::delivery::Engine;
+use crate::delivery::{Engine, Parts};
 
 /// How often `server.watch` looks at the config's files.
 pub const WATCH_EVERY: Duration = Duration::from_secs(2);
@@ -33,6 +33,7 @@ pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 /// Applies new configs to a running gateway.
 pub struct Reloader {
     gateway: Arc<Engine>,
+    parts: Parts,
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     /// The config file a reload reads.
     path: PathBuf,
@@ -54,12 +55,14 @@ struct Running {
 impl Reloader {
     pub fn new(
         gateway: Arc<Engine>,
+        parts: Parts,
         tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
         config: &Config,
     ) -> Self {
-        gateway.metrics().reloaded_at(gateway.clock().now_ms());
+        parts.metrics.reloaded_at(parts.clock.now_ms());
         Self {
             gateway,
+            parts,
             tls,
             path: config.source.clone(),
             running: Mutex::new(Running {
@@ -75,11 +78,11 @@ impl Reloader {
     /// changes and the error (every problem, located) is returned.
     pub fn reload(&self) -> Result<Vec<String>, String> {
         let mut running = self.lock();
-        let counter = &self.gateway.metrics().config_reloads;
+        let counter = &self.parts.metrics.config_reloads;
         // Taken before the load: a file that changes during it differs
         // from `seen` afterwards, and the watcher loads it again.
         let before = fingerprint(&running.files);
-        let shards = self.gateway.store().shards();
+        let shards = self.parts.store.shards();
         let loaded = Config::load(&self.path)
             .map_err(|error| error.to_string())
             .and_then(|config| match config.live.refuses_layout(shards) {
@@ -95,16 +98,14 @@ impl Reloader {
                     }
                 }
                 counter.with_label_values(&["success"]).inc();
-                self.gateway.metrics().config_last_reload_ok.set(1);
-                self.gateway
-                    .metrics()
-                    .reloaded_at(self.gateway.clock().now_ms());
+                self.parts.metrics.config_last_reload_ok.set(1);
+                self.parts.metrics.reloaded_at(self.parts.clock.now_ms());
                 Ok(reloaded)
             }
             Err(error) => {
                 running.seen = before;
                 counter.with_label_values(&["failure"]).inc();
-                self.gateway.metrics().config_last_reload_ok.set(0);
+                self.parts.metrics.config_last_reload_ok.set(0);
                 tracing::error!(
                     "config reload rejected, the running config keeps serving:\n{error}"
                 );
@@ -154,7 +155,7 @@ impl Reloader {
         self.gateway.reload(&config.live);
         if let (Some(current), Some(new)) = (&self.tls, &config.live.tls) {
             current.store(Arc::clone(&new.config));
-            self.gateway.metrics().tls_cert_expires(new.not_after);
+            self.parts.metrics.tls_cert_expires(new.not_after);
         }
         tracing::info!(routes = config.live.routes.len(), "config reloaded");
         needs_restart

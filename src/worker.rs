@@ -31,29 +31,31 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderMap;
-
 use crate::delivery::places::{Gate, Place};
-use crate::delivery::policy::{self, Rules};
-use crate::delivery::Engine;
-use crate::delivery::{Attempt, Kind, Settled};
+use crate::delivery::{Engine, Parts, Settled};
 use crate::order::Rules as OrderRules;
 use crate::route::Route;
-use crate::store::{
-    AttemptKind, Due, Failure, FailureClass, Next, PastAttempt, StoreError, SyncNext,
-};
-use crate::telemetry::SpanFacts;
+use crate::store::{Due, Store, StoreError};
 use crate::traffic::Admission;
 
 /// How often workers look for due events they were not woken for.
 const POLL: Duration = Duration::from_millis(250);
 
+/// What the workers hold: the engine that runs each leased event's work,
+/// and the store, routes, pauses and places a pass reads.
+struct Workers {
+    engine: Arc<Engine>,
+    parts: Parts,
+}
+
 /// Run the workers until `stop` resolves.
-pub async fn run(gateway: Arc<Engine>, stop: impl std::future::Future<Output = ()>) {
+pub async fn run(engine: Arc<Engine>, parts: Parts, stop: impl std::future::Future<Output = ()>) {
     tokio::pin!(stop);
     let mut orders = Orders::default();
+    let workers = Arc::new(Workers { engine, parts });
+    let parts = &workers.parts;
     loop {
-        let busy = pass(&gateway, &mut orders).await;
+        let busy = pass(&workers, &mut orders).await;
         if busy {
             // More may be due: go on at once, but let requests through.
             tokio::task::yield_now().await;
@@ -61,7 +63,7 @@ pub async fn run(gateway: Arc<Engine>, stop: impl std::future::Future<Output = (
         }
         tokio::select! {
             () = &mut stop => return,
-            () = gateway.places().woken() => {}
+            () = parts.places.woken() => {}
             () = tokio::time::sleep(POLL) => {}
         }
     }
@@ -107,10 +109,11 @@ struct Leave {
 /// events are leased, and each event spends its owner's admission and
 /// takes its owner's place — waiting for one, its lease renewed, when a
 /// hybrid call took the last meanwhile.
-async fn pass(gateway: &Arc<Engine>, orders: &mut Orders) -> bool {
+async fn pass(workers: &Arc<Workers>, orders: &mut Orders) -> bool {
     let mut busy = false;
-    let pauses = gateway.pauses();
-    for routes in scopes(&gateway.routes()) {
+    let parts = &workers.parts;
+    let pauses = &parts.pauses;
+    for routes in scopes(&parts.routes.all()) {
         // Every route holds until this instance has read the pauses once:
         // a restart never delivers from a paused route.
         if !pauses.known() || routes.iter().any(|route| pauses.is_paused(&route.name)) {
@@ -120,7 +123,7 @@ async fn pass(gateway: &Arc<Engine>, orders: &mut Orders) -> bool {
             .iter()
             .map(|route| {
                 let max_in_flight = route.delivery.queue().max_in_flight;
-                let gate = gateway.places().gate(&route.name, max_in_flight);
+                let gate = parts.places.gate(&route.name, max_in_flight);
                 // The breaker and the rate limit decide how many may start.
                 let admissions = route.controls.admit_many(gate.room());
                 Leave {
@@ -137,7 +140,7 @@ async fn pass(gateway: &Arc<Engine>, orders: &mut Orders) -> bool {
             continue;
         }
         let fallback = &routes[0];
-        let due = match orders.lease(gateway, fallback, room).await {
+        let due = match orders.lease(&parts.store, fallback, room).await {
             Ok(due) => due,
             Err(error) => {
                 tracing::warn!(scope = %fallback.scope, %error, "could not lease due events");
@@ -161,7 +164,7 @@ async fn pass(gateway: &Arc<Engine>, orders: &mut Orders) -> bool {
                 None => Place::Wait(Arc::clone(&leave.gate)),
             };
             tokio::spawn(deliver(
-                Arc::clone(gateway),
+                Arc::clone(workers),
                 Arc::clone(&leave.route),
                 event,
                 (place, admission),
@@ -198,11 +201,10 @@ impl Orders {
     /// stale ones met on the way counted.
     async fn lease(
         &mut self,
-        gateway: &Engine,
+        store: &Store,
         route: &Route,
         room: usize,
     ) -> Result<Vec<Due>, StoreError> {
-        let store = gateway.store();
         // A store that spreads scopes over shards never orders.
         let first = !self.leased.contains(&route.scope) && store.shards() == 1;
         let rules = match route.queue_order() {
@@ -213,7 +215,7 @@ impl Orders {
             // A backlog left ordered: a dead event no longer holds its
             // entity once the route stopped ordering.
             None if first || self.ordered.contains(&route.scope) => OrderRules { skip_dead: true },
-            None => return self.lease_unordered(gateway, route, room).await,
+            None => return self.lease_unordered(store, route, room).await,
         };
         let leased = (store.lease_ordered(&route.scope, room, route.processing_ttl, rules)).await?;
         self.leased.insert(route.scope.clone());
@@ -232,11 +234,10 @@ impl Orders {
     /// from the next pass on.
     async fn lease_unordered(
         &mut self,
-        gateway: &Engine,
+        store: &Store,
         route: &Route,
         room: usize,
     ) -> Result<Vec<Due>, StoreError> {
-        let store = gateway.store();
         let due = (store.lease_due(&route.scope, room, route.processing_ttl)).await?;
         let (ordered, unordered): (Vec<Due>, Vec<Due>) =
             due.into_iter().partition(|due| due.record.order.is_some());
@@ -253,96 +254,17 @@ impl Orders {
     }
 }
 
-/// One attempt at one leased event.
-async fn deliver(
-    gateway: Arc<Engine>,
-    route: Arc<Route>,
-    due: Due,
-    (place, admission): (Place, Admission),
-) {
-    let key = gateway.store().key(&route.scope, &due.id);
-    let first_seen_ms = due.record.first_seen_ms;
-    let claim = gateway.claim_for(&route, key, due.lease);
-    if route.fans_out() {
-        // Not a call: the event is handed to each destination it passed.
-        let Some(request) = due.record.request else {
-            tracing::error!(route = %route.name, key = %due.id, "an accepted event without its request; leaving it to its lease");
-            return;
-        };
-        let event = (due.id, request, due.record.body_sha256);
-        crate::delivery::fanout::fan_out(&gateway, route, event, claim).await;
-        return;
-    }
-    let Some(request) = due.record.request else {
-        tracing::error!(route = %route.name, key = %due.id, "an async event without its request; leaving it to its lease");
-        return;
-    };
-    let now_ms = gateway.clock().now_ms();
-    if let Some(why) = policy::spent(&Rules::of(&route), claim.attempt(), first_seen_ms, now_ms) {
-        // Never called again: a poison event whose attempts keep dying
-        // with their gateway would otherwise be retried forever.
-        tracing::warn!(route = %route.name, key = %due.id, why, "event parked as a dead letter before another attempt");
-        // The history says why, though no call was made.
-        let tried = PastAttempt::new(
-            now_ms,
-            AttemptKind::Worker,
-            FailureClass::Unknown,
-            None,
-            0,
-            Some(format!("not attempted: {why}")),
-            &[],
-        );
-        let failure = Failure {
-            class: FailureClass::Unknown,
-            status: None,
-            request: &request,
-            attempt: &tried,
-            route: &route.name,
-            retention: route.dead_letter_retention,
-            next: Next {
-                sync: SyncNext::Dead,
-                queued: None,
-            },
-        };
-        if claim.fail(&failure).await.is_some() {
-            route.dead_letters.inc();
-        }
-        gateway
-            .metrics()
-            .delivery_attempts
-            .with_label_values(&[
-                route.route_name(),
-                route.destination_name(),
-                Settled::Dead.as_str(),
-            ])
-            .inc();
-        return;
-    }
-    let trace = (gateway.telemetry()).delivery("webhook delivery attempt", &HeaderMap::new());
-    let attempt = Attempt {
-        route: Arc::clone(&route),
-        claim,
-        admission,
-        place,
-        kind: Kind::Worker,
-        first_seen_ms,
-        was_dead: false,
-    };
-    let attempted = (gateway.attempt_stored(attempt, &due.id, request, trace.headers())).await;
-    let settled = attempted.settled;
-    trace.finish(SpanFacts {
-        route: &route.name,
-        outcome: settled.as_str(),
-        status: (attempted.result.as_ref().ok()).map(|answer| answer.status.as_u16()),
-        key: Some(&due.id),
-        store: None,
-        upstream: Some(attempted.elapsed),
-    });
+/// One leased event's work — its attempt, its hand-out to destinations,
+/// or its parking once spent — then a look for more.
+async fn deliver(workers: Arc<Workers>, route: Arc<Route>, due: Due, leave: (Place, Admission)) {
+    let name = Arc::clone(&route);
+    let key = due.id.clone();
+    let settled = workers.engine.deliver_due(route, due, leave).await;
     // A permit comes free with this task's end: look for more at once
     // rather than at the next poll.
-    gateway.places().wake();
-    if let Settled::Retrying(after) = settled {
-        tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
+    workers.parts.places.wake();
+    if let Some(Settled::Retrying(after)) = settled {
+        tracing::info!(route = %name.name, key, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
     }
 }
 
@@ -351,7 +273,8 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::metrics::Metrics;
-    use crate::store::{ClaimMode, ClaimRequest, RecordState, Store, Stored, StoredRequest};
+    use crate::store::{ClaimMode, ClaimRequest, RecordState, Stored, StoredRequest};
+    use http::HeaderMap;
 
     /// An async route whose upstream refuses connections (nothing listens on
     /// port 1): every attempt fails at once, not delivered.
@@ -372,18 +295,19 @@ max_attempts = 3
 scheme = "none"
 "#;
 
-    async fn engine() -> Arc<Engine> {
+    async fn workers() -> Arc<Workers> {
         let config = Config::parse(CONFIG, std::path::Path::new("t.toml"), &|_| None).unwrap();
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let store = Store::open(&config.fixed.store, "t:", metrics.store.clone()).unwrap();
-        let engine = Arc::new(Engine::new(&config, store, metrics));
-        engine.refresh_pauses().await;
-        engine
+        let parts = Parts::new(&config, store, metrics);
+        parts.pauses.refresh(&parts.store).await.unwrap();
+        let engine = Arc::new(Engine::new(&parts));
+        Arc::new(Workers { engine, parts })
     }
 
-    async fn state(engine: &Engine) -> (RecordState, u32) {
-        let store = engine.store();
+    async fn state(workers: &Workers) -> (RecordState, u32) {
+        let store = &workers.parts.store;
         let record = store
             .get(&store.key("orders", "e1"))
             .await
@@ -393,16 +317,16 @@ scheme = "none"
     }
 
     /// Until the attempt spawned by a pass has settled the record.
-    async fn settled(engine: &Engine, attempts: u32) {
+    async fn settled(workers: &Workers, attempts: u32) {
         for _ in 0..1000 {
-            if state(engine).await == (RecordState::Queued, attempts) {
+            if state(workers).await == (RecordState::Queued, attempts) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         panic!(
             "attempt {attempts} never settled: {:?}",
-            state(engine).await
+            state(workers).await
         );
     }
 
@@ -411,14 +335,14 @@ scheme = "none"
     /// seconds of backoff run in no time.
     #[tokio::test(start_paused = true)]
     async fn a_pass_attempts_what_is_due_and_backs_off_until_dead() {
-        let engine = engine().await;
+        let workers = workers().await;
         let request = StoredRequest {
             method: http::Method::POST,
             query: None,
             headers: HeaderMap::new(),
             body: bytes::Bytes::from_static(b"{}"),
         };
-        let store = engine.store();
+        let store = &workers.parts.store;
         let key = store.key("orders", "e1");
         let accept = ClaimRequest {
             mode: ClaimMode::Accept,
@@ -437,30 +361,30 @@ scheme = "none"
         store.claim(accept).await.unwrap();
         let mut orders = Orders::default();
 
-        pass(&engine, &mut orders).await;
-        settled(&engine, 1).await;
-        pass(&engine, &mut orders).await;
+        pass(&workers, &mut orders).await;
+        settled(&workers, 1).await;
+        pass(&workers, &mut orders).await;
         tokio::task::yield_now().await;
         assert_eq!(
-            state(&engine).await,
+            state(&workers).await,
             (RecordState::Queued, 1),
             "not before the backoff"
         );
 
         tokio::time::advance(Duration::from_secs(10)).await;
-        pass(&engine, &mut orders).await;
-        settled(&engine, 2).await;
+        pass(&workers, &mut orders).await;
+        settled(&workers, 2).await;
 
         tokio::time::advance(Duration::from_secs(10)).await;
-        pass(&engine, &mut orders).await;
+        pass(&workers, &mut orders).await;
         for _ in 0..1000 {
-            if state(&engine).await.0 == RecordState::Dead {
+            if state(&workers).await.0 == RecordState::Dead {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert_eq!(
-            state(&engine).await,
+            state(&workers).await,
             (RecordState::Dead, 3),
             "parked at max_attempts"
         );

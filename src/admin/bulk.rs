@@ -46,7 +46,7 @@ impl Admin {
         Ok(Selection {
             route,
             state,
-            filter: filter(request, self.gateway.clock().now_ms())?,
+            filter: filter(request, self.parts.clock.now_ms())?,
         })
     }
 

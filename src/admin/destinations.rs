@@ -22,11 +22,15 @@ impl Admin {
         request: &Request<Incoming>,
         route: &str,
     ) -> Result<Arc<Route>, AdminError> {
-        let found = self.gateway.route(route).ok_or(AdminError::UnknownRoute)?;
+        let found = self
+            .parts
+            .routes
+            .named(route)
+            .ok_or(AdminError::UnknownRoute)?;
         match query_param(request, "destination") {
             None => Ok(found),
-            Some(destination) => (self.gateway)
-                .route(&delivery_name(route, &destination))
+            Some(destination) => (self.parts.routes)
+                .named(&delivery_name(route, &destination))
                 .ok_or(AdminError::UnknownDestination),
         }
     }
@@ -46,7 +50,7 @@ impl Admin {
         }
         match route.destinations.as_slice() {
             [] => Ok(route),
-            [only] => (self.gateway.route(&only.name)).ok_or(AdminError::UnknownDestination),
+            [only] => (self.parts.routes.named(&only.name)).ok_or(AdminError::UnknownDestination),
             _ => Err(OpsError::DestinationRequired.into()),
         }
     }
@@ -56,7 +60,7 @@ impl Admin {
     /// event did not pass the destination's filter (or is not fanned out
     /// yet).
     pub(super) async fn destination_states(&self, route: &Route, key: &str) -> serde_json::Value {
-        let store = self.gateway.store();
+        let store = &self.parts.store;
         let mut states = serde_json::Map::new();
         for destination in &route.destinations {
             let record = store.get(&store.key(&destination.scope, key)).await;

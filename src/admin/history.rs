@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::delivery::Engine;
+use crate::delivery::Parts;
 
 /// One bucket's width.
 pub(super) const STEP: Duration = Duration::from_secs(300);
@@ -35,13 +35,13 @@ struct Inner {
 
 impl History {
     /// Sample the counters every [`STEP`], for as long as the gateway runs.
-    pub fn keep(self: &Arc<Self>, gateway: Arc<Engine>) {
+    pub fn keep(self: &Arc<Self>, parts: Parts) {
         let history = Arc::clone(self);
         tokio::spawn(async move {
             let mut every = tokio::time::interval(STEP);
             loop {
                 every.tick().await;
-                history.sample(gateway.clock().now_ms(), totals(&gateway));
+                history.sample(parts.clock.now_ms(), totals(&parts));
             }
         });
     }
@@ -88,10 +88,10 @@ impl History {
 }
 
 /// Every route's request counters now.
-pub(super) fn totals(gateway: &Engine) -> Counts {
-    (gateway.routes().iter())
+pub(super) fn totals(parts: &Parts) -> Counts {
+    (parts.routes.all().iter())
         .map(|route| {
-            let outcomes = gateway.metrics().outcomes(&route.name);
+            let outcomes = parts.metrics.outcomes(&route.name);
             let counts = (outcomes.into_iter())
                 .map(|(outcome, n)| (outcome, n.as_u64().unwrap_or(0)))
                 .collect();

@@ -75,7 +75,7 @@ use self::views::{
 };
 use crate::access::Tokens;
 use crate::console::{Caller, Console};
-use crate::delivery::Engine;
+use crate::delivery::Parts;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, Operator};
@@ -93,7 +93,8 @@ const LIMITS: Limits = Limits {
 };
 
 pub struct Admin {
-    gateway: Arc<Engine>,
+    /// The components the read-only views show (routes, metrics, clock).
+    parts: Parts,
     /// The operator's door: every verb an admin request asks for.
     ops: Operator,
     reloader: Arc<Reloader>,
@@ -112,14 +113,15 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(
-        gateway: Arc<Engine>,
+        ops: Operator,
+        parts: Parts,
         reloader: Arc<Reloader>,
         tokens: Tokens,
         risks: Vec<String>,
     ) -> Self {
         Self {
-            ops: Operator::new(Arc::clone(&gateway)),
-            gateway,
+            ops,
+            parts,
             reloader,
             tokens,
             risks,
@@ -136,7 +138,7 @@ impl Admin {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        self.history.keep(Arc::clone(&self.gateway));
+        self.history.keep(self.parts.clone());
         let open = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
             let admin = Arc::clone(&self);
             move |request: Request<Incoming>| {
@@ -153,7 +155,7 @@ impl Admin {
         match (request.method(), path.as_str()) {
             (&Method::GET, "/metrics") => {
                 self.ops.refresh_gauges().await;
-                let mut response = text(StatusCode::OK, self.gateway.metrics().render());
+                let mut response = text(StatusCode::OK, self.parts.metrics.render());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -219,7 +221,7 @@ impl Admin {
         let mut audited = Audited {
             audit: &self.audit,
             entry: change.then(|| Entry {
-                at_ms: self.gateway.clock().now_ms(),
+                at_ms: self.parts.clock.now_ms(),
                 peer: peer.to_string(),
                 via: if presented.is_some() { "token" } else { "none" },
                 role: "anonymous",
@@ -297,7 +299,7 @@ impl Admin {
                 return Ok(json_response(StatusCode::OK, &self.audit.json()))
             }
             (["admin", "history"], &Method::GET) => {
-                let totals = history::totals(&self.gateway);
+                let totals = history::totals(&self.parts);
                 return Ok(json_response(StatusCode::OK, &self.history.json(&totals)));
             }
             (["admin", "routes", route, "blocked"], &Method::GET) => {
@@ -481,7 +483,7 @@ impl Admin {
         }
         let action = if pause { "pause" } else { "resume" };
         let new = pause.then(|| Pause {
-            since_ms: self.gateway.clock().now_ms(),
+            since_ms: self.parts.clock.now_ms(),
             by: by.clone(),
             reason: reason.clone(),
         });
@@ -494,7 +496,7 @@ impl Admin {
                 "route": route.route_name(),
                 "destination": route.as_destination(),
                 "changed": changed,
-                "paused": self.gateway.pauses().of(&route.name).map(|pause| pause_json(&pause)),
+                "paused": self.parts.pauses.of(&route.name).map(|pause| pause_json(&pause)),
             }),
         ))
     }
@@ -506,7 +508,7 @@ impl Admin {
     ) -> Result<Response<Full<Bytes>>, AdminError> {
         // Before the listing is read: a walk goes on from here over what
         // changed while it ran (`since=as_of`).
-        let as_of = self.gateway.clock().now_ms();
+        let as_of = self.parts.clock.now_ms();
         let selection = self.selection(request)?;
         let limit = match query_param(request, "limit") {
             None => DEFAULT_PAGE,

@@ -60,7 +60,7 @@ impl Admin {
             "dead_letters": view.dead_letters,
             "on_blocked": route.order().map(|order| order.on_blocked.as_str()),
             "blocked": view.blocked,
-            "outcomes": self.gateway.metrics().outcomes(&route.name),
+            "outcomes": self.parts.metrics.outcomes(&route.name),
         })
     }
 
@@ -85,7 +85,7 @@ impl Admin {
         let blocked = match on_blocked {
             Some(OnBlocked::Wait) => {
                 // One more than asked: whether there are more.
-                let store = self.gateway.store();
+                let store = &self.parts.store;
                 let found = store.blocked(&route.scope, limit + 1).await;
                 found.map_err(|error| AdminError::Ops(error.into()))?
             }

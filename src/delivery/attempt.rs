@@ -4,11 +4,14 @@
 //!
 //! Every entrance — a sender's delivery, the hybrid `respond_within`, an
 //! async worker, an operator's redelivery or replay — builds an
-//! [`Attempt`] and runs it with [`Engine::attempt`]; nothing else calls
-//! the upstream for a claimed event, and nothing else renews a claim. The
-//! entrances differ only in what they build: the claim, the admission
-//! traffic control gave, when the event was first seen, and their
-//! [`Kind`].
+//! [`Attempt`] and runs it with [`Engine::attempt`] (a live request) or
+//! [`Engine::attempt_stored`] (a stored one); nothing else calls the
+//! upstream for a claimed event, and nothing else renews a claim. The
+//! entrances differ only in what they build: what they claimed, the
+//! admission traffic control gave, their place, when the event was first
+//! seen, and their [`Kind`]. The attempt owns its envelope: the claim, the
+//! outbound request of a stored event, its span, its place under
+//! `max_in_flight`, and one count in `hookgate_attempts_total{entrance}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,8 +31,10 @@ use crate::headers::new_request_id;
 use crate::replay::RecordedResponse;
 use crate::route::Route;
 use crate::store::{
-    AttemptKind, Failure, FailureClass, Next, PastAttempt, RecordState, StoredRequest,
+    AttemptKind, Failure, FailureClass, Lease, Next, PastAttempt, RecordState, StoreKey,
+    StoredRequest,
 };
+use crate::telemetry::SpanFacts;
 use crate::traffic::Admission;
 use crate::upstream::{resend, UpstreamError, UpstreamResponse};
 
@@ -80,7 +85,9 @@ impl Kind {
 /// What an entrance hands over for one attempt.
 pub struct Attempt {
     pub route: Arc<Route>,
-    pub claim: Claim,
+    /// The key the entrance claimed, and the lease the store granted: the
+    /// attempt holds the claim from here to its settlement.
+    pub claimed: (StoreKey, Lease),
     /// Leave for this call from traffic control (pause, breaker, rate),
     /// told how the call went.
     pub admission: Admission,
@@ -93,6 +100,38 @@ pub struct Attempt {
     /// The record was a dead letter (an operator's redelivery of one): a
     /// failure leaves it dead again, never spends a sender's attempts.
     pub was_dead: bool,
+}
+
+impl Attempt {
+    /// An attempt of `kind` on what was `claimed`, of an event first seen
+    /// at `first_seen_ms`: with no leave from traffic control and no place
+    /// under `max_in_flight` (set those fields where the entrance has them).
+    pub fn new(
+        route: Arc<Route>,
+        claimed: (StoreKey, Lease),
+        kind: Kind,
+        first_seen_ms: u64,
+    ) -> Self {
+        Attempt {
+            route,
+            claimed,
+            admission: Admission::default(),
+            place: Place::Free,
+            kind,
+            first_seen_ms,
+            was_dead: false,
+        }
+    }
+}
+
+/// Whose span an attempt on a stored request is traced in.
+pub enum Traced {
+    /// A span of its own, `webhook delivery attempt` (a worker's, an
+    /// operator's).
+    Own,
+    /// The span of the request a sender waits on (the hybrid's): the
+    /// headers that carry it upstream.
+    Within(Vec<(HeaderName, HeaderValue)>),
 }
 
 /// What settling a failed attempt needs to know of it.
@@ -184,13 +223,14 @@ impl Engine {
     ) -> Attempted {
         let Attempt {
             route,
-            mut claim,
+            claimed: (key, lease),
             admission,
             place,
             kind,
             first_seen_ms,
             was_dead,
         } = attempt;
+        let mut claim = self.claim_for(&route, key, lease);
         let call = async {
             // Waiting for a place is part of holding the claim: its lease
             // is renewed, so no other entrance takes the event meanwhile.
@@ -241,8 +281,8 @@ impl Engine {
     /// entrance always had — the async attempts of accepted events (worker
     /// and hybrid, whether or not a sender waited) or the operator's
     /// redeliveries and replays.
-    fn count(&self, route: &Route, kind: Kind, settled: Settled) {
-        let metrics = self.metrics();
+    pub(super) fn count(&self, route: &Route, kind: Kind, settled: Settled) {
+        let metrics = &self.parts.metrics;
         let (name, destination) = (route.route_name(), route.destination_name());
         let labels = [name, destination, kind.as_str(), settled.as_str()];
         metrics.attempts.with_label_values(&labels).inc();
@@ -260,25 +300,41 @@ impl Engine {
 
     /// [`Engine::attempt`] on a stored request — a worker's, the hybrid's,
     /// an operator's: the outbound request is built here, under `key` (the
-    /// event's own, or a replay's), with a request id of its own and the
-    /// `traced` headers of the attempt's span.
+    /// event's own, or a replay's), with a request id of its own, in the
+    /// span `traced` says.
     pub(crate) async fn attempt_stored(
         &self,
         attempt: Attempt,
         key: &str,
         request: StoredRequest,
-        traced: Vec<(HeaderName, HeaderValue)>,
+        traced: Traced,
     ) -> Attempted {
-        let mut outbound = resend(
-            &attempt.route,
-            request.clone(),
-            Some(key),
-            &new_request_id(),
-        );
-        for (name, value) in traced {
+        let route = Arc::clone(&attempt.route);
+        let mut outbound = resend(&route, request.clone(), Some(key), &new_request_id());
+        let (span, headers) = match traced {
+            Traced::Own => {
+                let span = (self.parts.telemetry)
+                    .delivery("webhook delivery attempt", &Default::default());
+                let headers = span.headers();
+                (Some(span), headers)
+            }
+            Traced::Within(headers) => (None, headers),
+        };
+        for (name, value) in headers {
             outbound.headers_mut().insert(name, value);
         }
-        self.attempt(attempt, outbound, || request).await
+        let attempted = self.attempt(attempt, outbound, || request).await;
+        if let Some(span) = span {
+            span.finish(SpanFacts {
+                route: &route.name,
+                outcome: attempted.settled.as_str(),
+                status: (attempted.result.as_ref().ok()).map(|answer| answer.status.as_u16()),
+                key: Some(key),
+                store: None,
+                upstream: Some(attempted.elapsed),
+            });
+        }
+        attempted
     }
 
     /// Settle a failed attempt: what comes next by the policy, both futures
@@ -302,7 +358,7 @@ impl Engine {
         if let Err(error) = result {
             tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
         }
-        let now_ms = self.clock().now_ms();
+        let now_ms = self.parts.clock.now_ms();
         let took = elapsed.as_millis() as u64;
         let tried = PastAttempt::new(
             now_ms.saturating_sub(took),
@@ -380,7 +436,9 @@ impl Engine {
             },
             Err(error) => error.label(),
         };
-        self.metrics().upstream_attempt(&route.name, class, elapsed);
+        self.parts
+            .metrics
+            .upstream_attempt(&route.name, class, elapsed);
         (result, elapsed)
     }
 }

@@ -1,10 +1,14 @@
 //! The engine: what every attempt needs, whichever entrance made it — the
 //! live routes, the store and the claims held, traffic control, the places
 //! under `max_in_flight`, telemetry, metrics, the drain — with verbs for
-//! the entrances. The ingress, the workers and the operator's door
-//! (`ops::Operator`, which also keeps the gauges, readiness and the
-//! listing upkeep) each hold an `Arc<Engine>`; the engine imports none of
-//! them.
+//! the entrances and nothing else: no entrance reaches a component through
+//! it.
+//!
+//! The components themselves are [`Parts`], built once at start-up and
+//! handed to each holder — the ingress, the workers, the operator's door
+//! (`ops::Operator`, which also keeps the gauges, readiness, the pauses and
+//! the listing upkeep), the admin API, the reloader — next to its
+//! `Arc<Engine>`. The engine imports none of them.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,159 +19,106 @@ use super::places::Places;
 use crate::claim::{Claim, Claims};
 use crate::config::{Config, Live};
 use crate::error::GatewayError;
-use crate::metrics::{delivery_labels, Metrics};
-use crate::route::{LiveRoutes, Route, Runtime};
-use crate::store::{Clock, Lease, Store, StoreError, StoreKey};
+use crate::metrics::Metrics;
+use crate::replay::RecordedResponse;
+use crate::route::{LiveRoutes, Route};
+use crate::store::{Clock, Lease, Store, StoreKey};
 use crate::telemetry::Telemetry;
-use crate::traffic::{Admission, Pause, Pauses, Refusal};
+use crate::traffic::{Admission, Pauses, Refusal};
 
-/// What every attempt needs, whichever entrance made it; shared by the
-/// ingress, the workers, the operator's actions and the admin API.
-pub struct Engine {
-    /// What a reload swaps.
-    routes: LiveRoutes,
+/// The gateway's shared components, built once at start-up: the engine
+/// and each entrance keep what they use of them. Cheap to clone (handles).
+#[derive(Clone)]
+pub struct Parts {
+    /// The routes, secrets and request limits a reload swaps; a request
+    /// keeps the snapshot it began with.
+    pub routes: Arc<LiveRoutes>,
     /// Shared with every [`Claim`], which may outlive its request (a
     /// recording that waits for the store to come back).
-    store: Arc<Store>,
-    /// The claims this process holds, for shutdown.
-    claims: Arc<Claims>,
-    metrics: Metrics,
-    /// Set once shutdown begins, so readiness turns false while draining.
-    draining: AtomicBool,
-    /// Each route's places under `max_in_flight`, and the workers' wake-up
-    /// call.
-    places: Places,
-    /// The routes an operator paused, as last read from the store.
-    pauses: Pauses,
-    /// OpenTelemetry tracing, when `[telemetry]` is configured.
-    telemetry: Telemetry,
+    pub store: Arc<Store>,
+    pub metrics: Metrics,
     /// The one clock every entrance, the policy and the operator's actions
     /// read (see `clock.rs`).
-    clock: Clock,
+    pub clock: Clock,
+    /// Each route's places under `max_in_flight`, and the workers' wake-up
+    /// call.
+    pub places: Arc<Places>,
+    /// The routes an operator paused, as last read from the store.
+    pub pauses: Arc<Pauses>,
+    /// OpenTelemetry tracing, when `[telemetry]` is configured.
+    pub telemetry: Arc<Telemetry>,
 }
 
-impl Engine {
+impl Parts {
+    /// Assemble the components `config` asks for around the opened `store`;
+    /// starts the tracer, so it runs inside the gateway's runtime.
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
         store.set_keys(config.live.encryption.clone());
-        Self {
-            routes: LiveRoutes::new(&config.live, &metrics),
-            pauses: Pauses::default(),
-            telemetry: match &config.fixed.telemetry {
+        Parts {
+            routes: Arc::new(LiveRoutes::new(&config.live, &metrics)),
+            store: Arc::new(store),
+            metrics,
+            clock: Clock::system(),
+            places: Arc::default(),
+            pauses: Arc::default(),
+            telemetry: Arc::new(match &config.fixed.telemetry {
                 None => Telemetry::off(),
                 Some(settings) => Telemetry::start(settings).unwrap_or_else(|error| {
                     tracing::error!(%error, "tracing is off");
                     Telemetry::off()
                 }),
-            },
-            store: Arc::new(store),
+            }),
+        }
+    }
+
+    /// `hookgate_route_paused{route}` for every current route.
+    pub fn show_pauses(&self) {
+        let routes = self.routes.all();
+        (self.pauses).show(
+            routes.iter().map(|route| route.name.as_str()),
+            &self.metrics,
+        );
+    }
+}
+
+/// What every attempt needs, whichever entrance made it; shared by the
+/// ingress, the workers, the operator's actions and the admin API.
+pub struct Engine {
+    pub(super) parts: Parts,
+    /// The claims this process holds, for shutdown.
+    claims: Arc<Claims>,
+    /// Set once shutdown begins, so readiness turns false while draining.
+    draining: AtomicBool,
+}
+
+impl Engine {
+    pub fn new(parts: &Parts) -> Self {
+        Self {
+            parts: parts.clone(),
             claims: Arc::default(),
-            metrics,
             draining: AtomicBool::new(false),
-            places: Places::default(),
-            clock: Clock::system(),
         }
     }
 
     /// Swap in the routes, secrets and request limits of `live`; requests
     /// already running keep the old ones.
     pub fn reload(&self, live: &Live) {
-        self.store.set_keys(live.encryption.clone());
-        self.routes.swap(live, &self.metrics);
-        self.set_pause_gauges();
-    }
-
-    /// The live config's snapshot of now (what a request keeps).
-    pub fn runtime(&self) -> Arc<Runtime> {
-        self.routes.load()
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    pub fn clock(&self) -> &Clock {
-        &self.clock
-    }
-
-    pub fn places(&self) -> &Places {
-        &self.places
-    }
-
-    pub fn pauses(&self) -> &Pauses {
-        &self.pauses
-    }
-
-    pub fn telemetry(&self) -> &Telemetry {
-        &self.telemetry
-    }
-
-    /// Read the paused routes from the store (every [`PAUSE_POLL`], and at
-    /// start-up before serving): a pause or resume made through another
-    /// instance applies here. A resumed async route's backlog is delivered
-    /// at once. A store that does not answer leaves the last known state.
-    ///
-    /// [`PAUSE_POLL`]: crate::traffic::PAUSE_POLL
-    pub async fn refresh_pauses(&self) {
-        match self.pauses.refresh(&self.store).await {
-            Ok(resumed) => {
-                if !resumed.is_empty() {
-                    tracing::info!(routes = %resumed.join(","), "routes resumed by another instance");
-                    self.places.wake();
-                }
-            }
-            Err(error) => tracing::debug!(%error, "could not read the paused routes"),
-        }
-        self.set_pause_gauges();
-    }
-
-    /// Pause (`Some`) or resume `route` for the whole fleet: written to the
-    /// store and applied here at once, gauge included; a resumed route's
-    /// backlog is delivered now rather than at the next poll.
-    pub async fn set_pause(&self, route: &str, pause: Option<&Pause>) -> Result<(), StoreError> {
-        self.pauses.set(&self.store, route, pause).await?;
-        self.set_pause_gauges();
-        if pause.is_none() {
-            self.places.wake();
-        }
-        Ok(())
-    }
-
-    /// `hookgate_route_paused{route}` for every current route.
-    fn set_pause_gauges(&self) {
-        for route in self.routes() {
-            let paused = self.pauses.is_paused(&route.name);
-            let (name, destination) = delivery_labels(&route.name);
-            self.metrics
-                .route_paused
-                .with_label_values(&[name, destination])
-                .set(i64::from(paused));
-        }
+        let parts = &self.parts;
+        parts.store.set_keys(live.encryption.clone());
+        parts.routes.swap(live, &parts.metrics);
+        parts.show_pauses();
     }
 
     /// Leave for one upstream call of `route` (README, "Traffic control"): refused while the
     /// route is paused, its breaker open or its rate spent.
     pub(crate) fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
-        if self.pauses.is_paused(&route.name) {
+        if self.parts.pauses.is_paused(&route.name) {
             return Err(GatewayError::RoutePaused);
         }
         route.controls.admit().map_err(|held| match held {
             Refusal::CircuitOpen(retry_after) => GatewayError::CircuitOpen { retry_after },
             Refusal::RateLimited(retry_after) => GatewayError::RateLimited { retry_after },
         })
-    }
-
-    /// Every current route, sorted by name.
-    pub fn routes(&self) -> Vec<Arc<Route>> {
-        self.routes.all()
-    }
-
-    /// The current route named `name`.
-    pub fn route(&self, name: &str) -> Option<Arc<Route>> {
-        self.routes.named(name)
     }
 
     /// Readiness turns false (shutdown has begun); requests are still
@@ -197,7 +148,7 @@ impl Engine {
         })
         .await;
         if finished.is_err() {
-            let released = self.claims.release_all(&self.store).await;
+            let released = self.claims.release_all(&self.parts.store).await;
             tracing::warn!(
                 released,
                 "grace period over: released unfinished claims so the senders' retries are processed"
@@ -207,10 +158,24 @@ impl Engine {
         }
     }
 
+    /// Record `answer` as the final word on what was `claimed` of `route`,
+    /// with no call (an event no filter takes); whether it was recorded —
+    /// when not (the lease lost, the store gone), the next delivery is
+    /// judged again.
+    pub async fn record(
+        &self,
+        route: &Route,
+        (key, lease): (StoreKey, Lease),
+        answer: &RecordedResponse,
+    ) -> bool {
+        let claim = self.claim_for(route, key, lease);
+        claim.complete(answer, route.retention).await
+    }
+
     /// The claim `lease` grants on `key`, registered for shutdown.
-    pub(crate) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim {
+    pub(super) fn claim_for(&self, route: &Route, key: StoreKey, lease: Lease) -> Claim {
         Claim::new(
-            &self.store,
+            &self.parts.store,
             &self.claims,
             key,
             lease,

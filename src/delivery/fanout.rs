@@ -13,7 +13,7 @@
 //! holding the event's claim (its acceptance was `ClaimMode::AcceptClaimed`);
 //! while the route is paused, when that gateway dies first, or on an
 //! ordered route, a worker leases the event like any other and, instead of
-//! calling an upstream, hands it out ([`fan_out`]): one acceptance per
+//! calling an upstream, hands it out ([`Engine::hand_out`]): one acceptance per
 //! destination it passed, in the destination's own scope
 //! (`scope/destination`) under the event's key, with the request as the
 //! sender sent it; then it completes the event's record. An ordered
@@ -43,12 +43,11 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
 
 use super::Engine;
-use crate::claim::Claim;
 use crate::config::RouteConfig;
 use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
-use crate::store::{ClaimMode, ClaimRequest, OrderSpot, Stored, StoredRequest};
+use crate::store::{ClaimMode, ClaimRequest, Lease, OrderSpot, StoreKey, Stored, StoredRequest};
 
 /// What a route's filters say of an event.
 pub enum Verdict {
@@ -92,72 +91,78 @@ pub fn mark(request: &mut StoredRequest, names: &str) {
     }
 }
 
-/// Hand the claimed `event` of `route` — its key, stored request and body
-/// hash; claimed by the accepting request, or leased by a worker — to each
-/// destination it passed, then complete its record. On a store error the
-/// claim is released: the event is due again, and the next hand-out skips
-/// what this one did. Whether it was handed out.
-pub async fn fan_out(
-    gateway: &Engine,
-    route: Arc<Route>,
-    event: (String, StoredRequest, String),
-    claim: Claim,
-) -> bool {
-    let (id, mut request, body_sha256) = event;
-    // Judged at acceptance; an event accepted while the route had one
-    // upstream (before a reload gave it destinations) is judged now.
-    let names = match request.headers.remove(DESTINATIONS) {
-        Some(value) => value.to_str().map(str::to_owned).unwrap_or_default(),
-        None => passed(&route, &request.headers, &request.body, &body_sha256).unwrap_or_default(),
-    };
-    let names: Vec<&str> = names.split(',').filter(|name| !name.is_empty()).collect();
-    let store = gateway.store();
-    let mut handed = Vec::with_capacity(names.len());
-    for name in names {
-        let Some(destination) = route.destination(name) else {
-            tracing::warn!(route = %route.name, key = %id, destination = %name,
+impl Engine {
+    /// Hand the `claimed` event of `route` — its key, stored request and
+    /// body hash; claimed by the accepting request, an operator, or leased
+    /// by a worker — to each destination it passed, then complete its
+    /// record. On a store error the claim is released: the event is due
+    /// again, and the next hand-out skips what this one did. Whether it
+    /// was handed out.
+    pub async fn hand_out(
+        &self,
+        route: Arc<Route>,
+        (key, lease): (StoreKey, Lease),
+        event: (String, StoredRequest, String),
+    ) -> bool {
+        let claim = self.claim_for(&route, key, lease);
+        let (id, mut request, body_sha256) = event;
+        // Judged at acceptance; an event accepted while the route had one
+        // upstream (before a reload gave it destinations) is judged now.
+        let names = match request.headers.remove(DESTINATIONS) {
+            Some(value) => value.to_str().map(str::to_owned).unwrap_or_default(),
+            None => {
+                passed(&route, &request.headers, &request.body, &body_sha256).unwrap_or_default()
+            }
+        };
+        let names: Vec<&str> = names.split(',').filter(|name| !name.is_empty()).collect();
+        let store = &self.parts.store;
+        let mut handed = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(destination) = route.destination(name) else {
+                tracing::warn!(route = %route.name, key = %id, destination = %name,
                 "the destination was removed before the event was fanned out; skipped");
-            continue;
-        };
-        let key = store.key(&destination.scope, &id);
-        // An ordered route's destination keeps the entity's order in its
-        // own queue, from the place this hand-out gives the event there.
-        let place = destination.order_place(&request.headers, &request.body, &body_sha256);
-        let accept = ClaimRequest {
-            mode: ClaimMode::Accept,
-            order: place.as_ref().map(OrderSpot::at),
-            stored: Some(Stored {
-                request: &request,
-                route: &destination.name,
-                replay_of: None,
-            }),
-            ..ClaimRequest::delivery(
-                &key,
-                &body_sha256,
-                destination.processing_ttl,
-                destination.dead_letter_retention,
-            )
-        };
-        // Queued (new, or a failed record due again), or already there from
-        // an earlier fan-out: either way the destination has it.
-        if let Err(error) = store.claim(accept).await {
-            tracing::warn!(route = %route.name, key = %id, destination = %name, %error,
+                continue;
+            };
+            let key = store.key(&destination.scope, &id);
+            // An ordered route's destination keeps the entity's order in its
+            // own queue, from the place this hand-out gives the event there.
+            let place = destination.order_place(&request.headers, &request.body, &body_sha256);
+            let accept = ClaimRequest {
+                mode: ClaimMode::Accept,
+                order: place.as_ref().map(OrderSpot::at),
+                stored: Some(Stored {
+                    request: &request,
+                    route: &destination.name,
+                    replay_of: None,
+                }),
+                ..ClaimRequest::delivery(
+                    &key,
+                    &body_sha256,
+                    destination.processing_ttl,
+                    destination.dead_letter_retention,
+                )
+            };
+            // Queued (new, or a failed record due again), or already there from
+            // an earlier fan-out: either way the destination has it.
+            if let Err(error) = store.claim(accept).await {
+                tracing::warn!(route = %route.name, key = %id, destination = %name, %error,
                 "could not hand the event to its destination; fanning out again");
-            let _ = claim.release().await;
-            return false;
+                let _ = claim.release().await;
+                return false;
+            }
+            handed.push(name);
         }
-        handed.push(name);
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let body = serde_json::json!({ "destinations": handed }).to_string();
+        let recorded = RecordedResponse {
+            status: StatusCode::OK,
+            headers,
+            body: Bytes::from(body),
+            body_kept: BodyKept::Whole,
+        };
+        claim.complete(&recorded, route.retention).await;
+        self.parts.places.wake();
+        true
     }
-    let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let body = serde_json::json!({ "destinations": handed }).to_string();
-    let recorded = RecordedResponse {
-        status: StatusCode::OK,
-        headers,
-        body: Bytes::from(body),
-        body_kept: BodyKept::Whole,
-    };
-    claim.complete(&recorded, route.retention).await;
-    gateway.places().wake();
-    true
 }

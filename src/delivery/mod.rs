@@ -7,8 +7,9 @@
 pub mod attempt;
 pub mod engine;
 pub mod fanout;
+mod leased;
 pub mod places;
 pub mod policy;
 
-pub use self::attempt::{Attempt, Attempted, Kind, Settled};
-pub use self::engine::Engine;
+pub use self::attempt::{Attempt, Attempted, Kind, Settled, Traced};
+pub use self::engine::{Engine, Parts};

@@ -13,9 +13,8 @@ use http_body_util::Full;
 use super::answer::{accepted, answer_sender, check_body, dead_letter, Outcome};
 use super::{Gateway, Hybrid, RequestLog};
 use crate::config::AsyncDelivery;
-use crate::delivery::fanout;
 use crate::delivery::places::Place;
-use crate::delivery::{policy, Attempt, Kind};
+use crate::delivery::{policy, Attempt, Kind, Traced};
 use crate::error::GatewayError;
 use crate::route::Route;
 use crate::store::{
@@ -45,8 +44,8 @@ impl Gateway {
         // workers.
         let hybrid = settings.respond_within.and_then(|_| {
             let permit = self
-                .engine
-                .places()
+                .parts
+                .places
                 .gate(&route.name, settings.max_in_flight)
                 .try_enter()?;
             Some((self.engine.admit(route).ok()?, permit))
@@ -57,7 +56,7 @@ impl Gateway {
         // an ordered route's one entity's events at a time, in order.
         let hand_out = route.fans_out()
             && route.hand_out_order().is_none()
-            && !self.engine.pauses().is_paused(&route.name);
+            && !self.parts.pauses.is_paused(&route.name);
         let mode = match hybrid.is_some() || hand_out {
             true => ClaimMode::AcceptClaimed,
             false => ClaimMode::Accept,
@@ -65,8 +64,8 @@ impl Gateway {
         // An ordered route's event takes its place in its entity's order.
         let place = route.order_place(&request.headers, &request.body, body_sha256);
         let outcome = self
-            .engine
-            .store()
+            .parts
+            .store
             .claim(ClaimRequest {
                 order: place.as_ref().map(OrderSpot::at),
                 key: &store_key,
@@ -85,14 +84,14 @@ impl Gateway {
             .await;
         match outcome {
             Ok(ClaimOutcome::Queued) => {
-                self.engine.places().wake();
+                self.parts.places.wake();
                 Ok((accepted(settings, key, false), Outcome::Accepted))
             }
             Ok(ClaimOutcome::New(lease)) if hand_out => {
-                let claim = self.engine.claim_for(route, store_key, lease);
                 let event = (key.to_owned(), request, body_sha256.to_owned());
                 let (engine, route) = (Arc::clone(&self.engine), Arc::clone(route));
-                tokio::spawn(async move { fanout::fan_out(&engine, route, event, claim).await });
+                let claimed = (store_key, lease);
+                tokio::spawn(async move { engine.hand_out(route, claimed, event).await });
                 Ok((accepted(settings, key, false), Outcome::Accepted))
             }
             Ok(ClaimOutcome::New(lease)) => {
@@ -116,7 +115,7 @@ impl Gateway {
             Ok(ClaimOutcome::InFlight { .. }) => {
                 // Queued or being delivered: the same event only if it is
                 // the same body (one read, for duplicates alone).
-                if let Ok(Some(record)) = self.engine.store().get(&store_key).await {
+                if let Ok(Some(record)) = self.parts.store.get(&store_key).await {
                     check_body(route, &record, body_sha256)?;
                 }
                 Ok((accepted(settings, key, true), Outcome::Replayed))
@@ -154,7 +153,7 @@ impl Gateway {
         let engine = Arc::clone(&self.engine);
         let task_route = Arc::clone(route);
         let task_key = key.to_owned();
-        let accepted_ms = self.engine.clock().now_ms();
+        let accepted_ms = self.parts.clock.now_ms();
         let trace = log.trace.headers();
         let Hybrid {
             key: store_key,
@@ -163,21 +162,14 @@ impl Gateway {
             permit,
         } = claimed;
         tokio::spawn(async move {
-            let route = task_route;
-            let claim = engine.claim_for(&route, store_key, lease);
             let attempt = Attempt {
-                route: Arc::clone(&route),
-                claim,
                 admission,
                 // One of the route's max_in_flight calls, until it ends.
                 place: Place::Taken(permit),
-                kind: Kind::Hybrid,
-                first_seen_ms: accepted_ms,
-                was_dead: false,
+                ..Attempt::new(task_route, (store_key, lease), Kind::Hybrid, accepted_ms)
             };
-            let attempted = engine
-                .attempt_stored(attempt, &task_key, request, trace)
-                .await;
+            let traced = Traced::Within(trace);
+            let attempted = (engine.attempt_stored(attempt, &task_key, request, traced)).await;
             let _ = answered.send((attempted.result, attempted.elapsed));
         });
         let within = settings.respond_within.unwrap_or_default();

@@ -39,10 +39,8 @@ impl Gateway {
             body_kept: BodyKept::Whole,
         };
         match self.claim(runtime, route, key, body_sha256).await? {
-            Claimed::New(claim) => {
-                // Not recorded (the lease was lost, the store gone): the
-                // next delivery is judged again, and filtered again.
-                claim.complete(&answer, route.retention).await;
+            Claimed::New(claimed) => {
+                self.engine.record(route, claimed, &answer).await;
             }
             Claimed::Duplicate(recorded) => return Ok((recorded, Outcome::Replayed)),
             Claimed::Dead(answer) => return Ok((answer, Outcome::DeadLetter)),

@@ -37,11 +37,10 @@ use sha2::{Digest, Sha256};
 pub use self::answer::Outcome;
 use self::answer::{answer_sender, dead_letter, handshake_response, replay};
 use self::request::{client_address, read_body, request_id};
-use crate::claim::Claim;
 use crate::config::{DeliveryMode, OnStoreError};
 use crate::delivery::fanout::{self, Verdict};
-use crate::delivery::places::{Permit, Place};
-use crate::delivery::{policy, Attempt, Engine, Kind};
+use crate::delivery::places::Permit;
+use crate::delivery::{policy, Attempt, Engine, Kind, Parts};
 use crate::error::GatewayError;
 use crate::headers::{lower_hex, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
@@ -58,6 +57,8 @@ use crate::verify::RequestLine;
 /// the lifecycle's stages, onto the engine.
 pub struct Gateway {
     engine: Arc<Engine>,
+    /// The live routes, the store, the clock, metrics and telemetry.
+    parts: Parts,
 }
 
 /// What one request's log line (and its trace span) reports, filled in as
@@ -98,7 +99,7 @@ struct Verified {
 /// What the claim stage decided.
 enum Claimed {
     /// This delivery owns the key: forward it.
-    New(Claim),
+    New((StoreKey, Lease)),
     /// A duplicate of a completed event, answered from its record.
     Duplicate(Response<Full<Bytes>>),
     /// A delivery of a dead letter: answered, not forwarded.
@@ -108,13 +109,13 @@ enum Claimed {
 }
 
 impl Gateway {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        Self { engine }
+    pub fn new(engine: Arc<Engine>, parts: Parts) -> Self {
+        Self { engine, parts }
     }
 
     /// Handle one request; count it, log it, tag it with its request id.
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
     ) -> Response<Full<Bytes>> {
@@ -126,11 +127,11 @@ impl Gateway {
             upstream: None,
             store: None,
             trace: self
-                .engine
-                .telemetry()
+                .parts
+                .telemetry
                 .delivery("webhook delivery", request.headers()),
         };
-        let runtime = self.engine.runtime();
+        let runtime = self.parts.routes.load();
         let (mut response, outcome) = match self
             .process(&runtime, request, connection, &request_id, &mut log)
             .await
@@ -139,8 +140,8 @@ impl Gateway {
             Err(error) => (error.to_response(), Outcome::of_error(&error)),
         };
         let elapsed = started.elapsed();
-        self.engine
-            .metrics()
+        self.parts
+            .metrics
             .request_done(log.route, outcome.as_str(), elapsed);
         tracing::info!(
             request_id = request_id.to_str().unwrap_or_default(),
@@ -167,7 +168,7 @@ impl Gateway {
     }
 
     async fn process<'a>(
-        &self,
+        self: &Arc<Self>,
         runtime: &'a Arc<Runtime>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
@@ -179,7 +180,7 @@ impl Gateway {
             .routes
             .resolve(request.uri().path(), request.method())?;
         log.route = &route.name;
-        let _in_flight = InFlight::enter(self.engine.metrics(), &route.name);
+        let _in_flight = InFlight::enter(&self.parts.metrics, &route.name);
 
         // 1b. Admit the sender by address, before reading anything (README, "Traffic control").
         if let Some(allowed) = &route.allow_from {
@@ -212,7 +213,7 @@ impl Gateway {
         //    here from an allowed host). A verified handshake (Discord's
         //    PING, Zoom's URL validation, an SNS subscription) is answered
         //    here: nothing to claim, nothing to forward.
-        let now = self.engine.clock().system_time();
+        let now = self.parts.clock.system_time();
         let checked = route.verifier.check(line, &parts.headers, &body, now);
         if let Some(handshake) = checked.await? {
             return Ok((handshake_response(handshake), Outcome::Handshake));
@@ -248,7 +249,7 @@ impl Gateway {
         if let (DeliveryMode::Sync, Some(key), Verdict::Forward) = (&route.delivery, &key, &verdict)
         {
             admission = Some(self.engine.admit(route)?);
-            let store = self.engine.store();
+            let store = &self.parts.store;
             if let Some(record) = store.replayed(&store.key(&route.scope, key)) {
                 return Ok((replay(route, &record, &body_sha256)?, Outcome::Replayed));
             }
@@ -268,9 +269,7 @@ impl Gateway {
             request_id: request_id.clone(),
             connection,
         };
-        let gateway = Gateway {
-            engine: Arc::clone(&self.engine),
-        };
+        let gateway = Arc::clone(self);
         let runtime = Arc::clone(runtime);
         let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
         // Boxed: the stages' future is large, and tokio would copy it into
@@ -385,16 +384,12 @@ impl Gateway {
             };
             return answer_sender(result, forwarded);
         };
+        // A sync route's senders are bounded by the server's connection
+        // limits, not by max_in_flight: no place is taken.
+        let first_seen_ms = self.parts.clock.now_ms();
         let attempt = Attempt {
-            route: Arc::clone(route),
-            claim,
             admission,
-            // A sync route's senders are bounded by the server's connection
-            // limits, not by max_in_flight.
-            place: Place::Free,
-            kind: Kind::Sync,
-            first_seen_ms: self.engine.clock().now_ms(),
-            was_dead: false,
+            ..Attempt::new(Arc::clone(route), claim, Kind::Sync, first_seen_ms)
         };
         let attempted = self
             .engine
@@ -414,8 +409,8 @@ impl Gateway {
     ) -> (StoreKey, Option<StoreKey>) {
         let guard_key = route
             .replay_guard
-            .then(|| self.engine.store().guard_key(&route.scope, body_sha256));
-        (self.engine.store().key(&route.scope, key), guard_key)
+            .then(|| self.parts.store.guard_key(&route.scope, body_sha256));
+        (self.parts.store.key(&route.scope, key), guard_key)
     }
 
     /// Stage 5: claim `key` on `route`.
@@ -428,8 +423,8 @@ impl Gateway {
     ) -> Result<Claimed, GatewayError> {
         let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
         let outcome = self
-            .engine
-            .store()
+            .parts
+            .store
             .claim(ClaimRequest {
                 key: &store_key,
                 body_sha256,
@@ -442,9 +437,7 @@ impl Gateway {
             })
             .await;
         match outcome {
-            Ok(ClaimOutcome::New(lease)) => {
-                Ok(Claimed::New(self.engine.claim_for(route, store_key, lease)))
-            }
+            Ok(ClaimOutcome::New(lease)) => Ok(Claimed::New((store_key, lease))),
             Ok(ClaimOutcome::Completed(record)) => {
                 replay(route, &record, body_sha256).map(Claimed::Duplicate)
             }
@@ -473,11 +466,11 @@ impl Gateway {
 
 impl Handler for Gateway {
     async fn handle(
-        &self,
+        self: Arc<Self>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
     ) -> Response<Full<Bytes>> {
-        Gateway::handle(self, request, connection).await
+        Gateway::handle(&self, request, connection).await
     }
 
     fn begin_draining(&self) {

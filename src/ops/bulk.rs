@@ -269,7 +269,7 @@ impl Operator {
     /// to its end, then once more over what changed meanwhile (a record
     /// that moved while the first walk ran is not lost).
     pub async fn matches(&self, selection: &Selection) -> Result<Vec<Match>, OpsError> {
-        let begun = self.engine.clock().now_ms();
+        let begun = self.parts.clock.now_ms();
         let first = Filter {
             until_ms: Some(
                 selection
@@ -355,7 +355,7 @@ impl Operator {
             selection: start.selection,
             rate: start.rate,
             matched: matches.len() as u64,
-            started_ms: self.engine.clock().now_ms(),
+            started_ms: self.parts.clock.now_ms(),
             counts: Counts::default(),
             state: watch::Sender::new((State::Running, None)),
             cancel: watch::Sender::new(None),
@@ -367,7 +367,7 @@ impl Operator {
         let gateway = self.clone();
         let task = Arc::clone(&bulk);
         let running = tokio::spawn(async move { gateway.run_bulk(task, matches).await });
-        let clock = self.engine.clock().clone();
+        let clock = self.parts.clock.clone();
         tokio::spawn(watch_over(Arc::clone(&bulk), clock, running));
         bulk
     }
@@ -408,7 +408,7 @@ impl Operator {
             false => State::Finished,
         };
         bulk.state
-            .send_replace((end, Some(self.engine.clock().now_ms())));
+            .send_replace((end, Some(self.parts.clock.now_ms())));
         let progress = bulk.progress();
         tracing::info!(target: "hookgate::admin", bulk = %bulk.id, action = bulk.action.as_str(), state = end.as_str(),
             cancelled_by = progress.cancelled_by, matched = bulk.matched, delivered = progress.delivered,
@@ -420,7 +420,7 @@ impl Operator {
     /// tried again while the route is held or the store does not answer.
     async fn one(&self, bulk: &Bulk, target: Match) {
         let counts = &bulk.counts;
-        let Some(route) = self.engine.route(&target.route) else {
+        let Some(route) = self.parts.routes.named(&target.route) else {
             counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         };

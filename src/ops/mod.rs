@@ -18,7 +18,7 @@ mod upkeep;
 use std::sync::Arc;
 
 use self::filter::Filter;
-use crate::delivery::Engine;
+use crate::delivery::{Engine, Parts};
 pub use crate::error::OpsError;
 use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::Route;
@@ -30,12 +30,16 @@ use crate::traffic::Pause;
 /// action can run as a task of the gateway.
 #[derive(Clone)]
 pub struct Operator {
+    /// Runs what an operator sends again.
     engine: Arc<Engine>,
+    /// What an operator looks at and changes: the store, the routes, the
+    /// pauses, the metrics.
+    parts: Parts,
 }
 
 impl Operator {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        Operator { engine }
+    pub fn new(engine: Arc<Engine>, parts: Parts) -> Self {
+        Operator { engine, parts }
     }
 }
 
@@ -117,7 +121,7 @@ impl Readiness {
 impl Operator {
     /// The record of `key` on `route`, with its replays.
     pub async fn event(&self, route: &Route, key: &str) -> Result<Event, OpsError> {
-        let store = self.engine.store();
+        let store = &self.parts.store;
         let record = store
             .get(&store.key(&route.scope, key))
             .await?
@@ -184,7 +188,7 @@ impl Operator {
         if filter.content.is_empty() {
             return Ok(true);
         }
-        let store = self.engine.store();
+        let store = &self.parts.store;
         match store.get(&store.key(&listed.scope, &listed.id)).await {
             Ok(record) => Ok(record.is_some_and(|record| filter.holds(&record))),
             Err(StoreError::Unreadable(_)) => Ok(false),
@@ -198,9 +202,9 @@ impl Operator {
             // A route with destinations lists its events and each
             // destination's delivery of them.
             Some(route) => std::iter::once(Arc::clone(route))
-                .chain((route.destinations.iter()).filter_map(|d| self.engine.route(&d.name)))
+                .chain((route.destinations.iter()).filter_map(|d| self.parts.routes.named(&d.name)))
                 .collect(),
-            None => self.engine.routes(),
+            None => self.parts.routes.all(),
         };
         let mut scopes: Vec<(&str, &str)> = Vec::new();
         for route in &routes {
@@ -209,7 +213,7 @@ impl Operator {
             }
         }
         let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
-        let page = (self.engine.store())
+        let page = (self.parts.store)
             .list(&names, query.state, query.limit, query.cursor.as_ref())
             .await?;
         let only = (routes.len() == 1).then(|| routes[0].name.as_str());
@@ -241,7 +245,7 @@ impl Operator {
     /// before the route had destinations and not delivered (queued,
     /// failed, dead). Its redelivery hands it out.
     pub async fn never_handed_out(&self, route: &Route, key: &str) -> bool {
-        let store = self.engine.store();
+        let store = &self.parts.store;
         match store.get(&store.key(&route.scope, key)).await {
             Ok(Some(record)) => record.state != RecordState::Completed,
             _ => false,
@@ -252,7 +256,7 @@ impl Operator {
     /// delivery still holds it, or it is queued for its workers, and
     /// `force` is not set.
     pub async fn forget(&self, route: &Route, key: &str, force: bool) -> Result<(), OpsError> {
-        let store = self.engine.store();
+        let store = &self.parts.store;
         match store.delete(&store.key(&route.scope, key), force).await? {
             Deleted::Deleted => Ok(()),
             Deleted::InFlight => Err(OpsError::InFlight),
@@ -263,7 +267,7 @@ impl Operator {
     /// Release a stuck claim of `key`, whoever holds it (an accepted event
     /// goes back to its queue, due now).
     pub async fn release(&self, route: &Route, key: &str) -> Result<(), OpsError> {
-        let store = self.engine.store();
+        let store = &self.parts.store;
         match store.force_release(&store.key(&route.scope, key)).await? {
             ForceRelease::Released => Ok(()),
             ForceRelease::NotInFlight => Err(OpsError::NotInFlight),
@@ -279,11 +283,20 @@ impl Operator {
         route: &Route,
         pause: Option<Pause>,
     ) -> Result<bool, OpsError> {
-        let changed = pause.is_some() != self.engine.pauses().of(&route.name).is_some();
+        let changed = pause.is_some() != self.parts.pauses.of(&route.name).is_some();
         if changed {
-            self.engine.set_pause(&route.name, pause.as_ref()).await?;
+            let parts = &self.parts;
+            parts
+                .pauses
+                .set(&parts.store, &route.name, pause.as_ref())
+                .await?;
+            parts.show_pauses();
+            if pause.is_none() {
+                // The backlog goes now rather than at the next poll.
+                parts.places.wake();
+            }
             let action = if pause.is_some() { "pause" } else { "resume" };
-            (self.engine.metrics().route_control_changes)
+            (self.parts.metrics.route_control_changes)
                 .with_label_values(&[route.route_name(), route.destination_name(), action])
                 .inc();
         }
@@ -293,8 +306,8 @@ impl Operator {
     /// Every route with its pause and its scope's queued and dead counts.
     pub async fn route_views(&self) -> Vec<RouteView> {
         let mut views = Vec::new();
-        for route in self.engine.routes() {
-            let store = self.engine.store();
+        for route in self.parts.routes.all() {
+            let store = &self.parts.store;
             let queued = match route.delivery.is_async() {
                 true => store.count(&route.scope, RecordState::Queued).await.ok(),
                 false => None,
@@ -302,7 +315,7 @@ impl Operator {
             let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
             let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
-                paused: self.engine.pauses().of(&route.name),
+                paused: self.parts.pauses.of(&route.name),
                 route,
                 queued,
                 dead_letters,
@@ -318,8 +331,8 @@ impl Operator {
     pub async fn blocked_count(&self, route: &Route) -> Option<u64> {
         match route.order().map(|order| order.on_blocked) {
             Some(OnBlocked::Wait) => (self
-                .engine
-                .store()
+                .parts
+                .store
                 .blocked(&route.scope, BLOCKED_COUNTED)
                 .await)
                 .ok()
@@ -330,11 +343,11 @@ impl Operator {
 
     /// Whether this instance is ready, and why not.
     pub async fn readiness(&self) -> Readiness {
-        let store = self.engine.store().ping().await;
-        (self.engine.metrics().store_up).set(i64::from(store.is_ok()));
+        let store = self.parts.store.ping().await;
+        (self.parts.metrics.store_up).set(i64::from(store.is_ok()));
         Readiness {
             store,
-            store_local: self.engine.store().is_local(),
+            store_local: self.parts.store.is_local(),
             draining: self.engine.is_draining(),
             delivery: self.delivery_status().await,
         }

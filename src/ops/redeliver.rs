@@ -25,9 +25,8 @@ use http::StatusCode;
 use super::Operator;
 use super::OpsError;
 use crate::config::DeliveryMode;
-use crate::delivery::fanout;
 use crate::delivery::places::Place;
-use crate::delivery::{Attempt, Kind, Settled};
+use crate::delivery::{Attempt, Kind, Settled, Traced};
 use crate::error::GatewayError;
 use crate::key;
 use crate::route::Route;
@@ -101,10 +100,10 @@ impl Operator {
         key: &str,
         force: bool,
     ) -> Result<Sent, OpsError> {
-        if self.engine.pauses().is_paused(&route.name) {
+        if self.parts.pauses.is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
-        let store = self.engine.store();
+        let store = &self.parts.store;
         let store_key = store.key(&route.scope, key);
         let record = store
             .get(&store_key)
@@ -132,7 +131,7 @@ impl Operator {
             // The workers deliver it, governed like every queued event.
             return match store.claim(claim(ClaimMode::Redeliver { force })).await {
                 Ok(ClaimOutcome::Queued) => {
-                    self.engine.places().wake();
+                    self.parts.places.wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
                 Ok(_) => Err(OpsError::InFlight),
@@ -150,7 +149,7 @@ impl Operator {
                         .await
                 }
                 ClaimOutcome::Queued => {
-                    self.engine.places().wake();
+                    self.parts.places.wake();
                     Ok(Sent::queued(key, record.attempts))
                 }
                 _ => Err(OpsError::InFlight),
@@ -166,7 +165,7 @@ impl Operator {
             ClaimOutcome::InFlight { .. } => return Err(OpsError::InFlight),
             ClaimOutcome::Completed(_) => return Err(OpsError::Completed),
             ClaimOutcome::Queued => {
-                self.engine.places().wake();
+                self.parts.places.wake();
                 return Ok(Sent::queued(key, record.attempts));
             }
             ClaimOutcome::Dead(_) => {
@@ -199,10 +198,10 @@ impl Operator {
     }
 
     pub(super) async fn replay_now(&self, route: &Arc<Route>, key: &str) -> Result<Sent, OpsError> {
-        if self.engine.pauses().is_paused(&route.name) {
+        if self.parts.pauses.is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
-        let store = self.engine.store();
+        let store = &self.parts.store;
         let record = store
             .get(&store.key(&route.scope, key))
             .await
@@ -245,7 +244,7 @@ impl Operator {
                 }
                 let Some(leave) = leave.take() else { break };
                 let held = (store_key, lease, leave);
-                let now = self.engine.clock().now_ms();
+                let now = self.parts.clock.now_ms();
                 return Ok(self
                     .send(route, held, &replay_key, request, Kind::Replay, now, false)
                     .await);
@@ -256,7 +255,7 @@ impl Operator {
 
     /// The replays of `key` that the store still holds, in order.
     pub async fn replays_of(&self, route: &Route, key: &str) -> Result<Vec<String>, OpsError> {
-        let store = self.engine.store();
+        let store = &self.parts.store;
         let mut found = Vec::new();
         for n in 1..=MAX_REPLAYS {
             let replay_key = replay_key(key, n);
@@ -282,10 +281,13 @@ impl Operator {
         request: StoredRequest,
         body_sha256: String,
     ) -> Result<Sent, OpsError> {
-        let claim = self.engine.claim_for(route, store_key, lease);
-        let attempt = claim.attempt();
+        let attempt = lease.attempt;
         let event = (key.to_owned(), request, body_sha256);
-        match fanout::fan_out(&self.engine, Arc::clone(route), event, claim).await {
+        match (self
+            .engine
+            .hand_out(Arc::clone(route), (store_key, lease), event))
+        .await
+        {
             true => Ok(Sent::queued(key, attempt)),
             false => Err(OpsError::StoreUnavailable(
                 "the event could not be handed to its destinations".into(),
@@ -307,11 +309,9 @@ impl Operator {
             _ => OpsError::RoutePaused,
         })?;
         let place = match &route.delivery {
-            DeliveryMode::Async(settings) => Place::Wait(
-                self.engine
-                    .places()
-                    .gate(&route.name, settings.max_in_flight),
-            ),
+            DeliveryMode::Async(settings) => {
+                Place::Wait(self.parts.places.gate(&route.name, settings.max_in_flight))
+            }
             DeliveryMode::Sync => Place::Free,
         };
         Ok(Leave { admission, place })
@@ -352,20 +352,16 @@ impl Operator {
         first_seen_ms: u64,
         was_dead: bool,
     ) -> Sent {
-        let claim = self.engine.claim_for(route, store_key, lease);
-        let attempt_no = claim.attempt();
+        let attempt_no = lease.attempt;
         let Leave { admission, place } = leave;
         let attempt = Attempt {
-            route: Arc::clone(route),
-            claim,
             admission,
             place,
-            kind,
-            first_seen_ms,
             was_dead,
+            ..Attempt::new(Arc::clone(route), (store_key, lease), kind, first_seen_ms)
         };
         let attempted = (self.engine)
-            .attempt_stored(attempt, key, request, Vec::new())
+            .attempt_stored(attempt, key, request, Traced::Own)
             .await;
         let (upstream_status, upstream_error) = describe(&attempted.result);
         Sent {

@@ -1,6 +1,7 @@
 //! Upkeep an operator relies on without asking: the gauges the store
 //! knows, set when `/metrics` is scraped; each async route's queue for
-//! `/readyz`; and the trim of listing indexes, every minute.
+//! `/readyz`; the pauses other instances made, read every few seconds;
+//! and the trim of listing indexes, every minute.
 
 use super::Operator;
 use crate::config::DeliveryMode;
@@ -8,6 +9,25 @@ use crate::metrics::delivery_labels;
 use crate::store::RecordState;
 
 impl Operator {
+    /// Read the paused routes from the store (every [`PAUSE_POLL`], and at
+    /// start-up before serving): a pause or resume made through another
+    /// instance applies here. A resumed async route's backlog is delivered
+    /// at once. A store that does not answer leaves the last known state.
+    ///
+    /// [`PAUSE_POLL`]: crate::traffic::PAUSE_POLL
+    pub async fn refresh_pauses(&self) {
+        match self.parts.pauses.refresh(&self.parts.store).await {
+            Ok(resumed) => {
+                if !resumed.is_empty() {
+                    tracing::info!(routes = %resumed.join(","), "routes resumed by another instance");
+                    self.parts.places.wake();
+                }
+            }
+            Err(error) => tracing::debug!(%error, "could not read the paused routes"),
+        }
+        self.parts.show_pauses();
+    }
+
     /// Set the gauges the store knows, when `/metrics` is scraped:
     /// `hookgate_dead_letters{route}`, and for async routes
     /// `hookgate_blocked_entities` (ordered routes that wait; at most
@@ -18,22 +38,22 @@ impl Operator {
     /// per route scope (routes sharing a scope show the same counts). A
     /// store that does not answer leaves the last values.
     pub async fn refresh_gauges(&self) {
-        let metrics = self.engine.metrics();
+        let metrics = &self.parts.metrics;
         metrics
             .store_up
-            .set(i64::from(self.engine.store().ping().await.is_ok()));
-        if let Some(bytes) = self.engine.store().size_bytes() {
+            .set(i64::from(self.parts.store.ping().await.is_ok()));
+        if let Some(bytes) = self.parts.store.size_bytes() {
             metrics.store_bytes.set(bytes as i64);
         }
-        let cache_live = (self.engine.store())
+        let cache_live = (self.parts.store)
             .replay_cache()
             .is_some_and(|cache| cache.is_live());
         metrics.store.cache_live.set(i64::from(cache_live));
-        for route in self.engine.routes() {
+        for route in self.parts.routes.all() {
             let (name, destination) = delivery_labels(&route.name);
             if let Ok(count) = self
-                .engine
-                .store()
+                .parts
+                .store
                 .count(&route.scope, RecordState::Dead)
                 .await
             {
@@ -54,8 +74,8 @@ impl Operator {
                     .set(blocked as i64);
             }
             if let Ok(count) = self
-                .engine
-                .store()
+                .parts
+                .store
                 .count(&route.scope, RecordState::Queued)
                 .await
             {
@@ -65,19 +85,19 @@ impl Operator {
                     .set(count as i64);
             }
             if let Ok(oldest) = self
-                .engine
-                .store()
+                .parts
+                .store
                 .oldest(&route.scope, RecordState::Queued)
                 .await
             {
-                let age = oldest.map_or(0, |at| self.engine.clock().now_ms().saturating_sub(at));
+                let age = oldest.map_or(0, |at| self.parts.clock.now_ms().saturating_sub(at));
                 metrics
                     .oldest_queued
                     .with_label_values(&[name, destination])
                     .set(age as f64 / 1000.0);
             }
         }
-        for (route, running) in self.engine.places().delivering() {
+        for (route, running) in self.parts.places.delivering() {
             let (route, destination) = delivery_labels(&route);
             metrics
                 .queue_depth
@@ -90,15 +110,15 @@ impl Operator {
     /// store, fleet-wide) and being delivered by this instance.
     pub async fn delivery_status(&self) -> serde_json::Map<String, serde_json::Value> {
         let delivering: std::collections::HashMap<String, usize> =
-            self.engine.places().delivering().into_iter().collect();
+            self.parts.places.delivering().into_iter().collect();
         let mut status = serde_json::Map::new();
-        for route in self.engine.routes() {
+        for route in self.parts.routes.all() {
             if !matches!(route.delivery, DeliveryMode::Async(_)) {
                 continue;
             }
             let queued = self
-                .engine
-                .store()
+                .parts
+                .store
                 .count(&route.scope, RecordState::Queued)
                 .await;
             status.insert(
@@ -118,7 +138,7 @@ impl Operator {
     /// `dead_letter_retention` for failed and dead). Run every minute; a
     /// store that keeps no such index has nothing to do.
     pub async fn trim_indexes(&self) {
-        let routes = self.engine.routes();
+        let routes = self.parts.routes.all();
         let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
         scopes.sort_unstable();
         scopes.dedup();
@@ -135,7 +155,7 @@ impl Operator {
                     | RecordState::Stale => parked,
                 };
                 let Some(horizon) = horizon else { continue };
-                if let Err(error) = self.engine.store().trim(scope, state, horizon).await {
+                if let Err(error) = self.parts.store.trim(scope, state, horizon).await {
                     tracing::debug!(scope, %error, "could not trim a listing index");
                 }
             }

@@ -108,7 +108,7 @@ pub trait Handler: Send + Sync + 'static {
     /// if the client hangs up: work that must finish regardless is the
     /// handler's to spawn.
     fn handle(
-        &self,
+        self: Arc<Self>,
         request: Request<Incoming>,
         connection: ConnectionInfo,
     ) -> impl Future<Output = Response<Full<Bytes>>> + Send;

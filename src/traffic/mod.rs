@@ -122,6 +122,16 @@ impl Pauses {
             .unwrap_or_default())
     }
 
+    /// `hookgate_route_paused{route}` for each of `routes`.
+    pub fn show<'a>(&self, routes: impl IntoIterator<Item = &'a str>, metrics: &Metrics) {
+        for route in routes {
+            let (name, destination) = crate::metrics::delivery_labels(route);
+            (metrics.route_paused)
+                .with_label_values(&[name, destination])
+                .set(i64::from(self.is_paused(route)));
+        }
+    }
+
     /// Pause (`Some`) or resume `route` for the fleet: written to the
     /// store, then applied here at once.
     pub async fn set(

@@ -30,7 +30,7 @@ fn reload(gateway: &TestGateway, text: &str) {
 /// Whether the record of `id` reaches `state` within a few seconds (a
 /// store that does not answer yet — it is restarting — is asked again).
 async fn reaches(gateway: &TestGateway, id: &str, state: &str) -> bool {
-    let store = gateway.gateway.store();
+    let store = &gateway.store;
     let key = store.key("hook", id);
     eventually(Duration::from_secs(8), || async {
         store
@@ -457,10 +457,10 @@ async fn sigterm_during_an_async_redelivery_puts_the_event_back_in_its_queue() {
         ))
         .await
     );
-    let engine = Arc::clone(&gateway.gateway);
+    let store = Arc::clone(&gateway.store);
     gateway.shutdown().await; // shutdown_grace 2 s < the 3 s call
     redelivery.abort();
-    let store = engine.store();
+
     let record = store
         .get(&store.key("hook", "evt_term"))
         .await
@@ -486,7 +486,7 @@ async fn no_worker_beside_a_live_redelivery(backend: Backend) {
     gateway.control("hook", "pause", "by=test").await;
     accept_all(&gateway.url("/hook"), &["evt_beside".to_owned()]).await;
     // A worker elsewhere leases it and dies: its lease lapses after 300 ms.
-    let store = gateway.gateway.store();
+    let store = &gateway.store;
     let leased = store
         .lease_due("hook", 1, Duration::from_millis(300))
         .await

@@ -179,7 +179,7 @@ async fn shutdown_finishes_and_records_in_flight_deliveries() {
     .await;
     let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
     let gateway = TestGateway::start(&text).await;
-    let store = std::sync::Arc::clone(&gateway.gateway);
+    let store = std::sync::Arc::clone(&gateway.store);
     let url = gateway.url("/hook");
     let delivery =
         tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_drain")).await });
@@ -187,9 +187,8 @@ async fn shutdown_finishes_and_records_in_flight_deliveries() {
     gateway.shutdown().await;
 
     assert_eq!(delivery.await.unwrap().status, StatusCode::OK);
-    let record = store.store();
-    let record = record
-        .get(&record.key("hook", "evt_drain"))
+    let record = store
+        .get(&store.key("hook", "evt_drain"))
         .await
         .unwrap()
         .unwrap();
@@ -211,12 +210,12 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
     let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "")
         .replace("shutdown_grace = \"2s\"", "shutdown_grace = \"300ms\"");
     let gateway = TestGateway::start(&text).await;
-    let handle = std::sync::Arc::clone(&gateway.gateway);
+    let handle = std::sync::Arc::clone(&gateway.store);
     let url = gateway.url("/hook");
     tokio::spawn(async move { Sender::new().deliver(&url, &event("evt_stuck")).await });
     assert!(eventually(Duration::from_secs(2), || ready(upstream.total() == 1)).await);
     gateway.shutdown().await;
-    let store = handle.store();
+    let store = handle;
     let record = store
         .get(&store.key("hook", "evt_stuck"))
         .await

@@ -273,8 +273,9 @@ async fn restart_only_changes_are_reported() {
         ]
     );
     assert!(
-        app.engine
-            .route("hook")
+        app.parts
+            .routes
+            .named("hook")
             .is_some_and(|route| route.path == "/moved"),
         "routes were swapped"
     );

@@ -177,7 +177,7 @@ async fn the_cache_is_off_while_its_feed_is_down() {
     assert!(gateway.replay_cache_live().await);
     redis.kill();
     let deadline = Instant::now() + Duration::from_secs(5);
-    let cache = gateway.gateway.store().replay_cache().unwrap().clone();
+    let cache = &gateway.store.replay_cache().unwrap().clone();
     while cache.is_live() {
         assert!(Instant::now() < deadline, "the cache noticed the feed drop");
         tokio::time::sleep(Duration::from_millis(20)).await;

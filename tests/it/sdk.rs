@@ -415,7 +415,7 @@ async fn discord_ping_is_answered_by_the_gateway() {
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json(), serde_json::json!({ "type": 1 }));
     assert_eq!(upstream.total(), 0);
-    let store = gateway.gateway.store();
+    let store = &gateway.store;
     assert!(store
         .get(&store.key("discord", "1"))
         .await

@@ -9,7 +9,7 @@
 //! | `Deliver` | a sync route: `ingress::Gateway::claim` → `Records::claim` in `ClaimMode::Deliver` |
 //! | `Accept` / `AcceptClaimed` | an async route: `ingress::Gateway::accept` → `ClaimMode::Accept`, or the hybrid's `ClaimMode::AcceptClaimed` |
 //! | `Lease` | `worker::pass` → `Queue::lease_due` (every scope's queue, whatever the route's mode) |
-//! | `Redeliver` | `ops::redeliver` (`Engine::redeliver`, and each event of a bulk action, `ops::bulk`) → `ClaimMode::Redeliver` (a queued event is made due) |
+//! | `Redeliver` | `ops::redeliver` (`Operator::redeliver`, and each event of a bulk action, `ops::bulk`) → `ClaimMode::Redeliver` (a queued event is made due) |
 //! | `Call`, `Settle` | `delivery::attempt` (`Engine::attempt`): the call, then `Claim::complete` / `Claim::fail` — the store applies the record's duty (`Failure::state`) |
 //! | `Release` | SIGTERM's `Claims::release_all` (and `POST …/release`, a lost claim answer) → `Records::release` |
 //! | `Crash` | a holder dies (SIGKILL, or a caller hanging up on code that ran in its connection) |

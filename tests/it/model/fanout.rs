@@ -10,9 +10,9 @@
 //! | `Accept` | `ingress::Gateway::accept` (`fanout::judge` judged the filters) while the route is paused: one write, the event's record queued, naming the destinations it passed |
 //! | `AcceptHanding` | the same write as `ClaimMode::AcceptClaimed` (the route not paused): the event's record held by the accepting request's hand-out task |
 //! | `FanLease` | `worker::pass` → `Queue::lease_due` on the route's scope |
-//! | `Hand` | `fanout::fan_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope (an existing record is a duplicate) |
-//! | `FanComplete` | `fanout::fan_out` → `Claim::complete` (fenced), after every destination was handed the event |
-//! | `FanRelease` | a store error in `fan_out` → `Claim::release`: the event is due again |
+//! | `Hand` | `Engine::hand_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope (an existing record is a duplicate) |
+//! | `FanComplete` | `Engine::hand_out` → `Claim::complete` (fenced), after every destination was handed the event |
+//! | `FanRelease` | a store error in `Engine::hand_out` → `Claim::release`: the event is due again |
 //! | `Lease`, `Call`, `Settle` | the destination's own `worker::pass` and `Engine::attempt`, as for any async route |
 //! | `Crash` | a worker dies (SIGKILL): its lease is left to lapse |
 //! | `Lapse` | a lease runs out in the store |

@@ -22,9 +22,9 @@
 //! | `Tick` | time passing (the store `Clock`, or Redis `TIME`) |
 //! | `Forget` | admin `DELETE` → `Store::delete(key, force = false)` |
 //! | `ForceRelease` | admin `POST …/release` → `Store::force_release` |
-//! | `Redeliver` | admin `POST …/redeliver` → `Engine::redeliver` → `Records::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
+//! | `Redeliver` | admin `POST …/redeliver` → `Operator::redeliver` → `Records::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
 //! | `RedeliverForced` | `…/redeliver?force=true`: a completed record too |
-//! | `Replay` | admin `POST …/replay` → `Engine::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |
+//! | `Replay` | admin `POST …/replay` → `Operator::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |
 //!
 //! Properties:
 //! - the upstream performs the event's side effect under its key once, plus
@@ -754,8 +754,8 @@ fn the_checker_finds_a_forwarded_dead_letter() {
 /// | action | code |
 /// | --- | --- |
 /// | `Accept` | `ingress::Gateway::accept` → `Records::claim` in `ClaimMode::Accept` |
-/// | `Lease` | `worker::pass` → `Queue::lease_due`; `worker::deliver` parks a spent event (`delivery::policy::spent`) |
-/// | `Upstream`, `Settle` | `worker::deliver` → `Engine::attempt` (a failure queues the next attempt) |
+/// | `Lease` | `worker::pass` → `Queue::lease_due`; `Engine::deliver_due` parks a spent event (`delivery::policy::spent`) |
+/// | `Upstream`, `Settle` | `Engine::deliver_due` → `Engine::attempt_stored` (a failure queues the next attempt) |
 /// | `Lapse` | a worker's lease runs out (it crashed, or stalled past `processing_ttl`) |
 #[derive(Clone)]
 struct AsyncProtocol {

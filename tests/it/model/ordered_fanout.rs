@@ -8,8 +8,8 @@
 //! | --- | --- |
 //! | `Accept` | `ingress::Gateway::accept` → `Records::claim` in `ClaimMode::Accept` with the route's `OrderSpot` (`RouteConfig::order_place`: the entity, by acceptance alone) |
 //! | `HandLease` | `worker::pass` → `Queue::lease_ordered` on the route's scope (`RouteConfig::queue_order`): an entity's head only, while none of its events is being handed out |
-//! | `Hand` | `fanout::fan_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope with the destination's `OrderSpot`, its place the next of the sequence (an existing record is a duplicate) |
-//! | `HandComplete` | `fanout::fan_out` → `Claim::complete`: the entity's next may be handed out |
+//! | `Hand` | `Engine::hand_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope with the destination's `OrderSpot`, its place the next of the sequence (an existing record is a duplicate) |
+//! | `HandComplete` | `Engine::hand_out` → `Claim::complete`: the entity's next may be handed out |
 //! | `Crash`, `Lapse` | a hand-out worker dies; its lease runs out in the store |
 //! | `Lease`, `Deliver` | the destination's `worker::pass` → `Queue::lease_ordered`, then `Engine::attempt` completing it |
 //!

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::config::Config;
-use hookgate::delivery::Engine;
 use hookgate::reload::Reloader;
 use hookgate::store::Record;
+use hookgate::store::Store;
 use hookgate::App;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -106,7 +106,8 @@ pub fn parse_config(text: &str) -> Config {
 pub struct TestGateway {
     pub addr: SocketAddr,
     pub admin_addr: Option<SocketAddr>,
-    pub gateway: Arc<Engine>,
+    /// The gateway's store, to look at what it holds.
+    pub store: Arc<Store>,
     /// Applies a reloaded config, as SIGHUP does.
     pub reloader: Arc<Reloader>,
     stop: Option<oneshot::Sender<()>>,
@@ -122,7 +123,7 @@ impl TestGateway {
     pub async fn start_on(text: &str, listen: &str) -> TestGateway {
         let config = parse_config(text);
         let app = App::new(&config).await.expect("store");
-        let gateway = Arc::clone(&app.engine);
+        let store = Arc::clone(&app.parts.store);
         let reloader = app.reloader();
         let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -141,7 +142,7 @@ impl TestGateway {
         TestGateway {
             addr,
             admin_addr,
-            gateway,
+            store,
             reloader,
             stop: Some(stop),
             task: Some(task),
@@ -161,7 +162,7 @@ impl TestGateway {
 
     /// What the store holds for `key` in `scope`.
     pub async fn record(&self, scope: &str, key: &str) -> Option<Record> {
-        let store = self.gateway.store();
+        let store = &self.store;
         store.get(&store.key(scope, key)).await.unwrap()
     }
 
@@ -170,7 +171,7 @@ impl TestGateway {
     pub async fn replay_cache_live(&self) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while tokio::time::Instant::now() < deadline {
-            let cache = self.gateway.store().replay_cache();
+            let cache = self.store.replay_cache();
             if cache.is_some_and(|cache| cache.is_live()) {
                 return true;
             }
