@@ -47,4 +47,5 @@ mod support;
 mod tls;
 mod tracing;
 mod traffic;
+mod transitions;
 mod upgrade;

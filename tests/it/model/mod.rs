@@ -46,7 +46,8 @@
 //! with its own action → code table; [`fanout`] one event handed to several
 //! destinations and delivered by each; [`order`] one entity's events
 //! delivered in order, one at a time; [`ordered_fanout`] an ordered
-//! route's events handed to a destination that keeps their order;
+//! route's events handed to a destination that keeps their order and
+//! its stale guard (dropping only what is older than the delivered head);
 //! [`reload_order`] an ordered backlog drained in order after its route
 //! stopped ordering, across a reload and a restart.
 

@@ -1,7 +1,8 @@
-//! An ordered route with a destination (docs/operations.md, "When a route
-//! changes shape") as a model: two events of one entity accepted in order,
-//! handed out by two workers of a fleet (which crash at any step, their
-//! leases lapsing), then delivered by the destination's two workers.
+//! An ordered route with a destination and a stale guard (docs/operations.md,
+//! "When a route changes shape") as a model: two events of one entity, each
+//! with its `stale_by` value (every pair of values is checked), accepted
+//! in order, handed out by two workers of a fleet (which crash at any step,
+//! their leases lapsing), then delivered by the destination's two workers.
 //! Checked exhaustively.
 //!
 //! | action | code |
@@ -11,11 +12,13 @@
 //! | `Hand` | `Engine::hand_out`: `Records::claim` in `ClaimMode::Accept` in the destination's scope with the destination's `OrderSpot`, its place the next of the sequence (an existing record is a duplicate) |
 //! | `HandComplete` | `Engine::hand_out` → `Claim::complete`: the entity's next may be handed out |
 //! | `Crash`, `Lapse` | a hand-out worker dies; its lease runs out in the store |
-//! | `Lease`, `Deliver` | the destination's `worker::pass` → `Queue::lease_ordered`, then `Engine::attempt` completing it |
+//! | `Lease`, `Deliver` | the destination's `worker::pass` → `Queue::lease_ordered` (the head by `stale_by` value, then place; a head older than the newest delivered value turns `stale`), then `Engine::attempt_stored` completing it |
 //!
-//! Properties: the destination receives the entity's events in the order
-//! they were accepted, one at a time, each once; and (sanity) both are
-//! delivered, and a hand-out worker can crash on the way.
+//! Properties: the destination receives the entity's events one at a
+//! time, each once, by value and then in the order accepted, never one
+//! older than what it delivered before; the stale guard drops only an
+//! event older than the newest delivered; and (sanity) both are delivered,
+//! one can be dropped stale, and a hand-out worker can crash on the way.
 
 use stateright::{Checker, Model, Property};
 
@@ -30,8 +33,9 @@ pub struct Rules {
     /// an unordered one does).
     hand_out_in_order: bool,
     /// The destination's acceptance gives the event a place in the
-    /// destination's order (defect: it was accepted there unordered, and
-    /// the destination's workers leased it beside its siblings).
+    /// destination's order, with its `stale_by` value (defect: it was
+    /// accepted there unordered, and the destination's workers leased it
+    /// beside its siblings, with no stale guard).
     destination_places: bool,
 }
 
@@ -65,6 +69,8 @@ pub enum Dest {
     Queued(Option<u8>),
     InFlight(Option<u8>),
     Delivered,
+    /// Older than the newest delivered when it was the head: never sent.
+    Stale,
 }
 
 impl Dest {
@@ -89,6 +95,8 @@ pub enum Hander {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct State {
+    /// Each event's `stale_by` value.
+    values: [u8; EVENTS],
     accepted: u8,
     route: [Route; EVENTS],
     dest: [Dest; EVENTS],
@@ -97,6 +105,8 @@ pub struct State {
     seq: u8,
     /// What the destination's upstream received, in order.
     received: Vec<u8>,
+    /// The newest value the destination delivered.
+    newest: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +142,13 @@ impl Rules {
         let Some(place) = place else {
             return true;
         };
-        // Its entity's head, and nothing of the entity in flight.
-        let first = (state.dest.iter().filter_map(|d| d.place())).min();
+        // Its entity's head by (value, place), and nothing of the entity
+        // in flight.
+        let first = (0..EVENTS)
+            .filter_map(|i| Some((state.values[i], state.dest[i].place()?)))
+            .min();
         let flying = (state.dest.iter()).any(|d| matches!(d, Dest::InFlight(Some(_))));
-        first == Some(place) && !flying
+        first == Some((state.values[e], place)) && !flying
     }
 }
 
@@ -144,14 +157,19 @@ impl Model for Rules {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
-            accepted: 0,
-            route: [Route::Absent; EVENTS],
-            dest: [Dest::Absent; EVENTS],
-            handers: [Hander::Idle; 2],
-            seq: 0,
-            received: Vec::new(),
-        }]
+        let pairs = [[1, 1], [1, 2], [2, 1]];
+        (pairs.into_iter())
+            .map(|values| State {
+                values,
+                accepted: 0,
+                route: [Route::Absent; EVENTS],
+                dest: [Dest::Absent; EVENTS],
+                handers: [Hander::Idle; 2],
+                seq: 0,
+                received: Vec::new(),
+                newest: None,
+            })
+            .collect()
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -233,11 +251,19 @@ impl Model for Rules {
             Action::Lapse(e) => state.route[e as usize] = Route::Queued,
             Action::Lease(e) => {
                 let place = state.dest[e as usize].place();
-                state.dest[e as usize] = Dest::InFlight(place);
+                let older = state
+                    .newest
+                    .is_some_and(|newest| state.values[e as usize] < newest);
+                state.dest[e as usize] = match (place, older) {
+                    (Some(_), true) => Dest::Stale,
+                    _ => Dest::InFlight(place),
+                };
             }
             Action::Deliver(e) => {
                 state.dest[e as usize] = Dest::Delivered;
                 state.received.push(e);
+                let value = state.values[e as usize];
+                state.newest = Some(state.newest.map_or(value, |newest| newest.max(value)));
             }
         }
         Some(state)
@@ -248,7 +274,21 @@ impl Model for Rules {
             Property::always(
                 "the destination receives the entity's events in the order accepted, each once",
                 |_, state: &State| {
-                    (state.received.iter().enumerate()).all(|(i, &e)| e as usize == i)
+                    // By value, then by acceptance; never one older than
+                    // one before it.
+                    let keyed: Vec<_> = (state.received.iter())
+                        .map(|&e| (state.values[e as usize], e))
+                        .collect();
+                    keyed.windows(2).all(|pair| pair[0] < pair[1])
+                },
+            ),
+            Property::always(
+                "the stale guard drops only an event older than the newest delivered",
+                |_, state: &State| {
+                    (0..EVENTS).all(|e| {
+                        state.dest[e] != Dest::Stale
+                            || state.newest.is_some_and(|newest| state.values[e] < newest)
+                    })
                 },
             ),
             Property::always(
@@ -263,6 +303,10 @@ impl Model for Rules {
             Property::sometimes("both are delivered", |_, state: &State| {
                 state.received.len() == EVENTS
             }),
+            Property::sometimes(
+                "an event older than the delivered one is dropped stale",
+                |_, state: &State| state.dest.contains(&Dest::Stale),
+            ),
             Property::sometimes(
                 "both are delivered after a hand-out worker died holding one",
                 |_, state: &State| {
