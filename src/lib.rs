@@ -271,8 +271,8 @@ impl App {
         // One signal for every task: the workers stop leasing when the
         // drain begins, the rest once it is over.
         let (signal, stage) = Signal::new();
-        let admin_task = admin_listener
-            .map(|listener| tokio::spawn(self.admin.serve(listener, stage.clone().stopped())));
+        let admin_task =
+            admin_listener.map(|listener| tokio::spawn(self.admin.serve(listener, stage.clone())));
         let workers = tokio::spawn(worker::run(
             Arc::clone(&self.engine),
             self.parts.clone(),

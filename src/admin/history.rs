@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::delivery::Parts;
+use crate::shutdown::Shutdown;
 
 /// One bucket's width.
 pub(super) const STEP: Duration = Duration::from_secs(300);
@@ -34,14 +35,18 @@ struct Inner {
 }
 
 impl History {
-    /// Sample the counters every [`STEP`], for as long as the gateway runs.
-    pub fn keep(self: &Arc<Self>, parts: Parts) {
+    /// Sample the counters every [`STEP`] until the gateway stops.
+    pub fn keep(self: &Arc<Self>, parts: Parts, shutdown: Shutdown) {
         let history = Arc::clone(self);
         tokio::spawn(async move {
             let mut every = tokio::time::interval(STEP);
+            let stopped = shutdown.stopped();
+            tokio::pin!(stopped);
             loop {
-                every.tick().await;
-                history.sample(parts.clock.now_ms(), totals(&parts));
+                tokio::select! {
+                    () = &mut stopped => return,
+                    _ = every.tick() => history.sample(parts.clock.now_ms(), totals(&parts)),
+                }
             }
         });
     }

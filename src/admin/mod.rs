@@ -82,6 +82,7 @@ use crate::ops::{EventsQuery, Operator};
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::server::{accept_loop, Limits};
+use crate::shutdown::Shutdown;
 use crate::store::Cursor;
 use crate::traffic::Pause;
 
@@ -132,20 +133,23 @@ impl Admin {
         }
     }
 
-    /// Serve until `shutdown` resolves.
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: TcpListener,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) {
-        self.history.keep(self.parts.clone());
-        let open = accept_loop(listener, LIMITS, None, shutdown, move |peer, _| {
-            let admin = Arc::clone(&self);
-            move |request: Request<Incoming>| {
-                let admin = Arc::clone(&admin);
-                async move { admin.handle(request, peer).await }
-            }
-        })
+    /// Serve until the gateway stops (after its drain: `/readyz` answers
+    /// "draining" meanwhile).
+    pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: Shutdown) {
+        self.history.keep(self.parts.clone(), shutdown.clone());
+        let open = accept_loop(
+            listener,
+            LIMITS,
+            None,
+            shutdown.stopped(),
+            move |peer, _| {
+                let admin = Arc::clone(&self);
+                move |request: Request<Incoming>| {
+                    let admin = Arc::clone(&admin);
+                    async move { admin.handle(request, peer).await }
+                }
+            },
+        )
         .await;
         let _ = tokio::time::timeout(Duration::from_secs(1), open.close()).await;
     }
