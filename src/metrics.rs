@@ -126,7 +126,9 @@ pub struct Metrics {
     pub attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
-    /// Each async route's `page_after`, for the paging alert to compare.
+    /// A sync route's failed event with no later delivery, by age.
+    pub oldest_failed: prometheus::GaugeVec,
+    /// Each route's `page_after`, for the paging alerts to compare.
     pub page_after: prometheus::GaugeVec,
     /// Traffic control (README, "Traffic control"): paused routes (1), breakers holding
     /// calls (1), breaker trips, and every pause or resume (the audit).
@@ -370,10 +372,18 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
+        let oldest_failed = prometheus::GaugeVec::new(
+            Opts::new(
+                "hookgate_oldest_failed_seconds",
+                "A sync route with page_after: how long its oldest failed event has had no delivery (0 when none).",
+            ),
+            &["route", "destination"],
+        )
+        .expect("valid metric");
         let page_after = prometheus::GaugeVec::new(
             Opts::new(
                 "hookgate_route_page_after_seconds",
-                "Each async route's page_after: its oldest undelivered accepted event older than this pages (HookgateAsyncEventOverdue).",
+                "Each route's page_after: an async route's oldest undelivered accepted event (HookgateAsyncEventOverdue), or a sync route's oldest failed event (HookgateFailedEventStuck), older than this pages.",
             ),
             &["route", "destination"],
         )
@@ -455,6 +465,7 @@ impl Metrics {
             Box::new(attempts.clone()),
             Box::new(queue_depth.clone()),
             Box::new(oldest_queued.clone()),
+            Box::new(oldest_failed.clone()),
             Box::new(page_after.clone()),
             Box::new(route_paused.clone()),
             Box::new(breaker_open.clone()),
@@ -505,6 +516,7 @@ impl Metrics {
             attempts,
             queue_depth,
             oldest_queued,
+            oldest_failed,
             page_after,
             route_paused,
             breaker_open,

@@ -35,7 +35,6 @@ impl Validator<'_> {
                 ("accept_status", raw.accept_status.is_some()),
                 ("retry_backoff", raw.retry_backoff.is_some()),
                 ("max_age", raw.max_age.is_some()),
-                ("page_after", raw.page_after.is_some()),
                 ("max_in_flight", raw.max_in_flight.is_some()),
                 ("respond_within", raw.respond_within.is_some()),
                 ("order_by", raw.order_by.is_some()),

@@ -174,6 +174,7 @@ impl Validator<'_> {
             dead_letter_status: parent.dead_letter_status,
             dead_letter_retention: parent.dead_letter_retention,
             delivery,
+            page_failed_after: None,
             allow_from: None,
             circuit_breaker,
             upstream_rate,

@@ -10,7 +10,9 @@ use http::{HeaderName, Method, Uri};
 
 use super::locate::KeyPath;
 use super::raw::RawRoute;
-use super::settings::{DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa};
+use super::settings::{
+    DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa, DEFAULT_QUEUE,
+};
 use crate::clock::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
@@ -236,6 +238,15 @@ impl Validator<'_> {
         );
 
         let delivery = self.delivery(at, &raw, upstream_timeout);
+        let page_failed_after = match (&delivery, &raw.page_after) {
+            (DeliveryMode::Async(_), _) => None,
+            (DeliveryMode::Sync, Some(text)) => {
+                Some(self.duration(&at.key("page_after"), Some(text), DEFAULT_QUEUE.page_after))
+            }
+            (DeliveryMode::Sync, None) => {
+                (!scheme.retries_itself).then_some(DEFAULT_QUEUE.page_after)
+            }
+        };
         let default_attempts = match delivery {
             DeliveryMode::Sync => 0,
             // Until max_age: the sender was answered and will not retry.
@@ -319,6 +330,7 @@ impl Validator<'_> {
             dead_letter_status,
             dead_letter_retention,
             delivery,
+            page_failed_after,
             allow_from,
             circuit_breaker,
             upstream_rate,

@@ -357,6 +357,12 @@ pub struct RouteConfig {
     /// How long failed and dead records (with their requests) are kept.
     pub dead_letter_retention: Duration,
     pub delivery: DeliveryMode,
+    /// A sync route's `page_after`: a failed event with no later delivery
+    /// for this long is stuck work (`hookgate_oldest_failed_seconds`, the
+    /// `HookgateFailedEventStuck` page). 15 minutes by default for a sender
+    /// that never retries on its own (GitHub); none for the others, whose
+    /// retries carry the event. An async route's is its queue's.
+    pub page_failed_after: Option<Duration>,
     /// Senders admitted by address (README, "Traffic control"); `None`: every address.
     pub allow_from: Option<Vec<Cidr>>,
     /// Stop calling a failing upstream for a while (README, "Traffic control").

@@ -6,6 +6,7 @@
 use super::Operator;
 use crate::config::DeliveryMode;
 use crate::metrics::delivery_labels;
+use crate::route::Route;
 use crate::store::RecordState;
 
 impl Operator {
@@ -63,6 +64,7 @@ impl Operator {
                     .set(count as i64);
             }
             let DeliveryMode::Async(settings) = &route.delivery else {
+                self.stuck_gauges(&route).await;
                 continue;
             };
             (metrics.page_after.with_label_values(&[name, destination]))
@@ -103,6 +105,27 @@ impl Operator {
                 .queue_depth
                 .with_label_values(&[route, destination, "delivering"])
                 .set(running as i64);
+        }
+    }
+
+    /// A sync route with `page_after`: its `page_after` and how long its
+    /// oldest failed event has gone without a delivery (the record's last
+    /// change: a sender's retry, or an operator's redelivery, moves it).
+    async fn stuck_gauges(&self, route: &Route) {
+        let Some(page_after) = route.page_failed_after else {
+            return;
+        };
+        let (metrics, labels) = (&self.parts.metrics, delivery_labels(&route.name));
+        let labels = [labels.0, labels.1];
+        (metrics.page_after.with_label_values(&labels)).set(page_after.as_secs_f64());
+        if let Ok(oldest) = self
+            .parts
+            .store
+            .oldest(&route.scope, RecordState::Failed)
+            .await
+        {
+            let age = oldest.map_or(0, |at| self.parts.clock.now_ms().saturating_sub(at));
+            (metrics.oldest_failed.with_label_values(&labels)).set(age as f64 / 1000.0);
         }
     }
 

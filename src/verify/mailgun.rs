@@ -36,6 +36,7 @@ pub static PROFILE: Profile = Profile {
     signed_headers: &[],
     signs_url: false,
     retries_change_body: true,
+    retries_itself: true,
     on_missing_key: OnMissingKey::Reject,
     fetches_key: false,
     described: None,

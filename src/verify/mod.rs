@@ -163,6 +163,11 @@ pub struct Profile {
     /// attempt counter, a fresh signature block): a later body under the
     /// same key is a retry, so `on_mismatch = "replay"` by default.
     pub retries_change_body: bool,
+    /// The sender retries a failed delivery on its own. GitHub does not
+    /// (its `retry_horizon` is how long a person may redeliver by hand): a
+    /// failed event of a sync route of such a sender is stuck work, paged
+    /// after `page_after` (15 minutes by default).
+    pub retries_itself: bool,
     /// The sender's key is fetched from a URL in the delivery (AWS SNS):
     /// the route lists `topics` instead of `secrets`, and may set
     /// `cert_hosts` and `cert_ca`.
@@ -235,6 +240,7 @@ static NONE: Profile = Profile {
     signed_headers: &[],
     signs_url: false,
     retries_change_body: false,
+    retries_itself: true,
     on_missing_key: OnMissingKey::Reject,
     fetches_key: false,
     described: None,

@@ -29,6 +29,7 @@ pub static PROFILE: Profile = Profile {
     signed_headers: &[],
     signs_url: false,
     retries_change_body: false,
+    retries_itself: true,
     on_missing_key: OnMissingKey::Reject,
     fetches_key: false,
     described: None,

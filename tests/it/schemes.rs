@@ -651,3 +651,74 @@ async fn handshakes_are_answered_by_the_gateway() {
     }
     gateway.shutdown().await;
 }
+
+/// GitHub never retries a failed delivery: its sync route's failed event
+/// is on `/metrics` as stuck work, by how long it has gone without a
+/// delivery, beside the route's `page_after` (15 minutes by default) for
+/// `HookgateFailedEventStuck`; a redelivery that succeeds clears it. A
+/// sender that retries on its own (Stripe) gets no such gauge unless its
+/// route sets `page_after`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_github_event_is_stuck_work_on_metrics() {
+    let (upstream, healthy) = Upstream::flaky().await;
+    let route = |name: &str, sender: Sender_, extra: &str| {
+        format!(
+            "[[routes]]\nname = \"{name}\"\npath = \"/{name}\"\nupstream = \"{}\"\n{extra}\n[routes.verify]\n{}\n",
+            upstream.url("/"),
+            sender.verify_toml()
+        )
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"memory\"\n{}{}{}",
+        route("gh", Sender_::Github, ""),
+        route("gh_fast", Sender_::Github, "page_after = \"1s\""),
+        route("stripe", Sender_::Stripe, ""),
+    );
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let client = Sender::new();
+    let body = Sender_::Github.body("push-1");
+    for name in ["gh", "gh_fast"] {
+        let url = gateway.url(&format!("/{name}"));
+        let failed = client
+            .send(Sender_::Github.request(&url, "delivery-1", &body, 0))
+            .await;
+        assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{name}");
+    }
+    let labels = |name| [("route", name), ("destination", "")];
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    let page_after = |name| sample(&metrics, "hookgate_route_page_after_seconds", &labels(name));
+    assert_eq!(page_after("gh"), Some(900.0), "GitHub's default: {metrics}");
+    assert_eq!(page_after("gh_fast"), Some(1.0));
+    assert_eq!(page_after("stripe"), None, "Stripe retries on its own");
+    let stuck = eventually(std::time::Duration::from_secs(10), || async {
+        let metrics = scrape(&gateway.admin_url("/metrics")).await;
+        sample(
+            &metrics,
+            "hookgate_oldest_failed_seconds",
+            &labels("gh_fast"),
+        )
+        .unwrap_or(0.0)
+            > 1.0
+    });
+    assert!(stuck.await, "the failed event ages past its page_after");
+
+    // Redelivered from GitHub's console once the upstream is back: the
+    // record leaves `failed`, and the gauge falls to 0.
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let url = gateway.url("/gh_fast");
+    let delivered = client
+        .send(Sender_::Github.request(&url, "delivery-1", &body, 0))
+        .await;
+    assert_eq!(delivered.status, StatusCode::OK);
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "hookgate_oldest_failed_seconds",
+            &labels("gh_fast")
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
+    gateway.shutdown().await;
+}

@@ -47,6 +47,8 @@ pub struct RawScheme {
     pub retry_horizon: Option<String>,
     pub replay_guard: Option<bool>,
     pub retries_change_body: Option<bool>,
+    /// `false`: the sender never retries a failed delivery on its own.
+    pub retries_itself: Option<bool>,
     /// `reject` (the default) or `forward`: what a verified delivery
     /// without a key gets, for senders whose keyless requests are never
     /// retried (Slack's commands).
@@ -508,6 +510,7 @@ pub fn profile(
             default_retention: retention.unwrap_or(base.default_retention),
             replay_guard: raw.replay_guard.unwrap_or(base.replay_guard),
             retries_change_body: raw.retries_change_body.unwrap_or(base.retries_change_body),
+            retries_itself: raw.retries_itself.unwrap_or(base.retries_itself),
             on_missing_key: on_missing_key.unwrap_or(base.on_missing_key),
             ..base.clone()
         });
@@ -533,6 +536,7 @@ pub fn profile(
         signed_headers: Box::leak(signed_headers.into_boxed_slice()),
         signs_url: described.signed.contains(&Piece::Url),
         retries_change_body: raw.retries_change_body.unwrap_or(false),
+        retries_itself: raw.retries_itself.unwrap_or(true),
         fetches_key: false,
         described: Some(described),
         build: |_| Err("a described scheme is built from its description".into()),
