@@ -172,7 +172,7 @@ echo "whsec_$(openssl rand -hex 16)" > "$root/credentials/stripe-webhook-secret"
 chown $SVC_UID "$root/credentials"/*; chmod 0400 "$root/credentials"/*
 SVC_PUBLIC=$(free_port) SVC_ADMIN=$(free_port)
 sed -i -e "s|/run/credentials/hookgate.service|$root/credentials|" -e "s|127.0.0.1:8080|127.0.0.1:$SVC_PUBLIC|" \
-    -e "s|127.0.0.1:9090|127.0.0.1:$SVC_ADMIN|" "$root/gateway.toml"
+    -e "s|127.0.0.1:9090|127.0.0.1:$SVC_ADMIN|" -e "s|/var/lib/hookgate|$root/state|" "$root/gateway.toml"
 install -m 0755 "$BIN" "$root/hookgate"
 # One simple command (no function, no subshell), so that `$!` of the
 # background run is hookgate itself: setpriv and env exec into it.
@@ -186,9 +186,14 @@ curl -sf "127.0.0.1:$SVC_ADMIN/readyz" >/dev/null || { cat "$root/run.log"; exit
 "${as_user[@]}" reload >/dev/null
 sed -i 's|^upstream = |upstraem = |' "$root/gateway.toml"
 if "${as_user[@]}" reload >/dev/null 2>&1; then echo "a rejected reload exited 0"; exit 1; fi
+# The shipped [store.backup]: the first backup is due at start (none yet).
+for _ in $(seq 100); do compgen -G "$root/state/backups/hookgate-*.db" >/dev/null && break; sleep 0.1; done
 kill -TERM $SVC_PID; wait $SVC_PID
 test -f "$root/state/hookgate.db" || { echo "the embedded store was not created in the state directory"; exit 1; }
-echo "    as uid $SVC_UID: check, run, reload (exit 0), a broken reload (exit 1), SIGTERM (exit 0), the database in the state dir"
+compgen -G "$root/state/backups/hookgate-*.db" >/dev/null || { echo "no scheduled backup in the state directory"; cat "$root/run.log"; exit 1; }
+# With the service stopped (its credentials gone), a backup by the file's name.
+"${as_user[@]}" backup --store "$root/state/hookgate.db" --to "$root/state/by-hand.db" >/dev/null
+echo "    as uid $SVC_UID: check, run, reload (exit 0), a broken reload (exit 1), SIGTERM (exit 0), the database and its scheduled backup in the state dir, a backup by hand after the stop"
 rm -rf "$root"
 else
 echo "--- systemd: skipped the unprivileged run (it needs root to switch users)"

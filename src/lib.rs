@@ -63,6 +63,8 @@
 //!   circuit breaker and the upstream rate limit.
 //! - [`reload`] — swap the live config atomically: on SIGHUP, `POST
 //!   /admin/reload`, or when a file it was built from changes.
+//! - `backups` — `[store.backup]`: the embedded store's scheduled online
+//!   backups, kept `keep` deep, with the time of the last good one.
 //! - `shutdown` — one signal for every task of [`App::serve`]: the workers
 //!   stop leasing when the drain begins, the upkeep, the config watcher and
 //!   the admin listener once it is over.
@@ -97,6 +99,7 @@
 
 pub mod access;
 pub mod admin;
+mod backups;
 pub mod cidr;
 pub mod claim;
 pub mod client;
@@ -185,6 +188,8 @@ pub struct App {
     server: ServerSettings,
     tls: Option<server::Tls>,
     reloader: Arc<Reloader>,
+    /// `[store.backup]`: the embedded file, and its schedule.
+    backup: Option<(std::path::PathBuf, store::BackupSettings)>,
 }
 
 impl App {
@@ -243,7 +248,14 @@ impl App {
             tokens,
             risks,
         ));
+        let backup = match (&fixed.store.backend, &fixed.store.backup) {
+            (store::BackendSettings::Embedded { path, .. }, Some(settings)) => {
+                Some((path.clone(), settings.clone()))
+            }
+            _ => None,
+        };
         Ok(App {
+            backup,
             engine,
             parts,
             ops,
@@ -292,6 +304,10 @@ impl App {
                 }
             }
         });
+        let backups = self.backup.map(|(path, settings)| {
+            let metrics = self.parts.metrics.clone();
+            tokio::spawn(backups::run(path, settings, metrics, stage.clone()))
+        });
         let watcher = self.server.watch.then(|| {
             let (reloader, watched) = (Arc::clone(&self.reloader), stage.clone().stopped());
             tokio::spawn(async move {
@@ -314,6 +330,9 @@ impl App {
         self.parts.telemetry.shutdown().await;
         if let Some(watcher) = watcher {
             let _ = watcher.await;
+        }
+        if let Some(backups) = backups {
+            let _ = backups.await;
         }
         if let Some(task) = admin_task {
             let _ = task.await;

@@ -99,6 +99,10 @@ struct CopyArgs {
 struct BackupArgs {
     #[command(flatten)]
     config: ConfigArg,
+    /// The embedded store's file itself: the config is not read (its
+    /// secrets may be gone, e.g. the service is stopped).
+    #[arg(long)]
+    store: Option<PathBuf>,
     /// Where the copy goes (a new file).
     #[arg(long)]
     to: PathBuf,
@@ -196,18 +200,25 @@ fn main() -> ExitCode {
             }
         },
         Command::Backup(args) => {
-            let config = match load(&args.config.config) {
-                Ok(config) => config,
-                Err(code) => return code,
+            let path = match args.store {
+                Some(path) => path,
+                None => {
+                    let config = match load(&args.config.config) {
+                        Ok(config) => config,
+                        Err(code) => return code,
+                    };
+                    let backend = config.fixed.store.backend;
+                    let hookgate::config::Backend::Embedded { path, .. } = backend else {
+                        eprintln!(
+                            "hookgate backup: the store is {}; back it up with its own tools (docs/operations.md, \"Backups\")",
+                            backend.name()
+                        );
+                        return ExitCode::FAILURE;
+                    };
+                    path
+                }
             };
-            let hookgate::config::Backend::Embedded { path, .. } = &config.fixed.store.backend
-            else {
-                eprintln!(
-                    "hookgate backup: the store is {}; back it up with its own tools (docs/operations.md, \"Backups\")",
-                    config.fixed.store.backend.name()
-                );
-                return ExitCode::FAILURE;
-            };
+            let path = &path;
             match hookgate::store::backup(path, &args.to) {
                 Ok(copied) => {
                     println!(

@@ -100,6 +100,11 @@ pub struct Metrics {
     pub store_warnings: prometheus::IntGauge,
     /// The embedded file and its write-ahead log, in bytes.
     pub store_bytes: prometheus::IntGauge,
+    /// `[store.backup]`: when the last verified backup was written (Unix
+    /// seconds), the schedule, and each backup's result.
+    pub backup_last_success: prometheus::Gauge,
+    pub backup_every: prometheus::Gauge,
+    pub backups: IntCounterVec,
     /// `store.timeout`, for alerts on latency near it.
     pub store_timeout: prometheus::Gauge,
     /// When the served TLS certificate expires (0 without TLS).
@@ -429,6 +434,24 @@ impl Metrics {
             "The embedded store's file plus its write-ahead log, in bytes, at the last scrape (0 for other stores).",
         )
         .expect("valid metric");
+        let backup_last_success = prometheus::Gauge::new(
+            "hookgate_backup_last_success_timestamp_seconds",
+            "[store.backup]: when the newest verified backup of the embedded store was written (Unix seconds; 0 before the first).",
+        )
+        .expect("valid metric");
+        let backup_every = prometheus::Gauge::new(
+            "hookgate_backup_every_seconds",
+            "[store.backup]: how often a backup is taken (0 without [store.backup]), for HookgateBackupOverdue.",
+        )
+        .expect("valid metric");
+        let backups = IntCounterVec::new(
+            Opts::new(
+                "hookgate_backups_total",
+                "[store.backup]: scheduled backups of the embedded store, by result (ok, failed).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
         let store_timeout = prometheus::Gauge::new(
             "hookgate_store_timeout_seconds",
             "The configured store.timeout: a store operation slower than this fails.",
@@ -453,6 +476,9 @@ impl Metrics {
             Box::new(config_last_reload_ok.clone()),
             Box::new(store_up.clone()),
             Box::new(store_warnings.clone()),
+            Box::new(backup_last_success.clone()),
+            Box::new(backup_every.clone()),
+            Box::new(backups.clone()),
             Box::new(store_bytes.clone()),
             Box::new(store_timeout.clone()),
             Box::new(tls_cert_expiry.clone()),
@@ -504,6 +530,9 @@ impl Metrics {
             config_last_reload_ok,
             store_up,
             store_warnings,
+            backup_last_success,
+            backup_every,
+            backups,
             store_bytes,
             store_timeout,
             tls_cert_expiry,

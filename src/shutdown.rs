@@ -1,9 +1,9 @@
 //! One shutdown signal for every task of the gateway, after mini-redis's
 //! `shutdown.rs`: each task holds a [`Shutdown`] and stops at the stage
 //! that concerns it. The workers stop leasing when the drain begins;
-//! the upkeep, the config watcher, the admin listener (which answers
-//! `/readyz` "draining" meanwhile) and its outcome history stop once the
-//! drain is over.
+//! the upkeep, the config watcher, the scheduled backups, the admin
+//! listener (which answers `/readyz` "draining" meanwhile) and its outcome
+//! history stop once the drain is over.
 
 use tokio::sync::watch;
 

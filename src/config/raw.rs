@@ -85,6 +85,16 @@ pub struct RawStore {
     pub replay_cache_bytes: Option<u64>,
     /// `[store.encryption]`: data at rest.
     pub encryption: Option<RawEncryption>,
+    /// `[store.backup]`: embedded, scheduled backups inside the gateway.
+    pub backup: Option<RawBackup>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackup {
+    pub every: Option<String>,
+    pub dir: Option<String>,
+    pub keep: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

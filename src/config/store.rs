@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::locate::KeyPath;
-use super::raw::{RawEncryption, RawStore};
+use super::raw::{RawBackup, RawEncryption, RawStore};
 use super::settings::{Backend, OnStoreError, StoreSettings, Synchronous};
 use super::validate::Validator;
 use crate::seal::Keys;
-use crate::store::{DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES};
+use crate::store::{BackupSettings, DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES};
 
 /// Connections per gateway to a PostgreSQL store.
 const DEFAULT_POOL_SIZE: u64 = 16;
@@ -173,6 +173,14 @@ impl Validator<'_> {
                 }
                 Some(path)
             }),
+            backup: (raw.backup.as_ref()).and_then(|backup| {
+                let at = at.key("backup");
+                if backend_name != "embedded" {
+                    self.fail(&at, "only for the embedded store: back Redis and PostgreSQL up with their own tools (docs/operations.md, \"Backups\")");
+                    return None;
+                }
+                self.backup(&at, backup)
+            }),
             replay_cache_bytes: match raw.replay_cache_bytes {
                 None => DEFAULT_REPLAY_CACHE_BYTES,
                 Some(bytes) if bytes <= 4 << 30 => bytes as usize,
@@ -205,6 +213,28 @@ impl Validator<'_> {
                 None
             }
         }
+    }
+
+    /// `[store.backup]`: how often, where, how many.
+    fn backup(&mut self, at: &KeyPath, raw: &RawBackup) -> Option<BackupSettings> {
+        let Some(every) = &raw.every else {
+            self.fail(at, "needs `every = \"1h\"`: how often a backup is taken");
+            return None;
+        };
+        let every = self.duration(&at.key("every"), Some(every), Duration::from_secs(3600));
+        if every < Duration::from_secs(1) {
+            self.fail(&at.key("every"), "must be at least 1s");
+        }
+        let Some(dir) = &raw.dir else {
+            self.fail(
+                at,
+                "needs `dir = \"/var/lib/hookgate/backups\"`: where the copies go",
+            );
+            return None;
+        };
+        let dir = PathBuf::from(self.string(&at.key("dir"), dir)?);
+        let keep = self.size(&at.key("keep"), raw.keep, 24, 10_000);
+        Some(BackupSettings { every, dir, keep })
     }
 
     /// A pool whose fleet obviously exceeds a default PostgreSQL server:

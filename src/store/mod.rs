@@ -92,7 +92,8 @@ pub use self::record::{
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::reencrypt::{reencrypt, Content, Resealed};
 pub use self::settings::{
-    BackendSettings, StoreSettings, Synchronous, DEFAULT_CLUSTER_SHARDS, DEFAULT_REPLAY_CACHE_BYTES,
+    BackendSettings, BackupSettings, StoreSettings, Synchronous, DEFAULT_CLUSTER_SHARDS,
+    DEFAULT_REPLAY_CACHE_BYTES,
 };
 use self::shards::Shards;
 pub use crate::clock::Clock;

@@ -21,6 +21,17 @@ pub struct StoreSettings {
     pub packed_claims: bool,
     /// The replay cache's budget in bytes (0: off).
     pub replay_cache_bytes: usize,
+    /// embedded: `[store.backup]`, the gateway's own scheduled backups.
+    pub backup: Option<BackupSettings>,
+}
+
+/// `[store.backup]`: an online backup of the embedded file every `every`
+/// into `dir`, the newest `keep` kept (`backups.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupSettings {
+    pub every: Duration,
+    pub dir: PathBuf,
+    pub keep: usize,
 }
 
 /// Default `replay_cache_bytes`.
@@ -36,6 +47,7 @@ impl StoreSettings {
             tls_ca: None,
             packed_claims: false,
             replay_cache_bytes: DEFAULT_REPLAY_CACHE_BYTES,
+            backup: None,
         }
     }
 }

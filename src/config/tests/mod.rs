@@ -215,6 +215,46 @@ fn parses_store_and_admin() {
     assert_eq!(format!("{:?}", admin.token), "Some([redacted])");
 }
 
+/// `[store.backup]` is the embedded store's, with `every` and `dir`.
+#[test]
+fn store_backup_is_the_embedded_stores() {
+    let embedded = |backup: &str| {
+        MINIMAL.replace(
+            "backend = \"memory\"",
+            &format!("backend = \"embedded\"\npath = \"/var/lib/hookgate/h.db\"\n{backup}"),
+        )
+    };
+    let config = parse(&embedded("[store.backup]\nevery = \"1h\"\ndir = \"/b\"")).unwrap();
+    let backup = config.fixed.store.backup.unwrap();
+    assert_eq!((backup.every, backup.keep), (Duration::from_secs(3600), 24));
+    assert_eq!(backup.dir, std::path::PathBuf::from("/b"));
+    let refused = problems(&embedded("[store.backup]\ndir = \"/b\"\nkeep = 0"));
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("store.backup: needs `every")),
+        "{refused:?}"
+    );
+    let refused = problems(&embedded("[store.backup]\nevery = \"10ms\"\ndir = \"/b\""));
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("store.backup.every: must be at least 1s")),
+        "{refused:?}"
+    );
+    let redis = MINIMAL.replace(
+        "backend = \"memory\"",
+        "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\n[store.backup]\nevery = \"1h\"\ndir = \"/b\"",
+    );
+    let refused = problems(&redis);
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("store.backup: only for the embedded store")),
+        "{refused:?}"
+    );
+}
+
 #[test]
 fn empty_idempotency_header_disables_injection() {
     let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");

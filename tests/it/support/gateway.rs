@@ -230,7 +230,11 @@ impl GatewayProcess {
             }
             std::future::ready(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
         });
-        assert!(listening.await, "hookgate did not start listening");
+        assert!(
+            listening.await,
+            "hookgate did not start listening: {}",
+            process.logs()
+        );
         process
     }
 
