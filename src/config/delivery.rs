@@ -36,6 +36,8 @@ impl Validator<'_> {
                 ("retry_backoff", raw.retry_backoff.is_some()),
                 ("max_age", raw.max_age.is_some()),
                 ("max_in_flight", raw.max_in_flight.is_some()),
+                ("max_queued", raw.max_queued.is_some()),
+                ("max_queued_bytes", raw.max_queued_bytes.is_some()),
                 ("respond_within", raw.respond_within.is_some()),
                 ("order_by", raw.order_by.is_some()),
                 ("stale_by", raw.stale_by.is_some()),
@@ -90,6 +92,12 @@ impl Validator<'_> {
             DEFAULT_QUEUE.max_in_flight as u64,
             10_000,
         );
+        let max_queued = raw.max_queued.unwrap_or(DEFAULT_QUEUE.max_queued);
+        let max_queued_bytes = self.bytes(
+            &at.key("max_queued_bytes"),
+            raw.max_queued_bytes.as_ref(),
+            DEFAULT_QUEUE.max_queued_bytes,
+        );
         let respond_within = raw
             .respond_within
             .as_ref()
@@ -114,6 +122,8 @@ impl Validator<'_> {
             max_age,
             page_after,
             max_in_flight,
+            max_queued,
+            max_queued_bytes,
             respond_within,
             order,
         })

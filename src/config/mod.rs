@@ -170,7 +170,8 @@ impl Validator<'_> {
         let mut raw_store = raw.store;
         let encryption = (raw_store.encryption.take())
             .and_then(|raw| self.encryption(&root.key("store").key("encryption"), raw));
-        let (store, key_prefix, on_store_error) = self.store(&root.key("store"), raw_store);
+        let (store, key_prefix, on_store_error, max_queued_bytes) =
+            self.store(&root.key("store"), raw_store);
         self.schemes = self.schemes(&root.key("schemes"), raw.schemes);
         let routes = self.routes(&root.key("routes"), raw.routes);
         self.orders_kept_by(&root.key("routes"), &routes, &store.backend);
@@ -200,6 +201,7 @@ impl Validator<'_> {
             routes,
             limits,
             on_store_error,
+            max_queued_bytes,
             trusted_proxies,
             tls,
             encryption,

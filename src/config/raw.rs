@@ -87,6 +87,8 @@ pub struct RawStore {
     pub encryption: Option<RawEncryption>,
     /// `[store.backup]`: embedded, scheduled backups inside the gateway.
     pub backup: Option<RawBackup>,
+    /// What every async route together may hold queued in this store.
+    pub max_queued_bytes: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,6 +137,9 @@ pub struct RawRoute {
     pub max_age: Option<String>,
     /// The oldest undelivered accepted event older than this pages.
     pub page_after: Option<String>,
+    /// Events (and stored bytes) the route may hold undelivered.
+    pub max_queued: Option<u64>,
+    pub max_queued_bytes: Option<String>,
     pub max_in_flight: Option<u64>,
     pub respond_within: Option<String>,
     /// Ordered delivery per entity (`crate::order`).

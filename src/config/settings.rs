@@ -87,6 +87,9 @@ pub struct Live {
     pub limits: RequestLimits,
     /// What to do when the store cannot answer (docs/configuration.md `store.on_error`).
     pub on_store_error: OnStoreError,
+    /// `store.max_queued_bytes`: what every async route together may hold
+    /// queued in the store (0: no bound but the routes' own).
+    pub max_queued_bytes: u64,
     /// Peers whose `X-Forwarded-For` chain is kept (load balancers); from
     /// anyone else it is replaced by the peer's address.
     pub trusted_proxies: Vec<Cidr>,
@@ -242,6 +245,11 @@ pub struct AsyncDelivery {
     pub page_after: Duration,
     /// Concurrent upstream calls of this route, per gateway instance.
     pub max_in_flight: usize,
+    /// Events the route's queue may hold undelivered before a new one is
+    /// answered 503 `queue_full` (0: no bound of its own).
+    pub max_queued: u64,
+    /// The same in stored bytes (0: none).
+    pub max_queued_bytes: u64,
     /// Hybrid: try synchronously this long first.
     pub respond_within: Option<Duration>,
     /// One entity's events in order, one at a time (README, "Ordered
@@ -259,6 +267,8 @@ pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
     max_age: Duration::from_secs(3 * 86_400),
     page_after: Duration::from_secs(15 * 60),
     max_in_flight: 16,
+    max_queued: 100_000,
+    max_queued_bytes: 1 << 30,
     respond_within: None,
     order: None,
 };

@@ -20,12 +20,13 @@ const DEFAULT_POOL_SIZE: u64 = 16;
 const POSTGRES_DEFAULT_CONNECTIONS: usize = 97;
 
 impl Validator<'_> {
-    /// The connection settings, the key prefix, and `on_error`.
+    /// The connection settings, the key prefix, `on_error` and
+    /// `max_queued_bytes`.
     pub(super) fn store(
         &mut self,
         at: &KeyPath,
         raw: RawStore,
-    ) -> (StoreSettings, String, OnStoreError) {
+    ) -> (StoreSettings, String, OnStoreError, u64) {
         let backend_name = match &raw.backend {
             Some(name) => self.string(&at.key("backend"), name).unwrap_or_default(),
             None => "embedded".to_owned(),
@@ -193,7 +194,12 @@ impl Validator<'_> {
                 }
             },
         };
-        (settings, key_prefix, on_error)
+        let max_queued_bytes = self.bytes(
+            &at.key("max_queued_bytes"),
+            raw.max_queued_bytes.as_ref(),
+            0,
+        );
+        (settings, key_prefix, on_error, max_queued_bytes)
     }
 
     /// `[store.encryption]`: its keys, each read (usually through

@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::locate::{line_col, KeyPath, Locator};
-use super::value::interpolate;
+use super::value::{interpolate, parse_bytes};
 use super::Problem;
 use crate::cidr::Cidr;
 use crate::clock::parse_duration;
@@ -128,6 +128,24 @@ impl<'a> Validator<'a> {
                 default
             }
         }
+    }
+
+    /// A size in bytes (`"1GiB"`, README, "Asynchronous delivery"); `"0"`
+    /// is none.
+    pub fn bytes(&mut self, key: &KeyPath, raw: Option<&String>, default: u64) -> u64 {
+        let Some(raw) = raw else { return default };
+        let Some(text) = self.string(key, raw) else {
+            return default;
+        };
+        parse_bytes(&text).unwrap_or_else(|| {
+            self.fail(
+                key,
+                format!(
+                    "{text:?} is not a size: write it like \"1GiB\", \"512MiB\" or \"0\" (none)"
+                ),
+            );
+            default
+        })
     }
 
     /// A duration that may be `"0s"` (off).

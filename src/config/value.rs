@@ -76,6 +76,31 @@ pub fn parse_rate(text: &str) -> Option<f64> {
     (count.is_finite() && count <= 1e6 && per_second >= MIN_RATE).then_some(per_second)
 }
 
+/// Parse a size like `"1GiB"`, `"512MiB"`, `"64KB"` or `"1000"` (bytes):
+/// binary units `KiB`, `MiB`, `GiB`, `TiB`; decimal `KB`, `MB`, `GB`,
+/// `TB`; `B` or none for bytes.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let unit: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(unit)
+}
+
 /// The slowest rate taken anywhere (`upstream_rate`, a bulk action's
 /// `rate`): one an hour. Slower is a mistake, and its waits would not fit
 /// a timer.

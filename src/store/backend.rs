@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     Blocked, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Invalidations, Leased, ListQuery,
-    Record, RecordState, StoreError, StoreKey,
+    Queued, Record, RecordState, StoreError, StoreKey,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -202,6 +202,17 @@ pub trait Listing: Send + Sync + 'static {
         source: &str,
         state: RecordState,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// What `source` holds queued, for the queue bounds: its events
+    /// waiting for their delivery and the bytes the store keeps for them —
+    /// each backend says how it counts them (docs/operations.md,
+    /// "Sizing"). By default the events only.
+    fn queued(&self, source: &str) -> impl Future<Output = Result<Queued, StoreError>> + Send {
+        async move {
+            let events = self.count(source, RecordState::Queued).await?;
+            Ok(Queued { events, bytes: 0 })
+        }
+    }
 
     /// When the longest-waiting live record of `source` in `state` last
     /// changed (Unix ms), if any; for `queued`, when the oldest event

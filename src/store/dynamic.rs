@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{
     Backend, Blocked, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet, Health,
-    Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError,
-    StoreKey, Transfer,
+    Invalidations, Leased, ListQuery, Listing, Queue, Queued, Record, RecordState, Records,
+    StoreError, StoreKey, Transfer,
 };
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
@@ -55,6 +55,7 @@ pub(super) trait DynBackend: Send + Sync {
     ) -> Op<'a, Leased>;
     fn list<'a>(&'a self, query: &'a ListQuery<'a>) -> Op<'a, Vec<(String, Record)>>;
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64>;
+    fn queued<'a>(&'a self, source: &'a str) -> Op<'a, Queued>;
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64>;
     fn oldest<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, Option<u64>>;
     fn blocked<'a>(&'a self, source: &'a str, limit: usize) -> Op<'a, Vec<Blocked>>;
@@ -149,6 +150,9 @@ impl<B: Backend> DynBackend for B {
     }
     fn count<'a>(&'a self, source: &'a str, state: RecordState) -> Op<'a, u64> {
         Box::pin(Listing::count(self, source, state))
+    }
+    fn queued<'a>(&'a self, source: &'a str) -> Op<'a, Queued> {
+        Box::pin(Listing::queued(self, source))
     }
     fn trim<'a>(&'a self, source: &'a str, state: RecordState, before_ms: u64) -> Op<'a, u64> {
         Box::pin(Listing::trim(self, source, state, before_ms))

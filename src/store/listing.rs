@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    new_token, Blocked, Clock, Due, Leased, ListQuery, Record, RecordState, Store, StoreError,
-    StoreKey,
+    new_token, Blocked, Clock, Due, Leased, ListQuery, Queued, Record, RecordState, Store,
+    StoreError, StoreKey,
 };
 use crate::order::Rules;
 
@@ -254,6 +254,15 @@ impl Store {
         blocked.sort_by_key(|held| held.since_ms);
         blocked.truncate(limit);
         Ok(blocked)
+    }
+
+    /// What `scope` holds queued (`Listing::queued`), every shard's.
+    pub async fn queued(&self, scope: &str) -> Result<Queued, StoreError> {
+        let mut queued = Queued::default();
+        for source in self.sources(scope) {
+            queued += (self.deadline("queued", self.backend.queued(&source))).await?;
+        }
+        Ok(queued)
     }
 
     /// How many live records of `scope` are in `state`.

@@ -87,7 +87,7 @@ pub use self::postgres::{
 pub(crate) use self::record::{decide, keeps_without_force, new_token, settled, Decision};
 pub use self::record::{
     ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Lease, Leased, ListQuery, Next,
-    Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
+    Queued, Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::reencrypt::{reencrypt, Content, Resealed};

@@ -439,6 +439,22 @@ pub struct Leased {
     pub stale: Vec<String>,
 }
 
+/// What a scope holds queued: its events waiting for their delivery
+/// (queued, or due again after a failure) and the bytes the store keeps
+/// for them (`Listing::queued`; README, "Asynchronous delivery").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Queued {
+    pub events: u64,
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Queued {
+    fn add_assign(&mut self, other: Queued) {
+        self.events += other.events;
+        self.bytes += other.bytes;
+    }
+}
+
 /// Which records a listing returns: those of `source` in `state`, newest
 /// first by `(updated_ms, id)`, strictly before `before` when given (`None`
 /// for the id: every id at that time is before).

@@ -61,7 +61,7 @@ use self::transfer::{Import, Reseal};
 use super::Synchronous;
 use super::{
     Backend, Blocked, ClaimOutcome, ClaimRequest, Clock, Content, Deleted, Due, Failure, Fleet,
-    Health, Invalidations, Leased, ListQuery, Listing, Queue, Record, RecordState, Records,
+    Health, Invalidations, Leased, ListQuery, Listing, Queue, Queued, Record, RecordState, Records,
     StoreError, StoreKey, Transfer,
 };
 use crate::order::Rules;
@@ -355,6 +355,20 @@ impl Listing for EmbeddedStore {
         };
         match self.call(op).await? {
             Reply::Count(count) => Ok(count),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// The bytes are what each row keeps: its key, stored request and
+    /// attempt history (as stored: sealed, with `[store.encryption]`); the
+    /// row's other columns and its index entries add about 200 bytes
+    /// (docs/operations.md, "Sizing").
+    async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
+        let op = Op::Queued {
+            source: source.to_owned(),
+        };
+        match self.call(op).await? {
+            Reply::Queued(queued) => Ok(queued),
             _ => Err(unexpected()),
         }
     }

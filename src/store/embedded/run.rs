@@ -10,7 +10,7 @@ use rusqlite::{params, Connection, Transaction};
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
     decide, history, settled, Blocked, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
-    FailureClass, Lease, Leased, Next, PastAttempt, Record, RecordState, StoredRequest,
+    FailureClass, Lease, Leased, Next, PastAttempt, Queued, Record, RecordState, StoredRequest,
 };
 use super::order::{entity_of, lease_ordered, place, wake, Placing};
 use super::row::{live_record, query_one, record_from};
@@ -87,6 +87,9 @@ pub(super) enum Op {
         source: String,
         state: RecordState,
     },
+    Queued {
+        source: String,
+    },
     Blocked {
         source: String,
         limit: usize,
@@ -124,6 +127,7 @@ pub(super) enum Reply {
     Leased(Vec<Due>),
     LeasedOrdered(Leased),
     Count(u64),
+    Queued(Queued),
     Oldest(Option<u64>),
     Blocked(Vec<Blocked>),
     Deleted(Deleted),
@@ -320,6 +324,17 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Count { source, state } => {
             let count: i64 = by_source(tx, state, now_i, &source, [COUNT_QUEUED, COUNT])?;
             Ok(Reply::Count(count as u64))
+        }
+        Op::Queued { source } => {
+            let state = RecordState::Queued.as_str();
+            let (events, bytes): (i64, i64) = (tx.prepare_cached(QUEUED)?)
+                .query_row(params![state, now_i, source], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
+            Ok(Reply::Queued(Queued {
+                events: events as u64,
+                bytes: bytes as u64,
+            }))
         }
         Op::Oldest { source, state } => {
             let at: Option<i64> = by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST])?;

@@ -143,6 +143,13 @@ pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
 /// Queued rows are async rows: the due index finds them.
 pub(super) const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
      WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2";
+/// A source's queued rows and the bytes of what they keep: key, stored
+/// request, attempt history (`Listing::queued`).
+pub(super) const QUEUED: &str = "SELECT count(*), coalesce(sum(length(key) \
+     + coalesce(length(request_query), 0) + coalesce(length(request_headers), 0) \
+     + coalesce(length(request_body), 0) + coalesce(length(history), 0)), 0) \
+     FROM webhook_events \
+     WHERE due_source = ?3 AND next_attempt_at IS NOT NULL AND state = ?1 AND expires_at > ?2";
 pub(super) const OLDEST: &str = "SELECT min(updated_at) FROM webhook_events \
      WHERE state = ?1 AND expires_at > ?2 AND key >= ?3 AND key < ?4";
 /// The oldest event waiting for its delivery — queued, or being tried

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{
     decide, history, keeps_without_force, settled, Backend, Blocked, ClaimMode, ClaimOutcome,
     ClaimRequest, Clock, Content, Decision, Deleted, Due, Failure, Fleet, Health, LastError, Lease,
-    Leased, ListQuery, Listing, Queue, Record, RecordState, Records, StoreError, StoreKey,
+    Leased, ListQuery, Listing, Queue, Queued, Record, RecordState, Records, StoreError, StoreKey,
     Transfer,
 };
 use crate::order::Rules;
@@ -525,6 +525,28 @@ impl Listing for MemoryStore {
     async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {
         let now = self.clock.now_ms();
         Ok(self.lock().blocked(source, limit, now))
+    }
+
+    /// The bytes are the stored requests (their headers as stored, and
+    /// their bodies) and keys: the heap's own overhead is not counted.
+    async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
+        let now = self.clock.now_ms();
+        let tables = self.lock();
+        let mut queued = Queued::default();
+        for (id, record) in self.in_source(&tables, source, RecordState::Queued, now) {
+            let request = record.request.as_ref();
+            let headers: usize = (request
+                .into_iter()
+                .flat_map(|request| request.headers.iter()))
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+            let body = request.map_or(0, |request| request.body.len());
+            queued += Queued {
+                events: 1,
+                bytes: (source.len() + id.len() + headers + body) as u64,
+            };
+        }
+        Ok(queued)
     }
 }
 

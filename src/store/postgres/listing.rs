@@ -5,7 +5,7 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::record;
 use super::{db, sql, PostgresStore};
-use crate::store::{Blocked, ListQuery, Listing, Record, RecordState, StoreError};
+use crate::store::{Blocked, ListQuery, Listing, Queued, Record, RecordState, StoreError};
 
 impl Listing for PostgresStore {
     async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<(String, Record)>, StoreError> {
@@ -52,6 +52,20 @@ impl Listing for PostgresStore {
             .await
             .map_err(db)?;
         Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    /// The bytes are what each row keeps: its key, stored request and
+    /// attempt history (as stored: sealed, with `[store.encryption]`); the
+    /// row's other columns, its index entries and TOAST add about 300
+    /// bytes (docs/operations.md, "Sizing").
+    async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
+        let client = self.listing_client().await?;
+        let statement = client.prepare_cached(sql::QUEUED).await.map_err(db)?;
+        let row = client.query_one(&statement, &[&source]).await.map_err(db)?;
+        Ok(Queued {
+            events: row.get::<_, i64>(0) as u64,
+            bytes: row.get::<_, i64>(1) as u64,
+        })
     }
 
     async fn blocked(&self, source: &str, limit: usize) -> Result<Vec<Blocked>, StoreError> {

@@ -156,6 +156,13 @@ pub(super) const LIST_AFTER: &str = list!(
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND status = $2 AND expires_at > now()";
+/// A source's queued rows and the bytes of what they keep: key, stored
+/// request, attempt history (`Listing::queued`).
+pub(super) const QUEUED: &str = "SELECT count(*), coalesce(sum(octet_length(idempotency_key) \
+    + coalesce(octet_length(request_query), 0) + coalesce(octet_length(request_headers), 0) \
+    + coalesce(octet_length(request_body), 0) + coalesce(octet_length(history), 0)), 0)::bigint \
+    FROM webhook_events \
+    WHERE source = $1 AND next_attempt_at IS NOT NULL AND status = 'queued' AND expires_at > now()";
 /// Queued rows are async rows: the due index finds them.
 pub(super) const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
     WHERE source = $1 AND next_attempt_at IS NOT NULL AND status = $2 AND expires_at > now()";

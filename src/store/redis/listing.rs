@@ -11,7 +11,7 @@ use super::fields::{bytes, parse_record};
 use super::{backend, index_key, Connector, RedisStore};
 use crate::order::Rules;
 use crate::store::{
-    Blocked, Due, Lease, Leased, ListQuery, Listing, Queue, Record, RecordState, StoreError,
+    Blocked, Due, Lease, Leased, ListQuery, Listing, Queue, Queued, Record, RecordState, StoreError,
 };
 
 /// The fields a listing reads (no request, no response body).
@@ -70,6 +70,24 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 9)) do
 end
 return redis.call('ZCARD', KEYS[1])
 ";
+
+/// KEYS[1] the index of (source, queued); ARGV source, the most records
+/// to sample. Returns {events, bytes}: the bytes are the sampled records'
+/// `MEMORY USAGE` (the hash with Redis's own overhead) times the events.
+pub(super) const QUEUED: &str = "
+local n = redis.call('ZCARD', KEYS[1])
+if n == 0 then return {0, 0} end
+local seen, used = 0, 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)) do
+  local bytes = redis.call('MEMORY', 'USAGE', ARGV[1] .. ':' .. id, 'SAMPLES', 0)
+  if bytes then seen = seen + 1; used = used + bytes end
+end
+if seen == 0 then return {n, 0} end
+return {n, math.floor(used / seen * n)}
+";
+
+/// Queued records a `QUEUED` script samples for their size.
+const QUEUED_SAMPLE: usize = 32;
 
 /// The most dead events one `BLOCKED` script looks at: the oldest deaths.
 const BLOCKED_LOOK_AT: usize = 10_000;
@@ -252,6 +270,20 @@ impl<C: Connector> Listing for RedisStore<C> {
             .await
             .map_err(backend)?;
         Ok(oldest.first().map(|(_, at)| *at as u64))
+    }
+
+    /// The events are the queued index's; the bytes are estimated from a
+    /// sample of 32 records' `MEMORY USAGE` (the indexes add about 100
+    /// bytes an event: docs/operations.md, "Sizing").
+    async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
+        let mut invocation = self.queued.key(index_key(source, RecordState::Queued));
+        invocation.arg(source).arg(QUEUED_SAMPLE);
+        let mut connection = self.connector.connection().await?;
+        let (events, bytes): (u64, u64) = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        Ok(Queued { events, bytes })
     }
 
     async fn count(&self, source: &str, state: RecordState) -> Result<u64, StoreError> {

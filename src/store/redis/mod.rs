@@ -58,7 +58,7 @@ use redis::{Script, Value};
 pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::{parse_record, record_or_none};
 use self::guard::Taken;
-use self::listing::{COUNT, LIST, LISTED_FIELDS};
+use self::listing::{COUNT, LIST, LISTED_FIELDS, QUEUED};
 use self::scripts::{
     script, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, OLDEST_OWED, PROBE,
     RELEASE, RENEW,
@@ -110,6 +110,7 @@ pub struct RedisStore<C: Connector> {
     delete: Script,
     list: Script,
     count: Script,
+    queued: Script,
     oldest_owed: Script,
     probe: Script,
 }
@@ -135,6 +136,7 @@ impl<C: Connector> RedisStore<C> {
             delete: script(DELETE),
             list: script(&LIST.replace("{FIELDS}", &format!("{{{LISTED_FIELDS}}}"))),
             count: script(COUNT),
+            queued: script(QUEUED),
             oldest_owed: script(OLDEST_OWED),
             probe: script(PROBE),
         }

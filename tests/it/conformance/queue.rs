@@ -244,8 +244,42 @@ async fn an_accepted_and_claimed_event_falls_to_the_workers_when_its_lease_lapse
     assert_eq!(due[0].record.request.as_ref(), Some(&kept));
 }
 
+/// What a scope holds queued, for the queue bounds: its waiting events,
+/// and at least the bytes of their stored requests (each backend adds
+/// its own keeping); a leased event no longer counts.
+async fn what_a_scope_holds_queued_is_measured_in_events_and_bytes(store: Store, _: Time) {
+    assert_eq!(
+        store.queued("qb").await.unwrap(),
+        Default::default(),
+        "empty"
+    );
+    let mut kept = stored_request();
+    kept.body = bytes::Bytes::from(vec![b'x'; 2000]);
+    for id in ["e1", "e2", "e3"] {
+        assert!(matches!(
+            accept(&store, "qb", id, &kept).await,
+            ClaimOutcome::Queued
+        ));
+    }
+    let queued = store.queued("qb").await.unwrap();
+    assert_eq!(queued.events, 3);
+    assert!(
+        (3 * 2000..3 * 20_000).contains(&queued.bytes),
+        "each event's request and the store's keeping: {queued:?}"
+    );
+    assert_eq!(store.queued("other").await.unwrap().events, 0, "per scope");
+    let due = store.lease_due("qb", 1, LONG).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        store.queued("qb").await.unwrap().events,
+        2,
+        "the leased one is not waiting"
+    );
+}
+
 conformance! {
     tests: [
+        what_a_scope_holds_queued_is_measured_in_events_and_bytes,
         the_oldest_queued_event_is_measured_from_its_acceptance,
         accepted_events_queue_with_their_request_until_a_worker_leases_them,
         a_crashed_workers_lease_lapses_and_another_worker_takes_the_event,
