@@ -54,6 +54,11 @@ pub enum GatewayError {
     RecordUnreadable,
     #[error("this route is paused by an operator; deliveries are not forwarded until it resumes")]
     RoutePaused,
+    /// An async route's queue (or the store's) holds as much undelivered
+    /// as it may (README, "Asynchronous delivery"): the sender keeps the
+    /// event and retries.
+    #[error("this route holds as many undelivered events as it may; try again later")]
+    QueueFull { retry_after: Duration },
     #[error(
         "the upstream has been failing; calls are held until the circuit breaker probes it again"
     )]
@@ -88,9 +93,9 @@ impl GatewayError {
             GatewayError::StoreUnavailable | GatewayError::RecordUnreadable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            GatewayError::RoutePaused | GatewayError::CircuitOpen { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            GatewayError::RoutePaused
+            | GatewayError::CircuitOpen { .. }
+            | GatewayError::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -121,6 +126,7 @@ impl GatewayError {
             GatewayError::StoreUnavailable => "store_unavailable",
             GatewayError::RecordUnreadable => "record_unreadable",
             GatewayError::RoutePaused => "route_paused",
+            GatewayError::QueueFull { .. } => "queue_full",
             GatewayError::CircuitOpen { .. } => "upstream_circuit_open",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::UpstreamUnreachable => "upstream_unreachable",
@@ -133,6 +139,7 @@ impl GatewayError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             GatewayError::InFlight { retry_after }
+            | GatewayError::QueueFull { retry_after }
             | GatewayError::CircuitOpen { retry_after }
             | GatewayError::RateLimited { retry_after } => Some(*retry_after),
             GatewayError::StoreUnavailable
@@ -391,6 +398,13 @@ mod tests {
             (in_flight.clone(), 409, "in_flight"),
             (GatewayError::StoreUnavailable, 503, "store_unavailable"),
             (GatewayError::RoutePaused, 503, "route_paused"),
+            (
+                GatewayError::QueueFull {
+                    retry_after: Duration::from_secs(60),
+                },
+                503,
+                "queue_full",
+            ),
             (
                 GatewayError::CircuitOpen {
                     retry_after: Duration::from_secs(3),

@@ -223,8 +223,9 @@ impl App {
         let parts = Parts::new(config, store, metrics);
         let engine = Arc::new(Engine::new(&parts));
         let ops = Operator::new(Arc::clone(&engine), parts.clone());
-        // Paused routes are known before the first request.
+        // Paused routes and full queues are known before the first request.
         ops.refresh_pauses().await;
+        ops.measure_queues().await;
         let tls = config.live.tls.as_ref().map(|tls| server::Tls {
             config: Arc::new(ArcSwap::new(Arc::clone(&tls.config))),
             handshake_failures: parts.metrics.tls_handshake_failures.clone(),
@@ -295,12 +296,14 @@ impl App {
         let upkeep = tokio::spawn(async move {
             let mut pauses = tokio::time::interval(traffic::PAUSE_POLL);
             let mut trim = tokio::time::interval(UPKEEP_EVERY);
+            let mut queues = tokio::time::interval(traffic::bounds::MEASURE_EVERY);
             tokio::pin!(upkept);
             loop {
                 tokio::select! {
                     () = &mut upkept => return,
                     _ = pauses.tick() => ops.refresh_pauses().await,
                     _ = trim.tick() => ops.trim_indexes().await,
+                    _ = queues.tick() => ops.measure_queues().await,
                 }
             }
         });

@@ -19,7 +19,7 @@ pub const UNMATCHED: &str = "_unmatched";
 /// series start at 0 at start-up and at every reload, so a rate or a ratio
 /// over them is defined before the first such request (and after a
 /// restart).
-pub const OUTCOMES: [&str; 29] = [
+pub const OUTCOMES: [&str; 30] = [
     "forwarded",
     "filtered",
     "forwarded_unkeyed",
@@ -45,6 +45,7 @@ pub const OUTCOMES: [&str; 29] = [
     "store_unavailable",
     "record_unreadable",
     "route_paused",
+    "queue_full",
     "upstream_circuit_open",
     "rate_limited",
     "internal_error",
@@ -131,6 +132,13 @@ pub struct Metrics {
     pub attempts: IntCounterVec,
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
+    /// The queue bounds: each async route's queued bytes and its bounds,
+    /// and the store's (README, "Asynchronous delivery").
+    pub queued_bytes: IntGaugeVec,
+    pub queue_bound_bytes: IntGaugeVec,
+    pub queue_bound_events: IntGaugeVec,
+    pub store_queued_bytes: prometheus::IntGauge,
+    pub store_queue_bound_bytes: prometheus::IntGauge,
     /// A sync route's failed event with no later delivery, by age.
     pub oldest_failed: prometheus::GaugeVec,
     /// Each route's `page_after`, for the paging alerts to compare.
@@ -393,6 +401,28 @@ impl Metrics {
             &["route", "destination"],
         )
         .expect("valid metric");
+        let queued_bytes = per_delivery_gauge(
+            "hookgate_queued_bytes",
+            "Bytes the store keeps for the async route's queued events (fleet-wide, measured every 2 s; routes sharing a scope show the same).",
+        );
+        let queue_bound_bytes = per_delivery_gauge(
+            "hookgate_queue_bound_bytes",
+            "The async route's max_queued_bytes (0: none): a new event past it is answered 503 queue_full.",
+        );
+        let queue_bound_events = per_delivery_gauge(
+            "hookgate_queue_bound_events",
+            "The async route's max_queued (0: none): a new event past it is answered 503 queue_full.",
+        );
+        let store_queued_bytes = prometheus::IntGauge::new(
+            "hookgate_store_queued_bytes",
+            "Bytes the store keeps for every async route's queued events together (measured every 2 s).",
+        )
+        .expect("valid metric");
+        let store_queue_bound_bytes = prometheus::IntGauge::new(
+            "hookgate_store_queue_bound_bytes",
+            "store.max_queued_bytes (0: none): past it every async route answers a new event 503 queue_full.",
+        )
+        .expect("valid metric");
         let route_paused = per_delivery_gauge(
             "hookgate_route_paused",
             "1 while an operator has paused the route (fleet-wide, kept in the store).",
@@ -492,6 +522,11 @@ impl Metrics {
             Box::new(queue_depth.clone()),
             Box::new(oldest_queued.clone()),
             Box::new(oldest_failed.clone()),
+            Box::new(queued_bytes.clone()),
+            Box::new(queue_bound_bytes.clone()),
+            Box::new(queue_bound_events.clone()),
+            Box::new(store_queued_bytes.clone()),
+            Box::new(store_queue_bound_bytes.clone()),
             Box::new(page_after.clone()),
             Box::new(route_paused.clone()),
             Box::new(breaker_open.clone()),
@@ -546,6 +581,11 @@ impl Metrics {
             queue_depth,
             oldest_queued,
             oldest_failed,
+            queued_bytes,
+            queue_bound_bytes,
+            queue_bound_events,
+            store_queued_bytes,
+            store_queue_bound_bytes,
             page_after,
             route_paused,
             breaker_open,

@@ -163,6 +163,8 @@ impl RouteTable {
 pub struct Runtime {
     pub routes: RouteTable,
     pub on_store_error: OnStoreError,
+    /// `store.max_queued_bytes` (0: none).
+    pub max_queued_bytes: u64,
     pub limits: RequestLimits,
     pub trusted_proxies: Vec<Cidr>,
 }
@@ -172,6 +174,7 @@ impl Runtime {
         Self {
             routes: RouteTable::new(&live.routes, upstreams, controls, metrics),
             on_store_error: live.on_store_error,
+            max_queued_bytes: live.max_queued_bytes,
             limits: live.limits,
             trusted_proxies: live.trusted_proxies.clone(),
         }

@@ -24,6 +24,7 @@ use crate::replay::RecordedResponse;
 use crate::route::{LiveRoutes, Route};
 use crate::store::{Clock, Lease, Store, StoreKey};
 use crate::telemetry::Telemetry;
+use crate::traffic::bounds::QueueLevels;
 use crate::traffic::{Admission, Pauses, Refusal};
 
 /// The gateway's shared components, built once at start-up: the engine
@@ -47,6 +48,9 @@ pub struct Parts {
     pub pauses: Arc<Pauses>,
     /// OpenTelemetry tracing, when `[telemetry]` is configured.
     pub telemetry: Arc<Telemetry>,
+    /// What each async scope held queued at the last measurement, for the
+    /// queue bounds.
+    pub queues: Arc<QueueLevels>,
 }
 
 impl Parts {
@@ -61,6 +65,7 @@ impl Parts {
             clock: Clock::system(),
             places: Arc::default(),
             pauses: Arc::default(),
+            queues: Arc::default(),
             telemetry: Arc::new(match &config.fixed.telemetry {
                 None => Telemetry::off(),
                 Some(settings) => Telemetry::start(settings).unwrap_or_else(|error| {

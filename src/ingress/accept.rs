@@ -12,16 +12,46 @@ use http_body_util::Full;
 
 use super::answer::{accepted, answer_sender, check_body, dead_letter, Outcome};
 use super::{Gateway, Hybrid, RequestLog};
-use crate::config::AsyncDelivery;
+use crate::config::{AsyncDelivery, RouteConfig};
 use crate::delivery::places::Place;
 use crate::delivery::{policy, Attempt, Kind, Traced};
 use crate::error::GatewayError;
 use crate::route::Route;
 use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, OrderSpot, StoreError, Stored, StoredRequest,
+    ClaimMode, ClaimOutcome, ClaimRequest, OrderSpot, StoreError, StoreKey, Stored, StoredRequest,
 };
+use crate::traffic::bounds::{Bounds, QUEUE_FULL_RETRY_AFTER};
 
 impl Gateway {
+    /// Whether a new event of `route` fits its queue — its own, each of
+    /// its destinations', the store's (README, "Asynchronous delivery") —
+    /// as last measured; if not, 503 `queue_full` with `Retry-After`, so
+    /// the sender keeps it. A duplicate of an event already accepted is
+    /// answered as before, so only a new one is looked up, and only when
+    /// a queue is full.
+    async fn has_room(&self, route: &Route, store_key: &StoreKey) -> Result<(), GatewayError> {
+        let store_bytes = self.parts.routes.load().max_queued_bytes;
+        let bounds = |route: &RouteConfig| {
+            let queue = route.delivery.queue();
+            Bounds {
+                events: queue.max_queued,
+                bytes: queue.max_queued_bytes,
+            }
+        };
+        let full = (std::iter::once(&**route).chain(route.destinations.iter().map(|d| &**d)))
+            .find_map(|queue| (self.parts.queues).full(&queue.scope, bounds(queue), store_bytes));
+        let Some(full) = full else {
+            return Ok(());
+        };
+        if let Ok(Some(_)) = self.parts.store.get(store_key).await {
+            return Ok(());
+        }
+        tracing::debug!(route = %route.name, bound = full.as_str(), "the queue is full: a new event waits with its sender");
+        Err(GatewayError::QueueFull {
+            retry_after: QUEUE_FULL_RETRY_AFTER,
+        })
+    }
+
     /// Stage 5 of an async route: store the event with its request in one
     /// write, then answer `accept_status` (never before: a 2xx promises the
     /// event cannot be lost). A duplicate of a queued, delivering or
@@ -38,6 +68,7 @@ impl Gateway {
         log: &mut RequestLog<'_>,
     ) -> Result<(Response<Full<Bytes>>, Outcome), GatewayError> {
         let (store_key, guard_key) = self.store_keys(route, key, body_sha256);
+        self.has_room(route, &store_key).await?;
         // The hybrid forwards at once only when the route may call now
         // (one of its max_in_flight calls free, not paused, breaker closed,
         // a token to spend); otherwise the event just queues for the

@@ -3,6 +3,8 @@
 //! `/readyz`; the pauses other instances made, read every few seconds;
 //! and the trim of listing indexes, every minute.
 
+use std::collections::HashMap;
+
 use super::Operator;
 use crate::config::DeliveryMode;
 use crate::metrics::delivery_labels;
@@ -106,6 +108,42 @@ impl Operator {
                 .with_label_values(&[route, destination, "delivering"])
                 .set(running as i64);
         }
+    }
+
+    /// Measure what every async scope holds queued (every
+    /// [`MEASURE_EVERY`], and at start-up) for the queue bounds, and set
+    /// their gauges. A store that does not answer keeps the last
+    /// measurement.
+    ///
+    /// [`MEASURE_EVERY`]: crate::traffic::bounds::MEASURE_EVERY
+    pub async fn measure_queues(&self) {
+        let (parts, metrics) = (&self.parts, &self.parts.metrics);
+        let runtime = parts.routes.load();
+        let mut scopes = HashMap::new();
+        for route in parts.routes.all() {
+            let DeliveryMode::Async(settings) = &route.delivery else {
+                continue;
+            };
+            if !scopes.contains_key(&route.scope) {
+                match parts.store.queued(&route.scope).await {
+                    Ok(queued) => scopes.insert(route.scope.clone(), queued),
+                    Err(error) => {
+                        tracing::debug!(%error, "could not measure the queues");
+                        return;
+                    }
+                };
+            }
+            let labels = delivery_labels(&route.name);
+            let labels = [labels.0, labels.1];
+            let queued = scopes[&route.scope];
+            (metrics.queued_bytes.with_label_values(&labels)).set(queued.bytes as i64);
+            (metrics.queue_bound_bytes.with_label_values(&labels))
+                .set(settings.max_queued_bytes as i64);
+            (metrics.queue_bound_events.with_label_values(&labels)).set(settings.max_queued as i64);
+        }
+        parts.queues.set(scopes);
+        (metrics.store_queued_bytes).set(parts.queues.total_bytes() as i64);
+        (metrics.store_queue_bound_bytes).set(runtime.max_queued_bytes as i64);
     }
 
     /// A sync route with `page_after`: its `page_after` and how long its

@@ -15,7 +15,11 @@
 //! call; the [`Admission`] it grants is told the call's outcome, or
 //! dropped unused (a duplicate was answered from its record), which gives
 //! the token and any probe back.
+//!
+//! - **Queue bounds** ([`bounds`]) — how much an async route may hold
+//!   undelivered: a full queue answers a new event 503 `queue_full`.
 
+pub mod bounds;
 mod breaker;
 mod rate;
 

@@ -35,6 +35,7 @@ mod ordering;
 mod ordering_crashes;
 mod packed;
 mod postgres;
+mod queue_bounds;
 mod reencrypt;
 mod reload;
 mod replay_cache;

@@ -215,6 +215,42 @@ fn parses_store_and_admin() {
     assert_eq!(format!("{:?}", admin.token), "Some([redacted])");
 }
 
+/// Queue bounds: sizes in bytes or binary and decimal units, 0 for none,
+/// only on async routes; the store's bound beside them.
+#[test]
+fn queue_bounds_read_sizes_and_are_async() {
+    let routed = |extra: &str| MINIMAL.replace("key = [", &format!("{extra}\nkey = ["));
+    let config = parse(&routed("delivery = \"async\"")).unwrap();
+    let queue = config.live.routes[0].delivery.queue().clone();
+    assert_eq!(
+        (queue.max_queued, queue.max_queued_bytes),
+        (100_000, 1 << 30)
+    );
+    let text = routed("delivery = \"async\"\nmax_queued = 0\nmax_queued_bytes = \"512MiB\"")
+        .replace(
+            "backend = \"memory\"",
+            "backend = \"memory\"\nmax_queued_bytes = \"2GB\"",
+        );
+    let config = parse(&text).unwrap();
+    let queue = config.live.routes[0].delivery.queue().clone();
+    assert_eq!((queue.max_queued, queue.max_queued_bytes), (0, 512 << 20));
+    assert_eq!(config.live.max_queued_bytes, 2_000_000_000);
+    let refused = problems(&routed("delivery = \"async\"\nmax_queued_bytes = \"lots\""));
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("max_queued_bytes: \"lots\" is not a size")),
+        "{refused:?}"
+    );
+    let refused = problems(&routed("max_queued = 10"));
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("max_queued: only for delivery = \"async\"")),
+        "{refused:?}"
+    );
+}
+
 /// `[store.backup]` is the embedded store's, with `every` and `dir`.
 #[test]
 fn store_backup_is_the_embedded_stores() {

@@ -54,10 +54,9 @@ impl Listing for PostgresStore {
         Ok(row.get::<_, i64>(0) as u64)
     }
 
-    /// The bytes are what each row keeps: its key, stored request and
-    /// attempt history (as stored: sealed, with `[store.encryption]`); the
-    /// row's other columns, its index entries and TOAST add about 300
-    /// bytes (docs/operations.md, "Sizing").
+    /// The bytes are what each row keeps — its key, stored request and
+    /// attempt history, as stored (sealed, with `[store.encryption]`) —
+    /// and a measured 700 bytes a row for the rest (`sql::QUEUED`).
     async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
         let client = self.listing_client().await?;
         let statement = client.prepare_cached(sql::QUEUED).await.map_err(db)?;
