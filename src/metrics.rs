@@ -169,6 +169,8 @@ pub struct StoreMetrics {
     pub decrypt_failures: prometheus::IntCounter,
     /// 1 while new keys take Redis's packed claim (`store.packed_claims`).
     pub packed_claims: prometheus::IntGauge,
+    /// Sources on which the store refuses an operation (`store/refusals.rs`).
+    pub refusing: IntGaugeVec,
 }
 
 impl StoreMetrics {
@@ -178,7 +180,7 @@ impl StoreMetrics {
         Self::build().0
     }
 
-    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 6]) {
+    fn build() -> (Self, [Box<dyn prometheus::core::Collector>; 7]) {
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "hookgate_store_operation_duration_seconds",
@@ -218,7 +220,16 @@ impl StoreMetrics {
             "1 while new sync keys take Redis's packed claim (store.packed_claims); 0 when it is off, or since the server refused SET ... NX GET (Redis before 7.0) and the hashed claim serves instead.",
         )
         .expect("valid metric");
-        let collectors: [Box<dyn prometheus::core::Collector>; 6] = [
+        let refusing = IntGaugeVec::new(
+            Opts::new(
+                "hookgate_store_refusing",
+                "Route scopes on which the store, though it answers, refuses the operation (a missing grant, maxmemory, a read-only replica); 0 once it takes it again.",
+            ),
+            &["op"],
+        )
+        .expect("valid metric");
+        let collectors: [Box<dyn prometheus::core::Collector>; 7] = [
+            Box::new(refusing.clone()),
             Box::new(duration.clone()),
             Box::new(errors.clone()),
             Box::new(cache_hits.clone()),
@@ -234,6 +245,7 @@ impl StoreMetrics {
                 cache_live,
                 decrypt_failures,
                 packed_claims,
+                refusing,
             },
             collectors,
         )

@@ -191,6 +191,16 @@ impl Admin {
             "store_shared": !readiness.store_local,
             "draining": readiness.draining,
             "warnings": self.risks,
+            // A store that answers but refuses: ready (readiness is
+            // local), and said here.
+            "store_refusing": (readiness.refused.iter())
+                .map(|refused| json!({
+                    "op": refused.op,
+                    "scope": refused.source,
+                    "error": refused.error,
+                    "since": refused.since_ms,
+                }))
+                .collect::<Vec<_>>(),
         });
         if !readiness.delivery.is_empty() {
             body["async"] = json!({

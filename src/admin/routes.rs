@@ -60,6 +60,13 @@ impl Admin {
             "dead_letters": view.dead_letters,
             "on_blocked": route.order().map(|order| order.on_blocked.as_str()),
             "blocked": view.blocked,
+            "store_refusing": (view.refused.iter())
+                .map(|refused| json!({
+                    "op": refused.op,
+                    "error": refused.error,
+                    "since": refused.since_ms,
+                }))
+                .collect::<Vec<_>>(),
             "outcomes": self.parts.metrics.outcomes(&route.name),
         })
     }

@@ -22,7 +22,9 @@ use crate::delivery::{Engine, Parts};
 pub use crate::error::OpsError;
 use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::Route;
-use crate::store::{Cursor, Deleted, ForceRelease, Listed, Record, RecordState, StoreError};
+use crate::store::{
+    Cursor, Deleted, ForceRelease, Listed, Record, RecordState, Refused, StoreError,
+};
 use crate::traffic::Pause;
 
 /// The operator's door: every operator verb, over the engine that runs
@@ -92,6 +94,8 @@ pub struct RouteView {
     /// Entities held by a dead event (ordered routes that wait; README,
     /// "Ordered delivery"), at most `BLOCKED_COUNTED`.
     pub blocked: Option<u64>,
+    /// Operations the store refuses on its scope.
+    pub refused: Vec<Refused>,
 }
 
 /// How this instance is, for `/readyz`.
@@ -103,6 +107,9 @@ pub struct Readiness {
     pub draining: bool,
     /// Each async route's `queued` and `delivering` counts.
     pub delivery: serde_json::Map<String, serde_json::Value>,
+    /// Operations the store answers but refuses (a missing grant, a full
+    /// Redis): said here, though readiness stays true.
+    pub refused: Vec<Refused>,
 }
 
 impl Readiness {
@@ -316,6 +323,7 @@ impl Operator {
             let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
                 paused: self.parts.pauses.of(&route.name),
+                refused: store.refused_in(&route.scope),
                 route,
                 queued,
                 dead_letters,
@@ -350,6 +358,7 @@ impl Operator {
             store_local: self.parts.store.is_local(),
             draining: self.engine.is_draining(),
             delivery: self.delivery_status().await,
+            refused: self.parts.store.refused(),
         }
     }
 }
@@ -368,6 +377,7 @@ mod tests {
             store_local,
             draining,
             delivery: serde_json::Map::new(),
+            refused: Vec::new(),
         }
     }
 

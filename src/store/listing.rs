@@ -164,7 +164,9 @@ impl Store {
             let source = self.source(scope, shard);
             let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
             let op = self.backend.lease_due(&source, &tokens, processing_ttl);
-            leased.extend(self.opened_due(&source, self.deadline("lease_due", op).await?));
+            leased.extend(
+                self.opened_due(&source, self.deadline_at("lease_due", &source, op).await?),
+            );
         }
         Ok(leased)
     }
@@ -189,7 +191,7 @@ impl Store {
             let op = self
                 .backend
                 .lease_ordered(&source, &tokens, processing_ttl, rules);
-            let more = self.deadline("lease_ordered", op).await?;
+            let more = self.deadline_at("lease_ordered", &source, op).await?;
             leased.due.extend(self.opened_due(&source, more.due));
             leased.stale.extend(more.stale);
         }

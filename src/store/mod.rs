@@ -54,6 +54,7 @@ mod postgres;
 mod record;
 mod redis;
 mod reencrypt;
+mod refusals;
 pub mod sealed;
 mod settings;
 mod shards;
@@ -91,6 +92,8 @@ pub use self::record::{
 };
 pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
 pub use self::reencrypt::{reencrypt, Content, Resealed};
+use self::refusals::Refusals;
+pub use self::refusals::Refused;
 pub use self::settings::{
     BackendSettings, BackupSettings, StoreSettings, Synchronous, DEFAULT_CLUSTER_SHARDS,
     DEFAULT_REPLAY_CACHE_BYTES,
@@ -141,6 +144,8 @@ pub struct Store {
     /// `[store.encryption]` keys (README, "Data at rest"): with them, what
     /// a record keeps of a request or an answer is sealed ([`sealed`]).
     keys: ArcSwapOption<Keys>,
+    /// Operations the store answers but refuses, by source.
+    refusals: Refusals,
 }
 
 /// What a forced release found.
@@ -207,10 +212,32 @@ impl Store {
             shards: Shards::new(1),
             shardable: B::SHARDABLE,
             timeout,
+            refusals: Refusals::new(metrics.refusing.clone()),
             metrics,
             cache: None,
             keys: ArcSwapOption::empty(),
         }
+    }
+
+    /// The operations the store answers but refuses now, oldest first,
+    /// each with its source shown without the key prefix — the scope, and
+    /// its shard where scopes are spread (`store/refusals.rs`).
+    pub fn refused(&self) -> Vec<Refused> {
+        let mut all = self.refusals.all();
+        for refused in &mut all {
+            if let Some(scope) = refused.source.strip_prefix(&self.key_prefix) {
+                refused.source = scope.to_owned();
+            }
+        }
+        all
+    }
+
+    /// The refusals standing on `scope`'s sources.
+    pub fn refused_in(&self, scope: &str) -> Vec<Refused> {
+        let sources = self.sources(scope);
+        (self.refusals.all().into_iter())
+            .filter(|refused| sources.contains(&refused.source))
+            .collect()
     }
 
     /// Keep completed records in process, up to `budget` bytes (0: off),
@@ -346,10 +373,31 @@ impl Store {
         name: &'static str,
         op: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.deadline_at(name, "", op).await
+    }
+
+    /// [`Store::deadline`] of an operation on `source`, whose refusals
+    /// (errors of a store that answers) are kept until it succeeds there.
+    async fn deadline_at<T>(
+        &self,
+        name: &'static str,
+        source: &str,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let started = Instant::now();
         let result = tokio::time::timeout(self.timeout, op)
             .await
             .unwrap_or(Err(StoreError::Timeout));
+        match &result {
+            Ok(_) => self.refusals.succeeded(name, source),
+            Err(StoreError::Backend(error)) => {
+                let now_ms = crate::clock::wall()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_millis() as u64);
+                self.refusals.refused(name, source, error, now_ms);
+            }
+            Err(_) => {}
+        }
         self.metrics
             .observe(name, started.elapsed(), result.is_err());
         self.backend.observed(!matches!(
@@ -418,7 +466,11 @@ impl Store {
             _ => request,
         };
         let result = self
-            .deadline("claim", self.backend.claim(request, &token))
+            .deadline_at(
+                "claim",
+                request.key.source(),
+                self.backend.claim(request, &token),
+            )
             .await;
         let result = match result {
             Ok(ClaimOutcome::Completed(record)) => self
@@ -444,8 +496,9 @@ impl Store {
         lease: &Lease,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        self.deadline(
+        self.deadline_at(
             "renew",
+            key.source(),
             self.backend.renew(key, &lease.token, processing_ttl),
         )
         .await
@@ -463,7 +516,7 @@ impl Store {
         let op = self
             .backend
             .complete(key, &lease.token, response, retention);
-        self.deadline("complete", op).await
+        self.deadline_at("complete", key.source(), op).await
     }
 
     pub async fn fail(
@@ -480,12 +533,16 @@ impl Store {
             ..*failure
         };
         let op = self.backend.fail(key, &lease.token, &failure);
-        self.deadline("fail", op).await
+        self.deadline_at("fail", key.source(), op).await
     }
 
     pub async fn release(&self, key: &StoreKey, lease: &Lease) -> Result<bool, StoreError> {
-        self.deadline("release", self.backend.release(key, &lease.token))
-            .await
+        self.deadline_at(
+            "release",
+            key.source(),
+            self.backend.release(key, &lease.token),
+        )
+        .await
     }
 
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
@@ -509,7 +566,7 @@ impl Store {
         guard: Option<&StoreKey>,
     ) -> Result<bool, StoreError> {
         let op = self.backend.import(key, record, expires_at_ms, guard);
-        let written = self.deadline("import", op).await?;
+        let written = self.deadline_at("import", key.source(), op).await?;
         if written {
             self.invalidate(key).await;
         }
@@ -519,7 +576,7 @@ impl Store {
     /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         let deleted = self
-            .deadline("delete", self.backend.delete(key, force))
+            .deadline_at("delete", key.source(), self.backend.delete(key, force))
             .await;
         self.invalidate(key).await;
         deleted

@@ -393,3 +393,80 @@ async fn rediss_is_verified_against_store_tls_ca() {
     assert_eq!(upstream.count("evt_tls_store_2"), 0);
     gateway.shutdown().await;
 }
+
+/// A store that answers but refuses writes (Redis at `maxmemory` under
+/// `noeviction`): an acceptance is answered 503 and nothing is lost, the
+/// gateway stays ready (readiness is local), and `/readyz`, the routes
+/// view and `hookgate_store_refusing` name the operation and Redis's own
+/// error — until Redis takes writes again, when they clear and the
+/// sender's retry is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_writes_says_which_and_why() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let backend = Backend::Redis(redis.url());
+    let text = config_text(&upstream.url("/"), &backend, "delivery = \"async\"", "");
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let set = |limit: &'static str| {
+        ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(limit)
+            .clone()
+    };
+    let _: () = set("1").query_async(&mut connection).await.unwrap();
+
+    let url = gateway.url("/hook");
+    let refused = Sender::new().deliver(&url, &event("evt_oom")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    let ready = request(http::Method::GET, &gateway.admin_url("/readyz"), None).await;
+    assert_eq!(ready.status, StatusCode::OK, "ready: readiness is local");
+    let refusing = ready.json()["store_refusing"].clone();
+    assert_eq!(refusing[0]["op"], "claim", "{refusing}");
+    assert!(
+        refusing[0]["error"].as_str().unwrap().contains("OOM"),
+        "{refusing}"
+    );
+    assert_eq!(refusing[0]["scope"], "hook", "{refusing}");
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(
+        sample(&metrics, "hookgate_store_refusing", &[("op", "claim")]),
+        Some(1.0)
+    );
+    let routes = request(
+        http::Method::GET,
+        &gateway.admin_url("/admin/routes"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    let route = &routes.json()["routes"][0];
+    assert_eq!(route["store_refusing"][0]["op"], "claim", "{route}");
+
+    let _: () = set("0").query_async(&mut connection).await.unwrap();
+    let delivered = Sender::new()
+        .deliver_until_settled(&url, &event("evt_oom"))
+        .await;
+    assert_eq!(delivered.status, StatusCode::ACCEPTED);
+    assert!(
+        upstream
+            .all_reached(&["evt_oom".into()], Duration::from_secs(10))
+            .await
+    );
+    let ready = request(http::Method::GET, &gateway.admin_url("/readyz"), None).await;
+    assert_eq!(ready.json()["store_refusing"], serde_json::json!([]));
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert_eq!(
+        sample(&metrics, "hookgate_store_refusing", &[("op", "claim")]),
+        Some(0.0)
+    );
+    assert_eq!(upstream.count("evt_oom"), 1);
+    gateway.shutdown().await;
+}
