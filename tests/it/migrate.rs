@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Method, StatusCode};
 
 use crate::support::*;
 
@@ -218,6 +218,52 @@ async fn a_role_without_ddl_rights_serves_a_migrated_database() {
         both.iter().all(|id| upstream.count(id) == 2)
     });
     assert!(delivered.await, "each event to each destination, once");
+    gateway.shutdown().await;
+
+    // And under the same role: encryption at rest, the hybrid's call, a
+    // dead letter, and a bulk redrive of it.
+    let (flaky, healthy) = Upstream::flaky().await;
+    let key = app.path().join("at-rest.key");
+    std::fs::write(&key, hex::encode([7u8; 32])).unwrap();
+    let route = "delivery = \"async\"\nrespond_within = \"2s\"\nmax_attempts = 1";
+    let store = format!(
+        "[store.encryption]\nkeys = [\"${{file:{}}}\"]",
+        key.display()
+    );
+    let text = config_text(
+        &flaky.url("/"),
+        &Backend::Postgres(url.clone()),
+        route,
+        &store,
+    );
+    let gateway = TestGateway::start(&with_admin(&text, true)).await;
+    let answer = sender
+        .deliver(&gateway.url("/hook"), &event("evt_sealed"))
+        .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    let dead = eventually(Duration::from_secs(10), || async {
+        let record = gateway.record("hook", "evt_sealed").await;
+        record.is_some_and(|record| record.state.as_str() == "dead")
+    });
+    assert!(dead.await, "parked after its one attempt");
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let redrive = request(
+        Method::POST,
+        &gateway.admin_url("/admin/routes/hook/dead-letters/redeliver?rate=100"),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(redrive.json()["completed"], 1, "{:?}", redrive.json());
+    assert_eq!(
+        flaky.count("evt_sealed"),
+        2,
+        "the failed call and the redrive's"
+    );
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    assert!(
+        !metrics.contains("hookgate_store_errors_total{"),
+        "no store operation was refused the role: {metrics}"
+    );
     gateway.shutdown().await;
 
     let refused = client
