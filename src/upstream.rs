@@ -261,7 +261,8 @@ pub fn resend(
     // one upstream: the list is hookgate's, not the upstream's.
     headers.remove(crate::headers::DESTINATIONS);
     if let Some(name) = &route.idempotency_header {
-        match key.map(HeaderValue::from_str) {
+        let written = key.map(|key| route.idempotency_header_format.write(key));
+        match written.as_deref().map(HeaderValue::from_str) {
             // The key was validated as visible ASCII, so this cannot fail.
             Some(Ok(value)) => {
                 headers.insert(name.clone(), value);

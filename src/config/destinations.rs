@@ -163,6 +163,7 @@ impl Validator<'_> {
             processing_ttl: parent.processing_ttl,
             retention: parent.retention,
             idempotency_header,
+            idempotency_header_format: parent.idempotency_header_format,
             key: parent.key.clone(),
             scope: format!("{}/{name}", parent.scope),
             on_mismatch: parent.on_mismatch,

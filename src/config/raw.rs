@@ -121,6 +121,9 @@ pub struct RawRoute {
     pub processing_ttl: Option<String>,
     pub retention: Option<String>,
     pub idempotency_header: Option<String>,
+    /// `raw` (the bare key) or `sf-string` (the IETF draft's quoted
+    /// structured-field string).
+    pub idempotency_header_format: Option<String>,
     pub key: Option<Vec<String>>,
     pub scope: Option<String>,
     pub on_mismatch: Option<String>,

@@ -11,7 +11,7 @@ use http::{HeaderName, Method, Uri};
 use super::locate::KeyPath;
 use super::raw::RawRoute;
 use super::settings::{
-    DeliveryMode, OnMismatch, OnUnknown, RouteConfig, UpstreamCa, DEFAULT_QUEUE,
+    DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, RouteConfig, UpstreamCa, DEFAULT_QUEUE,
 };
 use crate::clock::{humanize, roughly};
 
@@ -178,6 +178,16 @@ impl Validator<'_> {
             Some(text) => self.idempotency_header(&at.key("idempotency_header"), text),
         };
 
+        let idempotency_header_format = self.choice(
+            &at.key("idempotency_header_format"),
+            raw.idempotency_header_format.as_ref(),
+            &[
+                ("raw", HeaderFormat::Raw),
+                ("sf-string", HeaderFormat::SfString),
+            ],
+            HeaderFormat::Raw,
+        );
+
         let key = self.key_sources(&at.key("key"), raw.key.as_deref(), scheme);
         let scope = match &raw.scope {
             Some(scope) => self.identifier(&at.key("scope"), scope),
@@ -319,6 +329,7 @@ impl Validator<'_> {
             processing_ttl,
             retention,
             idempotency_header,
+            idempotency_header_format,
             key,
             scope,
             on_mismatch,

@@ -220,6 +220,37 @@ pub enum OnUnknown {
     Release,
 }
 
+/// How the idempotency key is written in the injected header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderFormat {
+    /// The bare key: what legacy consumers read (the default).
+    Raw,
+    /// A structured-field string (RFC 8941, `"…"`, `\` and `"` escaped),
+    /// as draft-ietf-httpapi-idempotency-key-header asks.
+    SfString,
+}
+
+impl HeaderFormat {
+    /// `key` as this format writes it.
+    pub fn write(self, key: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            HeaderFormat::Raw => std::borrow::Cow::Borrowed(key),
+            HeaderFormat::SfString => {
+                let mut quoted = String::with_capacity(key.len() + 2);
+                quoted.push('"');
+                for c in key.chars() {
+                    if c == '"' || c == '\\' {
+                        quoted.push('\\');
+                    }
+                    quoted.push(c);
+                }
+                quoted.push('"');
+                std::borrow::Cow::Owned(quoted)
+            }
+        }
+    }
+}
+
 /// How a route delivers (README, "Asynchronous delivery").
 // One per route, built at load and never moved on a request's path: the
 // async variant's size costs nothing a box would save.
@@ -351,6 +382,8 @@ pub struct RouteConfig {
     pub retention: Duration,
     /// `None` when the operator disabled injection with `""`.
     pub idempotency_header: Option<HeaderName>,
+    /// How the key is written in `idempotency_header`.
+    pub idempotency_header_format: HeaderFormat,
     pub key: Vec<KeySource>,
     pub scope: String,
     pub on_mismatch: OnMismatch,

@@ -510,3 +510,40 @@ async fn send_streamed(request: Request<Chunked>) -> StatusCode {
         Err(error) => panic!("streamed request failed: {error}"),
     }
 }
+
+/// `idempotency_header_format = "sf-string"`: the upstream gets the key as
+/// draft-ietf-httpapi-idempotency-key-header writes it — a quoted
+/// structured-field string — on a sender's delivery and on a worker's
+/// attempt alike; the default stays the bare key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_key_can_be_sent_as_the_draft_writes_it() {
+    let upstream = Upstream::start().await;
+    let quoted = "idempotency_header_format = \"sf-string\"";
+    for (route, id, want) in [
+        ("", "evt_raw", "evt_raw"),
+        (quoted, "evt_sf", "\"evt_sf\""),
+        (
+            &*format!("{quoted}\ndelivery = \"async\""),
+            "evt_sf_async",
+            "\"evt_sf_async\"",
+        ),
+    ] {
+        let text = config_text(&upstream.url("/hook"), &Backend::Memory, route, "");
+        let gateway = TestGateway::start(&text).await;
+        let answer = Sender::new()
+            .deliver(&gateway.url("/hook"), &event(id))
+            .await;
+        assert!(answer.status.is_success(), "{answer:?}");
+        assert!(
+            upstream
+                .all_reached(&[want.to_owned()], Duration::from_secs(10))
+                .await,
+            "{id}"
+        );
+        let seen = (upstream.seen().into_iter())
+            .find(|seen| seen.headers["idempotency-key"] == want)
+            .unwrap();
+        assert!(String::from_utf8_lossy(&seen.body).contains(id));
+        gateway.shutdown().await;
+    }
+}

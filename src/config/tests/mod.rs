@@ -291,6 +291,32 @@ fn store_backup_is_the_embedded_stores() {
     );
 }
 
+/// The key as the IETF draft writes it: a quoted structured-field
+/// string; the bare key by default.
+#[test]
+fn idempotency_header_format_quotes_the_key_as_the_draft_asks() {
+    let route = parse(MINIMAL).unwrap().live.routes[0].clone();
+    assert_eq!(route.idempotency_header_format.write("evt_1"), "evt_1");
+    let text = MINIMAL.replace(
+        "key = [",
+        "idempotency_header_format = \"sf-string\"\nkey = [",
+    );
+    let route = parse(&text).unwrap().live.routes[0].clone();
+    assert_eq!(route.idempotency_header_format.write("evt_1"), "\"evt_1\"");
+    assert_eq!(
+        route.idempotency_header_format.write(r#"a"b\c"#),
+        r#""a\"b\\c""#
+    );
+    let bad = MINIMAL.replace("key = [", "idempotency_header_format = \"quoted\"\nkey = [");
+    let refused = problems(&bad);
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("idempotency_header_format")),
+        "{refused:?}"
+    );
+}
+
 #[test]
 fn empty_idempotency_header_disables_injection() {
     let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");
