@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::delivery::places::{Gate, Place};
-use crate::delivery::{Engine, Parts, Settled};
+use crate::delivery::{Engine, Parts};
 use crate::order::Rules as OrderRules;
 use crate::route::Route;
 use crate::store::{Due, Store, StoreError};
@@ -257,15 +257,10 @@ impl Orders {
 /// One leased event's work — its attempt, its hand-out to destinations,
 /// or its parking once spent — then a look for more.
 async fn deliver(workers: Arc<Workers>, route: Arc<Route>, due: Due, leave: (Place, Admission)) {
-    let name = Arc::clone(&route);
-    let key = due.id.clone();
-    let settled = workers.engine.deliver_due(route, due, leave).await;
+    workers.engine.deliver_due(route, due, leave).await;
     // A permit comes free with this task's end: look for more at once
     // rather than at the next poll.
     workers.parts.places.wake();
-    if let Some(Settled::Retrying(after)) = settled {
-        tracing::info!(route = %name.name, key, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
-    }
 }
 
 #[cfg(test)]

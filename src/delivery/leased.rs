@@ -19,17 +19,16 @@ use crate::traffic::Admission;
 
 impl Engine {
     /// Give the event a worker leased, `due` on `route`, its work, with
-    /// the `place` and the `admission` the worker's pass took for it; how
-    /// it settled (`None`: handed out, or left to its lease).
+    /// the `place` and the `admission` the worker's pass took for it.
     pub async fn deliver_due(
         &self,
         route: Arc<Route>,
         due: Due,
         (place, admission): (Place, Admission),
-    ) -> Option<Settled> {
+    ) {
         let Some(request) = due.record.request else {
             tracing::error!(route = %route.name, key = %due.id, "an accepted event without its request; leaving it to its lease");
-            return None;
+            return;
         };
         let first_seen_ms = due.record.first_seen_ms;
         let key = self.parts.store.key(&route.scope, &due.id);
@@ -37,14 +36,14 @@ impl Engine {
             // Not a call: the event is handed to each destination it passed.
             let event = (due.id, request, due.record.body_sha256);
             self.hand_out(route, (key, due.lease), event).await;
-            return None;
+            return;
         }
         let now_ms = self.parts.clock.now_ms();
         let rules = Rules::of(&route);
         if let Some(why) = policy::spent(&rules, due.lease.attempt, first_seen_ms, now_ms) {
             let claim = self.claim_for(&route, key, due.lease);
             self.park(&route, claim, &request, why).await;
-            return Some(Settled::Dead);
+            return;
         }
         let attempt = Attempt {
             admission,
@@ -59,7 +58,9 @@ impl Engine {
         let attempted = self
             .attempt_stored(attempt, &due.id, request, Traced::Own)
             .await;
-        Some(attempted.settled)
+        if let Settled::Retrying(after) = attempted.settled {
+            tracing::info!(route = %route.name, key = %due.id, retry_in_ms = after.as_millis() as u64, "delivery failed; retrying later");
+        }
     }
 
     /// Park the event `claim` holds as a dead letter without calling: a
