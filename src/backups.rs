@@ -29,20 +29,27 @@ use crate::store::BackupSettings;
 const PREFIX: &str = "hookgate-";
 const SUFFIX: &str = ".db";
 
-/// Back the embedded file at `store` up on `settings`' schedule until the
-/// gateway stops.
-pub async fn run(store: PathBuf, settings: BackupSettings, metrics: Metrics, shutdown: Shutdown) {
+/// At start-up, before the gateway serves (so no scrape sees a restart
+/// as a missed backup): the schedule's gauges, and when the newest backup
+/// already in `settings.dir` was written.
+pub fn known(settings: &BackupSettings, metrics: &Metrics) -> Option<SystemTime> {
     metrics.backup_every.set(settings.every.as_secs_f64());
-    let newest = tokio::task::spawn_blocking({
-        let dir = settings.dir.clone();
-        move || newest(&dir)
-    })
-    .await
-    .ok()
-    .flatten();
+    let newest = newest(&settings.dir);
     if let Some(at) = newest {
         metrics.backup_last_success.set(unix_seconds(at));
     }
+    newest
+}
+
+/// Back the embedded file at `store` up on `settings`' schedule until the
+/// gateway stops; the first is due one period after `newest` ([`known`]).
+pub async fn run(
+    store: PathBuf,
+    settings: BackupSettings,
+    newest: Option<SystemTime>,
+    metrics: Metrics,
+    shutdown: Shutdown,
+) {
     let first = newest
         .and_then(|at| (at + settings.every).duration_since(wall()).ok())
         .unwrap_or_default();

@@ -188,8 +188,13 @@ pub struct App {
     server: ServerSettings,
     tls: Option<server::Tls>,
     reloader: Arc<Reloader>,
-    /// `[store.backup]`: the embedded file, and its schedule.
-    backup: Option<(std::path::PathBuf, store::BackupSettings)>,
+    /// `[store.backup]`: the embedded file, its schedule, and when the
+    /// newest backup already there was written (read before serving).
+    backup: Option<(
+        std::path::PathBuf,
+        store::BackupSettings,
+        Option<std::time::SystemTime>,
+    )>,
 }
 
 impl App {
@@ -251,7 +256,8 @@ impl App {
         ));
         let backup = match (&fixed.store.backend, &fixed.store.backup) {
             (store::BackendSettings::Embedded { path, .. }, Some(settings)) => {
-                Some((path.clone(), settings.clone()))
+                let newest = backups::known(settings, &parts.metrics);
+                Some((path.clone(), settings.clone(), newest))
             }
             _ => None,
         };
@@ -307,9 +313,9 @@ impl App {
                 }
             }
         });
-        let backups = self.backup.map(|(path, settings)| {
+        let backups = self.backup.map(|(path, settings, newest)| {
             let metrics = self.parts.metrics.clone();
-            tokio::spawn(backups::run(path, settings, metrics, stage.clone()))
+            tokio::spawn(backups::run(path, settings, newest, metrics, stage.clone()))
         });
         let watcher = self.server.watch.then(|| {
             let (reloader, watched) = (Arc::clone(&self.reloader), stage.clone().stopped());
