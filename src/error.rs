@@ -283,6 +283,10 @@ pub enum AdminError {
     MethodNotAllowed,
     #[error("the config was not reloaded; the running one keeps serving:\n{0}")]
     ConfigInvalid(String),
+    #[error("the route does not reconcile with its sender (no [routes.reconcile])")]
+    NotReconciled,
+    #[error("a reconciliation pass of this route is running (on this or another gateway); try again when it ends")]
+    ReconcileRunning,
     /// What the operator's door refused (`ops`).
     #[error(transparent)]
     Ops(#[from] OpsError),
@@ -293,6 +297,7 @@ impl AdminError {
         match self {
             AdminError::NotFound
             | AdminError::Off
+            | AdminError::NotReconciled
             | AdminError::UnknownRoute
             | AdminError::UnknownDestination
             | AdminError::BulkNotFound => StatusCode::NOT_FOUND,
@@ -301,6 +306,7 @@ impl AdminError {
             AdminError::KeyEncoding | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AdminError::ReconcileRunning => StatusCode::CONFLICT,
             AdminError::Ops(error) => error.status(),
         }
     }
@@ -319,6 +325,8 @@ impl AdminError {
             AdminError::BadQuery(_) => "bad_request",
             AdminError::MethodNotAllowed => "method_not_allowed",
             AdminError::ConfigInvalid(_) => "config_invalid",
+            AdminError::NotReconciled => "not_reconciled",
+            AdminError::ReconcileRunning => "reconcile_running",
             AdminError::Ops(error) => error.code(),
         }
     }
@@ -515,6 +523,8 @@ mod tests {
                 "upstream_circuit_open",
             ),
             (AdminError::ConfigInvalid("x".into()), 422, "config_invalid"),
+            (AdminError::NotReconciled, 404, "not_reconciled"),
+            (AdminError::ReconcileRunning, 409, "reconcile_running"),
             (
                 AdminError::Ops(OpsError::StoreUnavailable("timed out".into())),
                 503,

@@ -1,6 +1,7 @@
 //! Header names hookgate reads or writes, in one place, the hop-by-hop
 //! rules of RFC 9110 §7.6.1 shared by the request and response paths, and
-//! the one way headers are stored (recorded responses, kept requests).
+//! the one way headers are stored (recorded responses, kept requests), and
+//! the encodings of what goes into them (hex, a URL's percent-encoding).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -113,6 +114,20 @@ pub fn decode_lines(lines: &[u8]) -> Result<HeaderMap, String> {
         map.append(name, value);
     }
     Ok(map)
+}
+
+/// Percent-encode everything but RFC 3986's unreserved characters: a
+/// path segment or query value of any text.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

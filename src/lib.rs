@@ -117,6 +117,7 @@ pub mod key;
 pub mod metrics;
 pub mod ops;
 pub mod order;
+pub mod reconcile;
 pub mod reencrypt;
 pub mod reload;
 pub mod replay;
@@ -146,6 +147,7 @@ use crate::delivery::{Engine, Parts};
 use crate::ingress::Gateway;
 use crate::metrics::Metrics;
 use crate::ops::Operator;
+use crate::reconcile::Reconciler;
 use crate::reload::Reloader;
 use crate::shutdown::Signal;
 use crate::store::Store;
@@ -184,6 +186,10 @@ pub struct App {
     pub parts: Parts,
     /// The operator's door, for the admin API and the upkeep.
     ops: Operator,
+    /// The sender's entrance.
+    gateway: Arc<Gateway>,
+    /// Reconciliation with the senders' APIs, on its schedule.
+    reconciler: Arc<Reconciler>,
     admin: Arc<Admin>,
     server: ServerSettings,
     tls: Option<server::Tls>,
@@ -241,6 +247,8 @@ impl App {
             tls.as_ref().map(|tls| Arc::clone(&tls.config)),
             config,
         ));
+        let gateway = Arc::new(Gateway::new(Arc::clone(&engine), parts.clone()));
+        let reconciler = Arc::new(Reconciler::new(Arc::clone(&gateway), parts.clone()));
         let tokens = (fixed.admin.as_ref())
             .map(|admin| access::Tokens {
                 operator: admin.token.clone(),
@@ -251,6 +259,7 @@ impl App {
             ops.clone(),
             parts.clone(),
             Arc::clone(&reloader),
+            Arc::clone(&reconciler),
             tokens,
             risks,
         ));
@@ -266,6 +275,8 @@ impl App {
             engine,
             parts,
             ops,
+            gateway,
+            reconciler,
             admin,
             server: fixed.server.clone(),
             tls,
@@ -297,6 +308,7 @@ impl App {
             self.parts.clone(),
             stage.clone().draining(),
         ));
+        let reconciling = tokio::spawn(Arc::clone(&self.reconciler).run(stage.clone()));
         let ops = self.ops.clone();
         let upkept = stage.clone().stopped();
         let upkeep = tokio::spawn(async move {
@@ -331,9 +343,9 @@ impl App {
             // Stop leasing new events; running deliveries drain as claims.
             signal.drain();
         };
-        let gateway = Arc::new(Gateway::new(Arc::clone(&self.engine), self.parts.clone()));
-        server::serve(listener, gateway, &self.server, self.tls, shutdown).await;
+        server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
         let _ = workers.await;
+        let _ = reconciling.await;
         signal.stop();
         let _ = upkeep.await;
         self.parts.telemetry.shutdown().await;

@@ -40,6 +40,10 @@ enum Command {
     /// recording consumer and a sender, in this process; then keep serving
     /// so the printed curl lines can be tried.
     Demo(hookgate::demo::DemoArgs),
+    /// Reconciliation with the senders' APIs: `status [ROUTE]`, or `ROUTE
+    /// [--since 2d] [--dry-run]` for one pass now, through a running
+    /// gateway's admin API ($HOOKGATE_ADMIN_TOKEN).
+    Reconcile(hookgate::client::ReconcileArgs),
     /// Reload the running gateway's config through its admin API; exits 1
     /// (printing every problem) when the gateway rejected it.
     Reload(hookgate::client::ReloadArgs),
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
         Command::Events(args) => hookgate::client::events(args),
         Command::Routes(args) => hookgate::client::routes(args),
         Command::Reload(args) => hookgate::client::reload(args),
+        Command::Reconcile(args) => hookgate::client::reconcile(args),
         Command::Check(args) if args.senders => {
             print!("{}", hookgate::verify::catalogue());
             ExitCode::SUCCESS

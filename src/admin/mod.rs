@@ -36,6 +36,8 @@
 //!     replays and redrives of a paused route are refused (409
 //!     `route_paused`): a paused upstream is not called.
 //!
+//!   - `GET`/`POST /admin/routes/{route}/reconcile`: reconciliation with
+//!     the sender's API, its state or one pass now ([`reconcile`]);
 //!   - `GET /admin/audit`: the operator actions asked of this instance
 //!     ([`audit`]); `GET /admin/history`: each route's outcomes over the
 //!     last 24 hours ([`history`]);
@@ -63,6 +65,7 @@ mod bulk;
 mod destinations;
 mod history;
 mod query;
+mod reconcile;
 mod routes;
 mod views;
 
@@ -79,6 +82,7 @@ use crate::delivery::Parts;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, Operator};
+use crate::reconcile::Reconciler;
 use crate::reload::Reloader;
 use crate::route::Route;
 use crate::server::{accept_loop, Limits};
@@ -99,6 +103,8 @@ pub struct Admin {
     /// The operator's door: every verb an admin request asks for.
     ops: Operator,
     reloader: Arc<Reloader>,
+    /// `/admin/routes/{route}/reconcile`.
+    reconciler: Arc<Reconciler>,
     tokens: Tokens,
     /// Store settings that would lose claims, found at start-up.
     risks: Vec<String>,
@@ -117,6 +123,7 @@ impl Admin {
         ops: Operator,
         parts: Parts,
         reloader: Arc<Reloader>,
+        reconciler: Arc<Reconciler>,
         tokens: Tokens,
         risks: Vec<String>,
     ) -> Self {
@@ -124,6 +131,7 @@ impl Admin {
             ops,
             parts,
             reloader,
+            reconciler,
             tokens,
             risks,
             console: Console::default(),
@@ -318,6 +326,9 @@ impl Admin {
             }
             (["admin", "routes", route, "blocked"], &Method::GET) => {
                 return self.blocked(request, route).await
+            }
+            (["admin", "routes", route, "reconcile"], _) => {
+                return self.reconcile(request, route, peer, (via, role)).await
             }
             (["admin", "audit" | "history"] | ["admin", "routes", _, "blocked"], _) => {
                 return Err(AdminError::MethodNotAllowed)

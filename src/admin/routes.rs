@@ -26,7 +26,21 @@ impl Admin {
     /// `GET /admin/routes`: every route with its traffic controls.
     pub(super) async fn routes(&self) -> Vec<serde_json::Value> {
         let views = self.ops.route_views().await;
-        views.iter().map(|view| self.route_json(view)).collect()
+        let mut shown = Vec::with_capacity(views.len());
+        for view in &views {
+            let mut json = self.route_json(view);
+            // Its reconciliation with the sender, as the fleet last
+            // recorded it (README, "Reconciliation").
+            json["reconcile"] = match &view.route.reconcile {
+                Some(_) if view.route.destination_of.is_none() => {
+                    (self.reconciler.status(&view.route.name).await)
+                        .unwrap_or_else(|error| json!({ "error": error.to_string() }))
+                }
+                _ => serde_json::Value::Null,
+            };
+            shown.push(json);
+        }
+        shown
     }
 
     fn route_json(&self, view: &RouteView) -> serde_json::Value {

@@ -29,6 +29,7 @@ macro_rules! say_err {
 mod bulk;
 mod list;
 mod query;
+mod reconcile;
 mod render;
 
 use std::process::ExitCode;
@@ -44,6 +45,7 @@ use serde_json::Value;
 use self::bulk::{BulkArgs, BulkCommand};
 use self::list::Listing;
 use self::query::{with_query, DestinationArg};
+pub use self::reconcile::{reconcile, ReconcileArgs};
 use self::render::{paused_text, pretty, print_blocked, print_record, print_routes, print_sent};
 
 /// How long one admin call may take.
@@ -221,7 +223,7 @@ impl EventsCommand {
 }
 
 /// Exit code for a bad command line (README, "Configuration").
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code for an action that ran, but left an event it touched
 /// undelivered (failed, or dead again).
 const EXIT_UNDELIVERED: u8 = 3;
@@ -567,18 +569,7 @@ fn key_path(route: &str, key: &str) -> String {
     format!("/admin/routes/{}/keys/{}", encode(route), encode(key))
 }
 
-/// Percent-encode everything but RFC 3986's unreserved characters.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
+pub(crate) use crate::headers::percent_encode as encode;
 
 #[cfg(test)]
 mod tests {

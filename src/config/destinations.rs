@@ -188,6 +188,8 @@ impl Validator<'_> {
                 route: parent.name.clone(),
                 destination: name,
             }),
+            // The route reconciles; its destinations take what it delivers.
+            reconcile: None,
         }
     }
 

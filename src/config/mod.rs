@@ -18,6 +18,7 @@ mod delivery;
 mod destinations;
 mod locate;
 mod raw;
+mod reconcile;
 mod routes;
 mod schemes;
 mod server;
@@ -35,6 +36,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::destinations::delivery_name;
+pub use self::reconcile::ReconcileSettings;
 pub use self::settings::{
     deliveries, AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live,
     OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,

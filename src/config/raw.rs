@@ -159,6 +159,21 @@ pub struct RawRoute {
     pub filter: Option<toml::Table>,
     /// Several consumers of one async route, each delivered on its own.
     pub destinations: Option<Vec<RawDestination>>,
+    /// Reconciliation with the sender's API (`crate::reconcile`).
+    pub reconcile: Option<RawReconcile>,
+}
+
+/// `[routes.reconcile]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReconcile {
+    pub sender: String,
+    pub credentials_file: String,
+    pub every: Option<String>,
+    pub lookback: Option<String>,
+    pub api_base: Option<String>,
+    pub hook: Option<String>,
+    pub types: Option<Vec<String>>,
 }
 
 /// One `[[routes.destinations]]`: its upstream and filter, and the delivery

@@ -10,6 +10,7 @@ use http::{HeaderName, Method, Uri};
 
 use super::locate::KeyPath;
 use super::raw::RawRoute;
+use super::reconcile::ForRoute;
 use super::settings::{
     DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, RouteConfig, UpstreamCa, DEFAULT_QUEUE,
 };
@@ -102,14 +103,14 @@ impl Validator<'_> {
             .public_url
             .as_ref()
             .and_then(|text| self.public_url(&at.key("public_url"), text));
-        let (scheme, verifier) = match raw.verify.take() {
+        let (scheme, verifier, first_secret) = match raw.verify.take() {
             Some(verify) => self.verify(&at.key("verify"), verify, public_url.clone()),
             None => {
                 self.fail(
                     at,
                     "route has no [routes.verify]; write `scheme = \"none\"` to accept unsigned traffic on purpose",
                 );
-                (none(), None)
+                (none(), None, None)
             }
         };
         match (scheme.signs_url, &public_url) {
@@ -318,6 +319,15 @@ impl Validator<'_> {
             .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
         let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
         let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
+        let reconcile = raw.reconcile.as_ref().and_then(|reconcile| {
+            let route = ForRoute {
+                scheme,
+                retention,
+                default_key: raw.key.is_none(),
+                first_secret,
+            };
+            self.reconcile(&at.key("reconcile"), reconcile, route)
+        });
 
         let mut route = RouteConfig {
             name,
@@ -350,6 +360,7 @@ impl Validator<'_> {
             filter,
             destinations: Vec::new(),
             destination_of: None,
+            reconcile,
         };
         if let Some(destinations) = raw.destinations.take() {
             route.destinations = self.destinations(at, &route, destinations);

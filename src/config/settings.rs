@@ -11,6 +11,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode, Uri};
 use rustls::pki_types::CertificateDer;
 
+use super::reconcile::ReconcileSettings;
 use crate::cidr::Cidr;
 use crate::key::{KeySource, OnMissingKey};
 use crate::order::{OrderSettings, Place};
@@ -426,6 +427,9 @@ pub struct RouteConfig {
     pub destinations: Vec<Arc<RouteConfig>>,
     /// On a destination's delivery: the route and destination it is.
     pub destination_of: Option<DestinationOf>,
+    /// `[routes.reconcile]`: the sender's API asked, on a schedule, for
+    /// what the gateway never completed.
+    pub reconcile: Option<Arc<ReconcileSettings>>,
 }
 
 /// Each of `routes`, each followed by its destinations' deliveries.

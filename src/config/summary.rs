@@ -154,6 +154,21 @@ impl Config {
             if let Some(filter) = &route.filter {
                 out += &format!("  {:<16} forwards only {filter}\n", "");
             }
+            if let Some(reconcile) = &route.reconcile {
+                out += &format!(
+                    "  {:<16} reconciles with {} every {}, {} back ({}{}; credentials {})\n",
+                    "",
+                    reconcile.sender.name,
+                    humanize(reconcile.every),
+                    humanize(reconcile.lookback),
+                    reconcile.api_base,
+                    reconcile
+                        .hook
+                        .as_ref()
+                        .map_or(String::new(), |hook| format!("/{hook}")),
+                    reconcile.credentials_file.display(),
+                );
+            }
             for destination in &route.destinations {
                 let DeliveryMode::Async(queue) = &destination.delivery else {
                     continue;

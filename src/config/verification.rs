@@ -40,7 +40,7 @@ impl Validator<'_> {
         at: &KeyPath,
         raw: RawVerify,
         public_url: Option<String>,
-    ) -> (&'static Profile, Option<Verifier>) {
+    ) -> (&'static Profile, Option<Verifier>, Option<Secret>) {
         let scheme_text = self
             .string(&at.key("scheme"), &raw.scheme)
             .unwrap_or_default();
@@ -53,7 +53,7 @@ impl Validator<'_> {
                 &at.key("scheme"),
                 format!("{scheme_text:?} is not one of {}", names.join(", ")),
             );
-            return (none(), None);
+            return (none(), None, None);
         };
         let tolerance = match &raw.tolerance {
             Some(text) => {
@@ -143,6 +143,7 @@ impl Validator<'_> {
         }
         let (fetch, topics) = self.fetched(at, scheme, &raw);
         let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
+        let first_secret = secrets.first().cloned();
         let spec = VerifySpec {
             secrets,
             tolerance,
@@ -154,10 +155,10 @@ impl Validator<'_> {
             topics,
         };
         match scheme.verifier(spec, raw.tolerance.is_some()) {
-            Ok(verifier) => (scheme, Some(verifier)),
+            Ok(verifier) => (scheme, Some(verifier), first_secret),
             Err(message) => {
                 self.fail(&at.key("secrets"), message);
-                (scheme, None)
+                (scheme, None, first_secret)
             }
         }
     }

@@ -51,6 +51,9 @@ pub enum Kind {
     Redeliver,
     /// An operator's replay (new key).
     Replay,
+    /// An event fetched from the sender's API by reconciliation (README,
+    /// "Reconciliation"), delivered as the sender's own would be.
+    Reconcile,
 }
 
 impl Kind {
@@ -61,13 +64,17 @@ impl Kind {
             Kind::Worker => "worker",
             Kind::Redeliver => "redeliver",
             Kind::Replay => "replay",
+            Kind::Reconcile => "reconcile",
         }
     }
 
     /// The entrance as a record's history names it.
     fn recorded(self) -> AttemptKind {
         match self {
-            Kind::Sync => AttemptKind::Sender,
+            // The sender's event, as its API lists it: recorded as the
+            // sender's, which every release reads (a rolling upgrade
+            // mixes them).
+            Kind::Sync | Kind::Reconcile => AttemptKind::Sender,
             Kind::Hybrid => AttemptKind::Hybrid,
             Kind::Worker => AttemptKind::Worker,
             Kind::Redeliver | Kind::Replay => AttemptKind::Operator,
@@ -294,7 +301,7 @@ impl Engine {
             Kind::Redeliver | Kind::Replay => {
                 metrics.redeliveries.with_label_values(&labels).inc();
             }
-            Kind::Sync => {}
+            Kind::Sync | Kind::Reconcile => {}
         }
     }
 

@@ -20,6 +20,7 @@
 
 mod accept;
 mod answer;
+mod fetched;
 mod filtered;
 mod request;
 
@@ -94,7 +95,18 @@ struct Verified {
     admission: Option<Admission>,
     request_id: HeaderValue,
     connection: ConnectionInfo,
+    /// The sender's request, or an event reconciliation fetched.
+    entrance: Kind,
 }
+
+/// What a delivery's task gives back: its answer, its store and upstream
+/// times, and its span.
+type Delivered = (
+    Result<(Response<Full<Bytes>>, Outcome), GatewayError>,
+    Option<Duration>,
+    Option<Duration>,
+    DeliverySpan,
+);
 
 /// What the claim stage decided.
 enum Claimed {
@@ -268,10 +280,25 @@ impl Gateway {
             admission,
             request_id: request_id.clone(),
             connection,
+            entrance: Kind::Sync,
         };
+        let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
+        let (done, store, upstream, trace) = self.deliver_apart(runtime, event, trace).await?;
+        (log.store, log.upstream, log.trace) = (store, upstream, trace);
+        done
+    }
+
+    /// [`Gateway::deliver`] in a task of its own, so that whoever waits on
+    /// it (a sender, a reconciliation pass) cannot cancel it half way:
+    /// its answer, and what its log line and span report.
+    async fn deliver_apart(
+        self: &Arc<Self>,
+        runtime: &Arc<Runtime>,
+        event: Verified,
+        trace: DeliverySpan,
+    ) -> Result<Delivered, GatewayError> {
         let gateway = Arc::clone(self);
         let runtime = Arc::clone(runtime);
-        let trace = std::mem::replace(&mut log.trace, DeliverySpan::none());
         // Boxed: the stages' future is large, and tokio would copy it into
         // the task (measured: replays +6-15% req/s; BENCHMARKS.md).
         let task = tokio::spawn(Box::pin(async move {
@@ -286,12 +313,10 @@ impl Gateway {
             let done = gateway.deliver(&runtime, event, &mut log).await;
             (done, log.store, log.upstream, log.trace)
         }));
-        let (done, store, upstream, trace) = task.await.map_err(|error| {
+        task.await.map_err(|error| {
             tracing::error!(%error, "request task failed");
             GatewayError::Internal
-        })?;
-        (log.store, log.upstream, log.trace) = (store, upstream, trace);
-        done
+        })
     }
 
     /// Stages 4a to 7, in the delivery's own task: record a filtered event,
@@ -389,7 +414,7 @@ impl Gateway {
         let first_seen_ms = self.parts.clock.now_ms();
         let attempt = Attempt {
             admission,
-            ..Attempt::new(Arc::clone(route), claim, Kind::Sync, first_seen_ms)
+            ..Attempt::new(Arc::clone(route), claim, event.entrance, first_seen_ms)
         };
         let attempted = self
             .engine

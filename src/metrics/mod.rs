@@ -12,8 +12,10 @@ use prometheus::{
     exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
+mod reconcile;
 mod store;
 
+pub use self::reconcile::ReconcileMetrics;
 pub use self::store::StoreMetrics;
 
 /// The `route` label of requests that matched no route.
@@ -93,6 +95,7 @@ pub struct Metrics {
     pub upstream_duration: HistogramVec,
     pub upstream_responses: IntCounterVec,
     pub store: StoreMetrics,
+    pub reconcile: ReconcileMetrics,
     pub in_flight: IntGaugeVec,
     pub leases_lost: IntCounterVec,
     pub config_reloads: IntCounterVec,
@@ -404,6 +407,7 @@ impl Metrics {
         )
         .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
+        let (reconcile, reconcile_collectors) = ReconcileMetrics::build();
 
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(requests.clone()),
@@ -446,8 +450,10 @@ impl Metrics {
             Box::new(build_info),
             Box::new(tls_handshake_failures.clone()),
         ];
-        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> =
-            collectors.into_iter().chain(store_collectors).collect();
+        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> = (collectors.into_iter())
+            .chain(store_collectors)
+            .chain(reconcile_collectors)
+            .collect();
         // process_cpu_seconds_total, process_resident_memory_bytes,
         // process_open_fds, process_start_time_seconds, …
         #[cfg(target_os = "linux")]
@@ -469,6 +475,7 @@ impl Metrics {
             upstream_duration,
             upstream_responses,
             store,
+            reconcile,
             in_flight,
             leases_lost,
             config_reloads,

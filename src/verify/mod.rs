@@ -52,6 +52,7 @@ use self::described::DescribedVerifier;
 pub use self::described::{intern, parse_template, Described, RawScheme, RawVector};
 pub use self::fetched::{sns_hosts, FetchSpec, HostPattern};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
+pub use self::pairs::PairFormat;
 #[cfg(test)]
 pub(crate) use self::shared::at;
 pub use self::shared::Algorithm;
@@ -59,6 +60,7 @@ pub(crate) use self::shared::{
     check_timestamp, check_timestamp_ms, encoded_header, hmac_verdict, signature_matches,
     single_header, Timestamped,
 };
+pub use self::stripe::FORMAT as STRIPE_SIGNATURE;
 
 /// The senders of code: those whose scheme is more than data (key pairs,
 /// signatures in the body, public keys, handshakes with logic), and the

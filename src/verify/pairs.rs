@@ -33,6 +33,25 @@ pub struct PairFormat {
     pub joiner: &'static [u8],
 }
 
+impl PairFormat {
+    /// The header value a sender of this format would send for `body` at
+    /// `timestamp` (Unix seconds), signed with `secret`: how hookgate signs
+    /// an event it fetched from the sender's API itself (README,
+    /// "Reconciliation"), so an upstream that verifies the sender accepts it.
+    pub fn sign(&self, secret: &Secret, timestamp: u64, body: &[u8]) -> String {
+        let timestamp = timestamp.to_string();
+        let parts: [&[u8]; 3] = [timestamp.as_bytes(), self.joiner, body];
+        let tag = super::shared::Algorithm::Sha256.tag(secret.expose(), &parts);
+        format!(
+            "{}={timestamp}{}{}={}",
+            self.timestamp,
+            self.separator,
+            self.signature,
+            hex::encode(tag)
+        )
+    }
+}
+
 #[derive(Debug)]
 pub struct PairVerifier {
     pub format: &'static PairFormat,

@@ -69,6 +69,14 @@ mod tests {
     }
 
     #[test]
+    fn signs_what_it_verifies() {
+        let secret = Secret::new(SECRET);
+        assert_eq!(FORMAT.sign(&secret, T, PAYLOAD), format!("t={T},v1={V1}"));
+        let signed = header(&FORMAT.sign(&secret, T, PAYLOAD));
+        assert_eq!(verifier(&[SECRET]).verify(&signed, PAYLOAD, at(T)), Ok(()));
+    }
+
+    #[test]
     fn accepts_the_vector_and_any_of_several_v1() {
         let v = verifier(&["whsec_old", SECRET]);
         let ok = header(&format!("t={T},v1={V1}"));

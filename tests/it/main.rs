@@ -36,6 +36,7 @@ mod ordering_crashes;
 mod packed;
 mod postgres;
 mod queue_bounds;
+mod reconcile;
 mod reencrypt;
 mod reload;
 mod replay_cache;

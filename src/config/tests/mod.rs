@@ -15,6 +15,7 @@ use crate::key::KeySource;
 mod delivery;
 mod destinations;
 mod order;
+mod reconcile;
 mod verify;
 
 fn env(name: &str) -> Option<String> {

@@ -16,6 +16,7 @@ mod pki;
 mod postgres;
 mod redis;
 mod sender;
+mod sender_api;
 mod upstream;
 
 use std::future::Future;
@@ -33,6 +34,7 @@ pub use self::pki::*;
 pub use self::postgres::*;
 pub use self::redis::*;
 pub use self::sender::*;
+pub use self::sender_api::*;
 pub use self::upstream::*;
 
 pub use std::future::ready;

@@ -1,0 +1,426 @@
+//! One pass over a route's window (README, "Reconciliation"): page through
+//! what the sender's API lists, newest first, and for each event the
+//! gateway never completed — absent, failed, or held by a lease that
+//! lapsed — recover it as the sender's [`Recover`] says: deliver it here
+//! through the sender's stages, or ask the sender (once per delivery, the
+//! ask remembered in the store for the fleet) to send it again. An event
+//! completed, queued, in flight or parked as a dead letter is left alone;
+//! whatever races this pass (a sender's late retry, another gateway) meets
+//! the same claim, so the event still reaches the upstream once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::{HeaderMap, HeaderValue};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::api::{Api, ApiError};
+use super::senders::{type_matches, Paging, Recover, Time};
+use crate::config::ReconcileSettings;
+use crate::error::GatewayError;
+use crate::headers::{lower_hex, percent_encode as encode};
+use crate::ingress::{Gateway, Outcome};
+use crate::route::Route;
+use crate::store::{ClaimOutcome, ClaimRequest, Record, RecordState, Store};
+
+/// How long an ask's mark is held while the ask is on its way.
+const ASK_TTL: Duration = Duration::from_secs(60);
+/// Keys a dry run lists at most.
+const MAX_LISTED: usize = 1000;
+
+/// The span of the sender's times a pass covers (Unix seconds, both ends
+/// included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub since: u64,
+    pub until: u64,
+}
+
+/// What a pass found and did.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// Events listed in the window (of the route's `types`).
+    pub seen: u64,
+    /// Of those, not completed at the gateway.
+    pub missing: u64,
+    pub delivered: u64,
+    pub asked: u64,
+    /// Events whose recovery failed (each tried again next pass).
+    pub errors: u64,
+    pub last_error: Option<String>,
+    /// A dry run's missing keys (at most [`MAX_LISTED`]).
+    pub missing_keys: Vec<String>,
+    /// The pass's cost: API calls and store reads.
+    pub calls: u32,
+    pub reads: u32,
+}
+
+impl Tally {
+    fn failed(&mut self, key: &str, error: impl std::fmt::Display) {
+        self.errors += 1;
+        self.last_error = Some(format!("{key}: {error}"));
+    }
+}
+
+/// One pass's inputs.
+pub struct Pass<'a> {
+    pub gateway: &'a Arc<Gateway>,
+    pub store: &'a Store,
+    pub route: &'a Arc<Route>,
+    pub settings: &'a ReconcileSettings,
+    pub window: Window,
+    pub dry_run: bool,
+    /// Where the asks are remembered (`reconcile::scope`).
+    pub marks: &'a str,
+    pub now_ms: u64,
+}
+
+impl Pass<'_> {
+    /// Page through the window; an API that fails ends the pass (what was
+    /// recovered stays recovered), an event that fails is counted and the
+    /// pass goes on.
+    pub async fn run(&self, api: &mut Api<'_>, tally: &mut Tally) -> Result<(), ApiError> {
+        let list = &self.settings.sender.list;
+        let first = self.first_url();
+        let mut url = first.clone();
+        // Newest first: an event's first listing decides (GitHub lists
+        // each redelivery beside the delivery it repeats).
+        let mut decided = HashSet::new();
+        loop {
+            let answer = api.get(&url).await?;
+            let (items, page) = read_page(&answer.body, list.items)?;
+            let (mut last_id, mut older) = (None, false);
+            for raw in &items {
+                let item: Value = serde_json::from_str(raw.get())
+                    .map_err(|error| ApiError::Malformed(error.to_string()))?;
+                last_id = text_at(&item, list.id);
+                let at = time_of(&item, &list.at)?;
+                if at < self.window.since {
+                    older = true;
+                    continue;
+                }
+                if at > self.window.until || !self.takes(&item) {
+                    continue;
+                }
+                let Some(key) = text_at(&item, list.key) else {
+                    return Err(ApiError::Malformed(format!("an item without {}", list.key)));
+                };
+                if !decided.insert(key.clone()) {
+                    continue;
+                }
+                tally.seen += 1;
+                let settled = (list.status.and_then(|at| item.pointer(at)))
+                    .and_then(Value::as_u64)
+                    .is_some_and(|status| (200..300).contains(&status));
+                if !settled {
+                    self.recover(raw, &item, key, api, tally).await;
+                }
+            }
+            let next = match &list.paging {
+                Paging::After { has_more, param } => {
+                    let more = page.pointer(has_more).and_then(Value::as_bool) == Some(true);
+                    match (more, last_id) {
+                        (true, Some(id)) => Some(format!("{first}&{param}={}", encode(&id))),
+                        _ => None,
+                    }
+                }
+                Paging::Link => next_link(&answer.headers),
+            };
+            // Without a time filter, the first page older than the window
+            // is the last one read.
+            let past = older && list.since_param.is_none();
+            match next {
+                Some(next) if !past && !items.is_empty() => url = next,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn first_url(&self) -> String {
+        let settings = self.settings;
+        let list = &settings.sender.list;
+        let path = list
+            .path
+            .replace("{hook}", settings.hook.as_deref().unwrap_or_default());
+        let mut url = format!("{}{path}?{}", settings.api_base, list.query);
+        if let Some(param) = list.since_param {
+            url.push_str(&format!("&{}={}", encode(param), self.window.since));
+        }
+        if let Some(param) = list.until_param {
+            url.push_str(&format!("&{}={}", encode(param), self.window.until));
+        }
+        url
+    }
+
+    /// Whether the item is of a type the route's `types` takes.
+    fn takes(&self, item: &Value) -> bool {
+        let types = &self.settings.types;
+        let Some(at) = self.settings.sender.list.kind else {
+            return true;
+        };
+        let kind = item.pointer(at).and_then(Value::as_str).unwrap_or_default();
+        types.is_empty() || types.iter().any(|pattern| type_matches(pattern, kind))
+    }
+
+    async fn recover(
+        &self,
+        raw: &RawValue,
+        item: &Value,
+        key: String,
+        api: &mut Api<'_>,
+        tally: &mut Tally,
+    ) {
+        match self.settings.sender.recover {
+            Recover::Deliver { signature } => {
+                let body = Bytes::copy_from_slice(raw.get().as_bytes());
+                let Some(secret) = &self.settings.signing_secret else {
+                    return tally.failed(&key, "the route has no secret to sign with");
+                };
+                let mut headers = HeaderMap::new();
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                headers.insert(USER_AGENT, HeaderValue::from_static("hookgate-reconcile"));
+                let signed = signature.sign(secret, self.now_ms / 1000, &body);
+                match HeaderValue::from_str(&signed) {
+                    Ok(value) => headers.insert(signature.header.clone(), value),
+                    Err(_) => return tally.failed(&key, "the signature is no header value"),
+                };
+                // The key the route reads, as a sender's delivery of it
+                // would give it.
+                let sha = lower_hex(&Sha256::digest(&body));
+                let key =
+                    match crate::key::extract(&self.route.key, &headers, &body, &sha, |_| true) {
+                        Ok(key) => key,
+                        Err(error) => return tally.failed(&key, error),
+                    };
+                if self.needed(&key, tally).await && !self.dry_run {
+                    let delivered = self.gateway.deliver_fetched(self.route, headers, body);
+                    self.count(&key, delivered.await, tally);
+                }
+            }
+            Recover::AskAgain { path } => {
+                if self.needed(&key, tally).await && !self.dry_run {
+                    let Some(id) = text_at(item, self.settings.sender.list.id) else {
+                        return tally.failed(&key, "the delivery has no id");
+                    };
+                    self.ask(path, &id, &key, api, tally).await;
+                }
+            }
+        }
+    }
+
+    /// Whether the gateway never completed `key`: counted missing (and a
+    /// dry run lists it).
+    async fn needed(&self, key: &str, tally: &mut Tally) -> bool {
+        tally.reads += 1;
+        let stored = self.store.key(&self.route.scope, key);
+        let needed = match self.store.get(&stored).await {
+            Ok(record) => needs(record.as_ref(), self.now_ms),
+            Err(error) => {
+                tally.failed(key, error);
+                return false;
+            }
+        };
+        if needed {
+            tally.missing += 1;
+            if self.dry_run && tally.missing_keys.len() < MAX_LISTED {
+                tally.missing_keys.push(key.to_owned());
+            }
+        }
+        needed
+    }
+
+    fn count(&self, key: &str, delivered: Result<Outcome, GatewayError>, tally: &mut Tally) {
+        match delivered {
+            Ok(Outcome::Forwarded | Outcome::Accepted | Outcome::Filtered) => tally.delivered += 1,
+            // Someone else's delivery got there first: the claim held.
+            Ok(Outcome::Replayed | Outcome::DeadLetter) | Err(GatewayError::InFlight { .. }) => {}
+            Ok(Outcome::UpstreamError) => tally.failed(
+                key,
+                "the upstream did not take it; the next pass tries again",
+            ),
+            Ok(other) => tally.failed(key, other.as_str()),
+            Err(error) => tally.failed(key, error.code()),
+        }
+    }
+
+    /// Ask the sender to send delivery `id` again, once: the ask takes a
+    /// mark in the store first, kept for the sender's retention, so no
+    /// pass on any gateway asks for it twice.
+    async fn ask(&self, path: &str, id: &str, key: &str, api: &mut Api<'_>, tally: &mut Tally) {
+        let mark = self.store.key(self.marks, &format!("asked:{id}"));
+        let retention = self.settings.sender.retention;
+        let claim = ClaimRequest::delivery(&mark, "", ASK_TTL, retention);
+        let lease = match self.store.claim(claim).await {
+            Ok(ClaimOutcome::New(lease)) => lease,
+            // Asked already, or being asked.
+            Ok(_) => return,
+            Err(error) => return tally.failed(key, error),
+        };
+        let url = format!(
+            "{}{}",
+            self.settings.api_base,
+            path.replace("{hook}", self.settings.hook.as_deref().unwrap_or_default())
+                .replace("{id}", &encode(id))
+        );
+        match api.post(&url).await {
+            Ok(_) => {
+                tally.asked += 1;
+                let asked = super::note(Bytes::new());
+                if let Err(error) = self.store.complete(&mark, &lease, &asked, retention).await {
+                    // The ask went out; a second one is a duplicate the
+                    // claim answers.
+                    tracing::warn!(route = %self.route.name, key, %error, "could not remember a redelivery asked for");
+                }
+            }
+            Err(error) => {
+                let _ = self.store.release(&mark, &lease).await;
+                tally.failed(key, error);
+            }
+        }
+    }
+}
+
+/// Whether a record (or none) leaves the event to reconciliation: absent,
+/// failed, or held by a lease that lapsed. Completed, queued, in flight,
+/// dead and stale events are the gateway's own.
+pub fn needs(record: Option<&Record>, now_ms: u64) -> bool {
+    let Some(record) = record else { return true };
+    let held = record
+        .lease_expires_at_ms
+        .is_some_and(|until| until > now_ms);
+    match record.state {
+        RecordState::Failed | RecordState::Processing => !held && !record.accepted,
+        RecordState::Completed | RecordState::Queued | RecordState::Dead | RecordState::Stale => {
+            false
+        }
+    }
+}
+
+/// The page's items (their bytes as the API sent them) and the page.
+fn read_page(body: &[u8], items: &str) -> Result<(Vec<Box<RawValue>>, Value), ApiError> {
+    let malformed = |error: serde_json::Error| ApiError::Malformed(error.to_string());
+    let page: Value = serde_json::from_slice(body).map_err(malformed)?;
+    let array = match items.strip_prefix('/') {
+        None => serde_json::from_slice(body).map_err(malformed)?,
+        Some(field) => {
+            let mut fields: std::collections::HashMap<String, Box<RawValue>> =
+                serde_json::from_slice(body).map_err(malformed)?;
+            let raw = fields
+                .remove(field)
+                .ok_or_else(|| ApiError::Malformed(format!("a page without {items}")))?;
+            serde_json::from_str(raw.get()).map_err(malformed)?
+        }
+    };
+    Ok((array, page))
+}
+
+/// A string or number at `pointer`, as text.
+fn text_at(item: &Value, pointer: &str) -> Option<String> {
+    match item.pointer(pointer)? {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+fn time_of(item: &Value, at: &Time) -> Result<u64, ApiError> {
+    let missing =
+        |pointer: &str| ApiError::Malformed(format!("an item without a time at {pointer}"));
+    match at {
+        Time::UnixSeconds(pointer) => item
+            .pointer(pointer)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| missing(pointer)),
+        Time::Rfc3339(pointer) => item
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .and_then(|text| crate::clock::rfc3339_ms(text).ok())
+            .map(|ms| ms / 1000)
+            .ok_or_else(|| missing(pointer)),
+    }
+}
+
+/// The `rel="next"` target of an RFC 8288 `Link` header.
+fn next_link(headers: &HeaderMap) -> Option<String> {
+    let link = headers.get(http::header::LINK)?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let next = params
+            .split(';')
+            .any(|param| matches!(param.trim(), "rel=\"next\"" | "rel=next"));
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        next.then(|| target.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_link_is_read_from_any_position() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::LINK,
+            HeaderValue::from_static(
+                "<https://api.github.com/x?cursor=a&per_page=100>; rel=\"prev\", <https://api.github.com/x?cursor=b&per_page=100>; rel=\"next\"",
+            ),
+        );
+        assert_eq!(
+            next_link(&headers).as_deref(),
+            Some("https://api.github.com/x?cursor=b&per_page=100")
+        );
+        headers.insert(
+            http::header::LINK,
+            HeaderValue::from_static("<https://x/y>; rel=\"last\""),
+        );
+        assert_eq!(next_link(&headers), None);
+    }
+
+    #[test]
+    fn pages_keep_their_items_bytes() {
+        let body =
+            br#"{"object":"list","data":[{"id":"evt_1","created":5, "b":1}],"has_more":true}"#;
+        let (items, page) = read_page(body, "/data").unwrap();
+        assert_eq!(items[0].get(), r#"{"id":"evt_1","created":5, "b":1}"#);
+        assert_eq!(page.pointer("/has_more"), Some(&Value::Bool(true)));
+        let (items, _) = read_page(br#"[{"id":1},{"id":2}]"#, "").unwrap();
+        assert_eq!(items.len(), 2);
+        assert!(read_page(br#"{"data":1}"#, "/data").is_err());
+    }
+
+    #[test]
+    fn encoding_keeps_ids_and_escapes_brackets() {
+        assert_eq!(encode("created[gte]"), "created%5Bgte%5D");
+        assert_eq!(encode("evt_1Abc"), "evt_1Abc");
+    }
+
+    #[test]
+    fn only_what_the_gateway_never_completed_is_needed() {
+        let now = 10_000;
+        let mut record = Record::claimed("t", "sha", 1, now);
+        record.lease_expires_at_ms = Some(now + 1);
+        assert!(!needs(Some(&record), now), "in flight");
+        record.lease_expires_at_ms = Some(now - 1);
+        assert!(needs(Some(&record), now), "a lapsed lease");
+        record.state = RecordState::Failed;
+        record.lease_expires_at_ms = None;
+        assert!(needs(Some(&record), now));
+        record.accepted = true;
+        assert!(!needs(Some(&record), now), "the queue owes it");
+        for state in [
+            RecordState::Completed,
+            RecordState::Queued,
+            RecordState::Dead,
+        ] {
+            record.state = state;
+            assert!(!needs(Some(&record), now));
+        }
+        assert!(needs(None, now));
+    }
+}
