@@ -101,6 +101,18 @@ function lastHour(route) {
   return parts.length ? parts.flatMap((part, i) => (i ? [" · ", part] : [part])) : ["no traffic"];
 }
 
+// The route's reconciliation with its sender's API (docs/reconciliation.md):
+// when a pass last went well, what the last one found, and why it failed.
+function reconcileLine(state) {
+  if (!state) return null;
+  const found = state.last_run_at ? "; last pass: " + state.missing + " missing of " + state.seen +
+    ", " + state.delivered + " delivered, " + state.asked + " asked" : "";
+  const good = state.last_success_at ? "last good pass " + state.last_success_at : "no good pass yet";
+  return el("div", { "data-reconcile": state.route || "" },
+    "reconciles with " + state.sender + ": " + good + found,
+    state.last_error ? el("span", { class: "state state-failed", title: state.last_error }, " " + state.last_error) : null);
+}
+
 async function loadRoutes() {
   let data;
   try {
@@ -129,7 +141,7 @@ async function loadRoutes() {
         el("td", {}, route.delivery, route.paused ? el("span", { class: "state state-failed" }, " paused") : null,
           route.blocked ? el("button", { class: "state state-dead", "data-blocked": route.name, onclick: () => showBlocked(route.name),
             title: "entities whose later events wait behind a dead event: redeliver or forget it" }, route.blocked + " blocked") : null),
-        el("td", { class: "rates" }, lastHour(route.name)),
+        el("td", { class: "rates" }, lastHour(route.name), reconcileLine(route.reconcile)),
         el("td", {}, route.queued === null || route.queued === undefined ? "" : String(route.queued)),
         el("td", {}, String(route.dead_letters || 0)),
         el("td", {}, redrive)));

@@ -221,5 +221,16 @@ impl Operator {
                 }
             }
         }
+        // Reconciliation's own records (its lease, status and asks), kept
+        // at most a month.
+        for route in routes.iter().filter(|route| route.reconcile.is_some()) {
+            let scope = crate::reconcile::scope(route);
+            for state in RecordState::ALL {
+                let horizon = crate::reconcile::KEPT;
+                if let Err(error) = self.parts.store.trim(&scope, state, horizon).await {
+                    tracing::debug!(scope, %error, "could not trim a listing index");
+                }
+            }
+        }
     }
 }

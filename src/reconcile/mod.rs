@@ -52,8 +52,9 @@ const SETTLE: u64 = 60;
 /// How far before the last good pass's end the next one starts (seconds):
 /// an event the API lists a little late is still found.
 const OVERLAP: u64 = 15 * 60;
-/// How long a route's last pass is remembered.
-const STATUS_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// How long a route's last pass is remembered; the longest any of
+/// reconciliation's records lives.
+pub const KEPT: Duration = Duration::from_secs(30 * 86_400);
 /// How soon a gateway looks again after a pass elsewhere, or a store error.
 const RETRY: Duration = Duration::from_secs(10);
 
@@ -72,6 +73,12 @@ pub struct Ledger {
     pub asked: u64,
     pub errors: u64,
     pub last_error: Option<String>,
+    /// What the last pass cost: calls to the sender's API, and reads of
+    /// the store to tell what is missing.
+    #[serde(default)]
+    pub api_calls: u64,
+    #[serde(default)]
+    pub store_reads: u64,
 }
 
 /// Why a pass did not run.
@@ -264,6 +271,8 @@ impl Reconciler {
             "asked": ledger.asked,
             "errors": ledger.errors,
             "last_error": ledger.last_error,
+            "api_calls": ledger.api_calls,
+            "store_reads": ledger.store_reads,
         })
     }
 
@@ -332,6 +341,8 @@ impl Reconciler {
                     tally.asked,
                     tally.errors,
                 );
+                (ledger.api_calls, ledger.store_reads) =
+                    (u64::from(tally.calls), u64::from(tally.reads));
                 good
             }
             None => {
@@ -402,7 +413,7 @@ impl Reconciler {
             window,
             dry_run,
             marks: &marks,
-            now_ms: self.parts.clock.now_ms(),
+            clock: &self.parts.clock,
         };
         let mut api = Api {
             client: &self.client,
@@ -456,14 +467,14 @@ impl Reconciler {
         let key = self.status_key(route);
         let claim = ClaimRequest {
             mode: ClaimMode::Redeliver { force: true },
-            ..ClaimRequest::delivery(&key, "", LEASE_TTL, STATUS_RETENTION)
+            ..ClaimRequest::delivery(&key, "", LEASE_TTL, KEPT)
         };
         let ClaimOutcome::New(lease) = store.claim(claim).await? else {
             return Ok(());
         };
         let body = serde_json::to_vec(ledger).unwrap_or_default();
         store
-            .complete(&key, &lease, &note(Bytes::from(body)), STATUS_RETENTION)
+            .complete(&key, &lease, &note(Bytes::from(body)), KEPT)
             .await
             .map(|_| ())
     }

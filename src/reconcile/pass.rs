@@ -8,11 +8,12 @@
 //! whatever races this pass (a sender's late retry, another gateway) meets
 //! the same claim, so the event still reaches the upstream once.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, HeaderValue};
 use serde_json::value::RawValue;
@@ -26,12 +27,18 @@ use crate::error::GatewayError;
 use crate::headers::{lower_hex, percent_encode as encode};
 use crate::ingress::{Gateway, Outcome};
 use crate::route::Route;
-use crate::store::{ClaimOutcome, ClaimRequest, Record, RecordState, Store};
+use crate::store::{ClaimOutcome, ClaimRequest, Clock, Record, RecordState, Store, StoreError};
 
 /// How long an ask's mark is held while the ask is on its way.
 const ASK_TTL: Duration = Duration::from_secs(60);
 /// Keys a dry run lists at most.
 const MAX_LISTED: usize = 1000;
+/// What one chunk of missing events may hold before the newest wait for
+/// the next walk of the window.
+const MAX_HELD_BYTES: usize = 64 << 20;
+const MAX_HELD_EVENTS: usize = 10_000;
+/// Store reads of one page in flight at once.
+const READS_AT_ONCE: usize = 16;
 
 /// The span of the sender's times a pass covers (Unix seconds, both ends
 /// included).
@@ -77,24 +84,99 @@ pub struct Pass<'a> {
     pub dry_run: bool,
     /// Where the asks are remembered (`reconcile::scope`).
     pub marks: &'a str,
-    pub now_ms: u64,
+    pub clock: &'a Clock,
+}
+
+/// A missing event a walk found: what its recovery needs.
+struct Found {
+    /// The sender's time of it (Unix seconds).
+    at: u64,
+    key: String,
+    /// The item's own id (what a redelivery is asked for).
+    id: Option<String>,
+    /// Deliver: the event as the API lists it, and the headers it is sent
+    /// with (its signature is made when it is sent).
+    body: Bytes,
+    headers: HeaderMap,
+}
+
+/// What one walk of the window leaves to recover, oldest last.
+#[derive(Default)]
+struct Walked {
+    found: VecDeque<Found>,
+    bytes: usize,
+    /// The walk found more than one chunk holds: the newest were left for
+    /// the next walk.
+    deferred: bool,
+}
+
+impl Walked {
+    /// Keep `found` (older than every event held: the API lists newest
+    /// first), leaving the newest for the next walk past the bounds.
+    fn hold(&mut self, found: Found, max_bytes: usize, max_events: usize) {
+        self.bytes += found.body.len();
+        self.found.push_back(found);
+        while self.bytes > max_bytes || self.found.len() > max_events {
+            let Some(newest) = self.found.pop_front() else {
+                break;
+            };
+            self.bytes -= newest.body.len();
+            self.deferred = true;
+        }
+    }
 }
 
 impl Pass<'_> {
-    /// Page through the window; an API that fails ends the pass (what was
-    /// recovered stays recovered), an event that fails is counted and the
-    /// pass goes on.
+    /// Walk the window, then recover what is missing oldest first (an
+    /// ordered route's entities get their events in their order); a
+    /// window with more missing than [`MAX_HELD_BYTES`] or
+    /// [`MAX_HELD_EVENTS`] is walked again for the next (newer) chunk. An
+    /// API that fails ends the pass (what was recovered stays recovered),
+    /// an event that fails is counted, tried once a pass, and the pass goes
+    /// on.
     pub async fn run(&self, api: &mut Api<'_>, tally: &mut Tally) -> Result<(), ApiError> {
+        let mut tried = HashSet::new();
+        let mut first = true;
+        loop {
+            let walked = self.walk(api, tally, &tried, first).await?;
+            first = false;
+            if self.dry_run {
+                return Ok(());
+            }
+            // The API lists newest first, near enough: by the sender's time.
+            let mut found = Vec::from(walked.found);
+            found.sort_by_key(|found| found.at);
+            for found in found {
+                tried.insert(found.key.clone());
+                self.recover(found, api, tally).await;
+            }
+            if !walked.deferred {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Page through the window, newest first, keeping the oldest missing
+    /// events not `tried` yet; the first walk counts what it sees.
+    async fn walk(
+        &self,
+        api: &mut Api<'_>,
+        tally: &mut Tally,
+        tried: &HashSet<String>,
+        counting: bool,
+    ) -> Result<Walked, ApiError> {
         let list = &self.settings.sender.list;
         let first = self.first_url();
         let mut url = first.clone();
         // Newest first: an event's first listing decides (GitHub lists
         // each redelivery beside the delivery it repeats).
         let mut decided = HashSet::new();
+        let mut walked = Walked::default();
         loop {
             let answer = api.get(&url).await?;
             let (items, page) = read_page(&answer.body, list.items)?;
             let (mut last_id, mut older) = (None, false);
+            let mut candidates = Vec::new();
             for raw in &items {
                 let item: Value = serde_json::from_str(raw.get())
                     .map_err(|error| ApiError::Malformed(error.to_string()))?;
@@ -113,12 +195,33 @@ impl Pass<'_> {
                 if !decided.insert(key.clone()) {
                     continue;
                 }
-                tally.seen += 1;
+                tally.seen += u64::from(counting);
                 let settled = (list.status.and_then(|at| item.pointer(at)))
                     .and_then(Value::as_u64)
                     .is_some_and(|status| (200..300).contains(&status));
-                if !settled {
-                    self.recover(raw, &item, key, api, tally).await;
+                if settled {
+                    continue;
+                }
+                if let Some(found) = self.found(raw, &item, at, key, tally) {
+                    if !tried.contains(&found.key) {
+                        candidates.push(found);
+                    }
+                }
+            }
+            // The page's records, read a few at a time (a remote store's
+            // round trips are most of a pass), kept in the API's order.
+            let read = stream::iter(candidates)
+                .map(|found| async move {
+                    let key = self.store.key(&self.route.scope, &found.key);
+                    let record = self.store.get(&key).await;
+                    (found, record)
+                })
+                .buffered(READS_AT_ONCE)
+                .collect::<Vec<_>>()
+                .await;
+            for (found, record) in read {
+                if self.needed(&found.key, record, tally, counting) {
+                    walked.hold(found, MAX_HELD_BYTES, MAX_HELD_EVENTS);
                 }
             }
             let next = match &list.paging {
@@ -136,7 +239,7 @@ impl Pass<'_> {
             let past = older && list.since_param.is_none();
             match next {
                 Some(next) if !past && !items.is_empty() => url = next,
-                _ => return Ok(()),
+                _ => return Ok(walked),
             }
         }
     }
@@ -167,65 +270,94 @@ impl Pass<'_> {
         types.is_empty() || types.iter().any(|pattern| type_matches(pattern, kind))
     }
 
-    async fn recover(
+    /// What a listed item's recovery needs, and the key the gateway keeps
+    /// it under: for an event delivered here, the key the route reads from
+    /// it, as a sender's delivery of it would give it.
+    fn found(
         &self,
         raw: &RawValue,
         item: &Value,
+        at: u64,
         key: String,
-        api: &mut Api<'_>,
         tally: &mut Tally,
-    ) {
-        match self.settings.sender.recover {
-            Recover::Deliver { signature } => {
-                let body = Bytes::copy_from_slice(raw.get().as_bytes());
-                let Some(secret) = &self.settings.signing_secret else {
-                    return tally.failed(&key, "the route has no secret to sign with");
-                };
-                let mut headers = HeaderMap::new();
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                headers.insert(USER_AGENT, HeaderValue::from_static("hookgate-reconcile"));
-                let signed = signature.sign(secret, self.now_ms / 1000, &body);
-                match HeaderValue::from_str(&signed) {
-                    Ok(value) => headers.insert(signature.header.clone(), value),
-                    Err(_) => return tally.failed(&key, "the signature is no header value"),
-                };
-                // The key the route reads, as a sender's delivery of it
-                // would give it.
-                let sha = lower_hex(&Sha256::digest(&body));
-                let key =
-                    match crate::key::extract(&self.route.key, &headers, &body, &sha, |_| true) {
-                        Ok(key) => key,
-                        Err(error) => return tally.failed(&key, error),
-                    };
-                if self.needed(&key, tally).await && !self.dry_run {
-                    let delivered = self.gateway.deliver_fetched(self.route, headers, body);
-                    self.count(&key, delivered.await, tally);
-                }
-            }
-            Recover::AskAgain { path } => {
-                if self.needed(&key, tally).await && !self.dry_run {
-                    let Some(id) = text_at(item, self.settings.sender.list.id) else {
-                        return tally.failed(&key, "the delivery has no id");
-                    };
-                    self.ask(path, &id, &key, api, tally).await;
-                }
+    ) -> Option<Found> {
+        let id = text_at(item, self.settings.sender.list.id);
+        let Recover::Deliver { .. } = self.settings.sender.recover else {
+            let (body, headers) = (Bytes::new(), HeaderMap::new());
+            return Some(Found {
+                at,
+                key,
+                id,
+                body,
+                headers,
+            });
+        };
+        let body = Bytes::copy_from_slice(raw.get().as_bytes());
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(USER_AGENT, HeaderValue::from_static("hookgate-reconcile"));
+        let sha = lower_hex(&Sha256::digest(&body));
+        match crate::key::extract(&self.route.key, &headers, &body, &sha, |_| true) {
+            Ok(key) => Some(Found {
+                at,
+                key,
+                id,
+                body,
+                headers,
+            }),
+            Err(error) => {
+                tally.failed(&key, error);
+                None
             }
         }
     }
 
-    /// Whether the gateway never completed `key`: counted missing (and a
-    /// dry run lists it).
-    async fn needed(&self, key: &str, tally: &mut Tally) -> bool {
+    async fn recover(&self, found: Found, api: &mut Api<'_>, tally: &mut Tally) {
+        let Found {
+            key,
+            id,
+            body,
+            mut headers,
+            ..
+        } = found;
+        match self.settings.sender.recover {
+            Recover::Deliver { signature } => {
+                let Some(secret) = &self.settings.signing_secret else {
+                    return tally.failed(&key, "the route has no secret to sign with");
+                };
+                let signed = signature.sign(secret, self.clock.now_ms() / 1000, &body);
+                match HeaderValue::from_str(&signed) {
+                    Ok(value) => headers.insert(signature.header.clone(), value),
+                    Err(_) => return tally.failed(&key, "the signature is no header value"),
+                };
+                let delivered = self.gateway.deliver_fetched(self.route, headers, body);
+                self.count(&key, delivered.await, tally);
+            }
+            Recover::AskAgain { path } => match id {
+                Some(id) => self.ask(path, &id, &key, api, tally).await,
+                None => tally.failed(&key, "the delivery has no id"),
+            },
+        }
+    }
+
+    /// Whether the gateway never completed `key`, by its `record`: counted
+    /// missing (and a dry run lists it).
+    fn needed(
+        &self,
+        key: &str,
+        record: Result<Option<Record>, StoreError>,
+        tally: &mut Tally,
+        counting: bool,
+    ) -> bool {
         tally.reads += 1;
-        let stored = self.store.key(&self.route.scope, key);
-        let needed = match self.store.get(&stored).await {
-            Ok(record) => needs(record.as_ref(), self.now_ms),
+        let needed = match record {
+            Ok(record) => needs(record.as_ref(), self.clock.now_ms()),
             Err(error) => {
                 tally.failed(key, error);
                 return false;
             }
         };
-        if needed {
+        if needed && counting {
             tally.missing += 1;
             if self.dry_run && tally.missing_keys.len() < MAX_LISTED {
                 tally.missing_keys.push(key.to_owned());
@@ -398,6 +530,34 @@ mod tests {
     fn encoding_keeps_ids_and_escapes_brackets() {
         assert_eq!(encode("created[gte]"), "created%5Bgte%5D");
         assert_eq!(encode("evt_1Abc"), "evt_1Abc");
+    }
+
+    #[test]
+    fn a_chunk_keeps_the_oldest_and_leaves_the_newest_for_the_next_walk() {
+        let found = |at: u64, bytes: usize| Found {
+            at,
+            key: format!("evt_{at}"),
+            id: None,
+            body: Bytes::from(vec![b'x'; bytes]),
+            headers: HeaderMap::new(),
+        };
+        let mut walked = Walked::default();
+        // Newest first, as the API lists them.
+        for at in (1..=5).rev() {
+            walked.hold(found(at, 10), 1000, 3);
+        }
+        let kept: Vec<u64> = walked.found.iter().map(|f| f.at).collect();
+        assert_eq!(kept, [3, 2, 1]);
+        assert!(walked.deferred);
+        let mut by_bytes = Walked::default();
+        for at in (1..=4).rev() {
+            by_bytes.hold(found(at, 40), 100, 100);
+        }
+        assert_eq!(by_bytes.found.len(), 2);
+        assert_eq!(by_bytes.bytes, 80);
+        let mut all = Walked::default();
+        all.hold(found(1, 10), 100, 100);
+        assert!(!all.deferred);
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! shape {one upstream, two destinations with filters} × order {none,
 //! `order_by` + `stale_by`} × store {embedded, Redis, PostgreSQL} × fault
 //! {none, SIGKILL mid-call, a reload to another shape mid-flight, an
-//! operator's redelivery racing a sender's retry} — every combination the
-//! configuration accepts (destinations and ordering are async's).
+//! operator's redelivery racing a sender's retry, a reconciliation pass
+//! recovering the events the sender gave up on while it retries the
+//! others} — every combination the configuration accepts (destinations
+//! and ordering are async's).
 //!
 //! Each case sends 12 events of 3 entities, each 3 times at once, and
 //! checks what a consumer would notice: each upstream gets each event its
@@ -57,6 +59,7 @@ enum Fault {
     Kill,
     Reload,
     Race,
+    Reconcile,
 }
 
 /// A route's shape: what its config says.
@@ -86,7 +89,14 @@ fn cases() -> Vec<Case> {
                     continue;
                 }
                 for store in [StoreKind::Embedded, StoreKind::Redis, StoreKind::Postgres] {
-                    for fault in [Fault::Calm, Fault::Kill, Fault::Reload, Fault::Race] {
+                    let faults = [
+                        Fault::Calm,
+                        Fault::Kill,
+                        Fault::Reload,
+                        Fault::Race,
+                        Fault::Reconcile,
+                    ];
+                    for fault in faults {
                         all.push(Case { form, store, fault });
                     }
                 }
@@ -126,14 +136,27 @@ fn entity(i: usize) -> usize {
     i % 3
 }
 
+/// An hour ago: the events' `created` (Unix seconds) counts from it, in
+/// their order, inside a reconciliation's window.
+fn created(i: usize) -> u64 {
+    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| now_unix() - 3600);
+    *BASE + i as u64
+}
+
 fn body(i: usize) -> String {
     format!(
-        r#"{{"id":"{}","entity":"sub_{}","created":{},"type":"{}"}}"#,
+        r#"{{"id":"{}","object":"event","entity":"sub_{}","created":{},"type":"{}"}}"#,
         id(i),
         entity(i),
-        100 + i,
+        created(i),
         TYPES[i % 4]
     )
+}
+
+/// Under `Fault::Reconcile`, the events the sender gave up on: all of
+/// `sub_2`'s, so a pass must deliver an entity's events in their order.
+fn lost(i: usize) -> bool {
+    entity(i) == 2
 }
 
 /// Which of the two destinations' filters take event `i`.
@@ -159,7 +182,17 @@ impl Upstreams {
     }
 }
 
-fn config(form: Form, up: &Upstreams, store: &str, admin_port: u16, prefix: u32) -> String {
+/// Where a case's route reconciles: the Stripe stand-in and its key file.
+type Reconciling<'a> = Option<(&'a str, &'a std::path::Path)>;
+
+fn config(
+    form: Form,
+    up: &Upstreams,
+    store: &str,
+    admin_port: u16,
+    prefix: u32,
+    reconciling: Reconciling<'_>,
+) -> String {
     let mut route = String::new();
     if form.shape == Shape::One {
         route += &format!("upstream = \"{}\"\n", up.main.url("/main"));
@@ -207,23 +240,37 @@ key = ["json:/id"]
 upstream_timeout = "5s"
 processing_ttl = "2s"
 {route}
-[routes.verify]
-scheme = "hmac"
-secrets = ["${{TEST_SECRET}}"]
-header = "X-Signature"
-prefix = "sha256="
-
-{destinations}"#
+{verify}
+{destinations}"#,
+        verify = match reconciling {
+            None => "[routes.verify]\nscheme = \"hmac\"\nsecrets = [\"${TEST_SECRET}\"]\n\
+                     header = \"X-Signature\"\nprefix = \"sha256=\"\n"
+                .to_owned(),
+            Some((api, key)) => format!(
+                "[routes.verify]\nscheme = \"stripe\"\nsecrets = [\"{WEBHOOK_SECRET}\"]\n\
+                 [routes.reconcile]\nsender = \"stripe\"\ncredentials_file = \"{}\"\n\
+                 every = \"1h\"\nlookback = \"1d\"\napi_base = \"{api}\"\n",
+                key.display()
+            ),
+        },
     )
 }
 
 /// Deliver `body` as a sender does until an answer sticks: again on a
-/// 409, a 503 or a connection the gateway dropped (it was killed).
-async fn deliver(url: &str, body: &str) -> Answer {
+/// 409, a 503 or a connection the gateway dropped (it was killed); signed
+/// as Stripe signs with `stripe`.
+async fn deliver(url: &str, body: &str, stripe: bool) -> Answer {
     let sender = Sender::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let answer = sender.try_send(signed(url, body)).await;
+        let mut request = signed(url, body);
+        if stripe {
+            let signature = stripe_signature(body.as_bytes(), now_unix());
+            request
+                .headers_mut()
+                .insert("stripe-signature", signature.parse().unwrap());
+        }
+        let answer = sender.try_send(request).await;
         let settled = match &answer {
             Ok(answer) => !matches!(answer.status.as_u16(), 409 | 503),
             Err(_) => false,
@@ -326,7 +373,17 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
         StoreKind::Postgres => Backend::Postgres(database.as_ref().unwrap().url()).toml(),
     };
     let (admin_port, prefix) = (free_port(), rand::random::<u32>());
-    let text = config(case.form, &up, &store, admin_port, prefix);
+    // Stripe's API lists every event; the sender delivers all but the
+    // lost ones.
+    let stripe = case.fault == Fault::Reconcile;
+    let api = StripeApi::start(None).await;
+    let events = (0..EVENTS).map(|i| serde_json::from_str(&body(i)).unwrap());
+    api.events.lock().unwrap().extend(events);
+    let key = store_dir.path().join("stripe-key");
+    std::fs::write(&key, STRIPE_KEY).unwrap();
+    let base = api.base();
+    let reconciling = stripe.then_some((base.as_str(), key.as_path()));
+    let text = config(case.form, &up, &store, admin_port, prefix, reconciling);
     let mut running = Running::start(&text, admin_port).await;
 
     // Every event, its copies at once; events one after another (an
@@ -334,10 +391,10 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
     let url = running.url();
     let sending = tokio::spawn(async move {
         let mut answers = HashMap::new();
-        for i in 0..EVENTS {
+        for i in (0..EVENTS).filter(|i| !(stripe && lost(*i))) {
             let copies = (0..COPIES).map(|_| {
                 let (url, body) = (url.clone(), body(i));
-                tokio::spawn(async move { deliver(&url, &body).await })
+                tokio::spawn(async move { deliver(&url, &body, stripe).await })
             });
             let all = futures_util::future::join_all(copies).await;
             answers.insert(i, all.into_iter().map(Result::unwrap).collect::<Vec<_>>());
@@ -351,11 +408,12 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
     // retry racing ahead of its entity's earlier events would reorder
     // them), while deliveries are still in flight.
     let mut answers = match case.fault {
-        Fault::Reload | Fault::Race => sending.take().unwrap().await.unwrap(),
+        Fault::Reload | Fault::Race | Fault::Reconcile => sending.take().unwrap().await.unwrap(),
         Fault::Calm | Fault::Kill => HashMap::new(),
     };
     match case.fault {
-        Fault::Calm => {}
+        // Below, once the sender has given up.
+        Fault::Calm | Fault::Reconcile => {}
         Fault::Kill => {
             // Mid-call: once some upstream has a call in flight.
             let busy = eventually(Duration::from_secs(20), || async {
@@ -367,7 +425,7 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
         Fault::Reload => {
             form = reloaded(case.form);
             running
-                .reload(&config(form, &up, &store, admin_port, prefix))
+                .reload(&config(form, &up, &store, admin_port, prefix, None))
                 .await;
         }
         Fault::Race => {
@@ -386,7 +444,9 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
                     request(Method::POST, &redeliver, Some(ADMIN_TOKEN)).await
                 }));
                 let (url, body) = (running.url(), body(i));
-                racing.push(tokio::spawn(async move { deliver(&url, &body).await }));
+                racing.push(tokio::spawn(
+                    async move { deliver(&url, &body, false).await },
+                ));
             }
             for raced in futures_util::future::join_all(racing).await {
                 let answer = raced.unwrap();
@@ -398,6 +458,25 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
                     answer.json()
                 );
             }
+        }
+    }
+    if case.fault == Fault::Reconcile {
+        // A pass now (the scheduled one may be running: then it is the
+        // one), while the sender retries every event it delivered.
+        let pass = running.admin("/admin/routes/hook/reconcile?since=1d");
+        let mut racing = vec![tokio::spawn(async move {
+            request(Method::POST, &pass, Some(ADMIN_TOKEN)).await
+        })];
+        for i in (0..EVENTS).filter(|i| !lost(*i)) {
+            let (url, body) = (running.url(), body(i));
+            racing.push(tokio::spawn(
+                async move { deliver(&url, &body, true).await },
+            ));
+        }
+        for raced in futures_util::future::join_all(racing).await {
+            let answer = raced.unwrap();
+            let fine = answer.status.is_success() || answer.code() == "reconcile_running";
+            assert!(fine, "{case:?}: {} {}", answer.status, answer.json());
         }
     }
     if let Some(sending) = sending {

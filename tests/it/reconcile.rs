@@ -205,8 +205,13 @@ async fn events_stripe_gave_up_on_are_delivered_once_across_pages_and_a_429() {
         (Some(200), Some(0))
     );
     assert!(shown["last_error"].is_null(), "{shown}");
-    // Three pages of 100, and the one refused: nothing skipped.
+    // Three pages of 100, and the one refused: nothing skipped. One store
+    // read per event listed.
     assert_eq!(api.calls(), 4);
+    assert_eq!(
+        (shown["api_calls"].as_u64(), shown["store_reads"].as_u64()),
+        (Some(4), Some(250))
+    );
     let metrics = scrape(&format!("{admin}/metrics")).await;
     let route = [("route", "payments")];
     assert_eq!(
@@ -407,8 +412,9 @@ async fn two_gateways_reconcile_a_route_once_between_them() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_credentials_are_a_status_and_a_metric_and_senders_go_on() {
+/// A gateway whose Stripe route reconciles with a revoked key (5 events
+/// listed), once its first pass failed.
+async fn revoked() -> (Upstream, StripeApi, tempfile::TempDir, TestGateway) {
     let upstream = Upstream::start().await;
     let api = StripeApi::start(None).await;
     api.events.lock().unwrap().extend(events("creds", 5));
@@ -421,6 +427,12 @@ async fn bad_credentials_are_a_status_and_a_metric_and_senders_go_on() {
     );
     let gateway = TestGateway::start(&config).await;
     until_shown(&gateway.admin_url(""), "payments", "last_error").await;
+    (upstream, api, dir, gateway)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_are_a_status_and_a_metric_and_senders_go_on() {
+    let (upstream, _api, _dir, gateway) = revoked().await;
     let shown = status(&gateway.admin_url(""), "payments").await;
     assert_eq!(
         shown["last_error"],
@@ -655,4 +667,192 @@ async fn the_cli_shows_the_status_and_a_dry_run_lists_what_is_missing() {
         assert_eq!(cli(args).status.code(), Some(code), "{args:?}");
     }
     gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_failing_reconciliation_on_its_route() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (_upstream, _api, _dir, gateway) = revoked().await;
+    browser.goto(&gateway.admin_url("/ui")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login").await;
+    let line = browser
+        .wait_for(
+            "the route's reconciliation",
+            "return document.querySelector('#routes-body [data-reconcile=payments]')?.textContent",
+        )
+        .await;
+    let line = line.as_str().unwrap().to_owned();
+    assert!(
+        line.starts_with("reconciles with stripe: no good pass yet"),
+        "{line}"
+    );
+    assert!(
+        line.contains("the sender refused the credentials (401)"),
+        "{line}"
+    );
+    browser.screenshot("reconcile-failing").await;
+    gateway.shutdown().await;
+}
+
+/// `tests/sdk/SCRIPT ARGS` with the SDKs' Python (`.py`) or node (`.mjs`):
+/// its one JSON document.
+async fn oracle(python: std::path::PathBuf, script: &str, args: Vec<String>) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sdk")
+        .join(script);
+    let program = match script.ends_with(".py") {
+        true => python,
+        false => "node".into(),
+    };
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(program)
+            .arg(path)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{script}: {stderr}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{script}: {error} {stderr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripe_sdk_pages_through_the_stand_in_as_through_stripe() {
+    let Some(python) = crate::sdk::sdk_python() else {
+        return;
+    };
+    let api = StripeApi::start(None).await;
+    let all = events("sdk", 250);
+    api.events.lock().unwrap().extend(all.iter().cloned());
+    let since = (now_unix() - 86_400).to_string();
+    let args = vec![api.base(), STRIPE_KEY.to_owned(), since];
+    let listed = oracle(python, "stripe_events.py", args).await;
+    let listed = listed.as_array().unwrap();
+    // Newest first, every one once, each read as an Event of a charge.
+    let mut expected: Vec<&Value> = all.iter().collect();
+    expected.sort_by_key(|event| {
+        let created = event["created"].as_u64().unwrap();
+        std::cmp::Reverse((created, event["id"].as_str().unwrap().to_owned()))
+    });
+    let ids = |events: Vec<&Value>| -> Vec<String> {
+        (events.iter())
+            .map(|event| event["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(listed.iter().collect()), ids(expected));
+    for event in listed {
+        assert_eq!(event["event"], true, "{event}");
+        assert_eq!(event["object"], "charge", "{event}");
+        assert_eq!(event["type"], "charge.succeeded", "{event}");
+    }
+    // Three pages, as the SDK asked for them.
+    assert_eq!(api.calls(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn githubs_openapi_description_takes_the_stand_in_and_what_hookgate_reads() {
+    if crate::sdk::sdk_python().is_none() {
+        return;
+    }
+    let api = GithubApi::start("http://127.0.0.1:9/unused".to_owned()).await;
+    let now = now_unix();
+    {
+        let mut deliveries = api.deliveries.lock().unwrap();
+        for i in 0..150u64 {
+            let status = [200, 502, 504][i as usize % 3];
+            deliveries.push(github_delivery(
+                1000 - i,
+                &format!("g-{i}"),
+                now - 60 * i,
+                status,
+                i % 5 == 0,
+            ));
+        }
+    }
+    let args = vec![api.base(), GITHUB_TOKEN.to_owned(), GITHUB_HOOK.to_owned()];
+    let report = oracle(std::path::PathBuf::new(), "github_api.mjs", args).await;
+    assert_eq!(report["problems"], serde_json::json!([]), "{report}");
+    assert_eq!(
+        (report["items"].as_u64(), report["pages"].as_u64()),
+        (Some(150), Some(2))
+    );
+}
+
+/// The cost of a pass, measured by hand for BENCHMARKS.md (`cargo test
+/// --release --test it -- --ignored measure_a_pass --nocapture`): 10,000
+/// events in the window, 9,000 completed by the sender, 1,000 missing, on
+/// the embedded store. It checks the counts; the times it prints are never
+/// pass/fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn measure_a_pass_of_ten_thousand_events() {
+    let upstream = Upstream::start().await;
+    let api = StripeApi::start(None).await;
+    let now = now_unix();
+    let all: Vec<Value> = (0..10_000)
+        .map(|i| {
+            stripe_event(
+                &format!("evt_m_{i:05}"),
+                now - 7200 + i / 2,
+                "charge.succeeded",
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!(
+        "backend = \"embedded\"\npath = \"{}\"",
+        dir.path().join("m.db").display()
+    );
+    let key = key_file(dir.path(), STRIPE_KEY);
+    let config = stripe_config(&upstream.url("/"), &store, Some((&api.base(), &key)));
+    // `every` long, and the first scheduled pass over before the sender's
+    // deliveries: the measured pass is the operator's.
+    let gateway =
+        Arc::new(TestGateway::start(&config.replace("every = \"1h\"", "every = \"1d\"")).await);
+    until_shown(&gateway.admin_url(""), "payments", "last_run_at").await;
+    api.events.lock().unwrap().extend(all.iter().cloned());
+    let mut sending = tokio::task::JoinSet::new();
+    for chunk in all.chunks(250).map(|chunk| chunk.to_vec()) {
+        let url = gateway.url("/stripe");
+        sending.spawn(async move {
+            for event in chunk
+                .iter()
+                .filter(|e| !e["id"].as_str().unwrap().ends_with('0'))
+            {
+                assert_eq!(stripe_delivers(&url, event).await.status, StatusCode::OK);
+            }
+        });
+    }
+    while let Some(sent) = sending.join_next().await {
+        sent.unwrap();
+    }
+    let started = tokio::time::Instant::now();
+    let pass = run_now(&gateway.admin_url(""), "payments", "since=1d").await;
+    let elapsed = started.elapsed();
+    let tally = pass.json();
+    assert_eq!(
+        (tally["seen"].as_u64(), tally["missing"].as_u64()),
+        (Some(10_000), Some(1_000)),
+        "{tally}"
+    );
+    assert_eq!(tally["delivered"].as_u64(), Some(1_000));
+    eprintln!(
+        "a pass over 10,000 events, 1,000 missing: {elapsed:?}; {} API calls, {} store reads",
+        tally["api_calls"], tally["store_reads"]
+    );
+    let started = tokio::time::Instant::now();
+    let again = run_now(&gateway.admin_url(""), "payments", "since=1d").await;
+    eprintln!(
+        "again, nothing missing: {:?}; {} API calls, {} store reads",
+        started.elapsed(),
+        again.json()["api_calls"],
+        again.json()["store_reads"]
+    );
+    Arc::into_inner(gateway).unwrap().shutdown().await;
 }

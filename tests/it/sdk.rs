@@ -30,7 +30,7 @@ struct SdkRequest {
     body: String,
 }
 
-fn sdk_python() -> Option<PathBuf> {
+pub(crate) fn sdk_python() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var_os("HOOKGATE_SDK_PYTHON")
         .map_or_else(|| root.join("target/sdk-venv/bin/python"), PathBuf::from);

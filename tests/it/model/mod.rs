@@ -49,13 +49,16 @@
 //! route's events handed to a destination that keeps their order and
 //! its stale guard (dropping only what is older than the delivered head);
 //! [`reload_order`] an ordered backlog drained in order after its route
-//! stopped ordering, across a reload and a restart.
+//! stopped ordering, across a reload and a restart; [`reconcile`] an event
+//! the sender delivers and two gateways' reconciliation passes recover,
+//! in the sender's bytes and the API's.
 
 mod entrances;
 mod fanout;
 mod guard;
 mod order;
 mod ordered_fanout;
+mod reconcile;
 mod reload_order;
 
 use stateright::{Checker, Model, Property};
