@@ -81,6 +81,11 @@ pub fn reconcile(args: ReconcileArgs) -> ExitCode {
             path.push_str("dry_run=true");
         }
         let done = client.call(Method::POST, &path, PASS_TIMEOUT).await?;
+        if let (false, Some(error)) = (json, done["error"].as_str()) {
+            return Err(Failure::Refused(format!(
+                "the sender's API could not be read: {error}"
+            )));
+        }
         match (json, args.dry_run) {
             (true, _) => say!("{}", pretty(&done)),
             (false, true) => print_missing(&done),
@@ -129,10 +134,6 @@ fn print_status(status: &Value) {
 }
 
 fn print_missing(done: &Value) {
-    if let Some(error) = done["error"].as_str() {
-        say!("the sender's API could not be read: {error}");
-        return;
-    }
     let missing = done["missing"].as_array().map_or(&[][..], Vec::as_slice);
     say!(
         "{} missing of {} seen on {} ({} .. {}); nothing was delivered or asked",

@@ -856,3 +856,74 @@ async fn measure_a_pass_of_ten_thousand_events() {
     );
     Arc::into_inner(gateway).unwrap().shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_changes_and_removes_a_routes_reconciliation() {
+    let upstream = Upstream::start().await;
+    let api = StripeApi::start(None).await;
+    let now = now_unix();
+    let all: Vec<Value> = (0..10)
+        .map(|i| {
+            let kind = ["charge.succeeded", "customer.created"][i % 2];
+            stripe_event(&format!("evt_reload_{i}"), now - 600 + i as u64, kind)
+        })
+        .collect();
+    api.events.lock().unwrap().extend(all.iter().cloned());
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), STRIPE_KEY);
+    let plain = stripe_config(&upstream.url("/"), "backend = \"memory\"", None);
+    let gateway = TestGateway::start(&plain).await;
+    let admin = gateway.admin_url("");
+    assert_eq!(
+        run_now(&admin, "payments", "").await.code(),
+        "not_reconciled"
+    );
+
+    // Added, for charges only: the next tick's pass takes them.
+    let reconciling = stripe_config(
+        &upstream.url("/"),
+        "backend = \"memory\"",
+        Some((&api.base(), &key)),
+    );
+    let charges = reconciling.replace(
+        "lookback = \"1d\"",
+        "lookback = \"1d\"\ntypes = [\"charge.*\"]",
+    );
+    assert!(gateway.reloader.apply(&parse_config(&charges)).is_empty());
+    until_shown(&admin, "payments", "last_success_at").await;
+    assert_eq!(upstream.total(), 5);
+    let charged = |key: String| {
+        all.iter()
+            .any(|e| e["id"] == key && e["type"] == "charge.succeeded")
+    };
+    assert!(upstream.seen().into_iter().all(|seen| charged(seen.key())));
+
+    // Changed to every type: the next pass (an operator's now; the
+    // schedule's is an hour away) takes the rest, and nothing twice.
+    assert!(gateway
+        .reloader
+        .apply(&parse_config(&reconciling))
+        .is_empty());
+    let pass = run_now(&admin, "payments", "since=1d").await;
+    assert_eq!(pass.status, StatusCode::OK, "{:?}", pass.json());
+    assert_eq!(pass.json()["delivered"], 5);
+    for event in &all {
+        assert_eq!(upstream.count(event["id"].as_str().unwrap()), 1);
+    }
+
+    // Removed: no status, no pass; the routes view says null.
+    assert!(gateway.reloader.apply(&parse_config(&plain)).is_empty());
+    assert_eq!(
+        status(&admin, "payments").await["error"]["code"],
+        "not_reconciled"
+    );
+    assert_eq!(
+        run_now(&admin, "payments", "").await.code(),
+        "not_reconciled"
+    );
+    let routes = get(&gateway.admin_url("/admin/routes"), Some(ADMIN_TOKEN))
+        .await
+        .json();
+    assert!(routes["routes"][0]["reconcile"].is_null());
+    gateway.shutdown().await;
+}
