@@ -124,6 +124,7 @@ pub mod replay;
 pub mod route;
 pub mod seal;
 pub mod secret;
+pub mod sender_apis;
 pub mod server;
 mod shutdown;
 pub mod store;

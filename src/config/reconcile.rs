@@ -16,8 +16,8 @@ use super::locate::KeyPath;
 use super::raw::RawReconcile;
 use super::validate::Validator;
 use crate::clock::humanize;
-use crate::reconcile::{Recover, SenderApi, SENDERS};
 use crate::secret::Secret;
+use crate::sender_apis::{Recover, SenderApi, SENDERS};
 use crate::verify::Profile;
 
 /// How often a route is reconciled unless it says otherwise.

@@ -2,8 +2,8 @@
 //! with `[routes.reconcile]` asks its sender's API, every `every`, what it
 //! sent, and recovers each event the gateway never completed — Stripe's
 //! delivered here through the sender's stages, GitHub's asked of GitHub
-//! again ([`pass`]). The senders are data ([`senders`]), their API calls
-//! [`api`]'s.
+//! again ([`pass`]). The senders are data (`crate::sender_apis`), their API
+//! calls [`api`]'s.
 //!
 //! A fleet reconciles a route once per `every`, on one gateway at a time:
 //! a pass holds a lease in the store (the route's `lease:` key, claimed
@@ -19,7 +19,6 @@
 
 mod api;
 mod pass;
-mod senders;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,7 +31,6 @@ use serde_json::{json, Value};
 
 use self::api::Api;
 use self::pass::{Pass, Tally, Window};
-pub use self::senders::{Recover, SenderApi, SENDERS};
 use crate::clock::rfc3339;
 use crate::config::ReconcileSettings;
 use crate::delivery::Parts;

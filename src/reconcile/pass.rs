@@ -21,12 +21,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::api::{Api, ApiError};
-use super::senders::{type_matches, Paging, Recover, Time};
 use crate::config::ReconcileSettings;
 use crate::error::GatewayError;
 use crate::headers::{lower_hex, percent_encode as encode};
 use crate::ingress::{Gateway, Outcome};
 use crate::route::Route;
+use crate::sender_apis::{type_matches, Paging, Recover, Time};
 use crate::store::{ClaimOutcome, ClaimRequest, Clock, Record, RecordState, Store, StoreError};
 
 /// How long an ask's mark is held while the ask is on its way.
