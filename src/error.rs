@@ -3,9 +3,10 @@
 //! to status, stable code and JSON body in exactly one place, and pinned by
 //! the table tests below.
 //!
-//! `code()` is the stable string the README lists under "What a sender sees" (also the log field); the body is
-//! `{"error":{"code":"…","message":"…"}}` and never echoes secrets,
-//! signatures, keys or the request body.
+//! `code()` is the stable string `crate::codes` lists (docs/errors.md; also
+//! the log field); the body is an RFC 9457 problem with the code in its
+//! `error` member, `{"type","title","status","detail","error":{"code","message"}}`,
+//! and never echoes secrets, signatures, keys or the request body.
 
 use std::time::Duration;
 
@@ -360,11 +361,23 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<F
     response
 }
 
+/// An error as an RFC 9457 problem (`crate::codes`): `type` `about:blank`,
+/// the status's reason phrase as `title`, the message as `detail`, and
+/// the stable `error: {code, message}` scripts read.
 fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
-    json_response(
-        status,
-        &serde_json::json!({ "error": { "code": code, "message": message } }),
-    )
+    let problem = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": message,
+        "error": { "code": code, "message": message },
+    });
+    let mut response = json_response(status, &problem);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
 }
 
 #[cfg(test)]
@@ -451,7 +464,13 @@ mod tests {
             }
             let response = error.to_response();
             assert_eq!(response.status().as_u16(), status);
-            assert_eq!(response.headers()["content-type"], "application/json");
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json"
+            );
+            // docs/errors.md's table says what a sender gets.
+            let listed = crate::codes::find(code).map(|row| row.sender);
+            assert_eq!(listed, Some(status), "{code} in codes.rs");
         }
         assert_eq!(in_flight.to_response().headers()["retry-after"], "2");
         assert_eq!(
@@ -535,7 +554,12 @@ mod tests {
             assert_eq!(error.code(), code);
             let response = error.to_response();
             assert_eq!(response.status().as_u16(), status, "{code}");
-            assert_eq!(response.headers()["content-type"], "application/json");
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json"
+            );
+            let listed = crate::codes::find(code).map(|row| row.admin);
+            assert_eq!(listed, Some(status), "{code} in codes.rs");
         }
         let unauthorized = AdminError::Unauthorized.to_response();
         assert_eq!(unauthorized.headers()["www-authenticate"], "Bearer");

@@ -104,6 +104,7 @@ pub mod cidr;
 pub mod claim;
 pub mod client;
 pub mod clock;
+pub mod codes;
 pub mod config;
 pub mod console;
 pub mod copy;

@@ -375,8 +375,15 @@ async fn bad_input_gets_clear_errors_and_is_not_forwarded() {
     let expect = |answer: Answer, status: u16, code: &str| {
         assert_eq!(answer.status.as_u16(), status, "{code}: {answer:?}");
         assert_eq!(answer.code(), code);
-        assert_eq!(answer.headers["content-type"], "application/json");
-        assert!(answer.json()["error"]["message"]
+        // An RFC 9457 problem, the stable code in its `error` member.
+        assert_eq!(answer.headers["content-type"], "application/problem+json");
+        let problem = answer.json();
+        assert_eq!(problem["type"], "about:blank");
+        assert_eq!(problem["status"], status);
+        let reason = answer.status.canonical_reason().unwrap();
+        assert_eq!(problem["title"], reason);
+        assert_eq!(problem["detail"], problem["error"]["message"]);
+        assert!(problem["error"]["message"]
             .as_str()
             .is_some_and(|m| !m.is_empty()));
     };
