@@ -3,9 +3,10 @@
 //!
 //! # Layout
 //!
-//! A delivery reaches the upstream through four entrances — the sender's
+//! A delivery reaches the upstream through five entrances — the sender's
 //! own request, the async workers, the hybrid `respond_within`, an
-//! operator's action — and every one of them builds the same
+//! operator's action, an event reconciliation fetched from the sender's
+//! API — and every one of them builds the same
 //! [`delivery::Attempt`] and hands it to the one [`delivery::Engine`].
 //! [`ingress::Gateway::handle`] walks through a sender's request in order:
 //!
@@ -42,6 +43,11 @@
 //!   there too; [`ops::redeliver`] is its
 //!   entrance to the upstream — redelivery (same key), replay (new key)
 //!   and redrive of dead letters, as tasks of the gateway.
+//! - [`reconcile`] — the sender's API asked, on a schedule and one gateway
+//!   of a fleet at a time, for what the gateway never completed: Stripe's
+//!   events delivered through the ingress (`Gateway::deliver_fetched`),
+//!   GitHub's asked of GitHub again; the senders' APIs as data in
+//!   [`sender_apis`].
 //! - [`claim`] — a claim's life: renewal while the upstream runs, then
 //!   complete or fail (retried while the lease protects the event); the
 //!   set of claims this process holds.
