@@ -55,7 +55,10 @@ impl AdminClient {
             listing.route.as_ref(),
             listing.state.as_ref(),
         ));
-        let filter = listing.filter.query();
+        let now_ms = crate::clock::Clock::system().now_ms();
+        let filter = listing.filter.query_at(now_ms);
+        // A walk after the first never looks back past what was asked.
+        let floor = listing.filter.since_ms(now_ms).unwrap_or(0);
         if !listing.all {
             let mut query = [base, filter].concat();
             query.extend(listing.cursor.map(|c| format!("cursor={}", encode(&c))));
@@ -114,7 +117,7 @@ impl AdminClient {
             if found == 0 && since.is_some() {
                 break;
             }
-            since = Some(rfc3339(began.saturating_sub(OVERLAP_MS)));
+            since = Some(rfc3339(began.saturating_sub(OVERLAP_MS).max(floor)));
         }
         if json {
             say!("{}", pretty(&Value::Array(every)));

@@ -72,6 +72,16 @@ pub(super) fn selection_query(route: Option<&String>, state: Option<&String>) ->
 }
 
 impl FilterArgs {
+    /// `--since` as Unix ms (a duration ago counted from `now_ms`), when
+    /// given and readable: the floor no walk of a listing goes below.
+    pub(super) fn since_ms(&self, now_ms: u64) -> Option<u64> {
+        let text = self.since.as_ref()?;
+        match crate::config::parse_duration(text) {
+            Ok(ago) => Some(now_ms.saturating_sub(ago.as_millis() as u64)),
+            Err(_) => crate::clock::rfc3339_ms(text).ok(),
+        }
+    }
+
     /// Whether any filter is given.
     pub(super) fn is_empty(&self) -> bool {
         self.destination.destination.is_none()
@@ -86,7 +96,11 @@ impl FilterArgs {
     /// duration ago is resolved here, once, so every page of a walk has
     /// the same window.
     pub(super) fn query(&self) -> Vec<String> {
-        let now_ms = crate::clock::Clock::system().now_ms();
+        self.query_at(crate::clock::Clock::system().now_ms())
+    }
+
+    /// [`FilterArgs::query`] with durations ago counted from `now_ms`.
+    pub(super) fn query_at(&self, now_ms: u64) -> Vec<String> {
         let at = |text: &String| match crate::config::parse_duration(text) {
             Ok(ago) => rfc3339(now_ms.saturating_sub(ago.as_millis() as u64)),
             Err(_) => text.clone(),
