@@ -199,12 +199,7 @@ impl Reconciler {
         since: Option<Duration>,
         dry_run: bool,
     ) -> Result<Report, RunError> {
-        let route = self
-            .parts
-            .routes
-            .named(name)
-            .ok_or(RunError::NotConfigured)?;
-        let settings = route.reconcile.clone().ok_or(RunError::NotConfigured)?;
+        let (route, settings) = self.reconciling_route(name)?;
         let longest = settings.sender.retention.min(route.retention);
         if since.is_some_and(|since| since > longest) {
             return Err(RunError::Since(format!(
@@ -240,14 +235,19 @@ impl Reconciler {
         Ok(Report::Ran(ledger))
     }
 
+    /// Route `name` of the running config, and its reconciliation.
+    fn reconciling_route(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<Route>, Arc<ReconcileSettings>), RunError> {
+        let route = (self.parts.routes.named(name)).ok_or(RunError::NotConfigured)?;
+        let settings = route.reconcile.clone().ok_or(RunError::NotConfigured)?;
+        Ok((route, settings))
+    }
+
     /// The route's status, as the admin API shows it.
     pub async fn status(&self, name: &str) -> Result<Value, RunError> {
-        let route = self
-            .parts
-            .routes
-            .named(name)
-            .ok_or(RunError::NotConfigured)?;
-        let settings = route.reconcile.clone().ok_or(RunError::NotConfigured)?;
+        let (route, settings) = self.reconciling_route(name)?;
         let ledger = self.ledger(&route).await?;
         Ok(self.json(&route, &settings, &ledger))
     }
