@@ -274,12 +274,14 @@ scenario "hookgate embedded, async accept, slow consumer" 3700 /async-slow uniqu
 
 # --- report
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-printf '\n%-34s %10s %9s %9s %9s %9s %11s %9s\n' scenario "req/s" "p50 ms" "p99 ms" "p99.9 ms" "failed" "upstream" "peak RSS"
+# "409 in flight": duplicates answered while their first delivery ran, the
+# contract's answer (counted by the scenarios that send such duplicates).
+printf '\n%-34s %10s %9s %9s %9s %9s %9s %11s %9s\n' scenario "req/s" "p50 ms" "p99 ms" "p99.9 ms" "failed" "409 in flight" "upstream" "peak RSS"
 for row in "${ROWS[@]}"; do
     IFS='|' read -r name result requests unique dups rss <<<"$row"
     rps=$(num rps "$result")
-    printf '%-34s %10s %9s %9s %9s %9s %11s %9s\n' "$name" "$rps" "$(num p50_ms "$result")" "$(num p99_ms "$result")" \
-        "$(num p999_ms "$result")" "$(num failed "$result")" "$requests" "${rss} MiB"
+    printf '%-34s %10s %9s %9s %9s %9s %9s %11s %9s\n' "$name" "$rps" "$(num p50_ms "$result")" "$(num p99_ms "$result")" \
+        "$(num p999_ms "$result")" "$(num failed "$result")" "$(num in_flight_409 "$result")" "$requests" "${rss} MiB"
 done
 echo
 # Each scenario against nginx doing the same: a new connection each, TLS.

@@ -1,11 +1,20 @@
 -- Shared by every scenario: one machine-readable result line.
+--
+-- A scenario that sends duplicates while their first delivery is still in
+-- flight counts the 409s the gateway answers them (`in_flight` in each
+-- thread, summed over `threads`): the contract's answer, not a failure,
+-- so they are reported apart and not as failed.
 function done(summary, latency, requests)
   local seconds = summary.duration / 1e6
+  local conflicts = 0
+  for _, thread in ipairs(threads or {}) do
+    conflicts = conflicts + (thread:get("in_flight") or 0)
+  end
   local failed = summary.errors.status + summary.errors.connect + summary.errors.read
-    + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f requests=%d failed=%d\n",
+    + summary.errors.write + summary.errors.timeout - conflicts
+  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f requests=%d failed=%d in_flight_409=%d\n",
     summary.requests / seconds, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    latency:percentile(99.9) / 1000, summary.requests, failed))
+    latency:percentile(99.9) / 1000, summary.requests, failed, conflicts))
 end
 
 -- The headers of a request built in request(): the command line's -H
