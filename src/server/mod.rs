@@ -9,9 +9,9 @@
 //!   must not flood the log). The certificate is read per connection from a
 //!   swappable config, so a reload serves the new one to new connections;
 //! - HTTP/1.1 and h2 on one port, with a header read timeout (slowloris)
-//!   and bounded header sizes: a plain connection's first bytes are peeked
-//!   (not read) to tell h2c's preface from HTTP/1.1, and the connection is
-//!   then served by hyper's own HTTP/1 or HTTP/2 connection alone; TLS
+//!   and bounded header sizes: a plain connection's first bytes tell h2c's
+//!   preface from HTTP/1.1, and the connection is then served by hyper's
+//!   own HTTP/1 or HTTP/2 connection alone, those bytes read first; TLS
 //!   connections use hyper-util's auto builder (ALPN or the preface after
 //!   the handshake);
 //! - a plain HTTP/1 connection idle between requests is parked (`park.rs`):
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -48,6 +48,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus::IntCounter;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -55,7 +56,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 
-use self::park::serve_http1;
+use self::park::{serve_http1, Socket};
 use self::supervise::{supervise, Activity};
 
 mod park;
@@ -69,6 +70,8 @@ const MAX_H2_STREAMS: u32 = 256;
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The first read of a plain connection (hyper's first read is as large).
+const FIRST_READ: usize = 8 * 1024;
 /// Back-off after a failed `accept` (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -259,19 +262,20 @@ where
             let served: Result<(), Box<dyn std::error::Error + Send + Sync>> = match tls {
                 None => {
                     Box::pin(async move {
+                                    let mut stream = stream;
                         let sniffed = tokio::select! {
-                            sniffed = tokio::time::timeout(limits.header_read_timeout, sniff(&stream)) => sniffed,
+                            sniffed = tokio::time::timeout(limits.header_read_timeout, sniff(&mut stream)) => sniffed,
                             _ = stopping.changed() => return Ok(()),
                         };
                         match sniffed {
-                            Ok(Ok(Protocol::Http1)) => {
+                            Ok(Ok((Protocol::Http1, first))) => {
                                 let (http1, activity) = (&plain.http1, &activity);
-                                serve_http1(stream, service, http1, activity, limits, stopping)
+                                serve_http1(stream, first, service, http1, activity, limits, stopping)
                                     .await
                                     .map_err(Into::into)
                             }
-                            Ok(Ok(Protocol::Http2)) => {
-                                let io = TokioIo::new(stream);
+                            Ok(Ok((Protocol::Http2, first))) => {
+                                let io = TokioIo::new(Socket::new(stream, first, &activity));
                                 let mut connection =
                                     Box::pin(plain.http2.serve_connection(io, service));
                                 let connection = connection.as_mut();
@@ -385,23 +389,25 @@ impl Plain {
     }
 }
 
-/// Which protocol a plain connection speaks, from its first bytes, peeked
-/// (left for hyper to read): h2c's preface, or anything else (HTTP/1,
-/// whose parser then judges it). A client that has sent only part of the
-/// preface is given a moment more.
-async fn sniff(stream: &TcpStream) -> std::io::Result<Protocol> {
-    let mut first = [0u8; H2_PREFACE.len()];
+/// Which protocol a plain connection speaks, from its first bytes: h2c's
+/// preface, or anything else (HTTP/1, whose parser then judges it). The
+/// bytes are read, not peeked — one read instead of a peek and hyper's
+/// read of the same bytes — and handed to the connection with the verdict,
+/// to be read first. A client that has sent only part of the preface is
+/// read again.
+async fn sniff(stream: &mut TcpStream) -> std::io::Result<(Protocol, Bytes)> {
+    // hyper's own first read is of this size.
+    let mut first = BytesMut::with_capacity(FIRST_READ);
     loop {
-        let n = stream.peek(&mut first).await?;
-        if n == 0 {
+        if stream.read_buf(&mut first).await? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
+        let n = first.len().min(H2_PREFACE.len());
         if first[..n] != H2_PREFACE[..n] {
-            return Ok(Protocol::Http1);
+            return Ok((Protocol::Http1, first.freeze()));
         }
         if n == H2_PREFACE.len() {
-            return Ok(Protocol::Http2);
+            return Ok((Protocol::Http2, first.freeze()));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -34,6 +34,7 @@ use super::Limits;
 /// is idle between requests.
 pub(super) async fn serve_http1<S, B>(
     mut stream: TcpStream,
+    mut unread: Bytes,
     mut service: S,
     builder: &http1::Builder,
     activity: &Arc<Activity>,
@@ -46,14 +47,9 @@ where
     B: Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut unread = Bytes::new();
     loop {
         activity.resume();
-        let socket = Socket {
-            stream,
-            unread,
-            activity: Arc::clone(activity),
-        };
+        let socket = Socket::new(stream, unread, activity);
         // Boxed, so that a parked task holds no room for it.
         let mut connection = Box::new(builder.serve_connection(TokioIo::new(socket), service));
         match supervise(
@@ -98,14 +94,24 @@ where
     }
 }
 
-/// A parkable connection's socket as hyper sees it: bytes read by an earlier
-/// connection state are given first, a flush is reported to the
-/// connection's [`Activity`], and a shutdown while parking leaves the
-/// socket open.
-struct Socket {
+/// A plain connection's socket as hyper sees it: bytes read before (by the
+/// protocol sniff, or by an earlier connection state) are given first, a
+/// flush is reported to the connection's [`Activity`], and a shutdown
+/// while parking leaves the socket open.
+pub(super) struct Socket {
     stream: TcpStream,
     unread: Bytes,
     activity: Arc<Activity>,
+}
+
+impl Socket {
+    pub(super) fn new(stream: TcpStream, unread: Bytes, activity: &Arc<Activity>) -> Self {
+        Self {
+            stream,
+            unread,
+            activity: Arc::clone(activity),
+        }
+    }
 }
 
 impl AsyncRead for Socket {
@@ -118,6 +124,10 @@ impl AsyncRead for Socket {
             let n = self.unread.len().min(buf.remaining());
             buf.put_slice(&self.unread[..n]);
             self.unread.advance(n);
+            if self.unread.is_empty() {
+                // Let go of the buffer the bytes came in.
+                self.unread = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.stream).poll_read(cx, buf)
