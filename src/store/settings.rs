@@ -17,7 +17,7 @@ pub struct StoreSettings {
     /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
     pub tls_ca: Option<PathBuf>,
     /// redis, redis-cluster: claim new sync keys with one `SET … NX GET PX`
-    /// (`store/redis/packed.rs`).
+    /// (`store/redis/packed.rs`); on unless the config turns it off.
     pub packed_claims: bool,
     /// The replay cache's budget in bytes (0: off).
     pub replay_cache_bytes: usize,
@@ -45,7 +45,7 @@ impl StoreSettings {
             timeout: Duration::from_millis(500),
             min_replicas_acked: 0,
             tls_ca: None,
-            packed_claims: false,
+            packed_claims: true,
             replay_cache_bytes: DEFAULT_REPLAY_CACHE_BYTES,
             backup: None,
         }

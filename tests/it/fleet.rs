@@ -20,17 +20,18 @@ fn cluster_config(
 }
 
 /// 120 events × 4 deliveries, spread at random over three gateway processes,
-/// concurrently: every event reaches the upstream exactly once.
+/// concurrently: every event reaches the upstream exactly once. With the
+/// default packed claim, the first delivery's claim is one `SET`, its
+/// duplicates meeting it as a string, opened by the claim script.
 #[tokio::test]
 async fn three_gateways_on_one_cluster_forward_each_event_once() {
     three_gateways_forward_each_event_once("").await;
 }
 
-/// The same with Redis's packed claim: the first delivery's claim one `SET`,
-/// its duplicates meeting it as a string, opened by the claim script.
+/// The same with the hashed claim (`packed_claims = false`).
 #[tokio::test]
-async fn three_gateways_with_packed_claims_forward_each_event_once() {
-    three_gateways_forward_each_event_once("packed_claims = true").await;
+async fn three_gateways_with_hashed_claims_forward_each_event_once() {
+    three_gateways_forward_each_event_once("packed_claims = false").await;
 }
 
 async fn three_gateways_forward_each_event_once(store_extra: &str) {
@@ -184,17 +185,17 @@ async fn a_master_failover_loses_and_doubles_nothing_with_wait() {
 
 /// SIGKILL a gateway while its upstream calls run: its claims expire after
 /// `processing_ttl`, the senders' retries complete through the survivor, and
-/// no event is lost.
+/// no event is lost. The claims are packed (the default): they lapse with
+/// their lease and are taken over.
 #[tokio::test]
 async fn a_killed_gateways_claims_expire_and_the_survivor_finishes() {
     a_killed_gateway_and_the_survivor("").await;
 }
 
-/// The same with packed claims: a killed gateway's packed claims lapse with
-/// their lease and are taken over.
+/// The same with hashed claims (`packed_claims = false`).
 #[tokio::test]
-async fn a_killed_gateways_packed_claims_expire_and_the_survivor_finishes() {
-    a_killed_gateway_and_the_survivor("packed_claims = true").await;
+async fn a_killed_gateways_hashed_claims_expire_and_the_survivor_finishes() {
+    a_killed_gateway_and_the_survivor("packed_claims = false").await;
 }
 
 async fn a_killed_gateway_and_the_survivor(store_extra: &str) {

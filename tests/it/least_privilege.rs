@@ -196,17 +196,18 @@ async fn the_documented_acl_runs_every_delivery_on_redis() {
     gateway.shutdown().await;
 }
 
-/// The same with `packed_claims`: the plain `SET … NX GET PX` and `TIME` it
-/// sends, and the scripts opening packed records, pass the same ACL.
+/// The same with the hashed claim (`packed_claims = false`; the default
+/// packed claim's plain `SET … NX GET PX` and `TIME`, and the scripts
+/// opening packed records, are what the test above runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_acl_runs_packed_claims_on_redis() {
+async fn the_documented_acl_runs_hashed_claims_on_redis() {
     let Some(redis) = RedisServer::start().await else {
         return;
     };
     set_user(redis.port, &documented_acl()).await;
     let upstream = upstream().await;
     let url = format!("redis://hookgate:{PASSWORD}@127.0.0.1:{}/0", redis.port);
-    let store = format!("backend = \"redis\"\nurl = \"{url}\"\npacked_claims = true");
+    let store = format!("backend = \"redis\"\nurl = \"{url}\"\npacked_claims = false");
     let gateway = TestGateway::start(&config(&upstream, &store)).await;
     exercise(&gateway, &upstream, "evt_lp_fail").await;
     gateway.shutdown().await;

@@ -5,7 +5,9 @@
 //! old gateway answers every delivery throughout, the new one serves once
 //! the migration is recorded, and then both serve side by side, each event
 //! forwarded once whichever version gets it. The same on a Redis Cluster,
-//! whose store keeps the layout the previous release gave it.
+//! whose store keeps the layout the previous release gave it; and on Redis,
+//! where this version's claims are packed and the release before, whose
+//! claims were hashed, reads them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,16 @@ use crate::support::*;
 
 /// The previous release's binary, where `tests/previous/build.sh` put it.
 fn previous() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/previous/hookgate");
+    built("target/previous/hookgate")
+}
+
+/// The last release whose Redis claims were hashed by default.
+fn previous_hashed() -> Option<PathBuf> {
+    built("target/previous/hashed/hookgate")
+}
+
+fn built(at: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(at);
     if path.exists() {
         return Some(path);
     }
@@ -220,8 +231,15 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
         assert_eq!(answer.status, StatusCode::OK, "{}", old.logs());
     }
 
-    // This version, with the default store.shards, beside the old one.
-    let new = TestGateway::start(&text).await;
+    // This version, with the default store.shards, beside the old one;
+    // the packed claim off, as a roll from a release before it must
+    // (docs/operations.md, "Upgrading": the old one cannot read one).
+    let rolling = text.replace(
+        "timeout = \"1s\"",
+        "timeout = \"1s\"\npacked_claims = false",
+    );
+    assert_ne!(rolling, text);
+    let new = TestGateway::start(&rolling).await;
     assert_eq!(
         cluster.get(&format!("{prefix}layout")).await.as_deref(),
         Some("1"),
@@ -232,10 +250,7 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
         let answer = sender.deliver(&new.url("/hook"), &event(&id)).await;
         assert!(answer.replayed(), "{id} through the new gateway");
         let id = format!("evt_new_{i}");
-        let answer = sender.deliver(&new.url("/hook"), &event(&id)).await;
-        assert_eq!(answer.status, StatusCode::OK, "{id}");
-        let answer = sender.deliver(&old.url("/hook"), &event(&id)).await;
-        assert!(answer.replayed(), "{id} through the old gateway");
+        forwarded_then_replayed(&sender, &new.url("/hook"), &old.url("/hook"), &id).await;
     }
     duplicates_split_between(&old.url("/hook"), &new.url("/hook"), &upstream).await;
     for i in 0..10 {
@@ -271,6 +286,100 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
     assert!(spread.iter().all(|(_, n)| *n > 0), "{spread:?}");
     assert_eq!(spread.iter().map(|(_, n)| n).sum::<usize>(), 90);
     gateway.shutdown().await;
+}
+
+/// A rolling upgrade on Redis to packed claims (docs/operations.md,
+/// "Upgrading"): the release before wrote hashed claims and reads packed
+/// ones. Side by side on one Redis, the new gateway's claim of a new event
+/// is a string; the old one meets it while its delivery runs and answers
+/// in flight (not an error, not a second forward), then replays it; and
+/// events either claimed are forwarded once whichever version gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_before_reads_packed_claims_through_a_rolling_upgrade() {
+    let Some(previous) = previous_hashed() else {
+        return;
+    };
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::with(|seen| Plan {
+        delay: if seen.key().starts_with("evt_slow") {
+            Duration::from_secs(2)
+        } else {
+            Duration::ZERO
+        },
+        ..ok_plan(seen)
+    })
+    .await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let dir = tempfile::tempdir().unwrap();
+    let (old_config, port) = write_config(dir.path(), &text);
+    let mut old = GatewayProcess::start_binary(&previous, &old_config, port).await;
+    let new = TestGateway::start(&text).await;
+    let sender = Sender::new();
+
+    // The new gateway's claim, while its upstream call runs: a string.
+    let slow = event("evt_slow_1");
+    let (to_new, body) = (new.url("/hook"), slow.clone());
+    let first = tokio::spawn(async move { Sender::new().deliver(&to_new, &body).await });
+    let seen = eventually(Duration::from_secs(5), || async {
+        upstream.count("evt_slow_1") == 1
+    })
+    .await;
+    assert!(seen, "the new gateway forwards the slow event");
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*evt_slow_1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let kind: String = redis::cmd("TYPE")
+        .arg(&keys[0])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "the new release claims packed");
+    // The old gateway meets it in flight: it read the packed record.
+    let duplicate = sender.deliver(&old.url("/hook"), &slow).await;
+    assert_eq!(
+        duplicate.status,
+        StatusCode::CONFLICT,
+        "{}: {}",
+        String::from_utf8_lossy(&duplicate.body),
+        old.logs()
+    );
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    let again = sender.deliver(&old.url("/hook"), &slow).await;
+    assert!(again.replayed(), "the old gateway replays it");
+
+    let (old_url, new_url) = (old.url("/hook"), new.url("/hook"));
+    for i in 0..10 {
+        forwarded_then_replayed(&sender, &old_url, &new_url, &format!("evt_old_{i}")).await;
+        forwarded_then_replayed(&sender, &new_url, &old_url, &format!("evt_new_{i}")).await;
+    }
+    duplicates_split_between(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    for i in 0..10 {
+        for id in [format!("evt_old_{i}"), format!("evt_new_{i}")] {
+            assert_eq!(upstream.count(&id), 1, "{id}");
+        }
+    }
+    assert_eq!(upstream.count("evt_slow_1"), 1);
+    new.shutdown().await;
+    old.stop("TERM");
+}
+
+/// `id` delivered through `first` (forwarded), then through `then`
+/// (replayed from what `first` recorded).
+async fn forwarded_then_replayed(sender: &Sender, first: &str, then: &str, id: &str) {
+    let answer = sender.deliver(first, &event(id)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{id}");
+    let again = sender.deliver(then, &event(id)).await;
+    assert!(again.replayed(), "{id} through the other gateway");
 }
 
 fn key_prefix(text: &str) -> String {

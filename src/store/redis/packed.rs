@@ -21,9 +21,10 @@
 //! trip and the clocks' drift since, milliseconds against a lease of
 //! seconds.
 //!
-//! The writer is off unless asked for ([`RedisStore::packed_claims`]):
-//! a gateway of an earlier release reads a packed record as an error, so a
-//! fleet turns it on only once every instance reads it.
+//! The writer is on unless the config turns it off (`store.packed_claims
+//! = false`): a gateway of a release before the packed claim reads a
+//! packed record as an error, so a fleet rolling from one turns it off
+//! until every instance reads it (docs/operations.md, "Upgrading").
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::LazyLock;
@@ -62,13 +63,7 @@ fn monotonic_ms() -> u64 {
 
 impl<C: Connector> RedisStore<C> {
     /// Claim new keys with the packed claim where it applies (see the
-    /// module doc): only once every instance of the fleet reads packed
-    /// records.
-    pub fn packed_claims(self) -> Self {
-        self.packing(true)
-    }
-
-    /// [`RedisStore::packed_claims`] when `on` (`store.packed_claims`).
+    /// module doc) when `on` (`store.packed_claims`).
     pub(super) fn packing(self, on: bool) -> Self {
         self.packed.store(on, Ordering::Relaxed);
         self

@@ -146,21 +146,29 @@ pub(crate) async fn embedded() -> Option<Opened> {
     Some(opened(backend, Time::Clock(clock), dir))
 }
 
+/// `backend`'s settings with the hashed claim: the `redis` and `cluster`
+/// backends run every contract on the claim script, `redis_packed` on the
+/// packed claim (the default).
+fn hashed(backend: StoreBackend) -> StoreSettings {
+    StoreSettings {
+        packed_claims: false,
+        ..StoreSettings::new(backend)
+    }
+}
+
 pub(crate) async fn redis() -> Option<Opened> {
     let redis = RedisServer::start().await?;
-    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let settings = hashed(StoreBackend::Redis { url: redis.url() });
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }
 
-/// Redis with the packed claim (`store/redis/packed.rs`): every new
-/// sync claim is a string until a script reads it.
+/// Redis with the packed claim (`store/redis/packed.rs`), as configured by
+/// default: every new sync claim is a string until a script reads it.
 pub(crate) async fn redis_packed() -> Option<Opened> {
     let redis = RedisServer::start().await?;
     let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
-    let backend = RedisStore::connect(&redis.url(), &settings)
-        .unwrap()
-        .packed_claims();
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }
 
@@ -180,7 +188,7 @@ pub(crate) async fn postgres() -> Option<Opened> {
 
 pub(crate) async fn cluster() -> Option<Opened> {
     let nodes = shared_cluster().await?.nodes();
-    let settings = StoreSettings::new(StoreBackend::RedisCluster {
+    let settings = hashed(StoreBackend::RedisCluster {
         nodes: nodes.clone(),
         shards: 1,
     });
@@ -196,7 +204,7 @@ pub(crate) async fn cluster() -> Option<Opened> {
 /// records.
 pub(crate) async fn cluster_sharded(shards: u16) -> Option<Opened> {
     let nodes = shared_cluster().await?.nodes();
-    let settings = StoreSettings::new(StoreBackend::RedisCluster {
+    let settings = hashed(StoreBackend::RedisCluster {
         nodes: nodes.clone(),
         shards,
     });

@@ -13,13 +13,11 @@ use crate::support::RedisServer;
 
 /// A store on `redis`, packed claims on or off, and a raw connection.
 async fn open(redis: &RedisServer, packed: bool) -> (Store, redis::aio::MultiplexedConnection) {
-    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
-    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
-    let backend = if packed {
-        backend.packed_claims()
-    } else {
-        backend
+    let settings = StoreSettings {
+        packed_claims: packed,
+        ..StoreSettings::new(StoreBackend::Redis { url: redis.url() })
     };
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     let metrics = hookgate::metrics::StoreMetrics::unregistered();
     let store = Store::new(backend, "hookgate:", Duration::from_secs(2), metrics);
     let client = ::redis::Client::open(redis.url()).unwrap();
