@@ -12,7 +12,7 @@ DURATION=${DURATION:-6}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
-UP=3100 NGINX=3200 NGINX_TLS=3201 HG_REDIS=3300 HG_TLS=3301 HG_PACKED=3302 HG_EMBEDDED=3400 HG_PG=3600 FLOOR=3800 REDIS=6391
+UP=3100 NGINX=3200 NGINX_TLS=3201 HG_REDIS=3300 HG_TLS=3301 HG_HASHED=3302 HG_EMBEDDED=3400 HG_PG=3600 FLOOR=3800 REDIS=6391
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() {
@@ -127,14 +127,15 @@ url = \"redis://127.0.0.1:$REDIS/0\"" $HG_TLS |
     sed -e "s|^listen = .*|&\ntls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" }|" \
         -e 's|^key_prefix = "bench:"|key_prefix = "bench-tls:"|' > "$WORK/tls.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/tls.toml" 2>"$WORK/hg-tls.log" & HG_TLS_PID=$!; PIDS+=($HG_TLS_PID)
-# The Redis gateway again with store.packed_claims (its own key prefix).
+# The Redis gateway again with the hashed claim (packed_claims = false; its
+# own key prefix): the packed claim is the default.
 gateway_config "backend = \"redis\"
 url = \"redis://127.0.0.1:$REDIS/0\"
-packed_claims = true" $HG_PACKED |
-    sed -e 's|^key_prefix = "bench:"|key_prefix = "bench-packed:"|' > "$WORK/packed.toml"
-HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/packed.toml" 2>"$WORK/hg-packed.log" & HG_PACKED_PID=$!; PIDS+=($HG_PACKED_PID)
+packed_claims = false" $HG_HASHED |
+    sed -e 's|^key_prefix = "bench:"|key_prefix = "bench-hashed:"|' > "$WORK/hashed.toml"
+HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/hashed.toml" 2>"$WORK/hg-hashed.log" & HG_HASHED_PID=$!; PIDS+=($HG_HASHED_PID)
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/embedded.toml" 2>"$WORK/hg-embedded.log" & HG_EMB_PID=$!; PIDS+=($HG_EMB_PID)
-for port in $UP $NGINX $NGINX_TLS $HG_REDIS $HG_TLS $HG_PACKED $HG_EMBEDDED $REDIS; do wait_port $port; done
+for port in $UP $NGINX $NGINX_TLS $HG_REDIS $HG_TLS $HG_HASHED $HG_EMBEDDED $REDIS; do wait_port $port; done
 # The floor: a naive idempotent proxy on the same Redis (bench/floor.rs).
 "$BIN/examples/floor" "127.0.0.1:$FLOOR" "redis://127.0.0.1:$REDIS/1" "http://127.0.0.1:$UP/hook" & PIDS+=($!)
 wait_port $FLOOR
@@ -179,7 +180,7 @@ echo "--- throughput: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s"
 scenario "upstream alone" $UP /hook unique
 scenario "nginx proxy_pass" $NGINX /hook unique
 scenario "hookgate redis, unique keys" $HG_REDIS /hook unique $HG_REDIS_PID
-scenario "hookgate redis packed claims, unique keys" $HG_PACKED /hook unique $HG_PACKED_PID
+scenario "hookgate redis hashed claims, unique keys" $HG_HASHED /hook unique $HG_HASHED_PID
 curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' -d '{"id":"bench-replay","type":"bench"}' "127.0.0.1:$HG_REDIS/hook"
 scenario "hookgate redis, replay" $HG_REDIS /hook replay $HG_REDIS_PID
 scenario "hookgate redis, stripe 20% dup" $HG_REDIS /stripe stripe $HG_REDIS_PID
