@@ -1,6 +1,6 @@
 -- Every request carries a fresh idempotency key (X-Id), unique across threads.
 dofile("bench/wrk/report.lua")
-local threads = {}
+threads = {}
 function setup(thread)
   thread:set("tid", #threads)
   table.insert(threads, thread)
