@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 use super::run::{execute, run, Op, Reply};
 use super::sql::RELEASE;
+use super::wal::Checkpoints;
 use crate::store::{ClaimOutcome, Clock, StoreError};
 
 /// Most requests committed in one transaction.
@@ -26,10 +27,18 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// A request and where its answer goes.
 pub(super) type Job = (Op, oneshot::Sender<Result<Reply, StoreError>>);
 
-/// The database thread: group-commit batches of requests, sweep between them.
-pub(super) fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, clock: &Clock) {
+/// The database thread: group-commit batches of requests, sweep between
+/// them, and let the log start over when the checkpoint thread says it is
+/// long (`wal.rs`).
+pub(super) fn serve(
+    mut connection: Connection,
+    queue: mpsc::Receiver<Job>,
+    clock: &Clock,
+    checkpoints: Option<&Checkpoints>,
+) {
     let mut last_sweep = tokio::time::Instant::now();
     let mut backlog = false;
+    let mut turn = None;
     loop {
         let wait = if backlog {
             Duration::from_millis(10)
@@ -42,6 +51,8 @@ pub(super) fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, cloc
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         if let Some(first) = first {
+            // A restart's turn (`wal.rs`) ends with this batch's commit.
+            let _turn = turn.take();
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
                 match queue.try_recv() {
@@ -50,6 +61,9 @@ pub(super) fn serve(mut connection: Connection, queue: mpsc::Receiver<Job>, cloc
                 }
             }
             run_batch(&mut connection, batch, clock.now_ms());
+        }
+        if turn.is_none() {
+            turn = checkpoints.and_then(|c| c.restart_if_long(&connection));
         }
         // A full step means more is waiting: take the next one after the
         // next batch of requests instead of waiting a whole interval.

@@ -27,7 +27,8 @@
 //! one instance; fleets share Redis. `hookgate store reencrypt` alone works
 //! beside a running gateway ([`EmbeddedStore::beside`]).
 //!
-//! The files: `batches.rs` the database thread, `run.rs` each operation's
+//! The files: `batches.rs` the database thread, `wal.rs` the log's
+//! checkpoints on a thread of their own, `run.rs` each operation's
 //! statements in a batch's transaction, `sql.rs` the SQL, `row.rs` a row
 //! read back, `file.rs` opening and upgrading the file, `backup.rs` and
 //! `transfer.rs` `hookgate backup` and `hookgate store copy`.
@@ -40,6 +41,7 @@ mod row;
 mod run;
 mod sql;
 mod transfer;
+mod wal;
 
 pub use self::backup::{backup, Copied};
 pub use self::file::{checkpoint, upgrade, Upgraded};
@@ -58,6 +60,7 @@ use self::batches::{sweep_step, SWEEP_BATCH};
 use self::order::Placing;
 use self::run::{Op, Reply};
 use self::transfer::{Import, Reseal};
+use self::wal::{checkpoint_apart, Checkpoints};
 use super::Synchronous;
 use super::{
     Backend, Blocked, ClaimOutcome, ClaimRequest, Clock, Content, Deleted, Due, Failure, Fleet,
@@ -82,7 +85,10 @@ impl EmbeddedStore {
     /// and expiry are judged by `clock`.
     pub fn open(path: &Path, synchronous: Synchronous, clock: Clock) -> Result<Self, StoreError> {
         let lock = lock_file(path)?;
-        Self::start(path, prepare(path, synchronous)?, clock, Some(lock))
+        let connection = prepare(path, synchronous)?;
+        // The checkpoint thread ends last and holds the lock till then.
+        let checkpoints = checkpoint_apart(path, &connection, Some(lock))?;
+        Self::start(path, connection, clock, Some(checkpoints))
     }
 
     /// Open the file of a gateway that may be running, without its lock:
@@ -105,19 +111,18 @@ impl EmbeddedStore {
         Self::start(path, connection, clock, None)
     }
 
+    /// Start the database thread; `checkpoints` (the checkpoint thread,
+    /// `wal.rs`) ends with it.
     fn start(
         path: &Path,
         connection: rusqlite::Connection,
         clock: Clock,
-        lock: Option<std::fs::File>,
+        checkpoints: Option<Checkpoints>,
     ) -> Result<Self, StoreError> {
         let (jobs, queue) = mpsc::sync_channel::<Job>(Self::MAX_QUEUED);
         thread::Builder::new()
             .name("hookgate-sqlite".into())
-            .spawn(move || {
-                let _lock = lock;
-                serve(connection, queue, &clock);
-            })
+            .spawn(move || serve(connection, queue, &clock, checkpoints.as_ref()))
             .map_err(|e| StoreError::Backend(format!("cannot start the database thread: {e}")))?;
         Ok(Self {
             jobs,
