@@ -27,9 +27,7 @@ async fn an_operator_finds_a_blocked_entity_in_chromium_and_unblocks_it() {
             .await;
     }
 
-    browser.goto(&gateway.admin_url("/ui")).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#login").await;
+    browser.open_console(&gateway.admin_url("/ui")).await;
     let badge = browser
         .wait_for(
             "the blocked badge",

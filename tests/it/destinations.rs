@@ -459,9 +459,7 @@ async fn the_console_shows_each_destination_and_redelivers_one() {
     );
     healthy.store(true, Ordering::SeqCst);
 
-    browser.goto(&gateway.admin_url("/ui")).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#login").await;
+    browser.open_console(&gateway.admin_url("/ui")).await;
     browser
         .wait_for(
             "the event's deliveries listed",

@@ -675,9 +675,7 @@ async fn the_console_shows_a_failing_reconciliation_on_its_route() {
         return;
     };
     let (_upstream, _api, _dir, gateway) = revoked().await;
-    browser.goto(&gateway.admin_url("/ui")).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#login").await;
+    browser.open_console(&gateway.admin_url("/ui")).await;
     let line = browser
         .wait_for(
             "the route's reconciliation",

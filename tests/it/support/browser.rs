@@ -143,6 +143,14 @@ impl Browser {
         self.call(Method::POST, "/url", json!({ "url": url })).await;
     }
 
+    /// Open the console at `ui` (a gateway's `admin_url("/ui")`) and log in
+    /// with the tests' admin token.
+    pub async fn open_console(&self, ui: &str) {
+        self.goto(ui).await;
+        self.type_into("#token", super::ADMIN_TOKEN).await;
+        self.click("#login").await;
+    }
+
     /// Run `script` in the page; its return value.
     pub async fn run(&self, script: &str) -> Value {
         self.call(
