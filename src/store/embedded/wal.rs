@@ -28,7 +28,7 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
@@ -58,8 +58,6 @@ pub(super) type Turn<'a> = MutexGuard<'a, ()>;
 #[derive(Default)]
 struct Log {
     turn: Mutex<()>,
-    /// Pages in the log at the last pass.
-    pages: AtomicI64,
     /// A pass found the log long since the database thread last started it
     /// over.
     long: AtomicBool,
@@ -135,7 +133,6 @@ fn checkpoints(connection: &Connection, stopped: &mpsc::Receiver<()>, log: &Log)
         };
         match pass {
             Ok(pages) => {
-                log.pages.store(pages, Ordering::Relaxed);
                 if pages >= RESTART_PAGES {
                     log.long.store(true, Ordering::Relaxed);
                 }
