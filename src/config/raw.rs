@@ -67,6 +67,9 @@ pub struct RawStore {
     pub path: Option<String>,
     pub url: Option<String>,
     pub nodes: Option<Vec<String>>,
+    /// redis-sentinel: the sentinels' URLs, and the primary's name.
+    pub sentinels: Option<Vec<String>>,
+    pub master: Option<String>,
     pub key_prefix: Option<String>,
     pub timeout: Option<String>,
     pub on_error: Option<String>,

@@ -80,20 +80,39 @@ impl Validator<'_> {
                     Backend::Memory
                 }
             },
+            "redis-sentinel" => {
+                let sentinels = self.redis_urls(at, "sentinels", raw.sentinels.as_deref());
+                if raw.sentinels.as_ref().is_none_or(Vec::is_empty) {
+                    self.fail(
+                        at,
+                        "backend \"redis-sentinel\" needs `sentinels = [\"redis://host:26379\", ...]`",
+                    );
+                }
+                let master = match &raw.master {
+                    Some(name) => self.string(&at.key("master"), name).unwrap_or_default(),
+                    None => {
+                        self.fail(
+                            at,
+                            "backend \"redis-sentinel\" needs `master = \"mymaster\"`, the name the sentinels monitor the primary under",
+                        );
+                        String::new()
+                    }
+                };
+                let url = raw
+                    .url
+                    .as_ref()
+                    .and_then(|url| self.string(&at.key("url"), url));
+                if let Err(message) = crate::store::check_sentinels(&sentinels, url.as_deref()) {
+                    self.fail(&at.key("sentinels"), message);
+                }
+                Backend::RedisSentinel {
+                    sentinels,
+                    master,
+                    url,
+                }
+            }
             "redis-cluster" => {
-                let nodes: Vec<String> = raw
-                    .nodes
-                    .iter()
-                    .flatten()
-                    .enumerate()
-                    .filter_map(|(i, node)| {
-                        let node = self.string(&at.key("nodes").index(i), node)?;
-                        if let Err(message) = crate::store::check_redis_url(&node) {
-                            self.fail(&at.key("nodes").index(i), message);
-                        }
-                        Some(node)
-                    })
-                    .collect();
+                let nodes = self.redis_urls(at, "nodes", raw.nodes.as_deref());
                 if raw.nodes.as_ref().is_none_or(Vec::is_empty) {
                     self.fail(
                         at,
@@ -112,14 +131,18 @@ impl Validator<'_> {
             other => {
                 self.fail(
                     &at.key("backend"),
-                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\", \"postgres\""),
+                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\", \"redis-sentinel\", \"postgres\""),
                 );
                 Backend::Memory
             }
         };
         let applies = |key: &str| match key {
             "path" | "synchronous" => backend_name == "embedded",
-            "url" => backend_name == "redis" || backend_name == "postgres",
+            "url" => matches!(
+                backend_name.as_str(),
+                "redis" | "redis-sentinel" | "postgres"
+            ),
+            "sentinels" | "master" => backend_name == "redis-sentinel",
             "pool_size" => backend_name == "postgres",
             "min_replicas_acked" | "packed_claims" => backend_name.starts_with("redis"),
             "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
@@ -131,6 +154,8 @@ impl Validator<'_> {
             ("url", raw.url.is_some()),
             ("pool_size", raw.pool_size.is_some()),
             ("nodes", raw.nodes.is_some()),
+            ("sentinels", raw.sentinels.is_some()),
+            ("master", raw.master.is_some()),
             ("shards", raw.shards.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
             ("packed_claims", raw.packed_claims.is_some()),
@@ -241,6 +266,19 @@ impl Validator<'_> {
         let dir = PathBuf::from(self.string(&at.key("dir"), dir)?);
         let keep = self.size(&at.key("keep"), raw.keep, 24, 10_000);
         Some(BackupSettings { every, dir, keep })
+    }
+
+    /// A list of Redis URLs (`nodes`, `sentinels`), each one checked.
+    fn redis_urls(&mut self, at: &KeyPath, key: &str, urls: Option<&[String]>) -> Vec<String> {
+        (urls.iter().copied().flatten().enumerate())
+            .filter_map(|(i, url)| {
+                let url = self.string(&at.key(key).index(i), url)?;
+                if let Err(message) = crate::store::check_redis_url(&url) {
+                    self.fail(&at.key(key).index(i), message);
+                }
+                Some(url)
+            })
+            .collect()
     }
 
     /// A pool whose fleet obviously exceeds a default PostgreSQL server:

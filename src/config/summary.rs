@@ -19,6 +19,12 @@ impl Config {
                 path.display()
             ),
             Backend::Redis { .. } => "redis".to_owned(),
+            Backend::RedisSentinel {
+                sentinels, master, ..
+            } => format!(
+                "redis-sentinel (primary {master:?}, asked of {} sentinels)",
+                sentinels.len()
+            ),
             Backend::RedisCluster { nodes, shards } => format!(
                 "redis-cluster ({} seed nodes, a new store's scopes in {shards} shards)",
                 nodes.len()

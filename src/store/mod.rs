@@ -90,7 +90,9 @@ pub use self::record::{
     ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Lease, Leased, ListQuery, Next,
     Queued, Record, RecordState, StoreKey, Stored, StoredRequest, SyncNext,
 };
-pub use self::redis::{check_url as check_redis_url, Cluster, RedisStore, Single};
+pub use self::redis::{
+    check_sentinels, check_url as check_redis_url, Cluster, RedisStore, Sentinel, Single,
+};
 pub use self::reencrypt::{reencrypt, Content, Resealed};
 use self::refusals::Refusals;
 pub use self::refusals::Refused;
@@ -182,6 +184,16 @@ impl Store {
             }
             BackendSettings::Redis { url } => {
                 let backend = RedisStore::connect(url, settings)?;
+                let backend = backend.reporting(metrics.packed_claims.clone());
+                Store::new(backend, key_prefix, timeout, metrics)
+            }
+            BackendSettings::RedisSentinel {
+                sentinels,
+                master,
+                url,
+            } => {
+                let backend =
+                    RedisStore::connect_sentinel(sentinels, master, url.as_deref(), settings)?;
                 let backend = backend.reporting(metrics.packed_claims.clone());
                 Store::new(backend, key_prefix, timeout, metrics)
             }

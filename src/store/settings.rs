@@ -12,11 +12,11 @@ pub struct StoreSettings {
     pub backend: BackendSettings,
     /// Deadline for each store operation.
     pub timeout: Duration,
-    /// redis, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
+    /// redis, redis-sentinel, redis-cluster: replicas that must acknowledge a claim (`WAIT`).
     pub min_replicas_acked: u32,
-    /// redis, redis-cluster: extra CA (PEM) for `rediss://` servers.
+    /// redis, redis-sentinel, redis-cluster: extra CA (PEM) for `rediss://` servers.
     pub tls_ca: Option<PathBuf>,
-    /// redis, redis-cluster: claim new sync keys with one `SET … NX GET PX`
+    /// redis, redis-sentinel, redis-cluster: claim new sync keys with one `SET … NX GET PX`
     /// (`store/redis/packed.rs`); on unless the config turns it off.
     pub packed_claims: bool,
     /// The replay cache's budget in bytes (0: off).
@@ -63,6 +63,15 @@ pub enum BackendSettings {
     Redis {
         url: String,
     },
+    /// A Redis primary with replicas under Sentinel: the sentinels to ask,
+    /// the name they monitor the primary under, and how to talk to whichever
+    /// server they name (`url`: scheme, user, password and database; its host
+    /// is ignored).
+    RedisSentinel {
+        sentinels: Vec<String>,
+        master: String,
+        url: Option<String>,
+    },
     /// Seed nodes of a Redis Cluster, and the hash slots each scope is
     /// spread over (`store.shards`) in a new store.
     RedisCluster {
@@ -95,6 +104,7 @@ impl BackendSettings {
             BackendSettings::Memory => "memory",
             BackendSettings::Embedded { .. } => "embedded",
             BackendSettings::Redis { .. } => "redis",
+            BackendSettings::RedisSentinel { .. } => "redis-sentinel",
             BackendSettings::RedisCluster { .. } => "redis-cluster",
             BackendSettings::Postgres { .. } => "postgres",
         }

@@ -1,7 +1,6 @@
 //! Fleets: several gateway processes on one Redis Cluster, a master failing
 //! over mid-stream, a gateway killed mid-call. Real processes, loopback only.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -82,39 +81,6 @@ async fn three_gateways_forward_each_event_once(store_extra: &str) {
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }
 
-/// Deliver `events` through `urls` like senders do — retrying on 409, 503
-/// and connection errors until a 2xx — while `disrupt` runs once midway.
-async fn deliver_all(urls: &[String], events: usize, prefix: &str) -> HashMap<String, StatusCode> {
-    let sender = Sender::new();
-    let mut tasks = Vec::new();
-    for i in 0..events {
-        let url = urls[i % urls.len()].clone();
-        let other = urls[(i + 1) % urls.len()].clone();
-        let (sender, id) = (sender.clone(), format!("{prefix}_{i}"));
-        tasks.push(tokio::spawn(async move {
-            // Pace the stream so the disruption lands in the middle of it.
-            tokio::time::sleep(Duration::from_millis(i as u64 * 15)).await;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-            let mut target = url;
-            loop {
-                match sender.try_send(signed(&target, &event(&id))).await {
-                    Ok(answer) if answer.status.is_success() => return (id, answer.status),
-                    Ok(_) => {}
-                    Err(_) => target = other.clone(), // that gateway is gone
-                }
-                assert!(tokio::time::Instant::now() < deadline, "{id} never settled");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }));
-    }
-    let mut settled = HashMap::new();
-    for task in tasks {
-        let (id, status) = task.await.unwrap();
-        settled.insert(id, status);
-    }
-    settled
-}
-
 /// Kill the master that owns a busy key while deliveries stream; its replica
 /// takes over, and the killed node comes back as a replica (as an operator or
 /// orchestrator would bring it back). Returns (events lost, events the
@@ -151,7 +117,7 @@ async fn failover_run(min_replicas_acked: u32) -> (usize, usize) {
             cluster.restart(victim).await;
         })
     };
-    let settled = deliver_all(&urls, 100, &prefix).await;
+    let settled = deliver_paced(&urls, 100, &prefix).await;
     disruption.await.unwrap();
     assert_eq!(settled.len(), 100, "every event settled with a 2xx");
     let counts = upstream.counts();
@@ -226,7 +192,7 @@ async fn a_killed_gateway_and_the_survivor(store_extra: &str) {
 
     let stream = tokio::spawn({
         let urls = urls.clone();
-        async move { deliver_all(&urls, 40, "evt_sigkill").await }
+        async move { deliver_paced(&urls, 40, "evt_sigkill").await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.stop("KILL");

@@ -15,12 +15,18 @@ const PASSWORD: &str = "acl-test-password";
 /// The `ACL SETUSER hookgate …` line of docs/operations.md, its arguments
 /// after `ACL SETUSER`, the password filled in.
 fn documented_acl() -> Vec<String> {
+    documented("ACL SETUSER hookgate ")
+}
+
+/// The line of docs/operations.md that starts with `start`, its arguments
+/// after `ACL SETUSER`, the password filled in.
+fn documented(start: &str) -> Vec<String> {
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
         .unwrap();
     let line = docs
         .lines()
-        .find(|line| line.starts_with("ACL SETUSER hookgate "))
-        .expect("docs/operations.md documents the ACL user");
+        .find(|line| line.starts_with(start))
+        .unwrap_or_else(|| panic!("docs/operations.md documents {start:?}"));
     line.split_whitespace()
         .skip(2)
         .map(|word| word.replace(">CHANGE-ME", &format!(">{PASSWORD}")))
@@ -235,5 +241,54 @@ async fn the_documented_acl_runs_every_delivery_on_a_redis_cluster() {
     // The shared cluster outlives the test: a failing key of this run only.
     let failing = format!("evt_lp_fail_{}", rand::random::<u32>());
     exercise(&gateway, &upstream, &failing).await;
+    gateway.shutdown().await;
+}
+
+/// The `ACL SETUSER hookgate-sentinel …` line of docs/operations.md: the
+/// sentinels' user.
+fn documented_sentinel_acl() -> Vec<String> {
+    documented("ACL SETUSER hookgate-sentinel ")
+}
+
+/// `redis-sentinel`: the documented user on every data server, and the
+/// sentinels' documented user on every sentinel; the gateway finds the
+/// primary as the one and writes there as the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acls_run_every_delivery_through_sentinels() {
+    let Some(set) = RedisSentinels::start().await else {
+        return;
+    };
+    for port in &set.servers {
+        set_user(*port, &documented_acl()).await;
+    }
+    for port in &set.sentinels {
+        set_user(*port, &documented_sentinel_acl()).await;
+    }
+    let upstream = upstream().await;
+    let sentinels: Vec<String> = (set.sentinels.iter())
+        .map(|port| format!("\"redis://hookgate-sentinel:{PASSWORD}@127.0.0.1:{port}\""))
+        .collect();
+    let store = format!(
+        "backend = \"redis-sentinel\"\nsentinels = [{}]\nmaster = \"{MASTER}\"\n\
+         url = \"redis://hookgate:{PASSWORD}@primary/0\"",
+        sentinels.join(", ")
+    );
+    let gateway = TestGateway::start(&config(&upstream, &store)).await;
+    assert!(
+        gateway.replay_cache_live().await,
+        "the ACL lets the replay cache subscribe on the primary"
+    );
+    exercise(&gateway, &upstream, "evt_lp_fail").await;
+    gateway.shutdown().await;
+
+    // Without the sentinels' user the primary is never found: 503, nothing
+    // forwarded.
+    let anonymous = store.replace(&format!("hookgate-sentinel:{PASSWORD}@"), "nobody:wrong@");
+    let gateway = TestGateway::start(&config(&upstream, &anonymous)).await;
+    let refused = Sender::new()
+        .deliver(&gateway.url("/hook"), &event("evt_lp_nosentinel"))
+        .await;
+    assert_eq!(refused.code(), "store_unavailable");
+    assert_eq!(upstream.count("evt_lp_nosentinel"), 0);
     gateway.shutdown().await;
 }

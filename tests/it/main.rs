@@ -44,6 +44,7 @@ mod roles;
 mod schemes;
 mod sdk;
 mod search;
+mod sentinel;
 mod sns;
 mod support;
 mod tls;

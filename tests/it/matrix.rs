@@ -1,6 +1,7 @@
 //! The feature matrix, with the real binary: mode {sync, async, hybrid} ×
 //! shape {one upstream, two destinations with filters} × order {none,
-//! `order_by` + `stale_by`} × store {embedded, Redis, PostgreSQL} × fault
+//! `order_by` + `stale_by`} × store {embedded, Redis, Redis under
+//! Sentinel, PostgreSQL} × fault
 //! {none, SIGKILL mid-call, a reload to another shape mid-flight, an
 //! operator's redelivery racing a sender's retry, a reconciliation pass
 //! recovering the events the sender gave up on while it retries the
@@ -50,6 +51,8 @@ enum Order {
 enum StoreKind {
     Embedded,
     Redis,
+    /// The primary of a replica set under three sentinels.
+    Sentinel,
     Postgres,
 }
 
@@ -88,7 +91,13 @@ fn cases() -> Vec<Case> {
                 if async_only && mode != Mode::Async {
                     continue;
                 }
-                for store in [StoreKind::Embedded, StoreKind::Redis, StoreKind::Postgres] {
+                let stores = [
+                    StoreKind::Embedded,
+                    StoreKind::Redis,
+                    StoreKind::Sentinel,
+                    StoreKind::Postgres,
+                ];
+                for store in stores {
                     let faults = [
                         Fault::Calm,
                         Fault::Kill,
@@ -370,6 +379,10 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
     let store = match case.store {
         StoreKind::Embedded => Backend::Embedded(store_dir.path().join("hookgate.db")).toml(),
         StoreKind::Redis => Backend::Redis(redis.as_ref().expect("redis").url()).toml(),
+        StoreKind::Sentinel => {
+            let set = shared_sentinels().await.expect("redis-server");
+            Backend::RedisSentinel(set.toml()).toml()
+        }
         StoreKind::Postgres => Backend::Postgres(database.as_ref().unwrap().url()).toml(),
     };
     let (admin_port, prefix) = (free_port(), rand::random::<u32>());

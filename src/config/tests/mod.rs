@@ -216,6 +216,54 @@ fn parses_store_and_admin() {
     assert_eq!(format!("{:?}", admin.token), "Some([redacted])");
 }
 
+/// `redis-sentinel`: the sentinels, the primary's name and, optionally, how
+/// to talk to the primary; each missing piece or mixed sentinel named.
+#[test]
+fn parses_a_sentinel_store() {
+    let with = |store: &str| MINIMAL.replace("backend = \"memory\"", store);
+    let config = parse(&with(
+        "backend = \"redis-sentinel\"\nsentinels = [\"redis://10.0.0.1:26379\", \"redis://10.0.0.2:26379\"]\n\
+         master = \"mymaster\"\nurl = \"redis://hookgate:pw@primary/2\"\nmin_replicas_acked = 1",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.fixed.store.backend,
+        Backend::RedisSentinel {
+            sentinels: vec![
+                "redis://10.0.0.1:26379".into(),
+                "redis://10.0.0.2:26379".into()
+            ],
+            master: "mymaster".into(),
+            url: Some("redis://hookgate:pw@primary/2".into()),
+        }
+    );
+    assert_eq!(config.fixed.store.min_replicas_acked, 1);
+    assert!(config
+        .summary()
+        .contains("redis-sentinel (primary \"mymaster\", asked of 2 sentinels)"));
+
+    let refused = |store: &str| problems(&with(store)).join("\n");
+    let missing = refused("backend = \"redis-sentinel\"");
+    assert!(missing.contains("needs `sentinels = ["), "{missing}");
+    assert!(
+        missing.contains("needs `master = \"mymaster\"`"),
+        "{missing}"
+    );
+    let mixed = refused(
+        "backend = \"redis-sentinel\"\nmaster = \"m\"\nsentinels = [\"redis://a:26379\", \"rediss://b:26379\"]",
+    );
+    assert!(mixed.contains("all rediss:// or all redis://"), "{mixed}");
+    let logins = refused(
+        "backend = \"redis-sentinel\"\nmaster = \"m\"\nsentinels = [\"redis://u:p@a:26379\", \"redis://b:26379\"]",
+    );
+    assert!(logins.contains("the same user and password"), "{logins}");
+    let stray = refused("backend = \"redis\"\nurl = \"redis://a:6379\"\nmaster = \"m\"");
+    assert!(
+        stray.contains("`master` does not apply to backend \"redis\""),
+        "{stray}"
+    );
+}
+
 /// Queue bounds: sizes in bytes or binary and decimal units, 0 for none,
 /// only on async routes; the store's bound beside them.
 #[test]

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::ops::DerefMut;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
@@ -43,9 +44,9 @@ pub trait Connector: Send + Sync + 'static {
     /// A connection for a write followed by `WAIT`, see [`Connector::Acked`].
     fn acked(&self) -> impl Future<Output = Result<Self::Acked, StoreError>> + Send;
 
-    /// Clients to subscribe to the replay cache's invalidations with, any
-    /// one of which will do.
-    fn pubsub(&self) -> Option<Vec<redis::Client>>;
+    /// Where the replay cache's invalidation feed subscribes: each call
+    /// names the server for one (re)subscription. `None`: no feed.
+    fn subscriber(&self) -> Option<Subscriber>;
 
     /// How an operation went, for a connection that repairs itself.
     fn observed(&self, answered: bool) {
@@ -58,6 +59,24 @@ pub trait Connector: Send + Sync + 'static {
         key: &str,
         cmd: Cmd,
     ) -> impl Future<Output = redis::RedisResult<Value>> + Send;
+}
+
+/// Names the server the replay cache's feed subscribes on next (see
+/// [`Connector::subscriber`]).
+pub type Subscriber =
+    Box<dyn FnMut() -> BoxFuture<'static, Option<redis::Client>> + Send + 'static>;
+
+/// A subscriber taking `clients` in turn, any one of which will do.
+fn in_turn(clients: Vec<redis::Client>) -> Option<Subscriber> {
+    if clients.is_empty() {
+        return None;
+    }
+    let mut next = 0;
+    Some(Box::new(move || {
+        let client = clients[next % clients.len()].clone();
+        next += 1;
+        Box::pin(std::future::ready(Some(client)))
+    }))
 }
 
 /// Connections of their own to one Redis server, for [`Connector::Acked`],
@@ -89,6 +108,47 @@ impl bb8::ManageConnection for Dedicated {
     }
 }
 
+impl Dedicated {
+    /// Up to [`ACKED_CONNECTIONS`] connections to `client`'s server, opened
+    /// on first use: with `min_replicas_acked = 0` the pool stays empty.
+    pub(super) fn pool(client: &redis::Client, timeout: Duration) -> bb8::Pool<Dedicated> {
+        bb8::Pool::builder()
+            .max_size(ACKED_CONNECTIONS)
+            .connection_timeout(timeout)
+            .build_unchecked(Dedicated {
+                client: client.clone(),
+                timeout,
+            })
+    }
+
+    /// A connection of the pool, for [`Connector::acked`].
+    pub(super) async fn take(
+        pool: &bb8::Pool<Dedicated>,
+    ) -> Result<bb8::PooledConnection<'static, Dedicated>, StoreError> {
+        pool.get_owned().await.map_err(|error| match error {
+            bb8::RunError::User(error) => backend(error),
+            bb8::RunError::TimedOut => StoreError::Timeout,
+        })
+    }
+}
+
+/// The connection every operation on one Redis server shares: it
+/// pipelines concurrent requests and reconnects by itself, in the
+/// background between requests.
+pub(super) fn shared(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<ConnectionManager, StoreError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        // Keep each reconnect attempt short so a returning Redis is picked
+        // up quickly.
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(backend)
+}
+
 /// One Redis server: a `ConnectionManager` shared by every operation, and a
 /// small pool of connections of their own for writes that `WAIT`.
 pub struct Single {
@@ -108,15 +168,12 @@ impl Connector for Single {
         Ok(self.shared.clone())
     }
 
-    fn pubsub(&self) -> Option<Vec<redis::Client>> {
-        Some(vec![self.client.clone()])
+    fn subscriber(&self) -> Option<Subscriber> {
+        in_turn(vec![self.client.clone()])
     }
 
     async fn acked(&self) -> Result<Self::Acked, StoreError> {
-        self.acked.get_owned().await.map_err(|error| match error {
-            bb8::RunError::User(error) => backend(error),
-            bb8::RunError::TimedOut => StoreError::Timeout,
-        })
+        Dedicated::take(&self.acked).await
     }
 
     async fn send_to_master_of(
@@ -141,8 +198,8 @@ pub struct Cluster {
 }
 
 impl Connector for Cluster {
-    fn pubsub(&self) -> Option<Vec<redis::Client>> {
-        (!self.nodes.is_empty()).then(|| self.nodes.clone())
+    fn subscriber(&self) -> Option<Subscriber> {
+        in_turn(self.nodes.clone())
     }
 
     type Connection = ClusterConnection;
@@ -188,28 +245,10 @@ impl RedisStore<Single> {
             None => redis::Client::open(url),
         }
         .map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            // Reconnect attempts happen in the background between requests;
-            // keep each short so a returning Redis is picked up quickly.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let shared =
-            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(backend)?;
-        // Connections are opened on first use: with min_replicas_acked = 0
-        // this pool stays empty.
-        let acked = bb8::Pool::builder()
-            .max_size(ACKED_CONNECTIONS)
-            .connection_timeout(timeout)
-            .build_unchecked(Dedicated {
-                client: client.clone(),
-                timeout,
-            });
         let store = Self::with(
             Single {
-                shared,
-                acked,
+                shared: shared(&client, timeout)?,
+                acked: Dedicated::pool(&client, timeout),
                 client,
             },
             timeout,
@@ -263,7 +302,9 @@ pub fn check_url(url: &str) -> Result<(), String> {
 }
 
 /// `store.tls_ca` as the root certificates of `rediss://` connections.
-fn tls_roots(settings: &StoreSettings) -> Result<Option<redis::TlsCertificates>, StoreError> {
+pub(super) fn tls_roots(
+    settings: &StoreSettings,
+) -> Result<Option<redis::TlsCertificates>, StoreError> {
     let Some(path) = &settings.tls_ca else {
         return Ok(None);
     };

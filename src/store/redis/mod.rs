@@ -25,6 +25,9 @@
 //! its key is checked in steps of its own (`guard.rs`). A connection that
 //! stops answering is replaced (`repair.rs`).
 //!
+//! Connection, Redis Sentinel: one Redis as above, the primary the
+//! sentinels name, asked again when operations fail (`sentinel.rs`).
+//!
 //! Beside this file: `connect.rs` (reaching one Redis or a cluster),
 //! `scripts.rs` (the Lua), `fields.rs` (reading a hash back), `listing.rs`
 //! (the queue and listings), `transfer.rs` (`store copy`), `health.rs`.
@@ -48,6 +51,7 @@ mod listing;
 mod packed;
 mod repair;
 mod scripts;
+mod sentinel;
 mod transfer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +67,7 @@ use self::scripts::{
     script, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, OLDEST_OWED, PROBE,
     RELEASE, RENEW,
 };
+pub use self::sentinel::{check_sentinels, Sentinel};
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Failure, Fleet,
     Invalidations, Lease, Record, RecordState, Records, StoreError, StoreKey,
@@ -508,17 +513,15 @@ impl<C: Connector> Fleet for RedisStore<C> {
     /// Pub/sub on the channel, through the first node that answers (on a
     /// cluster a `PUBLISH` on one node reaches the subscribers of all).
     fn invalidations(&self) -> Invalidations {
-        let Some(clients) = self.connector.pubsub() else {
+        let Some(mut subscriber) = self.connector.subscriber() else {
             return Invalidations::Unsupported;
         };
         Invalidations::Feed(Box::new(move |channel, cache| {
-            let mut next = 0;
             follow(&cache, move || {
-                let client = clients[next % clients.len()].clone();
-                next += 1;
+                let client = subscriber();
                 let channel = channel.clone();
                 async move {
-                    let mut pubsub = client.get_async_pubsub().await.ok()?;
+                    let mut pubsub = client.await?.get_async_pubsub().await.ok()?;
                     pubsub.subscribe(&channel).await.ok()?;
                     Some(pubsub.into_on_message())
                 }

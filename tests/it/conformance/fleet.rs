@@ -48,5 +48,5 @@ conformance! {
     tests: [
         route_controls_are_kept_until_cleared,
     ],
-    backends: [memory, embedded, redis, redis_packed, cluster, postgres],
+    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

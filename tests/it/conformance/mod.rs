@@ -52,7 +52,7 @@ use hookgate::store::{
 
 use http::{HeaderMap, Method, StatusCode};
 
-use crate::support::{shared_cluster, RedisServer, TestDatabase};
+use crate::support::{shared_cluster, shared_sentinels, RedisServer, TestDatabase};
 
 pub(crate) const SHA_A: &str = "aaaa";
 
@@ -170,6 +170,21 @@ pub(crate) async fn redis_packed() -> Option<Opened> {
     let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
+}
+
+/// The primary of a real replica set under three sentinels, found through
+/// them, with the claim configured by default; one set shared by the tests,
+/// as the cluster is.
+pub(crate) async fn sentinel() -> Option<Opened> {
+    let set = shared_sentinels().await?;
+    let (sentinels, master) = set.store();
+    let settings = StoreSettings::new(StoreBackend::RedisSentinel {
+        sentinels: sentinels.clone(),
+        master: master.clone(),
+        url: None,
+    });
+    let backend = RedisStore::connect_sentinel(&sentinels, &master, None, &settings).unwrap();
+    Some(opened(backend, Time::Wall, ()))
 }
 
 pub(crate) async fn postgres() -> Option<Opened> {

@@ -28,6 +28,8 @@ pub enum Backend {
     Postgres(String),
     /// A `[store]` section as [`super::RedisCluster::toml`] writes it.
     RedisCluster(String),
+    /// A `[store]` section as [`super::RedisSentinels::toml`] writes it.
+    RedisSentinel(String),
 }
 
 impl Backend {
@@ -41,7 +43,7 @@ impl Backend {
             Backend::Postgres(url) => {
                 format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 8")
             }
-            Backend::RedisCluster(toml) => toml.clone(),
+            Backend::RedisCluster(toml) | Backend::RedisSentinel(toml) => toml.clone(),
         }
     }
 }

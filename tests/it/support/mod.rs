@@ -17,6 +17,7 @@ mod postgres;
 mod redis;
 mod sender;
 mod sender_api;
+mod sentinel;
 mod upstream;
 
 use std::future::Future;
@@ -35,6 +36,7 @@ pub use self::postgres::*;
 pub use self::redis::*;
 pub use self::sender::*;
 pub use self::sender_api::*;
+pub use self::sentinel::*;
 pub use self::upstream::*;
 
 pub use std::future::ready;

@@ -183,25 +183,6 @@ impl RedisCluster {
         )
     }
 
-    async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> {
-        let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-        let mut cmd = ::redis::cmd(args[0]);
-        for arg in &args[1..] {
-            cmd.arg(*arg);
-        }
-        cmd.query_async(&mut conn).await.ok()
-    }
-
-    async fn text(port: u16, args: &[&str]) -> String {
-        match Self::command(port, args).await {
-            Some(::redis::Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-            Some(::redis::Value::VerbatimString { text, .. }) => text,
-            Some(::redis::Value::SimpleString(text)) => text,
-            _ => String::new(),
-        }
-    }
-
     /// Until every live node reports `cluster_state:ok`, and every live
     /// replica has synced with its master (a replica that never synced
     /// does not take over when its master dies).
@@ -209,12 +190,12 @@ impl RedisCluster {
         let healthy = eventually(Duration::from_secs(30), || async {
             let mut ok = true;
             for port in &self.ports {
-                let info = Self::text(*port, &["CLUSTER", "INFO"]).await;
+                let info = text(*port, &["CLUSTER", "INFO"]).await;
                 if info.is_empty() {
                     continue; // a killed node
                 }
                 ok &= info.contains("cluster_state:ok");
-                let replication = Self::text(*port, &["INFO", "replication"]).await;
+                let replication = text(*port, &["INFO", "replication"]).await;
                 if replication.contains("role:slave") {
                     ok &= replication.contains("master_link_status:up");
                 }
@@ -227,11 +208,11 @@ impl RedisCluster {
     /// The port of the master currently serving `key`.
     pub async fn master_of(&self, key: &str) -> u16 {
         for port in &self.ports {
-            let slot = match Self::command(*port, &["CLUSTER", "KEYSLOT", key]).await {
+            let slot = match command(*port, &["CLUSTER", "KEYSLOT", key]).await {
                 Some(::redis::Value::Int(slot)) => slot,
                 _ => continue,
             };
-            let nodes = Self::text(*port, &["CLUSTER", "NODES"]).await;
+            let nodes = text(*port, &["CLUSTER", "NODES"]).await;
             for line in nodes.lines() {
                 let fields: Vec<&str> = line.split(' ').collect();
                 if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
@@ -256,7 +237,7 @@ impl RedisCluster {
     pub async fn masters(&self) -> Vec<u16> {
         let mut masters = Vec::new();
         for port in &self.ports {
-            if let Some(::redis::Value::Array(role)) = Self::command(*port, &["ROLE"]).await {
+            if let Some(::redis::Value::Array(role)) = command(*port, &["ROLE"]).await {
                 if matches!(role.first(), Some(::redis::Value::BulkString(r)) if r == b"master") {
                     masters.push(*port);
                 }
@@ -273,8 +254,7 @@ impl RedisCluster {
             let mut n = 0;
             loop {
                 let reply =
-                    Self::command(port, &["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"])
-                        .await;
+                    command(port, &["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"]).await;
                 let Some(::redis::Value::Array(parts)) = reply else {
                     break;
                 };
@@ -296,7 +276,7 @@ impl RedisCluster {
     /// Lua script calls (`EVALSHA` and `EVAL`) a node has run, from
     /// `INFO commandstats`: what hookgate's operations cost it.
     pub async fn script_calls(&self, port: u16) -> u64 {
-        let stats = Self::text(port, &["INFO", "commandstats"]).await;
+        let stats = text(port, &["INFO", "commandstats"]).await;
         stats
             .lines()
             .filter(|line| {
@@ -316,7 +296,7 @@ impl RedisCluster {
     /// `GET key` on whichever master serves it.
     pub async fn get(&self, key: &str) -> Option<String> {
         let port = self.master_of(key).await;
-        match Self::command(port, &["GET", key]).await? {
+        match command(port, &["GET", key]).await? {
             ::redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
             _ => None,
         }
@@ -331,14 +311,7 @@ impl RedisCluster {
 
     /// SIGKILL the server on `port`.
     pub async fn kill(&self, port: u16) {
-        let info = Self::text(port, &["INFO", "server"]).await;
-        let pid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .expect("process_id")
-            .trim()
-            .to_owned();
-        Command::new("kill").args(["-9", &pid]).status().unwrap();
+        kill_server(port).await;
     }
 }
 
@@ -389,7 +362,7 @@ fn free_cluster_ports(n: usize) -> Vec<u16> {
 
 async fn wait_for_ping(dir: &std::path::Path, port: u16) {
     let up = eventually(Duration::from_secs(10), || async move {
-        RedisCluster::text(port, &["PING"]).await == "PONG"
+        text(port, &["PING"]).await == "PONG"
     });
     if !up.await {
         let log =
@@ -404,4 +377,42 @@ async fn wait_for_ping(dir: &std::path::Path, port: u16) {
 pub async fn shared_cluster() -> Option<&'static RedisCluster> {
     static SHARED: tokio::sync::OnceCell<Option<RedisCluster>> = tokio::sync::OnceCell::const_new();
     SHARED.get_or_init(RedisCluster::start).await.as_ref()
+}
+
+/// `args` sent to the Redis (or sentinel) on `port`; `None` when it does not
+/// answer within 2 s or refuses.
+pub(super) async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> {
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let connecting = client.get_multiplexed_async_connection();
+    let mut conn = tokio::time::timeout(Duration::from_secs(2), connecting)
+        .await
+        .ok()?
+        .ok()?;
+    let mut cmd = ::redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async(&mut conn).await.ok()
+}
+
+/// [`command`]'s answer as text ("" for none).
+pub(super) async fn text(port: u16, args: &[&str]) -> String {
+    match command(port, args).await {
+        Some(::redis::Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Some(::redis::Value::VerbatimString { text, .. }) => text,
+        Some(::redis::Value::SimpleString(text)) => text,
+        _ => String::new(),
+    }
+}
+
+/// SIGKILL the Redis on `port` (its `process_id`, as it reports it).
+pub(super) async fn kill_server(port: u16) {
+    let info = text(port, &["INFO", "server"]).await;
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("process_id")
+        .trim()
+        .to_owned();
+    Command::new("kill").args(["-9", &pid]).status().unwrap();
 }

@@ -1,6 +1,7 @@
 //! The sender's side: signing, delivering, and retrying like a webhook
 //! sender does.
 
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -172,4 +173,43 @@ pub async fn deliver_concurrently(
         answers.entry(i).or_default().push(answer);
     }
     answers
+}
+
+/// Deliver `events` through `urls` like senders do — retrying on 409, 503
+/// and connection errors until a 2xx (or the other gateway, when one is
+/// gone) — 15 ms apart, so that a disruption a test starts midway lands in
+/// the middle of the stream. Each event's id and its final status.
+pub async fn deliver_paced(
+    urls: &[String],
+    events: usize,
+    prefix: &str,
+) -> HashMap<String, StatusCode> {
+    let sender = Sender::new();
+    let mut tasks = Vec::new();
+    for i in 0..events {
+        let url = urls[i % urls.len()].clone();
+        let other = urls[(i + 1) % urls.len()].clone();
+        let (sender, id) = (sender.clone(), format!("{prefix}_{i}"));
+        tasks.push(tokio::spawn(async move {
+            // Pace the stream so the disruption lands in the middle of it.
+            tokio::time::sleep(Duration::from_millis(i as u64 * 15)).await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+            let mut target = url;
+            loop {
+                match sender.try_send(signed(&target, &event(&id))).await {
+                    Ok(answer) if answer.status.is_success() => return (id, answer.status),
+                    Ok(_) => {}
+                    Err(_) => target = other.clone(), // that gateway is gone
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{id} never settled");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    let mut settled = HashMap::new();
+    for task in tasks {
+        let (id, status) = task.await.unwrap();
+        settled.insert(id, status);
+    }
+    settled
 }
