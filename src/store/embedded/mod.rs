@@ -35,6 +35,7 @@
 
 mod backup;
 mod batches;
+mod claim;
 mod file;
 mod order;
 mod row;

@@ -1,7 +1,7 @@
 //! How the database thread runs each request inside the batch's
-//! transaction: the request and answer types, one arm per operation, the
-//! claim's read-decide-write (the record's life, `decide`); reading a
-//! record back from a row is `row.rs`.
+//! transaction: the request and answer types, one arm per operation. The
+//! claim's read-decide-write (the record's life, `decide`) is `claim.rs`;
+//! reading a record back from a row is `row.rs`.
 
 use std::time::Duration;
 
@@ -9,10 +9,11 @@ use rusqlite::{params, Connection, Transaction};
 
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
-    decide, history, settled, Blocked, ClaimMode, ClaimOutcome, Decision, Deleted, Due, Failure,
-    FailureClass, Lease, Leased, Next, PastAttempt, Queued, Record, RecordState, StoredRequest,
+    history, Blocked, ClaimMode, ClaimOutcome, Deleted, Due, Failure, FailureClass, Lease, Leased,
+    Next, PastAttempt, Queued, Record, RecordState, StoredRequest,
 };
-use super::order::{entity_of, lease_ordered, place, wake, Placing};
+use super::claim::Claiming;
+use super::order::{entity_of, lease_ordered, wake, Placing};
 use super::row::{live_record, query_one, record_from};
 use super::sql::*;
 use crate::order::Rules;
@@ -437,132 +438,4 @@ fn lease_due(
 /// `{source};`, the next character after `:`.
 fn source_range(source: &str) -> (String, String) {
     (format!("{source}:"), format!("{source};"))
-}
-
-/// One claim, as the database thread runs it; times are Unix ms.
-struct Claiming<'a> {
-    key: &'a str,
-    source: Option<&'a str>,
-    token: String,
-    guard_key: Option<&'a str>,
-    body_sha256: &'a str,
-    lease_until: i64,
-    expires_at: i64,
-    mode: ClaimMode,
-    stored: Option<&'a Kept>,
-    order: Option<&'a Placing>,
-}
-
-impl Claiming<'_> {
-    fn run(self, tx: &Transaction<'_>, now: u64) -> rusqlite::Result<ClaimOutcome> {
-        let now_i = now as i64;
-        let key = self.key;
-        let (request, route, replay_of) = match self.stored {
-            Some((request, route, replay_of)) => (Some(request), Some(route), replay_of.as_ref()),
-            None => (None, None, None),
-        };
-        let method = request.map(|r| r.method.as_str());
-        let query = request.and_then(|r| r.query.as_deref());
-        let headers = request.map(StoredRequest::encode_headers);
-        let body = request.map(|r| r.body.as_ref());
-        // The database thread runs one operation at a time: what the record
-        // says here still holds when the write below runs.
-        if let Some(record) = live_record(tx, key, now)? {
-            match decide(record, now, self.mode) {
-                Decision::Answer(answer) => return Ok(answer),
-                Decision::MakeDue => {
-                    run(tx, MAKE_DUE, params![key, now_i])?;
-                    return Ok(ClaimOutcome::Queued);
-                }
-                Decision::Adopt(answer) => {
-                    let adopt = params![
-                        key,
-                        now_i,
-                        self.source,
-                        self.expires_at,
-                        route,
-                        method,
-                        query,
-                        headers,
-                        body
-                    ];
-                    run(tx, ADOPT, adopt)?;
-                    return Ok(answer);
-                }
-                Decision::Queue => {
-                    let queue = params![
-                        key,
-                        now_i,
-                        self.source,
-                        self.body_sha256,
-                        self.expires_at,
-                        route,
-                        replay_of,
-                        method,
-                        query,
-                        headers,
-                        body
-                    ];
-                    run(tx, QUEUE, queue)?;
-                    if let Some(placing) = self.order {
-                        place(tx, key, placing, now_i)?;
-                    }
-                    return Ok(ClaimOutcome::Queued);
-                }
-                Decision::TakeOver => {}
-            }
-        }
-        if let Some(guard_key) = self.guard_key {
-            // Only a claimable key looks at the body's first key.
-            let first: Option<String> =
-                query_one(tx, GUARD_FIRST_KEY, params![guard_key, now_i], |row| {
-                    row.get(0)
-                })?;
-            if let Some(first) = first.filter(|first| first != key) {
-                if let Some(answer) =
-                    live_record(tx, &first, now)?.and_then(|r| settled(r, now, ClaimMode::Deliver))
-                {
-                    return Ok(answer);
-                }
-            }
-        }
-        let claimed = params![
-            key,
-            self.token,
-            self.body_sha256,
-            now_i,
-            self.lease_until,
-            self.expires_at,
-            self.mode.code(),
-            route,
-            replay_of,
-            method,
-            query,
-            headers,
-            body,
-            self.source,
-        ];
-        let attempts: Option<u32> = query_one(tx, CLAIM, claimed, |row| row.get(0))?;
-        if let Some(attempt) = attempts {
-            if let Some(guard_key) = self.guard_key {
-                run(tx, SET_GUARD, params![guard_key, key, self.expires_at])?;
-            }
-            if let Some(placing) = self.order.filter(|_| self.mode.accepts()) {
-                place(tx, key, placing, now_i)?;
-            }
-            if self.mode == ClaimMode::Accept {
-                return Ok(ClaimOutcome::Queued);
-            }
-            return Ok(ClaimOutcome::New(Lease {
-                token: self.token,
-                attempt,
-            }));
-        }
-        let record = live_record(tx, key, now)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-        Ok(
-            settled(record, now, self.mode).unwrap_or(ClaimOutcome::InFlight {
-                retry_after: Duration::from_secs(1),
-            }),
-        )
-    }
 }
