@@ -8,12 +8,14 @@
 
 use std::time::Duration;
 
-use prometheus::{
-    exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{exponential_buckets, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 
+use self::builder::Builder;
+
+mod builder;
 mod reconcile;
 mod store;
+mod table;
 
 pub use self::reconcile::ReconcileMetrics;
 pub use self::store::StoreMetrics;
@@ -69,16 +71,6 @@ pub const UPSTREAM_CLASSES: [&str; 7] = [
     "unreachable",
     "broken",
 ];
-
-/// A counter per route and destination.
-fn per_delivery_counter(name: &str, help: &str) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), &["route", "destination"]).expect("valid metric")
-}
-
-/// A gauge per route and destination.
-fn per_delivery_gauge(name: &str, help: &str) -> IntGaugeVec {
-    IntGaugeVec::new(Opts::new(name, help), &["route", "destination"]).expect("valid metric")
-}
 
 /// The `route` and `destination` labels of a delivery's name: a
 /// destination's delivery is named `route/destination`; a route with one
@@ -164,354 +156,86 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Create every collector and register it in `registry`.
+    /// Create every collector, each from its line in [`table::DESCRIBED`],
+    /// and register it in `registry`.
     pub fn new(registry: &Registry) -> Self {
-        let requests = IntCounterVec::new(
-            Opts::new("hookgate_requests_total", "Requests by route and outcome."),
-            &["route", "outcome"],
-        )
-        .expect("valid metric");
-        let request_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "hookgate_request_duration_seconds",
-                "Time from request head to response, by route and outcome.",
-            )
-            // 250 µs .. ~65 s: replays answer in well under a millisecond,
-            // forwards take as long as the upstream.
-            .buckets(exponential_buckets(0.000_25, 2.0, 19).expect("valid buckets")),
-            &["route", "outcome"],
-        )
-        .expect("valid metric");
-        let upstream_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "hookgate_upstream_duration_seconds",
-                "Time of the upstream call, body included, by route.",
-            )
-            .buckets(exponential_buckets(0.001, 2.0, 17).expect("valid buckets")),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let upstream_responses = IntCounterVec::new(
-            Opts::new(
-                "hookgate_upstream_responses_total",
-                "Upstream answers by status class.",
-            ),
-            &["route", "destination", "class"],
-        )
-        .expect("valid metric");
-        let in_flight = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_in_flight_requests",
-                "Requests being processed now.",
-            ),
-            &["route"],
-        )
-        .expect("valid metric");
-        let leases_lost = per_delivery_counter(
-            "hookgate_leases_lost_total",
-            "Claims taken over by another delivery while their upstream call ran.",
-        );
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "hookgate_config_reloads_total",
-                "Config reloads (SIGHUP) by result.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_build_info",
-                "Always 1; the version is in the label.",
-            ),
-            &["version"],
-        )
-        .expect("valid metric");
-        build_info
+        let mut b = Builder {
+            registry,
+            names: Vec::new(),
+        };
+        b.int_gauges("hookgate_build_info")
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for result in ["success", "failure"] {
-            config_reloads.with_label_values(&[result]);
-        }
-        let config_reloaded_at = prometheus::Gauge::new(
-            "hookgate_config_last_reload_success_timestamp_seconds",
-            "When the running config was loaded: at start-up, then at each successful reload.",
-        )
-        .expect("valid metric");
-        let tls_handshake_failures = prometheus::IntCounter::new(
-            "hookgate_tls_handshake_failures_total",
-            "TLS handshakes on the public listener that failed or timed out.",
-        )
-        .expect("valid metric");
-        let dead_letters_total = per_delivery_counter(
-            "hookgate_dead_letters_total",
-            "Events parked as dead letters after max_attempts.",
-        );
-        let stale_events_total = per_delivery_counter(
-            "hookgate_stale_events_total",
-            "Ordered events not delivered: older (stale_by) than the newest one delivered for their entity.",
-        );
-        let blocked_entities = per_delivery_gauge(
-            "hookgate_blocked_entities",
-            "Entities of ordered routes whose later events wait behind a dead event (on_blocked = \"wait\").",
-        );
-        let dead_letters = per_delivery_gauge(
-            "hookgate_dead_letters",
-            "Dead letters held in the store now.",
-        );
-        let redeliveries = IntCounterVec::new(
-            Opts::new(
-                "hookgate_redeliveries_total",
-                "Operator redeliveries (same key) and replays (new key), by how the attempt ended.",
-            ),
-            &["route", "destination", "kind", "result"],
-        )
-        .expect("valid metric");
-        let delivery_attempts = IntCounterVec::new(
-            Opts::new(
-                "hookgate_delivery_attempts_total",
-                "Async delivery attempts by how they ended: completed, retrying, dead.",
-            ),
-            &["route", "destination", "result"],
-        )
-        .expect("valid metric");
-        let attempts = IntCounterVec::new(
-            Opts::new(
-                "hookgate_attempts_total",
-                "Upstream attempts of claimed events, by entrance (sync, hybrid, worker, redeliver, replay) and how each ended.",
-            ),
-            &["route", "destination", "entrance", "result"],
-        )
-        .expect("valid metric");
-        let queue_depth = IntGaugeVec::new(
-            Opts::new(
-                "hookgate_queue_depth",
-                "Async events waiting in the store (queued, fleet-wide) or being delivered by this instance (delivering).",
-            ),
-            &["route", "destination", "state"],
-        )
-        .expect("valid metric");
-        let oldest_queued = prometheus::GaugeVec::new(
-            Opts::new(
-                "hookgate_oldest_queued_seconds",
-                "Age of the oldest queued async event of the route (0 when none).",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let oldest_failed = prometheus::GaugeVec::new(
-            Opts::new(
-                "hookgate_oldest_failed_seconds",
-                "A sync route with page_after: how long its oldest failed event has had no delivery (0 when none).",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let page_after = prometheus::GaugeVec::new(
-            Opts::new(
-                "hookgate_route_page_after_seconds",
-                "Each route's page_after: an async route's oldest undelivered accepted event (HookgateAsyncEventOverdue), or a sync route's oldest failed event (HookgateFailedEventStuck), older than this pages.",
-            ),
-            &["route", "destination"],
-        )
-        .expect("valid metric");
-        let queued_bytes = per_delivery_gauge(
-            "hookgate_queued_bytes",
-            "Bytes the store keeps for the async route's queued events (fleet-wide, measured every 2 s; routes sharing a scope show the same).",
-        );
-        let queue_bound_bytes = per_delivery_gauge(
-            "hookgate_queue_bound_bytes",
-            "The async route's max_queued_bytes (0: none): a new event past it is answered 503 queue_full.",
-        );
-        let queue_bound_events = per_delivery_gauge(
-            "hookgate_queue_bound_events",
-            "The async route's max_queued (0: none): a new event past it is answered 503 queue_full.",
-        );
-        let store_queued_bytes = prometheus::IntGauge::new(
-            "hookgate_store_queued_bytes",
-            "Bytes the store keeps for every async route's queued events together (measured every 2 s).",
-        )
-        .expect("valid metric");
-        let store_queue_bound_bytes = prometheus::IntGauge::new(
-            "hookgate_store_queue_bound_bytes",
-            "store.max_queued_bytes (0: none): past it every async route answers a new event 503 queue_full.",
-        )
-        .expect("valid metric");
-        let route_paused = per_delivery_gauge(
-            "hookgate_route_paused",
-            "1 while an operator has paused the route (fleet-wide, kept in the store).",
-        );
-        let breaker_open = per_delivery_gauge(
-            "hookgate_circuit_breaker_open",
-            "1 while this instance's circuit breaker holds the route's upstream calls (open or probing).",
-        );
-        let breaker_opened = per_delivery_counter(
-            "hookgate_circuit_breaker_opened_total",
-            "Times the route's circuit breaker opened (a failed probe opens it again).",
-        );
-        let route_control_changes = IntCounterVec::new(
-            Opts::new(
-                "hookgate_route_control_changes_total",
-                "Operator pauses and resumes through this instance's admin API.",
-            ),
-            &["route", "destination", "action"],
-        )
-        .expect("valid metric");
-        let config_last_reload_ok = prometheus::IntGauge::new(
-            "hookgate_config_last_reload_successful",
-            "1 when the last config reload succeeded (or none was tried), 0 when it was rejected.",
-        )
-        .expect("valid metric");
-        config_last_reload_ok.set(1);
-        let store_up = prometheus::IntGauge::new(
-            "hookgate_store_up",
-            "1 when the store answered its readiness probe at the last scrape, else 0.",
-        )
-        .expect("valid metric");
-        let store_warnings = prometheus::IntGauge::new(
-            "hookgate_store_warnings",
-            "Store settings that would silently lose claims (Redis maxmemory-policy other than noeviction, no persistence), as /readyz lists them; 0 when none.",
-        )
-        .expect("valid metric");
-        let store_bytes = prometheus::IntGauge::new(
-            "hookgate_store_bytes",
-            "The embedded store's file plus its write-ahead log, in bytes, at the last scrape (0 for other stores).",
-        )
-        .expect("valid metric");
-        let backup_last_success = prometheus::Gauge::new(
-            "hookgate_backup_last_success_timestamp_seconds",
-            "[store.backup]: when the newest verified backup of the embedded store was written (Unix seconds; 0 before the first).",
-        )
-        .expect("valid metric");
-        let backup_every = prometheus::Gauge::new(
-            "hookgate_backup_every_seconds",
-            "[store.backup]: how often a backup is taken (0 without [store.backup]), for HookgateBackupOverdue.",
-        )
-        .expect("valid metric");
-        let backups = IntCounterVec::new(
-            Opts::new(
-                "hookgate_backups_total",
-                "[store.backup]: scheduled backups of the embedded store, by result (ok, failed).",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let store_timeout = prometheus::Gauge::new(
-            "hookgate_store_timeout_seconds",
-            "The configured store.timeout: a store operation slower than this fails.",
-        )
-        .expect("valid metric");
-        let tls_cert_expiry = prometheus::Gauge::new(
-            "hookgate_tls_cert_expiry_timestamp_seconds",
-            "When the certificate the public listener serves expires (Unix seconds; 0 without TLS).",
-        )
-        .expect("valid metric");
         let (store, store_collectors) = StoreMetrics::build();
         let (reconcile, reconcile_collectors) = ReconcileMetrics::build();
-
-        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(requests.clone()),
-            Box::new(request_duration.clone()),
-            Box::new(upstream_duration.clone()),
-            Box::new(upstream_responses.clone()),
-            Box::new(in_flight.clone()),
-            Box::new(leases_lost.clone()),
-            Box::new(config_reloads.clone()),
-            Box::new(config_reloaded_at.clone()),
-            Box::new(config_last_reload_ok.clone()),
-            Box::new(store_up.clone()),
-            Box::new(store_warnings.clone()),
-            Box::new(backup_last_success.clone()),
-            Box::new(backup_every.clone()),
-            Box::new(backups.clone()),
-            Box::new(store_bytes.clone()),
-            Box::new(store_timeout.clone()),
-            Box::new(tls_cert_expiry.clone()),
-            Box::new(dead_letters_total.clone()),
-            Box::new(dead_letters.clone()),
-            Box::new(stale_events_total.clone()),
-            Box::new(blocked_entities.clone()),
-            Box::new(redeliveries.clone()),
-            Box::new(delivery_attempts.clone()),
-            Box::new(attempts.clone()),
-            Box::new(queue_depth.clone()),
-            Box::new(oldest_queued.clone()),
-            Box::new(oldest_failed.clone()),
-            Box::new(queued_bytes.clone()),
-            Box::new(queue_bound_bytes.clone()),
-            Box::new(queue_bound_events.clone()),
-            Box::new(store_queued_bytes.clone()),
-            Box::new(store_queue_bound_bytes.clone()),
-            Box::new(page_after.clone()),
-            Box::new(route_paused.clone()),
-            Box::new(breaker_open.clone()),
-            Box::new(breaker_opened.clone()),
-            Box::new(route_control_changes.clone()),
-            Box::new(build_info),
-            Box::new(tls_handshake_failures.clone()),
-        ];
-        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> = (collectors.into_iter())
-            .chain(store_collectors)
-            .chain(reconcile_collectors)
-            .collect();
+        for collector in store_collectors.into_iter().chain(reconcile_collectors) {
+            b.register(collector);
+        }
         // process_cpu_seconds_total, process_resident_memory_bytes,
         // process_open_fds, process_start_time_seconds, …
         #[cfg(target_os = "linux")]
-        collectors.push(Box::new(
+        b.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ));
-        let names = (collectors.iter())
-            .flat_map(|collector| collector.desc())
-            .map(|desc| desc.fq_name.clone())
-            .collect();
-        for collector in collectors {
-            registry
-                .register(collector)
-                .expect("metric names are unique");
-        }
-        Self {
-            requests,
-            request_duration,
-            upstream_duration,
-            upstream_responses,
+        let metrics = Self {
             store,
             reconcile,
-            in_flight,
-            leases_lost,
-            config_reloads,
-            config_reloaded_at,
-            config_last_reload_ok,
-            store_up,
-            store_warnings,
-            backup_last_success,
-            backup_every,
-            backups,
-            store_bytes,
-            store_timeout,
-            tls_cert_expiry,
-            dead_letters_total,
-            stale_events_total,
-            blocked_entities,
-            dead_letters,
-            redeliveries,
-            delivery_attempts,
-            attempts,
-            queue_depth,
-            oldest_queued,
-            oldest_failed,
-            queued_bytes,
-            queue_bound_bytes,
-            queue_bound_events,
-            store_queued_bytes,
-            store_queue_bound_bytes,
-            page_after,
-            route_paused,
-            breaker_open,
-            breaker_opened,
-            route_control_changes,
-            tls_handshake_failures,
+            requests: b.counters("hookgate_requests_total"),
+            // 250 µs .. ~65 s: replays answer in well under a millisecond,
+            // forwards take as long as the upstream.
+            request_duration: b.histograms(
+                "hookgate_request_duration_seconds",
+                exponential_buckets(0.000_25, 2.0, 19),
+            ),
+            upstream_duration: b.histograms(
+                "hookgate_upstream_duration_seconds",
+                exponential_buckets(0.001, 2.0, 17),
+            ),
+            upstream_responses: b.counters("hookgate_upstream_responses_total"),
+            in_flight: b.int_gauges("hookgate_in_flight_requests"),
+            leases_lost: b.counters("hookgate_leases_lost_total"),
+            config_reloads: b.counters("hookgate_config_reloads_total"),
+            config_reloaded_at: b.gauge("hookgate_config_last_reload_success_timestamp_seconds"),
+            tls_handshake_failures: b.int_counter("hookgate_tls_handshake_failures_total"),
+            dead_letters_total: b.counters("hookgate_dead_letters_total"),
+            stale_events_total: b.counters("hookgate_stale_events_total"),
+            blocked_entities: b.int_gauges("hookgate_blocked_entities"),
+            dead_letters: b.int_gauges("hookgate_dead_letters"),
+            redeliveries: b.counters("hookgate_redeliveries_total"),
+            delivery_attempts: b.counters("hookgate_delivery_attempts_total"),
+            attempts: b.counters("hookgate_attempts_total"),
+            queue_depth: b.int_gauges("hookgate_queue_depth"),
+            oldest_queued: b.gauges("hookgate_oldest_queued_seconds"),
+            oldest_failed: b.gauges("hookgate_oldest_failed_seconds"),
+            page_after: b.gauges("hookgate_route_page_after_seconds"),
+            queued_bytes: b.int_gauges("hookgate_queued_bytes"),
+            queue_bound_bytes: b.int_gauges("hookgate_queue_bound_bytes"),
+            queue_bound_events: b.int_gauges("hookgate_queue_bound_events"),
+            store_queued_bytes: b.int_gauge("hookgate_store_queued_bytes"),
+            store_queue_bound_bytes: b.int_gauge("hookgate_store_queue_bound_bytes"),
+            route_paused: b.int_gauges("hookgate_route_paused"),
+            breaker_open: b.int_gauges("hookgate_circuit_breaker_open"),
+            breaker_opened: b.counters("hookgate_circuit_breaker_opened_total"),
+            route_control_changes: b.counters("hookgate_route_control_changes_total"),
+            config_last_reload_ok: b.int_gauge("hookgate_config_last_reload_successful"),
+            store_up: b.int_gauge("hookgate_store_up"),
+            store_warnings: b.int_gauge("hookgate_store_warnings"),
+            store_bytes: b.int_gauge("hookgate_store_bytes"),
+            backup_last_success: b.gauge("hookgate_backup_last_success_timestamp_seconds"),
+            backup_every: b.gauge("hookgate_backup_every_seconds"),
+            backups: b.counters("hookgate_backups_total"),
+            store_timeout: b.gauge("hookgate_store_timeout_seconds"),
+            tls_cert_expiry: b.gauge("hookgate_tls_cert_expiry_timestamp_seconds"),
             registry: registry.clone(),
-            names,
+            names: Vec::new(),
+        };
+        for result in ["success", "failure"] {
+            metrics.config_reloads.with_label_values(&[result]);
+        }
+        metrics.config_last_reload_ok.set(1);
+        Self {
+            names: b.names,
+            ..metrics
         }
     }
 
@@ -608,6 +332,12 @@ mod tests {
         };
         let (readme, dashboard) = (read("README.md"), read("deploy/grafana/hookgate.json"));
         assert!(metrics.names().len() > 30, "{:?}", metrics.names());
+        for (name, ..) in table::DESCRIBED {
+            assert!(
+                metrics.names().iter().any(|built| built == name),
+                "{name} is in metrics/table.rs but no collector is built from it"
+            );
+        }
         for name in metrics.names() {
             let documented = readme.contains(&format!("`{name}`"))
                 || (name.starts_with("process_") && readme.contains("`process_*`"));
