@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What `[store.encryption]` costs (BENCHMARKS.md, "Data at rest"): one sync
+# What `[store.encryption]` costs (BENCHMARKS.md, "History, condensed"): one sync
 # route on a fresh Redis, encryption off and on, alternated ROUNDS times:
 # unique keys (each answer sealed as it is recorded), replays answered by
 # the replay cache (plaintext in process: nothing to open), and replays with

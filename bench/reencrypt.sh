@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What `hookgate store reencrypt` takes (BENCHMARKS.md, "Data at rest"): a
+# What `hookgate store reencrypt` takes (BENCHMARKS.md, "History, condensed"): a
 # store filled with completed events under key A (wrk unique keys for
 # FILL seconds), the gateway reloaded with [B, A] and left serving, then
 # `hookgate store reencrypt --rate 1000000/s` (unpaced) timed, and once

@@ -193,7 +193,7 @@ impl Validator<'_> {
         }
     }
 
-    /// One key source (docs/configuration.md, "Where the key comes from"):
+    /// One key source (docs/configuration.md, "`[[routes]]`", its `key`):
     /// `body-sha256` names no entity and no time, so it is refused.
     fn order_source(&mut self, at: &KeyPath, text: &str) -> Option<KeySource> {
         let text = self.string(at, text)?;

@@ -1,5 +1,5 @@
-//! `[[routes.destinations]]` (docs/configuration.md, "Several
-//! destinations"): the consumers of one async route, each validated into a
+//! `[[routes.destinations]]` (docs/configuration.md,
+//! "`[[routes.destinations]]`"): the consumers of one async route, each validated into a
 //! delivery of its own — a [`RouteConfig`] named `route/destination`, in
 //! the scope `scope/destination`, with the route's settings as defaults and
 //! its own upstream, filter and delivery settings — so that workers,

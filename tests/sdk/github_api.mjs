@@ -1,6 +1,6 @@
 // GitHub's own OpenAPI description (npm @octokit/openapi) as the oracle for
 // the stand-in of GitHub's hook-deliveries API in tests/it/reconcile.rs, and
-// for what hookgate reads of it (src/reconcile/senders.rs): the listing and
+// for what hookgate reads of it (src/sender_apis.rs): the listing and
 // redelivery paths exist with the parameters and answers hookgate uses, and
 // every item the stand-in lists is a `hook-delivery-item` (each required
 // property there, of its type). Usage: node github_api.mjs BASE TOKEN HOOK.
@@ -28,7 +28,7 @@ for (const owner of ["/repos/{owner}/{repo}", "/orgs/{org}"]) {
 }
 
 const schema = spec.components.schemas["hook-delivery-item"];
-// What hookgate reads of an item (src/reconcile/senders.rs), of its type.
+// What hookgate reads of an item (src/sender_apis.rs), of its type.
 for (const [field, type] of [["id", "integer"], ["guid", "string"], ["delivered_at", "string"], ["status_code", "integer"]]) {
   if (!schema.required.includes(field) || schema.properties[field]?.type !== type) {
     problems.push(`hook-delivery-item.${field} is not a required ${type}`);

@@ -16,7 +16,7 @@
 //! asynchronous, so a claim the primary acknowledged but had not yet
 //! replicated is gone on the promoted replica, and its retry is forwarded
 //! again. `store.min_replicas_acked = 1` closes that window (README,
-//! "When an event can be forwarded twice").
+//! "The guarantee, honestly").
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

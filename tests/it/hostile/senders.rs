@@ -223,3 +223,63 @@ async fn x_real_ip_and_forwarded_are_kept_only_from_trusted_proxies() {
         gateway.shutdown().await;
     }
 }
+
+/// Nothing touches the store before the signature (docs/architecture.md):
+/// forged, unsigned and oversized deliveries of a key are refused without
+/// one store operation, and the key stays unclaimed — its genuine delivery
+/// afterwards is the first, and is forwarded.
+#[tokio::test]
+async fn nothing_reaches_the_store_before_the_signature() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&with_admin(&route_config(&upstream.url("/"), ""))).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    let body = event("evt_forged_first");
+    let forged = |signature: Option<&str>, body: String| {
+        let mut request = http::Request::post(&url);
+        if let Some(signature) = signature {
+            request = request.header("x-signature", signature);
+        }
+        request
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    let wrong = format!("sha256={}", "0".repeat(64));
+    let mut answers = Vec::new();
+    for _ in 0..20 {
+        answers.push(sender.send(forged(Some(&wrong), body.clone())).await);
+        answers.push(sender.send(forged(None, body.clone())).await);
+    }
+    let oversized = format!(
+        "{{\"id\":\"evt_forged_first\",\"pad\":\"{}\"}}",
+        "x".repeat(8192)
+    );
+    answers.push(
+        sender
+            .send(forged(Some(&sign(oversized.as_bytes())), oversized))
+            .await,
+    );
+    for answer in &answers {
+        assert!(answer.status.is_client_error(), "{answer:?}");
+    }
+    let metrics = scrape(&gateway.admin_url("/metrics")).await;
+    // The background's own operations (upkeep, workers, the scrape's
+    // ping) go on; a delivery's are these.
+    for op in ["claim", "get", "complete", "fail", "release", "renew"] {
+        let count = sample(
+            &metrics,
+            "hookgate_store_operation_duration_seconds_count",
+            &[("op", op)],
+        );
+        assert_eq!(
+            count.unwrap_or(0.0),
+            0.0,
+            "{op} before a signature verified"
+        );
+    }
+
+    let genuine = sender.deliver(&url, &body).await;
+    assert_eq!(genuine.status, StatusCode::OK, "{:?}", genuine.json());
+    assert!(!genuine.replayed());
+    assert_eq!(upstream.count("evt_forged_first"), 1);
+    gateway.shutdown().await;
+}

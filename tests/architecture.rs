@@ -1,0 +1,252 @@
+//! Invariants of the codebase that no compiler checks, checked here as
+//! rust-analyzer's `tidy.rs` checks its own: reading the files as text.
+//!
+//! - Every file a comment or a page cites by path exists: a path from the
+//!   repository's root (`src/…`, `tests/…`, `docs/…`, `deploy/…`,
+//!   `bench/…`, `migrations/…`), or in the code one relative to `src/` or
+//!   to the citing file's folder.
+//! - Every section cited by a page's name, a comma and the section's
+//!   title in quotes (the README, BENCHMARKS.md or a page under docs/) is
+//!   a heading of that page.
+//! - Only `src/delivery/` calls a route's upstream (`route.upstream.send`):
+//!   every entrance reaches the consumer through the one engine.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The folders a cited path may start from.
+const ROOTED: [&str; 7] = [
+    "src",
+    "tests",
+    "docs",
+    "deploy",
+    "bench",
+    "migrations",
+    ".ci",
+];
+
+/// The kinds of file a citation names.
+const CITED: [&str; 11] = [
+    ".rs", ".md", ".toml", ".sh", ".yml", ".yaml", ".json", ".lua", ".sql", ".service", ".example",
+];
+
+/// Every file that cites: the code, the tests, the pages, the deploy and
+/// bench scripts.
+fn citing() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for folder in ["src", "tests", "docs", "deploy", "bench"] {
+        walk(&Path::new(ROOT).join(folder), &mut files);
+    }
+    for file in [
+        "README.md",
+        "BENCHMARKS.md",
+        "gateway.toml.example",
+        "Dockerfile",
+    ] {
+        files.push(Path::new(ROOT).join(file));
+    }
+    files.retain(|file| {
+        let name = file.to_string_lossy();
+        // Installed SDKs and built releases are not the project's.
+        !name.contains("node_modules") && !name.contains("/tests/previous/src")
+    });
+    files
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            walk(&path, files);
+        } else {
+            files.push(path);
+        }
+    }
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(ROOT)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The path-like words of `text` that name a file (`a/b.rs`), each with
+/// the character before it.
+fn cited_paths(text: &str) -> Vec<(char, &str)> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+    let mut found = Vec::new();
+    let mut start = None;
+    for (i, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        match (is_path_char(c), start) {
+            (true, None) => start = Some(i),
+            (false, Some(from)) => {
+                let word = text[from..i].trim_end_matches('.');
+                let before = text[..from].chars().next_back().unwrap_or(' ');
+                if word.contains('/') && CITED.iter().any(|ext| word.ends_with(ext)) {
+                    found.push((before, word));
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn every_cited_file_exists() {
+    let mut missing = BTreeSet::new();
+    for file in citing() {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let in_code = relative(&file).starts_with("src/");
+        for (before, path) in cited_paths(&text) {
+            // Shell and format placeholders ($WORK/x.toml, {dir}/x.toml),
+            // absolute and dot paths, and URLs name no file of the project.
+            if "${}:".contains(before) || path.starts_with('/') || path.starts_with('.') {
+                continue;
+            }
+            let first = path.split('/').next().unwrap_or_default();
+            let candidates: Vec<PathBuf> = if ROOTED.contains(&first) {
+                vec![Path::new(ROOT).join(path)]
+            } else if in_code {
+                vec![
+                    Path::new(ROOT).join("src").join(path),
+                    file.parent().unwrap().join(path),
+                ]
+            } else {
+                continue;
+            };
+            if !candidates.iter().any(|candidate| candidate.exists()) {
+                missing.insert(format!("{}: {path}", relative(&file)));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cited files that do not exist:\n{}",
+        missing.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// A heading or a cited section as compared: no backticks, lower case.
+fn normal(section: &str) -> String {
+    section.replace('`', "").trim().to_lowercase()
+}
+
+fn headings(page: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join(page)).unwrap();
+    let mut fenced = false;
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            found.insert(normal(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
+/// `text` with the comment markers at the start of each line dropped and
+/// its lines joined, so a citation broken over two lines reads whole.
+fn joined(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let line = line.trim_start();
+            ["//!", "///", "//", "# ", "#"]
+                .iter()
+                .find_map(|marker| line.strip_prefix(marker))
+                .unwrap_or(line)
+                .trim()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The sections `text` cites: (page, section), from the page's name, a
+/// comma, and the section's title in double quotes.
+fn cited_sections(text: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let pages = ["README.md", "README", "BENCHMARKS.md", "docs/"];
+    for page in pages {
+        let mut rest = text;
+        while let Some(at) = rest.find(page) {
+            let after = &rest[at..];
+            rest = &rest[at + page.len()..];
+            let name_end = after.find(',').unwrap_or(0);
+            let name = &after[..name_end];
+            let page_name = match name {
+                "README" | "README.md" => "README.md".to_owned(),
+                "BENCHMARKS.md" => name.to_owned(),
+                docs if docs.starts_with("docs/")
+                    && docs.ends_with(".md")
+                    && !docs.contains(char::is_whitespace) =>
+                {
+                    docs.to_owned()
+                }
+                _ => continue,
+            };
+            let Some(quoted) = after[name_end + 1..].trim_start().strip_prefix('"') else {
+                continue;
+            };
+            let Some(end) = quoted.find('"') else {
+                continue;
+            };
+            found.push((page_name, quoted[..end].to_owned()));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_cited_section_exists() {
+    let mut missing = BTreeSet::new();
+    for file in citing() {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (page, section) in cited_sections(&joined(&text)) {
+            if !Path::new(ROOT).join(&page).exists() {
+                missing.insert(format!("{}: {page} does not exist", relative(&file)));
+            } else if !headings(&page).contains(&normal(&section)) {
+                missing.insert(format!("{}: {page}, \"{section}\"", relative(&file)));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cited sections that are no heading of their page:\n{}",
+        missing.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn only_delivery_calls_a_routes_upstream() {
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("src"), &mut files);
+    let callers: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            std::fs::read_to_string(file).is_ok_and(|text| text.contains("upstream.send("))
+        })
+        .map(|file| relative(file))
+        .collect();
+    assert!(!callers.is_empty(), "the upstream is called somewhere");
+    for caller in &callers {
+        assert!(
+            caller.starts_with("src/delivery/"),
+            "{caller} calls a route's upstream; only src/delivery/ may (docs/architecture.md)"
+        );
+    }
+}
