@@ -43,6 +43,10 @@
 //!   there too; [`ops::redeliver`] is its
 //!   entrance to the upstream — redelivery (same key), replay (new key)
 //!   and redrive of dead letters, as tasks of the gateway.
+//! - [`notify`] — `[[notify]]`: dead letters, blocked entities, open
+//!   breakers, queues near their bounds and reconciliation's findings,
+//!   grouped and accepted into each target's own queue, which the workers
+//!   deliver like any route's.
 //! - [`reconcile`] — the sender's API asked, on a schedule and one gateway
 //!   of a fleet at a time, for what the gateway never completed: Stripe's
 //!   events delivered through the ingress (`Gateway::deliver_fetched`),
@@ -122,6 +126,7 @@ pub mod headers;
 pub mod ingress;
 pub mod key;
 pub mod metrics;
+pub mod notify;
 pub mod ops;
 pub mod order;
 pub mod reconcile;
@@ -317,6 +322,7 @@ impl App {
             stage.clone().draining(),
         ));
         let reconciling = tokio::spawn(Arc::clone(&self.reconciler).run(stage.clone()));
+        let notifying = tokio::spawn(notify::run(self.parts.clone(), stage.clone().stopped()));
         let ops = self.ops.clone();
         let upkept = stage.clone().stopped();
         let upkeep = tokio::spawn(async move {
@@ -356,6 +362,7 @@ impl App {
         let _ = reconciling.await;
         signal.stop();
         let _ = upkeep.await;
+        let _ = notifying.await;
         self.parts.telemetry.shutdown().await;
         if let Some(watcher) = watcher {
             let _ = watcher.await;

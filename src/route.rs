@@ -10,7 +10,7 @@ use http::Method;
 use prometheus::IntCounter;
 
 use crate::cidr::Cidr;
-use crate::config::{deliveries, Live, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
+use crate::config::{Live, NotifyTarget, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::traffic::{Controls, RouteControls};
@@ -93,13 +93,10 @@ impl Upstreams {
 }
 
 impl RouteTable {
-    pub fn new(
-        routes: &[Arc<RouteConfig>],
-        upstreams: &Upstreams,
-        controls: &Controls,
-        metrics: &Metrics,
-    ) -> Self {
-        let deliveries: Vec<Arc<RouteConfig>> = deliveries(routes).cloned().collect();
+    /// The table of `live`'s routes, their destinations' deliveries and
+    /// its notification targets' (those two reached by name only).
+    pub fn new(live: &Live, upstreams: &Upstreams, controls: &Controls, metrics: &Metrics) -> Self {
+        let deliveries: Vec<Arc<RouteConfig>> = live.deliveries().cloned().collect();
         let clients = upstreams.for_routes(&deliveries);
         let controls = controls.for_routes(&deliveries, metrics);
         let (mut by_path, mut destinations) = (HashMap::new(), Vec::new());
@@ -162,6 +159,8 @@ impl RouteTable {
 /// The live part of the config, ready to serve.
 pub struct Runtime {
     pub routes: RouteTable,
+    /// `[[notify]]`: the targets, each delivered as a route in `routes`.
+    pub notify: Vec<Arc<NotifyTarget>>,
     pub on_store_error: OnStoreError,
     /// `store.max_queued_bytes` (0: none).
     pub max_queued_bytes: u64,
@@ -172,7 +171,8 @@ pub struct Runtime {
 impl Runtime {
     fn new(live: &Live, upstreams: &Upstreams, controls: &Controls, metrics: &Metrics) -> Self {
         Self {
-            routes: RouteTable::new(&live.routes, upstreams, controls, metrics),
+            routes: RouteTable::new(live, upstreams, controls, metrics),
+            notify: live.notify.clone(),
             on_store_error: live.on_store_error,
             max_queued_bytes: live.max_queued_bytes,
             limits: live.limits,

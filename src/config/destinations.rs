@@ -190,6 +190,7 @@ impl Validator<'_> {
             }),
             // The route reconciles; its destinations take what it delivers.
             reconcile: None,
+            signs: None,
         }
     }
 

@@ -17,6 +17,7 @@
 mod delivery;
 mod destinations;
 mod locate;
+mod notify;
 mod raw;
 mod reconcile;
 mod routes;
@@ -36,11 +37,13 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::destinations::delivery_name;
+pub use self::notify::NOTIFY;
 pub use self::reconcile::ReconcileSettings;
 pub use self::settings::{
     deliveries, AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live,
-    OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits, RouteConfig, ServerSettings,
-    StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa, DEFAULT_QUEUE,
+    NoticeKind, NotifyKind, NotifyTarget, OnMismatch, OnStoreError, OnUnknown, RateSettings,
+    RequestLimits, RouteConfig, ServerSettings, StoreSettings, Synchronous, TelemetrySettings,
+    TlsSettings, UpstreamCa, DEFAULT_QUEUE,
 };
 pub use self::value::{interpolate, parse_rate, MIN_RATE};
 pub use crate::clock::humanize;
@@ -189,6 +192,7 @@ impl Validator<'_> {
                 ));
             }
         }
+        let notify = self.notify(&root.key("notify"), raw.notify, &routes);
         let telemetry = raw
             .telemetry
             .map(|raw| self.telemetry(&root.key("telemetry"), raw));
@@ -207,6 +211,7 @@ impl Validator<'_> {
             trusted_proxies,
             tls,
             encryption,
+            notify,
         };
         (fixed, live)
     }

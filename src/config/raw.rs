@@ -18,6 +18,28 @@ pub struct RawConfig {
     #[serde(default)]
     pub schemes: Vec<crate::verify::RawScheme>,
     pub telemetry: Option<RawTelemetry>,
+    /// `[[notify]]`: notification targets.
+    #[serde(default)]
+    pub notify: Vec<RawNotify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNotify {
+    pub name: String,
+    pub kind: String,
+    pub url: Option<String>,
+    pub on: Option<Vec<String>>,
+    pub routes: Option<Vec<String>>,
+    /// webhook: the Standard Webhooks signing secret.
+    pub secret: Option<String>,
+    /// pagerduty: the integration's routing key.
+    pub routing_key: Option<String>,
+    pub console_url: Option<String>,
+    pub group_within: Option<String>,
+    /// At most this many messages (`"1/s"`), as a route's `upstream_rate`.
+    pub rate: Option<String>,
+    pub upstream_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -72,7 +72,7 @@ impl Validator<'_> {
         routes
     }
 
-    fn route(&mut self, at: &KeyPath, mut raw: RawRoute) -> RouteConfig {
+    pub(super) fn route(&mut self, at: &KeyPath, mut raw: RawRoute) -> RouteConfig {
         let name = self.identifier(&at.key("name"), &raw.name);
         let path = self.string(&at.key("path"), &raw.path).unwrap_or_default();
         if !path.starts_with('/') || path.contains(['?', '#']) {
@@ -361,6 +361,7 @@ impl Validator<'_> {
             destinations: Vec::new(),
             destination_of: None,
             reconcile,
+            signs: None,
         };
         if let Some(destinations) = raw.destinations.take() {
             route.destinations = self.destinations(at, &route, destinations);

@@ -99,12 +99,16 @@ pub struct Live {
     /// `[store.encryption] keys` (README, "Data at rest"): the first seals
     /// what is written from now on, any opens. Reloadable like secrets.
     pub encryption: Option<Arc<crate::seal::Keys>>,
+    /// `[[notify]]`: where the on-call hears of an event (README,
+    /// "Notifications").
+    pub notify: Vec<Arc<NotifyTarget>>,
 }
 
 impl Live {
-    /// Every route and every destination's delivery.
+    /// Every route and every destination's delivery, and each notification
+    /// target's.
     pub fn deliveries(&self) -> impl Iterator<Item = &Arc<RouteConfig>> {
-        deliveries(&self.routes)
+        deliveries(&self.routes).chain(self.notify.iter().map(|target| &target.delivery))
     }
 
     /// Every scope the routes and their destinations name, each once, in
@@ -430,6 +434,10 @@ pub struct RouteConfig {
     /// `[routes.reconcile]`: the sender's API asked, on a schedule, for
     /// what the gateway never completed.
     pub reconcile: Option<Arc<ReconcileSettings>>,
+    /// A `[[notify]]` webhook's delivery: each attempt is signed as
+    /// Standard Webhooks with this key (`webhook-id` is the event's key,
+    /// `webhook-timestamp` the attempt's time).
+    pub signs: Option<Arc<Secret>>,
 }
 
 /// Each of `routes`, each followed by its destinations' deliveries.
@@ -537,4 +545,78 @@ impl RouteConfig {
 pub struct UpstreamCa {
     pub path: PathBuf,
     pub certs: Vec<CertificateDer<'static>>,
+}
+
+/// What a `[[notify]]` target is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// An event parked as a dead letter.
+    DeadLetter,
+    /// An ordered route's entity held behind a dead event.
+    EntityBlocked,
+    /// A route's circuit breaker opened on this gateway.
+    BreakerOpen,
+    /// An async route's queue past 80% of a bound.
+    QueueNearBound,
+    /// A reconciliation pass found events the gateway never completed.
+    ReconcileMissing,
+}
+
+impl NoticeKind {
+    pub const ALL: [NoticeKind; 5] = [
+        NoticeKind::DeadLetter,
+        NoticeKind::EntityBlocked,
+        NoticeKind::BreakerOpen,
+        NoticeKind::QueueNearBound,
+        NoticeKind::ReconcileMissing,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::DeadLetter => "dead_letter",
+            NoticeKind::EntityBlocked => "entity_blocked",
+            NoticeKind::BreakerOpen => "breaker_open",
+            NoticeKind::QueueNearBound => "queue_near_bound",
+            NoticeKind::ReconcileMissing => "reconcile_missing",
+        }
+    }
+}
+
+/// How a `[[notify]]` target is written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyKind {
+    /// A Slack incoming webhook: Block Kit.
+    Slack,
+    /// Any HTTPS endpoint: JSON signed as Standard Webhooks.
+    Webhook,
+    /// PagerDuty's Events API v2.
+    PagerDuty,
+}
+
+/// One `[[notify]]` target: what it hears of, and its delivery — an async
+/// delivery named `@notify/NAME` in the scope of that name, which the
+/// workers deliver as they deliver any route's (retried, rate limited,
+/// counted), and which no sender can reach.
+#[derive(Debug)]
+pub struct NotifyTarget {
+    pub name: String,
+    pub kind: NotifyKind,
+    pub on: Vec<NoticeKind>,
+    /// The routes it hears of; `None`: every route.
+    pub routes: Option<Vec<String>>,
+    /// PagerDuty's integration key.
+    pub routing_key: Option<Secret>,
+    /// The operator console's address (`https://…/ui`), for links.
+    pub console_url: Option<String>,
+    /// Notices within this long of the first are sent as one message.
+    pub group_within: Duration,
+    pub delivery: Arc<RouteConfig>,
+}
+
+impl NotifyTarget {
+    /// Whether the target hears of `kind` on `route`.
+    pub fn wants(&self, kind: NoticeKind, route: &str) -> bool {
+        self.on.contains(&kind)
+            && (self.routes.as_ref()).is_none_or(|routes| routes.iter().any(|r| r == route))
+    }
 }

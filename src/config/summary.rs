@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::{Backend, Config, DeliveryMode, OnStoreError};
+use super::{Backend, Config, DeliveryMode, NotifyKind, OnStoreError};
 use crate::clock::{humanize, roughly};
 use crate::order::OnBlocked;
 
@@ -195,6 +195,29 @@ impl Config {
                         .map_or(String::new(), |filter| format!(", only {filter}")),
                 );
             }
+        }
+        for target in &live.notify {
+            // Never the URL: a Slack webhook's is its secret.
+            let on: Vec<&str> = target.on.iter().map(|kind| kind.as_str()).collect();
+            out += &format!(
+                "notify {}: {} on {} for {}, grouped within {}, at most {}/s\n",
+                target.name,
+                match target.kind {
+                    NotifyKind::Slack => "slack",
+                    NotifyKind::Webhook => "webhook (Standard Webhooks signed)",
+                    NotifyKind::PagerDuty => "pagerduty",
+                },
+                on.join(", "),
+                target
+                    .routes
+                    .as_ref()
+                    .map_or("every route".to_owned(), |r| r.join(", ")),
+                humanize(target.group_within),
+                target
+                    .delivery
+                    .upstream_rate
+                    .map_or(0.0, |rate| rate.per_second),
+            );
         }
         for warning in &self.warnings {
             out += &format!("warning: {warning}\n");

@@ -604,7 +604,14 @@ for (const button of document.querySelectorAll("button[data-bulk]")) {
   button.addEventListener("click", () => bulk(button.dataset.bulk));
 }
 if (READ_ONLY) document.getElementById("bulk-bar").hidden = true;
-window.addEventListener("hashchange", showPage);
+// A notification's link, #event/ROUTE/KEY (each percent-encoded; ROUTE is
+// route/destination for a destination's event), opens that event.
+function openLinked() {
+  const match = /^#event\/([^/]+)\/([^/]+)$/.exec(location.hash);
+  if (match) showEvent(decodeURIComponent(match[1]), decodeURIComponent(match[2]));
+}
+
+window.addEventListener("hashchange", () => { showPage(); openLinked(); });
 showPage();
-loadRoutes().then(() => loadEvents());
+loadRoutes().then(() => { loadEvents(); openLinked(); });
 setInterval(loadRoutes, ROUTES_EVERY_MS);

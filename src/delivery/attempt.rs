@@ -419,6 +419,13 @@ impl Engine {
             route.dead_letters.inc();
             tracing::warn!(route = %route.name, key, attempts = attempt_no,
                 class = class.as_str(), "event parked as a dead letter");
+            (self.parts.notices).dead_letter(
+                route,
+                &key,
+                attempt_no,
+                &failed.attempt,
+                &failed.request,
+            );
         }
         settled
     }

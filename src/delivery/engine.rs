@@ -20,6 +20,7 @@ use crate::claim::{Claim, Claims};
 use crate::config::{Config, Live};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::notify::Notices;
 use crate::replay::RecordedResponse;
 use crate::route::{LiveRoutes, Route};
 use crate::store::{Clock, Lease, Store, StoreKey};
@@ -51,6 +52,9 @@ pub struct Parts {
     /// What each async scope held queued at the last measurement, for the
     /// queue bounds.
     pub queues: Arc<QueueLevels>,
+    /// Where a dead letter, a blocked entity or a reconciliation's finding
+    /// is said, for the `[[notify]]` targets (`notify/`).
+    pub notices: Notices,
 }
 
 impl Parts {
@@ -66,6 +70,7 @@ impl Parts {
             places: Arc::default(),
             pauses: Arc::default(),
             queues: Arc::default(),
+            notices: Notices::default(),
             telemetry: Arc::new(match &config.fixed.telemetry {
                 None => Telemetry::off(),
                 Some(settings) => Telemetry::start(settings).unwrap_or_else(|error| {

@@ -35,6 +35,7 @@ use crate::clock::rfc3339;
 use crate::config::ReconcileSettings;
 use crate::delivery::Parts;
 use crate::ingress::Gateway;
+use crate::notify::Notice;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
 use crate::shutdown::Shutdown;
@@ -326,6 +327,12 @@ impl Reconciler {
                     Ok(()) => tally.last_error.clone(),
                 };
                 self.count(route, &tally);
+                if tally.missing > 0 {
+                    let (missing, delivered) = (tally.missing, tally.delivered);
+                    let now_ms = self.parts.clock.now_ms();
+                    let notice = Notice::reconcile_missing(&route.name, missing, delivered, now_ms);
+                    self.parts.notices.say(notice);
+                }
                 (
                     ledger.seen,
                     ledger.missing,

@@ -30,6 +30,7 @@ mod least_privilege;
 mod matrix;
 mod migrate;
 mod model;
+mod notify;
 mod observability;
 mod ordering;
 mod ordering_crashes;

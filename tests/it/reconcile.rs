@@ -165,6 +165,13 @@ async fn events_stripe_gave_up_on_are_delivered_once_across_pages_and_a_429() {
 
     let key = key_file(dir.path(), STRIPE_KEY);
     let text = stripe_config_at(&at, &upstream.url("/"), &store, Some((&api.base(), &key)));
+    // The on-call hears of what the pass found.
+    let oncall = Upstream::start().await;
+    let text = format!(
+        "{text}\n[[notify]]\nname = \"oncall\"\nkind = \"webhook\"\nurl = \"{}\"\n\
+         secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\non = [\"reconcile_missing\"]\n",
+        oncall.url("/oncall")
+    );
     std::fs::write(
         &config,
         text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
@@ -185,6 +192,14 @@ async fn events_stripe_gave_up_on_are_delivered_once_across_pages_and_a_429() {
         assert_eq!(upstream.count(id), 1, "{id}");
     }
     all_verify(&upstream);
+    let heard = eventually(Duration::from_secs(20), || ready(oncall.total() > 0));
+    assert!(heard.await, "the on-call heard of the pass");
+    let message: Value = serde_json::from_slice(&oncall.seen()[0].body).unwrap();
+    let notice = &message["data"]["notices"][0];
+    assert_eq!(notice["kind"], "reconcile_missing", "{message}");
+    assert_eq!(notice["route"], "payments");
+    let summary = notice["summary"].as_str().unwrap();
+    assert!(summary.contains("found 200 event(s)"), "{summary}");
     // What reached the upstream is the event object as the API lists it.
     let seen = upstream
         .seen()

@@ -264,6 +264,58 @@ fn parses_a_sentinel_store() {
     );
 }
 
+/// `[[notify]]`: each kind's own setting required, and only there; the
+/// events and routes it names must exist; its delivery is a route no
+/// sender reaches.
+#[test]
+fn parses_notify_targets() {
+    let with = |notify: &str| format!("{MINIMAL}\n{notify}");
+    let text = with(
+        "[[notify]]\nname = \"pd\"\nkind = \"pagerduty\"\nrouting_key = \"R0123\"\non = [\"dead_letter\"]\n\
+         [[notify]]\nname = \"hooks\"\nkind = \"webhook\"\nurl = \"https://oncall.example/hook\"\n\
+         secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nroutes = [\"orders\"]\ngroup_within = \"30s\"",
+    );
+    let config = parse(&text).unwrap();
+    let [pd, hooks] = &config.live.notify[..] else {
+        panic!("two targets")
+    };
+    assert_eq!(pd.kind, crate::config::NotifyKind::PagerDuty);
+    assert_eq!(
+        pd.delivery.upstream.to_string(),
+        "https://events.pagerduty.com/v2/enqueue"
+    );
+    assert_eq!(pd.on, [crate::config::NoticeKind::DeadLetter]);
+    assert_eq!(hooks.delivery.name, "@notify/hooks");
+    assert!(hooks.delivery.signs.is_some() && pd.delivery.signs.is_none());
+    assert!(hooks.wants(crate::config::NoticeKind::BreakerOpen, "orders"));
+    assert!(!hooks.wants(crate::config::NoticeKind::BreakerOpen, "other"));
+    assert_eq!(hooks.group_within, Duration::from_secs(30));
+    assert!(config.live.scopes().contains(&"@notify/hooks".to_owned()));
+    let summary = config.summary();
+    assert!(summary.contains("notify hooks: webhook (Standard Webhooks signed) on dead_letter, entity_blocked, breaker_open, queue_near_bound, reconcile_missing for orders, grouped within 30s, at most 1/s"), "{summary}");
+    assert!(
+        !summary.contains("oncall.example"),
+        "never the URL: {summary}"
+    );
+
+    let refused = |notify: &str| problems(&with(notify)).join("\n");
+    let webhook =
+        refused("[[notify]]\nname = \"w\"\nkind = \"webhook\"\nurl = \"https://x.example/\"");
+    assert!(webhook.contains("needs `secret`"), "{webhook}");
+    let pagerduty = refused("[[notify]]\nname = \"p\"\nkind = \"pagerduty\"");
+    assert!(pagerduty.contains("needs `routing_key`"), "{pagerduty}");
+    let slack = refused(
+        "[[notify]]\nname = \"s\"\nkind = \"slack\"\nurl = \"https://hooks.slack.com/x\"\n\
+         on = [\"dead_letters\"]\nroutes = [\"nope\"]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+    );
+    assert!(
+        slack.contains("notify[0].on[0]: \"dead_letters\" is not one of"),
+        "{slack}"
+    );
+    assert!(slack.contains("no route is named \"nope\""), "{slack}");
+    assert!(slack.contains("only a webhook target is signed"), "{slack}");
+}
+
 /// Queue bounds: sizes in bytes or binary and decimal units, 0 for none,
 /// only on async routes; the store's bound beside them.
 #[test]
