@@ -3,7 +3,7 @@
 //! deliveries stream. The gateways follow the promotion without a restart;
 //! every event settles, none is lost, and none is forwarded twice with
 //! `min_replicas_acked = 1` (without it, what the failover cost is measured
-//! and printed).
+//! and printed). And the same set on TLS only, with a private CA.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,5 +150,44 @@ async fn the_primary_is_found_through_the_sentinels() {
     let primary = set.primary().await.unwrap();
     let keys = set.keys(primary, "t*evt_found*").await;
     assert!(!keys.is_empty(), "the record is on the primary");
+    gateway.shutdown().await;
+}
+
+/// Sentinels and data servers on TLS only, with a private CA (replication
+/// and the sentinels' own links over TLS too): trusted through
+/// `store.tls_ca`, the gateway finds the primary, claims there and
+/// replays; without the CA it trusts neither, and forwards nothing (503).
+#[tokio::test]
+async fn sentinels_and_servers_on_tls_are_verified_against_store_tls_ca() {
+    let pki = Pki::new("sentinel");
+    let Some(set) = RedisSentinels::start_tls(&pki).await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    // The primary is reached as the url says: rediss://, its host ignored.
+    let store = Backend::RedisSentinel(format!("{}\nurl = \"rediss://primary/0\"", set.toml()));
+    let ca = format!("tls_ca = \"{}\"", pki.ca_path().display());
+    let trusted = config_text(&upstream.url("/"), &store, "", &ca);
+    let gateway = TestGateway::start(&trusted).await;
+    let sender = Sender::new();
+    let url = gateway.url("/hook");
+    let first = sender.deliver(&url, &event("evt_sentinel_tls")).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.json());
+    assert!(sender
+        .deliver(&url, &event("evt_sentinel_tls"))
+        .await
+        .replayed());
+    assert_eq!(upstream.count("evt_sentinel_tls"), 1);
+    let primary = set.primary().await.unwrap();
+    assert!(!set.keys(primary, "t*evt_sentinel_tls*").await.is_empty());
+    gateway.shutdown().await;
+
+    let untrusted = config_text(&upstream.url("/"), &store, "", "");
+    let gateway = TestGateway::start(&untrusted).await;
+    let answer = sender
+        .deliver(&gateway.url("/hook"), &event("evt_sentinel_tls_2"))
+        .await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upstream.count("evt_sentinel_tls_2"), 0);
     gateway.shutdown().await;
 }

@@ -383,6 +383,11 @@ pub async fn shared_cluster() -> Option<&'static RedisCluster> {
 /// answer within 2 s or refuses.
 pub(super) async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> {
     let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    command_on(client, args).await
+}
+
+/// [`command`] through `client`.
+pub(super) async fn command_on(client: ::redis::Client, args: &[&str]) -> Option<::redis::Value> {
     let connecting = client.get_multiplexed_async_connection();
     let mut conn = tokio::time::timeout(Duration::from_secs(2), connecting)
         .await
@@ -397,7 +402,13 @@ pub(super) async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> 
 
 /// [`command`]'s answer as text ("" for none).
 pub(super) async fn text(port: u16, args: &[&str]) -> String {
-    match command(port, args).await {
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    text_on(client, args).await
+}
+
+/// [`text`] through `client`.
+pub(super) async fn text_on(client: ::redis::Client, args: &[&str]) -> String {
+    match command_on(client, args).await {
         Some(::redis::Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
         Some(::redis::Value::VerbatimString { text, .. }) => text,
         Some(::redis::Value::SimpleString(text)) => text,
@@ -407,7 +418,13 @@ pub(super) async fn text(port: u16, args: &[&str]) -> String {
 
 /// SIGKILL the Redis on `port` (its `process_id`, as it reports it).
 pub(super) async fn kill_server(port: u16) {
-    let info = text(port, &["INFO", "server"]).await;
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    kill_server_on(client).await;
+}
+
+/// [`kill_server`], asking through `client`.
+pub(super) async fn kill_server_on(client: ::redis::Client) {
+    let info = text_on(client, &["INFO", "server"]).await;
     let pid = info
         .lines()
         .find_map(|l| l.strip_prefix("process_id:"))

@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::redis::{command, kill_server, text};
+use super::redis::{command_on, kill_server_on, text_on};
 use super::{eventually, free_port, RedisServer};
 
 /// The name the sentinels monitor the primary under.
@@ -17,7 +17,64 @@ pub struct RedisSentinels {
     /// The data servers: the first starts as the primary.
     pub servers: Vec<u16>,
     pub sentinels: Vec<u16>,
+    /// How every server and sentinel is reached.
+    reach: Reach,
     dir: tempfile::TempDir,
+}
+
+/// Plain, or TLS only (`--port 0`), every server and sentinel with a
+/// certificate of one private CA, replication and the sentinels' links
+/// over TLS too.
+#[derive(Clone, Default)]
+struct Reach {
+    /// (certificate, key, CA) files.
+    tls: Option<(String, String, String)>,
+}
+
+impl Reach {
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        }
+    }
+
+    fn client(&self, port: u16) -> ::redis::Client {
+        let url = format!("{}://127.0.0.1:{port}", self.scheme());
+        match &self.tls {
+            None => ::redis::Client::open(url).unwrap(),
+            Some((_, _, ca)) => {
+                let roots = ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(ca).unwrap()),
+                };
+                ::redis::Client::build_with_tls(url, roots).unwrap()
+            }
+        }
+    }
+
+    /// A server's listening arguments.
+    fn server_args(&self, port: u16) -> String {
+        match &self.tls {
+            None => format!("--port {port}"),
+            Some((cert, key, ca)) => format!(
+                "--port 0 --tls-port {port} --tls-cert-file {cert} --tls-key-file {key} \
+                 --tls-ca-cert-file {ca} --tls-auth-clients no --tls-replication yes"
+            ),
+        }
+    }
+
+    /// A sentinel's listening lines.
+    fn sentinel_lines(&self, port: u16) -> String {
+        match &self.tls {
+            None => format!("port {port}\n"),
+            Some((cert, key, ca)) => format!(
+                "port 0\ntls-port {port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
+                 tls-ca-cert-file {ca}\ntls-auth-clients no\ntls-replication yes\n"
+            ),
+        }
+    }
 }
 
 impl RedisSentinels {
@@ -25,6 +82,19 @@ impl RedisSentinels {
     /// both other sentinels (a sentinel that knows no replica cannot fail
     /// over); `None` when redis-server is missing (fails under CI=true).
     pub async fn start() -> Option<RedisSentinels> {
+        Self::start_reached(Reach::default()).await
+    }
+
+    /// [`RedisSentinels::start`], every server and sentinel on TLS only,
+    /// with certificates of `pki`'s CA.
+    pub async fn start_tls(pki: &super::Pki) -> Option<RedisSentinels> {
+        let (cert, key) = pki.leaf("redis");
+        let path = |p: std::path::PathBuf| p.display().to_string();
+        let tls = Some((path(cert), path(key), path(pki.ca_path())));
+        Self::start_reached(Reach { tls }).await
+    }
+
+    async fn start_reached(reach: Reach) -> Option<RedisSentinels> {
         RedisServer::start_check()?;
         let dir = tempfile::tempdir().unwrap();
         let servers: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -36,8 +106,9 @@ impl RedisSentinels {
             watched(
                 dir.path(),
                 &format!(
-                    "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
+                    "redis-server {listen} --bind 127.0.0.1 --save '' --appendonly no \
                      --protected-mode no --dir {dir} --logfile redis-{port}.log {replica_of}",
+                    listen = reach.server_args(*port),
                     dir = dir.path().display()
                 ),
             );
@@ -47,7 +118,7 @@ impl RedisSentinels {
         let synced = eventually(Duration::from_secs(20), || async {
             let mut synced = true;
             for port in &servers[1..] {
-                synced &= text(*port, &["INFO", "replication"])
+                synced &= text_on(reach.client(*port), &["INFO", "replication"])
                     .await
                     .contains("master_link_status:up");
             }
@@ -64,12 +135,13 @@ impl RedisSentinels {
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                    "{listen}bind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
                      logfile sentinel-{port}.log\n\
                      sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
                      sentinel down-after-milliseconds {MASTER} 1000\n\
                      sentinel failover-timeout {MASTER} 5000\n\
                      sentinel parallel-syncs {MASTER} 2\n",
+                    listen = reach.sentinel_lines(*port),
                     dir = dir.path().display(),
                     primary = servers[0],
                 ),
@@ -88,6 +160,7 @@ impl RedisSentinels {
         let set = RedisSentinels {
             servers,
             sentinels,
+            reach,
             dir,
         };
         set.wait_watched().await;
@@ -97,7 +170,7 @@ impl RedisSentinels {
     /// `[store]` keys for the set, the primary found through the sentinels.
     pub fn toml(&self) -> String {
         let sentinels: Vec<String> = (self.sentinels.iter())
-            .map(|port| format!("\"redis://127.0.0.1:{port}\""))
+            .map(|port| format!("\"{}://127.0.0.1:{port}\"", self.reach.scheme()))
             .collect();
         format!(
             "backend = \"redis-sentinel\"\nsentinels = [{}]\nmaster = \"{MASTER}\"",
@@ -108,7 +181,7 @@ impl RedisSentinels {
     /// `(sentinels, master)` as `StoreSettings` takes them.
     pub fn store(&self) -> (Vec<String>, String) {
         let sentinels = (self.sentinels.iter())
-            .map(|port| format!("redis://127.0.0.1:{port}"))
+            .map(|port| format!("{}://127.0.0.1:{port}", self.reach.scheme()))
             .collect();
         (sentinels, MASTER.to_owned())
     }
@@ -116,7 +189,8 @@ impl RedisSentinels {
     /// The port of the server the sentinels name as primary now.
     pub async fn primary(&self) -> Option<u16> {
         for port in &self.sentinels {
-            let reply = command(*port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]).await;
+            let ask = ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER];
+            let reply = command_on(self.reach.client(*port), &ask).await;
             if let Some(::redis::Value::Array(parts)) = reply {
                 if let Some(::redis::Value::BulkString(port)) = parts.get(1) {
                     return String::from_utf8_lossy(port).parse().ok();
@@ -128,13 +202,13 @@ impl RedisSentinels {
 
     /// SIGKILL the data server on `port`.
     pub async fn kill(&self, port: u16) {
-        kill_server(port).await;
+        kill_server_on(self.reach.client(port)).await;
     }
 
     /// Whether `port` serves as a primary now (`ROLE`).
     pub async fn is_primary(&self, port: u16) -> bool {
         matches!(
-            command(port, &["ROLE"]).await,
+            command_on(self.reach.client(port), &["ROLE"]).await,
             Some(::redis::Value::Array(role))
                 if matches!(role.first(), Some(::redis::Value::BulkString(r)) if r == b"master")
         )
@@ -142,7 +216,7 @@ impl RedisSentinels {
 
     /// Keys matching `pattern` on the data server `port`.
     pub async fn keys(&self, port: u16, pattern: &str) -> Vec<String> {
-        match command(port, &["KEYS", pattern]).await {
+        match command_on(self.reach.client(port), &["KEYS", pattern]).await {
             Some(::redis::Value::Array(keys)) => keys
                 .iter()
                 .filter_map(|key| match key {
@@ -160,7 +234,8 @@ impl RedisSentinels {
         let ready = eventually(Duration::from_secs(30), || async {
             let mut ready = true;
             for port in &self.sentinels {
-                let master = text_array(*port, &["SENTINEL", "MASTER", MASTER]).await;
+                let ask = ["SENTINEL", "MASTER", MASTER];
+                let master = text_array(self.reach.client(*port), &ask).await;
                 let field = |name: &str| {
                     (master.iter().position(|f| f == name))
                         .and_then(|i| master.get(i + 1).cloned())
@@ -169,7 +244,7 @@ impl RedisSentinels {
                 ready &= field("num-slaves") == "2" && field("num-other-sentinels") == "2";
             }
             for port in &self.servers[1..] {
-                ready &= text(*port, &["INFO", "replication"])
+                ready &= text_on(self.reach.client(*port), &["INFO", "replication"])
                     .await
                     .contains("master_link_status:up");
             }
@@ -206,8 +281,8 @@ fn watched(dir: &std::path::Path, script: &str) {
     std::thread::spawn(move || watchdog.wait());
 }
 
-async fn text_array(port: u16, args: &[&str]) -> Vec<String> {
-    match command(port, args).await {
+async fn text_array(client: ::redis::Client, args: &[&str]) -> Vec<String> {
+    match command_on(client, args).await {
         Some(::redis::Value::Array(items)) => items
             .iter()
             .map(|item| match item {
