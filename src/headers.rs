@@ -130,6 +130,37 @@ pub fn percent_encode(text: &str) -> String {
     out
 }
 
+/// How the idempotency key is written in the injected header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderFormat {
+    /// The bare key: what legacy consumers read (the default).
+    Raw,
+    /// A structured-field string (RFC 8941, `"…"`, `\` and `"` escaped),
+    /// as draft-ietf-httpapi-idempotency-key-header asks.
+    SfString,
+}
+
+impl HeaderFormat {
+    /// `key` as this format writes it.
+    pub fn write(self, key: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            HeaderFormat::Raw => std::borrow::Cow::Borrowed(key),
+            HeaderFormat::SfString => {
+                let mut quoted = String::with_capacity(key.len() + 2);
+                quoted.push('"');
+                for c in key.chars() {
+                    if c == '"' || c == '\\' {
+                        quoted.push('\\');
+                    }
+                    quoted.push(c);
+                }
+                quoted.push('"');
+                std::borrow::Cow::Owned(quoted)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

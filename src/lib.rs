@@ -43,6 +43,8 @@
 //!   there too; [`ops::redeliver`] is its
 //!   entrance to the upstream — redelivery (same key), replay (new key)
 //!   and redrive of dead letters, as tasks of the gateway.
+//! - [`notice`] — a notice, and the handle every part that sees one says
+//!   it through, held in the parts.
 //! - [`notify`] — `[[notify]]`: dead letters, blocked entities, open
 //!   breakers, queues near their bounds and reconciliation's findings,
 //!   grouped and accepted into each target's own queue, which the workers
@@ -126,6 +128,7 @@ pub mod headers;
 pub mod ingress;
 pub mod key;
 pub mod metrics;
+pub mod notice;
 pub mod notify;
 pub mod ops;
 pub mod order;

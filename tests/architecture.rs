@@ -10,6 +10,7 @@
 //!   a heading of that page.
 //! - Only `src/delivery/` calls a route's upstream (`route.upstream.send`):
 //!   every entrance reaches the consumer through the one engine.
+//! - No module of `src/` names, however far round, a module that names it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -248,5 +249,77 @@ fn only_delivery_calls_a_routes_upstream() {
             caller.starts_with("src/delivery/"),
             "{caller} calls a route's upstream; only src/delivery/ may (docs/architecture.md)"
         );
+    }
+}
+
+/// The top-level modules of `src/` (a file, or a folder) and, for each,
+/// the others its code names as `crate::NAME` (comments aside).
+fn module_graph() -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("src"), &mut files);
+    let mut graph: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for file in files
+        .iter()
+        .filter(|file| file.extension().is_some_and(|e| e == "rs"))
+    {
+        let path = relative(file);
+        let module = path["src/".len()..]
+            .split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if module == "lib" || module == "main" {
+            continue; // the crate's root and the binary assemble everything
+        }
+        let uses = graph.entry(module.clone()).or_default();
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+        {
+            for (at, _) in line.match_indices("crate::") {
+                let name: String = line[at + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != module {
+                    uses.insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// No two modules of `src/` need each other, however far round: each can
+/// be read (and changed) knowing only those below it.
+#[test]
+fn no_module_imports_a_module_that_imports_it() {
+    let graph = module_graph();
+    assert!(graph.len() > 20, "{graph:?}");
+    // Depth-first, with the path walked so far: a module met again on it
+    // closes a cycle.
+    fn visit(
+        module: &str,
+        graph: &std::collections::BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if let Some(at) = path.iter().position(|seen| seen == module) {
+            panic!("an import cycle: {} -> {module}", path[at..].join(" -> "));
+        }
+        if !done.insert(module.to_owned()) {
+            return;
+        }
+        path.push(module.to_owned());
+        for next in graph.get(module).into_iter().flatten() {
+            visit(next, graph, path, done);
+        }
+        path.pop();
+    }
+    let mut done = BTreeSet::new();
+    for module in graph.keys() {
+        visit(module, &graph, &mut Vec::new(), &mut done);
     }
 }

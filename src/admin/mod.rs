@@ -73,9 +73,7 @@ use self::audit::{Audit, Entry};
 use self::history::History;
 use self::query::{percent_decode, query_flag, query_param};
 
-use self::views::{
-    add_preview, headers_json, pause_json, record_json, request_json, sent_json, text,
-};
+use self::views::{add_preview, headers_json, record_json, request_json, sent_json, text};
 use crate::access::Tokens;
 use crate::console::{Caller, Console};
 use crate::delivery::Parts;
@@ -84,11 +82,9 @@ use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, Operator};
 use crate::reconcile::Reconciler;
 use crate::reload::Reloader;
-use crate::route::Route;
 use crate::server::{accept_loop, Limits};
 use crate::shutdown::Shutdown;
 use crate::store::Cursor;
-use crate::traffic::Pause;
 
 /// Admin connections are few (a scraper, a probe, an operator).
 const LIMITS: Limits = Limits {
@@ -483,47 +479,6 @@ impl Admin {
     fn refused(&self, peer: SocketAddr, path: &str) -> AdminError {
         tracing::warn!(target: "hookgate::admin", %peer, path, "admin request with a missing or wrong token");
         AdminError::Unauthorized
-    }
-
-    /// `POST /admin/routes/{route}/pause` (`pause`) or `…/resume`, with the
-    /// caller's `?by=` and `?reason=`: written to the store for the whole
-    /// fleet, logged and counted. Pausing a paused route (or resuming a
-    /// running one) changes nothing and says so.
-    async fn pause(
-        &self,
-        request: &Request<Incoming>,
-        route: &Route,
-        pause: bool,
-        peer: SocketAddr,
-        (via, role): (&str, &str),
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let by = query_param(request, "by")
-            .filter(|by| !by.is_empty())
-            .unwrap_or_else(|| format!("admin api ({peer})"));
-        let reason = query_param(request, "reason").filter(|reason| !reason.is_empty());
-        if by.len() > 200 || reason.as_ref().is_some_and(|reason| reason.len() > 1000) {
-            return Err(AdminError::BadQuery(
-                "by is at most 200 bytes, reason at most 1000".into(),
-            ));
-        }
-        let action = if pause { "pause" } else { "resume" };
-        let new = pause.then(|| Pause {
-            since_ms: self.parts.clock.now_ms(),
-            by: by.clone(),
-            reason: reason.clone(),
-        });
-        let changed = self.ops.pause_or_resume(route, new).await?;
-        tracing::warn!(target: "hookgate::admin", %peer, via, role, route = %route.name, action, by, reason, changed,
-            "admin action: route {}", if pause { "paused" } else { "resumed" });
-        Ok(json_response(
-            StatusCode::OK,
-            &json!({
-                "route": route.route_name(),
-                "destination": route.as_destination(),
-                "changed": changed,
-                "paused": self.parts.pauses.of(&route.name).map(|pause| pause_json(&pause)),
-            }),
-        ))
     }
 
     /// `GET /admin/events`: one page of records, newest first.

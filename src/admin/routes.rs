@@ -1,9 +1,13 @@
-//! How the admin API shows routes: `GET /admin/routes`, every route with
-//! its traffic controls and counts, and `GET /admin/routes/{route}/blocked`,
+//! How the admin API shows routes and controls them: `GET /admin/routes`,
+//! every route with its traffic controls and counts, `POST
+//! /admin/routes/{route}/pause` and `…/resume`, and `GET
+//! /admin/routes/{route}/blocked`,
 //! the entities of an ordered route that wait behind a dead event (README,
 //! "Ordered delivery"), each with its dead event and how many of its
 //! events wait. The way out is the dead event's own: redeliver it, or
 //! forget it.
+
+use std::net::SocketAddr;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -17,6 +21,8 @@ use super::Admin;
 use crate::error::{json_response, AdminError};
 use crate::ops::RouteView;
 use crate::order::OnBlocked;
+use crate::route::Route;
+use crate::traffic::Pause;
 
 /// Entities listed when the request names no `limit`, and the most it may.
 const DEFAULT_LIMIT: usize = 100;
@@ -131,6 +137,49 @@ impl Admin {
                 "on_blocked": on_blocked.map(OnBlocked::as_str),
                 "blocked": shown,
                 "more": blocked.len() > limit,
+            }),
+        ))
+    }
+}
+
+impl Admin {
+    /// `POST /admin/routes/{route}/pause` (`pause`) or `…/resume`, with the
+    /// caller's `?by=` and `?reason=`: written to the store for the whole
+    /// fleet, logged and counted. Pausing a paused route (or resuming a
+    /// running one) changes nothing and says so.
+    pub(super) async fn pause(
+        &self,
+        request: &Request<Incoming>,
+        route: &Route,
+        pause: bool,
+        peer: SocketAddr,
+        (via, role): (&str, &str),
+    ) -> Result<Response<Full<Bytes>>, AdminError> {
+        let by = query_param(request, "by")
+            .filter(|by| !by.is_empty())
+            .unwrap_or_else(|| format!("admin api ({peer})"));
+        let reason = query_param(request, "reason").filter(|reason| !reason.is_empty());
+        if by.len() > 200 || reason.as_ref().is_some_and(|reason| reason.len() > 1000) {
+            return Err(AdminError::BadQuery(
+                "by is at most 200 bytes, reason at most 1000".into(),
+            ));
+        }
+        let action = if pause { "pause" } else { "resume" };
+        let new = pause.then(|| Pause {
+            since_ms: self.parts.clock.now_ms(),
+            by: by.clone(),
+            reason: reason.clone(),
+        });
+        let changed = self.ops.pause_or_resume(route, new).await?;
+        tracing::warn!(target: "hookgate::admin", %peer, via, role, route = %route.name, action, by, reason, changed,
+            "admin action: route {}", if pause { "paused" } else { "resumed" });
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "route": route.route_name(),
+                "destination": route.as_destination(),
+                "changed": changed,
+                "paused": self.parts.pauses.of(&route.name).map(|pause| pause_json(&pause)),
             }),
         ))
     }

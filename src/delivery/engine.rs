@@ -20,7 +20,7 @@ use crate::claim::{Claim, Claims};
 use crate::config::{Config, Live};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::notify::Notices;
+use crate::notice::Notices;
 use crate::replay::RecordedResponse;
 use crate::route::{LiveRoutes, Route};
 use crate::store::{Clock, Lease, Store, StoreKey};

@@ -24,10 +24,9 @@
 //! A gateway killed while it groups loses the notices it held (at most
 //! `group_within` of them); a notice is never sent twice.
 
-mod notice;
 mod render;
 
-pub use self::notice::{Notice, Notices};
+pub use crate::notice::{Notice, Notices};
 
 use std::collections::HashMap;
 use std::future::Future;

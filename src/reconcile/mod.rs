@@ -35,7 +35,7 @@ use crate::clock::rfc3339;
 use crate::config::ReconcileSettings;
 use crate::delivery::Parts;
 use crate::ingress::Gateway;
-use crate::notify::Notice;
+use crate::notice::Notice;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
 use crate::shutdown::Shutdown;

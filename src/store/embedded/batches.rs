@@ -11,7 +11,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
-use super::run::{execute, run, Op, Reply};
+use super::row::run;
+use super::run::{execute, Op, Reply};
 use super::sql::RELEASE;
 use super::wal::Checkpoints;
 use crate::store::{ClaimOutcome, Clock, StoreError};

@@ -9,8 +9,7 @@ use rusqlite::{params, Transaction};
 // The claim's statements of `sql.rs`.
 use super::super::{decide, settled, ClaimMode, ClaimOutcome, Decision, Lease, StoredRequest};
 use super::order::{place, Placing};
-use super::row::{live_record, query_one};
-use super::run::{run, Kept};
+use super::row::{live_record, query_one, run, Kept};
 use super::sql::*;
 
 /// One claim, as the database thread runs it; times are Unix ms.

@@ -1,5 +1,7 @@
-//! Reading a record back from a row of the embedded store: the columns
-//! `sql.rs`'s `record_columns` names, in that order; one row of a query.
+//! Reading a record back from a row of the embedded store (the columns
+//! `sql.rs`'s `record_columns` names, in that order; one row of a query),
+//! and running one statement: what both the operations (`run.rs`) and
+//! the claim (`claim.rs`) use.
 
 use bytes::Bytes;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -112,4 +114,16 @@ pub(super) fn live_record(
     query_one(tx, SELECT_LIVE, params![key, now as i64], |row| {
         record_from(row, 0)
     })
+}
+
+/// A request stored with a claim or a failure: (request, route, replay of).
+pub(super) type Kept = (StoredRequest, String, Option<String>);
+
+/// Run a statement through SQLite's statement cache (each is parsed once).
+pub(super) fn run(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
 }

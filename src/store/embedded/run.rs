@@ -10,17 +10,14 @@ use rusqlite::{params, Connection, Transaction};
 // Every statement of `sql.rs`: this file runs them all.
 use super::super::{
     history, Blocked, ClaimMode, ClaimOutcome, Deleted, Due, Failure, FailureClass, Lease, Leased,
-    Next, PastAttempt, Queued, Record, RecordState, StoredRequest,
+    Next, PastAttempt, Queued, Record, RecordState,
 };
 use super::claim::Claiming;
 use super::order::{entity_of, lease_ordered, wake, Placing};
-use super::row::{live_record, query_one, record_from};
+use super::row::{live_record, query_one, record_from, run, Kept};
 use super::sql::*;
 use crate::order::Rules;
 use crate::replay::RecordedResponse;
-
-/// A request stored with a claim or a failure: (request, route, replay of).
-pub(super) type Kept = (StoredRequest, String, Option<String>);
 
 /// One request to the database thread.
 pub(super) enum Op {
@@ -150,15 +147,6 @@ pub(super) fn add_missing_columns(connection: &Connection) -> rusqlite::Result<(
         }
     }
     connection.execute_batch(UPGRADE)
-}
-
-/// Run a statement through SQLite's statement cache (each is parsed once).
-pub(super) fn run(
-    tx: &Transaction<'_>,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> rusqlite::Result<usize> {
-    tx.prepare_cached(sql)?.execute(params)
 }
 
 pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Result<Reply> {

@@ -138,7 +138,7 @@ impl Notices {
         }
     }
 
-    pub(super) fn take(&self) -> Option<mpsc::Receiver<Notice>> {
+    pub(crate) fn take(&self) -> Option<mpsc::Receiver<Notice>> {
         self.receiver
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
