@@ -184,6 +184,16 @@ pub async fn deliver_paced(
     events: usize,
     prefix: &str,
 ) -> HashMap<String, StatusCode> {
+    deliver_every(urls, events, prefix, Duration::from_millis(15)).await
+}
+
+/// [`deliver_paced`], one event started every `every`.
+pub async fn deliver_every(
+    urls: &[String],
+    events: usize,
+    prefix: &str,
+    every: Duration,
+) -> HashMap<String, StatusCode> {
     let sender = Sender::new();
     let mut tasks = Vec::new();
     for i in 0..events {
@@ -192,7 +202,7 @@ pub async fn deliver_paced(
         let (sender, id) = (sender.clone(), format!("{prefix}_{i}"));
         tasks.push(tokio::spawn(async move {
             // Pace the stream so the disruption lands in the middle of it.
-            tokio::time::sleep(Duration::from_millis(i as u64 * 15)).await;
+            tokio::time::sleep(every * i as u32).await;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
             let mut target = url;
             loop {
