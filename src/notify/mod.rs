@@ -266,8 +266,8 @@ fn queue_near_bound(delivery: &str, share: f64, events: u64, at_ms: u64) -> Noti
         "queue at {:.0}% of its bound ({events} event(s) queued): past it new events are refused 503 queue_full",
         share * 100.0
     );
-    let hour = at_ms / MARK_FOR.as_millis() as u64;
-    let id = format!("queue_near_bound:{delivery}:{hour}");
+    // The same id every time: its mark, while it stands, says it was said.
+    let id = format!("queue_near_bound:{delivery}");
     Notice {
         fleet_wide: true,
         ..Notice::about(NoticeKind::QueueNearBound, delivery, summary, at_ms, id)
