@@ -323,3 +323,24 @@ fn no_module_imports_a_module_that_imports_it() {
         visit(module, &graph, &mut Vec::new(), &mut done);
     }
 }
+
+/// The admin API and the console read and act through the operator's door
+/// (`ops::Operator`), never on the store themselves: what an operator
+/// sees is what the door's rules let through.
+#[test]
+fn the_admin_reads_through_the_operators_door() {
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("src/admin"), &mut files);
+    files.push(Path::new(ROOT).join("src/console.rs"));
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.lines().filter(|line| !line.trim_start().starts_with("//"));
+        for line in code {
+            assert!(
+                !line.contains("parts.store") && !line.contains(".store."),
+                "{} reads the store itself: {line}",
+                relative(&file)
+            );
+        }
+    }
+}

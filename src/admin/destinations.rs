@@ -60,10 +60,9 @@ impl Admin {
     /// event did not pass the destination's filter (or is not fanned out
     /// yet).
     pub(super) async fn destination_states(&self, route: &Route, key: &str) -> serde_json::Value {
-        let store = &self.parts.store;
         let mut states = serde_json::Map::new();
         for destination in &route.destinations {
-            let record = store.get(&store.key(&destination.scope, key)).await;
+            let record = self.ops.record_in(&destination.scope, key).await;
             let shown = match record {
                 Ok(Some(record)) => json!({
                     "state": record.state.as_str(),

@@ -109,15 +109,8 @@ impl Admin {
             },
         };
         let on_blocked = route.order().map(|order| order.on_blocked);
-        let blocked = match on_blocked {
-            Some(OnBlocked::Wait) => {
-                // One more than asked: whether there are more.
-                let store = &self.parts.store;
-                let found = store.blocked(&route.scope, limit + 1).await;
-                found.map_err(|error| AdminError::Ops(error.into()))?
-            }
-            _ => Vec::new(),
-        };
+        // One more than asked: whether there are more.
+        let blocked = self.ops.blocked(&route, limit + 1).await?;
         let (name, destination) = crate::metrics::delivery_labels(&route.name);
         let shown: Vec<_> = (blocked.iter().take(limit))
             .map(|held| {

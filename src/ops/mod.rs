@@ -23,7 +23,7 @@ pub use crate::error::OpsError;
 use crate::order::{OnBlocked, BLOCKED_COUNTED};
 use crate::route::Route;
 use crate::store::{
-    Cursor, Deleted, ForceRelease, Listed, Record, RecordState, Refused, StoreError,
+    Blocked, Cursor, Deleted, ForceRelease, Listed, Record, RecordState, Refused, StoreError,
 };
 use crate::traffic::Pause;
 
@@ -331,6 +331,21 @@ impl Operator {
             });
         }
         views
+    }
+
+    /// The entities of `route` that a dead event holds, at most `limit`
+    /// (none for a route that does not wait behind its dead events).
+    pub async fn blocked(&self, route: &Route, limit: usize) -> Result<Vec<Blocked>, OpsError> {
+        match route.order().map(|order| order.on_blocked) {
+            Some(OnBlocked::Wait) => Ok(self.parts.store.blocked(&route.scope, limit).await?),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// `key`'s record in `scope` (a destination's, say), if it has one.
+    pub async fn record_in(&self, scope: &str, key: &str) -> Result<Option<Record>, StoreError> {
+        let store = &self.parts.store;
+        store.get(&store.key(scope, key)).await
     }
 
     /// How many entities of `route` a dead event holds, at most
