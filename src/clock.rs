@@ -47,6 +47,14 @@ pub fn wall() -> SystemTime {
     SystemTime::now()
 }
 
+/// The wall clock now, in Unix milliseconds: for a one-off "now" (a
+/// listing's horizon, a command-line window), where no [`Clock`] is kept.
+pub fn unix_ms() -> u64 {
+    wall()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Clock {
     /// Anchored to the wall clock now.
     pub fn system() -> Self {

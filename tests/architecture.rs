@@ -334,7 +334,9 @@ fn the_admin_reads_through_the_operators_door() {
     files.push(Path::new(ROOT).join("src/console.rs"));
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let code = text.lines().filter(|line| !line.trim_start().starts_with("//"));
+        let code = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"));
         for line in code {
             assert!(
                 !line.contains("parts.store") && !line.contains(".store."),

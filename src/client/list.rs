@@ -55,7 +55,7 @@ impl AdminClient {
             listing.route.as_ref(),
             listing.state.as_ref(),
         ));
-        let now_ms = crate::clock::Clock::system().now_ms();
+        let now_ms = crate::clock::unix_ms();
         let filter = listing.filter.query_at(now_ms);
         // A walk after the first never looks back past what was asked.
         let floor = listing.filter.since_ms(now_ms).unwrap_or(0);

@@ -96,7 +96,7 @@ impl FilterArgs {
     /// duration ago is resolved here, once, so every page of a walk has
     /// the same window.
     pub(super) fn query(&self) -> Vec<String> {
-        self.query_at(crate::clock::Clock::system().now_ms())
+        self.query_at(crate::clock::unix_ms())
     }
 
     /// [`FilterArgs::query`] with durations ago counted from `now_ms`.

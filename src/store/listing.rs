@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    new_token, Blocked, Clock, Due, Leased, ListQuery, Queued, Record, RecordState, Store,
-    StoreError, StoreKey,
+    new_token, Blocked, Due, Leased, ListQuery, Queued, Record, RecordState, Store, StoreError,
+    StoreKey,
 };
 use crate::order::Rules;
 
@@ -220,9 +220,7 @@ impl Store {
         state: RecordState,
         horizon: Duration,
     ) -> Result<u64, StoreError> {
-        let before_ms = Clock::system()
-            .now_ms()
-            .saturating_sub(horizon.as_millis() as u64);
+        let before_ms = crate::clock::unix_ms().saturating_sub(horizon.as_millis() as u64);
         let mut trimmed = 0;
         for source in self.sources(scope) {
             let op = self.backend.trim(&source, state, before_ms);

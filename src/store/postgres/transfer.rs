@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::record;
 use super::{db, sql, PostgresStore};
-use crate::store::{history, Clock, Content, Record, StoreError, StoreKey, Transfer};
+use crate::store::{history, Content, Record, StoreError, StoreKey, Transfer};
 
 /// Moves the order sequence past a copied record's place ($1), when it is
 /// not already past it.
@@ -47,7 +47,7 @@ impl Transfer for PostgresStore {
     ) -> Result<bool, StoreError> {
         // Already expired: nothing to keep (a row written anyway would be
         // invisible, and pruned).
-        if expires_at_ms <= Clock::system().now_ms() {
+        if expires_at_ms <= crate::clock::unix_ms() {
             return Ok(false);
         }
         let ms = |value: Option<u64>| value.map(|v| v as i64);
