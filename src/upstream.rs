@@ -293,21 +293,12 @@ pub fn resend(
 /// a retry hours later still passes the receiver's tolerance;
 /// `webhook-signature` `v1,` and the HMAC-SHA256 of `id.timestamp.body`.
 fn sign_standard_webhooks(headers: &mut HeaderMap, secret: &Secret, key: &str, body: &[u8]) {
-    use base64::Engine as _;
-    use hmac::Mac as _;
-    let timestamp = (crate::clock::wall().duration_since(std::time::UNIX_EPOCH))
-        .map_or(0, |since| since.as_secs())
-        .to_string();
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.expose())
-        .expect("HMAC takes a key of any length");
-    for part in [key.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
-        mac.update(part);
-    }
-    let signature = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    let timestamp = crate::clock::unix_ms() / 1000;
+    let signature = crate::verify::sign_standard_webhooks(secret, key, timestamp, body);
     for (name, value) in [
         ("webhook-id", key.to_owned()),
-        ("webhook-timestamp", timestamp),
-        ("webhook-signature", format!("v1,{signature}")),
+        ("webhook-timestamp", timestamp.to_string()),
+        ("webhook-signature", signature),
     ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(header::HeaderName::from_static(name), value);

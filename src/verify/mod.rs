@@ -60,7 +60,7 @@ pub(crate) use self::shared::{
     check_timestamp, check_timestamp_ms, encoded_header, hmac_verdict, signature_matches,
     single_header, Timestamped,
 };
-pub(crate) use self::standard_webhooks::decode_secret;
+pub(crate) use self::standard_webhooks::{decode_secret, sign as sign_standard_webhooks};
 pub use self::stripe::FORMAT as STRIPE_SIGNATURE;
 
 /// The senders of code: those whose scheme is more than data (key pairs,
