@@ -120,13 +120,10 @@ async fn flush(parts: &Parts, groups: &mut HashMap<String, Group>, all: bool) {
             continue;
         }
         let take = group.notices.len().min(MOST_PER_MESSAGE);
-        let notices: Vec<Notice> = group.notices.drain(..take).collect();
-        match send(parts, target, notices.clone()).await {
-            Ok(()) => {}
-            Err(error) => {
-                tracing::warn!(target = %target.name, %error, "could not queue a notification; trying again");
-                group.notices.splice(0..0, notices);
-            }
+        let mut notices: Vec<Notice> = group.notices.drain(..take).collect();
+        if let Err(error) = send(parts, target, &mut notices).await {
+            tracing::warn!(target = %target.name, %error, "could not queue a notification; trying again");
+            group.notices.splice(0..0, notices);
         }
         if group.notices.is_empty() {
             groups.remove(&target.name);
@@ -139,16 +136,23 @@ async fn flush(parts: &Parts, groups: &mut HashMap<String, Group>, all: bool) {
 }
 
 /// Mark the fleet-wide notices, and accept one message of those this
-/// gateway says into the target's queue.
+/// gateway says into the target's queue. On an error `said` keeps what is
+/// still this gateway's to say: a notice whose mark it took is its own
+/// from then on, so a retry does not meet its own mark and drop it.
 async fn send(
     parts: &Parts,
     target: &NotifyTarget,
-    notices: Vec<Notice>,
+    said: &mut Vec<Notice>,
 ) -> Result<(), StoreError> {
-    let mut said = Vec::with_capacity(notices.len());
-    for notice in notices {
-        if !notice.fleet_wide || marked(parts, target, &notice).await? {
-            said.push(notice);
+    let mut i = 0;
+    while i < said.len() {
+        if !said[i].fleet_wide {
+            i += 1;
+        } else if marked(parts, target, &said[i]).await? {
+            said[i].fleet_wide = false;
+            i += 1;
+        } else {
+            said.remove(i); // another gateway said it
         }
     }
     if said.is_empty() {
@@ -156,7 +160,7 @@ async fn send(
     }
     let ids: Vec<&str> = said.iter().map(|notice| notice.id.as_str()).collect();
     let key = format!("ntf_{}", &lower_hex(&Sha256::digest(ids.join("\n")))[..32]);
-    let body = render::message(target, &said, &key);
+    let body = render::message(target, said, &key);
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let request = StoredRequest {
@@ -220,11 +224,8 @@ impl Watch {
         let mut notices = Vec::new();
         let now_ms = parts.clock.now_ms();
         let runtime = parts.routes.load();
-        let store_bound = runtime.max_queued_bytes;
+        let store_held = (parts.queues.total_bytes(), runtime.max_queued_bytes);
         for route in runtime.routes.all() {
-            if route.name.starts_with(NOTIFY) {
-                continue;
-            }
             let open = route.controls.breaker_state() == Some("open");
             if open && !self.open.get(&route.name).copied().unwrap_or(false) {
                 notices.push(breaker_open(&route.name, now_ms));
@@ -238,7 +239,7 @@ impl Watch {
             let share = [
                 (held.events, queue.max_queued),
                 (held.bytes, queue.max_queued_bytes),
-                (parts.queues.total_bytes(), store_bound),
+                store_held,
             ]
             .iter()
             .filter(|(_, bound)| *bound > 0)
