@@ -48,19 +48,14 @@ impl Notice {
         entity: Option<String>,
         at_ms: u64,
     ) -> Notice {
-        let (route, destination) = crate::metrics::delivery_labels(delivery);
+        let summary = format!("parked as a dead letter after {attempts} attempt(s)");
+        let id = format!("dead_letter:{delivery}:{key}:{attempts}");
         Notice {
-            kind: NoticeKind::DeadLetter,
-            route: route.to_owned(),
-            destination: destination.to_owned(),
             key: Some(key.to_owned()),
             entity,
             attempts: Some(attempts),
             error: Some(error),
-            summary: format!("parked as a dead letter after {attempts} attempt(s)"),
-            at_ms,
-            id: format!("dead_letter:{delivery}:{key}:{attempts}"),
-            fleet_wide: false,
+            ..Notice::about(NoticeKind::DeadLetter, delivery, summary, at_ms, id)
         }
     }
 
@@ -144,21 +139,6 @@ impl Notices {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take()
     }
-}
-
-/// What `attempt` met, in a line: the upstream's status and the start of
-/// its answer, or the error when it never answered.
-pub fn what_was_said(attempt: &PastAttempt) -> String {
-    let class = attempt.class.as_str();
-    match (attempt.status, &attempt.error, &attempt.body) {
-        (Some(status), _, Some(body)) if !body.is_empty() => format!("{status} ({class}): {body}"),
-        (Some(status), _, _) => format!("{status} ({class})"),
-        (None, Some(error), _) => format!("{class}: {error}"),
-        (None, None, _) => class.to_owned(),
-    }
-}
-
-impl Notices {
     /// `route`'s event `key` was parked as a dead letter after `attempts`,
     /// the last of which is `last`; on an ordered route that holds its
     /// entity (`on_blocked = "wait"`), that is said too.
@@ -185,5 +165,17 @@ impl Notices {
             self.say(Notice::entity_blocked(&notice));
         }
         self.say(notice);
+    }
+}
+
+/// What `attempt` met, in a line: the upstream's status and the start of
+/// its answer, or the error when it never answered.
+pub fn what_was_said(attempt: &PastAttempt) -> String {
+    let class = attempt.class.as_str();
+    match (attempt.status, &attempt.error, &attempt.body) {
+        (Some(status), _, Some(body)) if !body.is_empty() => format!("{status} ({class}): {body}"),
+        (Some(status), _, _) => format!("{status} ({class})"),
+        (None, Some(error), _) => format!("{class}: {error}"),
+        (None, None, _) => class.to_owned(),
     }
 }

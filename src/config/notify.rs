@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::destinations::delivery_name;
 use super::locate::KeyPath;
 use super::raw::{RawNotify, RawRoute};
 use super::settings::{DestinationOf, NoticeKind, NotifyKind, NotifyTarget, RouteConfig};
@@ -145,7 +146,7 @@ impl Validator<'_> {
             Duration::from_secs(10),
         );
         let mut delivery = self.route(at, delivery_route(&url, &raw));
-        delivery.name = format!("{NOTIFY}/{name}");
+        delivery.name = delivery_name(NOTIFY, &name);
         delivery.scope = delivery.name.clone();
         delivery.destination_of = Some(DestinationOf {
             route: NOTIFY.to_owned(),

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::Notice;
 use crate::clock::rfc3339;
-use crate::config::{NoticeKind, NotifyKind, NotifyTarget};
+use crate::config::{delivery_name, NoticeKind, NotifyKind, NotifyTarget};
 
 /// Slack takes at most 3,000 characters in a section's text; an upstream's
 /// answer is cut well before.
@@ -31,7 +31,7 @@ fn link(target: &NotifyTarget, notice: &Notice) -> Option<String> {
     let console = target.console_url.as_deref()?;
     let delivery = match notice.destination.as_str() {
         "" => notice.route.clone(),
-        destination => format!("{}/{destination}", notice.route),
+        destination => delivery_name(&notice.route, destination),
     };
     Some(match &notice.key {
         Some(key) => format!("{console}#event/{}/{}", encode(&delivery), encode(key)),

@@ -53,12 +53,16 @@ pub trait Connector: Send + Sync + 'static {
         let _ = answered;
     }
 
-    /// Route `cmd` (which names no key) to the master serving `key`.
+    /// Route `cmd` (which names no key) to the master serving `key`: on
+    /// one server, the connection's own.
     fn send_to_master_of(
         connection: &mut Self::AckedConnection,
         key: &str,
         cmd: Cmd,
-    ) -> impl Future<Output = redis::RedisResult<Value>> + Send;
+    ) -> impl Future<Output = redis::RedisResult<Value>> + Send {
+        let _ = key;
+        async move { cmd.query_async(connection).await }
+    }
 }
 
 /// Names the server the replay cache's feed subscribes on next (see
@@ -174,14 +178,6 @@ impl Connector for Single {
 
     async fn acked(&self) -> Result<Self::Acked, StoreError> {
         Dedicated::take(&self.acked).await
-    }
-
-    async fn send_to_master_of(
-        connection: &mut MultiplexedConnection,
-        _key: &str,
-        cmd: Cmd,
-    ) -> redis::RedisResult<Value> {
-        cmd.query_async(connection).await
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsMode, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsMode};
 use tokio::time::Instant;
 
 use super::connect::{shared, tls_roots, Connector, Dedicated, Subscriber};
@@ -97,14 +97,6 @@ impl Connector for Sentinel {
                 state.failing_since.get_or_insert_with(Instant::now);
             }
         }
-    }
-
-    async fn send_to_master_of(
-        connection: &mut MultiplexedConnection,
-        _key: &str,
-        cmd: Cmd,
-    ) -> redis::RedisResult<Value> {
-        cmd.query_async(connection).await
     }
 }
 
