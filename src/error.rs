@@ -159,10 +159,7 @@ impl GatewayError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         if let GatewayError::MethodNotAllowed { allowed } = self {
-            let list: Vec<&str> = allowed.iter().map(Method::as_str).collect();
-            if let Ok(value) = HeaderValue::from_str(&list.join(", ")) {
-                headers.insert(header::ALLOW, value);
-            }
+            allow(headers, allowed);
         }
         response
     }
@@ -281,7 +278,7 @@ pub enum AdminError {
     #[error("bad query parameter: {0}")]
     BadQuery(String),
     #[error("this method is not allowed on this admin path")]
-    MethodNotAllowed,
+    MethodNotAllowed { allowed: Vec<Method> },
     #[error("the config was not reloaded; the running one keeps serving:\n{0}")]
     ConfigInvalid(String),
     #[error("the route does not reconcile with its sender (no [routes.reconcile])")]
@@ -305,7 +302,7 @@ impl AdminError {
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::Csrf | AdminError::ReadOnly => StatusCode::FORBIDDEN,
             AdminError::KeyEncoding | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
-            AdminError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::ConfigInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::ReconcileRunning => StatusCode::CONFLICT,
             AdminError::Ops(error) => error.status(),
@@ -324,7 +321,7 @@ impl AdminError {
             AdminError::BulkNotFound => "bulk_not_found",
             AdminError::KeyEncoding => "key_encoding_invalid",
             AdminError::BadQuery(_) => "bad_request",
-            AdminError::MethodNotAllowed => "method_not_allowed",
+            AdminError::MethodNotAllowed { .. } => "method_not_allowed",
             AdminError::ConfigInvalid(_) => "config_invalid",
             AdminError::NotReconciled => "not_reconciled",
             AdminError::ReconcileRunning => "reconcile_running",
@@ -344,9 +341,18 @@ impl AdminError {
                     headers.insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
                 }
             }
+            AdminError::MethodNotAllowed { allowed } => allow(headers, allowed),
             _ => {}
         }
         response
+    }
+}
+
+/// A 405's `Allow`: the methods the path has.
+fn allow(headers: &mut http::HeaderMap, allowed: &[Method]) {
+    let list: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+    if let Ok(value) = HeaderValue::from_str(&list.join(", ")) {
+        headers.insert(header::ALLOW, value);
     }
 }
 
@@ -530,7 +536,13 @@ mod tests {
                 "record_unreadable",
             ),
             (AdminError::BadQuery("limit".into()), 400, "bad_request"),
-            (AdminError::MethodNotAllowed, 405, "method_not_allowed"),
+            (
+                AdminError::MethodNotAllowed {
+                    allowed: vec![Method::GET],
+                },
+                405,
+                "method_not_allowed",
+            ),
             (AdminError::BulkNotFound, 404, "bulk_not_found"),
             (AdminError::Ops(OpsError::RoutePaused), 409, "route_paused"),
             (

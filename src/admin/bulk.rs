@@ -4,22 +4,19 @@
 //! `GET`/`DELETE /admin/bulk/{id}`, and the redrive of a route's dead
 //! letters, which is one such action the caller waits for.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
+use super::api::{Answer, Call};
 use super::query::{filter, query_flag, query_param};
 use super::Admin;
 use crate::clock::rfc3339;
 use crate::config::MIN_RATE;
 use crate::error::{json_response, AdminError};
 use crate::ops::bulk::{Action, Bulk, Selection, Start};
-use crate::route::Route;
 use crate::store::RecordState;
 
 /// Events a second of a bulk action (and a redrive) unless `rate` says.
@@ -52,16 +49,8 @@ impl Admin {
 
     /// `POST /admin/events/{action}`: the count of a dry run, or a bulk
     /// action started (202 with its id).
-    pub(super) async fn bulk_start(
-        &self,
-        request: &Request<Incoming>,
-        action: &str,
-        by: String,
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let action = Action::parse(action).ok_or(AdminError::NotFound)?;
-        if request.method() != Method::POST {
-            return Err(AdminError::MethodNotAllowed);
-        }
+    pub(super) async fn bulk_start(&self, call: Call<'_>, action: Action) -> Answer {
+        let (request, by) = (call.request, call.by());
         let selection = self.selection(request)?;
         let rate = rate(request)?;
         if action == Action::Forget && !selection.narrows() {
@@ -92,42 +81,41 @@ impl Admin {
         ))
     }
 
-    /// `GET /admin/bulk`, `GET /admin/bulk/{id}` and `DELETE /admin/bulk/{id}`.
-    pub(super) fn bulk_view(
-        &self,
-        method: &Method,
-        id: Option<&str>,
-        by: &str,
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let Some(id) = id else {
-            if method != Method::GET {
-                return Err(AdminError::MethodNotAllowed);
-            }
-            let all: Vec<_> = self.bulks.list().iter().map(|b| bulk_json(b)).collect();
-            return Ok(json_response(StatusCode::OK, &json!({ "bulk": all })));
-        };
-        let bulk = self.bulks.get(id).ok_or(AdminError::BulkNotFound)?;
-        match *method {
-            Method::GET => Ok(json_response(StatusCode::OK, &bulk_json(&bulk))),
-            Method::DELETE => {
-                let stopped = bulk.cancel("operator");
-                tracing::warn!(target: "hookgate::admin", by, bulk = %bulk.id, stopped, "admin action: bulk action cancelled");
-                Ok(json_response(StatusCode::OK, &bulk_json(&bulk)))
-            }
-            _ => Err(AdminError::MethodNotAllowed),
-        }
+    /// `GET /admin/bulk`: the bulk actions this instance took.
+    pub(super) async fn bulk_list(&self) -> Answer {
+        let all: Vec<_> = self.bulks.list().iter().map(|b| bulk_json(b)).collect();
+        Ok(json_response(StatusCode::OK, &json!({ "bulk": all })))
+    }
+
+    /// `GET /admin/bulk/{id}`.
+    pub(super) async fn bulk_show(&self, call: Call<'_>) -> Answer {
+        let bulk = self
+            .bulks
+            .get(call.param("id"))
+            .ok_or(AdminError::BulkNotFound)?;
+        Ok(json_response(StatusCode::OK, &bulk_json(&bulk)))
+    }
+
+    /// `DELETE /admin/bulk/{id}`: the action stops after the event it is on.
+    pub(super) async fn bulk_cancel(&self, call: Call<'_>) -> Answer {
+        let bulk = self
+            .bulks
+            .get(call.param("id"))
+            .ok_or(AdminError::BulkNotFound)?;
+        let stopped = bulk.cancel("operator");
+        tracing::warn!(target: "hookgate::admin", by = call.by(), bulk = %bulk.id, stopped, "admin action: bulk action cancelled");
+        Ok(json_response(StatusCode::OK, &bulk_json(&bulk)))
     }
 
     /// `POST /admin/routes/{route}/dead-letters/redeliver?rate=`: every
     /// dead letter of the route redelivered as one bulk action, answered
     /// with its tally when it ends (the action runs on if the caller hangs
     /// up); with `wait=false`, answered 202 with the action's id at once.
-    pub(super) async fn redrive(
-        &self,
-        request: &Request<Incoming>,
-        route: Arc<Route>,
-        by: String,
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
+    pub(super) async fn redrive(&self, call: Call<'_>) -> Answer {
+        let (request, by) = (call.request, call.by());
+        let route = self.target(request, call.param("route"))?;
+        let (peer, via, role) = (call.peer, call.via, call.role);
+        tracing::info!(target: "hookgate::admin", %peer, via, role, route = %route.name, "admin action: redrive dead letters");
         let rate = rate(request)?;
         let selection = Selection {
             route: Some(Arc::clone(&route)),
@@ -168,11 +156,6 @@ impl Admin {
             }),
         ))
     }
-}
-
-/// Who asked, for a bulk action's record and the log.
-pub(super) fn caller(peer: SocketAddr, via: &str, role: &str) -> String {
-    format!("{peer} via {via} as {role}")
 }
 
 /// `rate`: `N/s`, `N/m` or `N/h` as `upstream_rate` has it, or a plain

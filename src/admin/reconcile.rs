@@ -4,38 +4,26 @@
 //! nothing). A pass runs as a task of the gateway: a caller that hangs up
 //! does not cut it short.
 
-use std::net::SocketAddr;
+use http::StatusCode;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::Incoming;
-
+use super::api::{Answer, Call};
 use super::query::{query_flag, query_param};
 use super::Admin;
 use crate::error::{json_response, AdminError, OpsError};
 use crate::reconcile::{Report, RunError};
 
 impl Admin {
-    pub(super) async fn reconcile(
-        &self,
-        request: &Request<Incoming>,
-        route: &str,
-        peer: SocketAddr,
-        (via, role): (&'static str, &'static str),
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
-        self.parts
-            .routes
-            .named(route)
-            .ok_or(AdminError::UnknownRoute)?;
-        let method = request.method();
-        if method == Method::GET {
-            let status = self.reconciler.status(route).await.map_err(refused)?;
-            return Ok(json_response(StatusCode::OK, &status));
-        }
-        if method != Method::POST {
-            return Err(AdminError::MethodNotAllowed);
-        }
+    /// `GET`: the route's reconciliation as the fleet last recorded it.
+    pub(super) async fn reconcile_status(&self, call: Call<'_>) -> Answer {
+        let route = self.reconciled(&call)?;
+        let status = self.reconciler.status(route).await.map_err(refused)?;
+        Ok(json_response(StatusCode::OK, &status))
+    }
+
+    /// `POST`: one pass now.
+    pub(super) async fn reconcile_now(&self, call: Call<'_>) -> Answer {
+        let route = self.reconciled(&call)?;
+        let request = call.request;
         let since = match query_param(request, "since") {
             Some(text) => Some(crate::clock::parse_duration(&text).map_err(|error| {
                 AdminError::BadQuery(format!("since: {error} (a duration like 2d)"))
@@ -43,6 +31,7 @@ impl Admin {
             None => None,
         };
         let dry_run = query_flag(request, "dry_run");
+        let (peer, via, role) = (call.peer, call.via, call.role);
         tracing::info!(target: "hookgate::admin", %peer, via, role, route, ?since, dry_run, "admin action: reconcile");
         match self.reconciler.run_now(route, since, dry_run).await {
             Ok(Report::Ran(status) | Report::DryRun(status)) => {
@@ -50,6 +39,16 @@ impl Admin {
             }
             Err(error) => Err(refused(error)),
         }
+    }
+
+    /// The route a call names, if there is one.
+    fn reconciled<'a>(&self, call: &Call<'a>) -> Result<&'a str, AdminError> {
+        let route = call.param("route");
+        self.parts
+            .routes
+            .named(route)
+            .ok_or(AdminError::UnknownRoute)?;
+        Ok(route)
     }
 }
 

@@ -7,21 +7,16 @@
 //! events wait. The way out is the dead event's own: redeliver it, or
 //! forget it.
 
-use std::net::SocketAddr;
-
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::Incoming;
+use http::StatusCode;
 use serde_json::json;
 
+use super::api::{Answer, Call};
 use super::query::query_param;
 use super::views::pause_json;
 use super::Admin;
 use crate::error::{json_response, AdminError};
 use crate::ops::RouteView;
 use crate::order::OnBlocked;
-use crate::route::Route;
 use crate::traffic::Pause;
 
 /// Entities listed when the request names no `limit`, and the most it may.
@@ -30,7 +25,7 @@ const MAX_LIMIT: usize = 1_000;
 
 impl Admin {
     /// `GET /admin/routes`: every route with its traffic controls.
-    pub(super) async fn routes(&self) -> Vec<serde_json::Value> {
+    pub(super) async fn routes(&self) -> Answer {
         let views = self.ops.route_views().await;
         let mut shown = Vec::with_capacity(views.len());
         for view in &views {
@@ -46,7 +41,7 @@ impl Admin {
             };
             shown.push(json);
         }
-        shown
+        Ok(json_response(StatusCode::OK, &json!({ "routes": shown })))
     }
 
     fn route_json(&self, view: &RouteView) -> serde_json::Value {
@@ -91,12 +86,9 @@ impl Admin {
         })
     }
 
-    pub(super) async fn blocked(
-        &self,
-        request: &Request<Incoming>,
-        route: &str,
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
-        let route = self.target(request, route)?;
+    pub(super) async fn blocked(&self, call: Call<'_>) -> Answer {
+        let request = call.request;
+        let route = self.target(request, call.param("route"))?;
         let limit = match query_param(request, "limit") {
             None => DEFAULT_LIMIT,
             Some(text) => match text.parse::<usize>() {
@@ -140,14 +132,10 @@ impl Admin {
     /// caller's `?by=` and `?reason=`: written to the store for the whole
     /// fleet, logged and counted. Pausing a paused route (or resuming a
     /// running one) changes nothing and says so.
-    pub(super) async fn pause(
-        &self,
-        request: &Request<Incoming>,
-        route: &Route,
-        pause: bool,
-        peer: SocketAddr,
-        (via, role): (&str, &str),
-    ) -> Result<Response<Full<Bytes>>, AdminError> {
+    pub(super) async fn pause(&self, call: Call<'_>, pause: bool) -> Answer {
+        let (request, peer, via, role) = (call.request, call.peer, call.via, call.role);
+        let route = self.target(request, call.param("route"))?;
+        let route = &*route;
         let by = query_param(request, "by")
             .filter(|by| !by.is_empty())
             .unwrap_or_else(|| format!("admin api ({peer})"));

@@ -54,7 +54,6 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
         (Method::POST, "/admin/routes/hook/pause".to_owned()),
         (Method::POST, "/admin/routes/hook/resume".to_owned()),
         (Method::POST, "/admin/reload".to_owned()),
-        (Method::PUT, "/admin/events".to_owned()),
         (
             Method::POST,
             "/admin/events/redeliver?route=hook&dry_run=true".to_owned(),
@@ -72,6 +71,18 @@ async fn the_read_token_reads_every_admin_route_and_changes_nothing() {
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{method} {path}");
         assert_eq!(refused.code(), "read_only", "{method} {path}");
     }
+    // A method no endpoint of the path has is 405 to anyone, naming the
+    // ones it has.
+    let wrong = request(
+        Method::PUT,
+        &gateway.admin_url("/admin/events"),
+        Some(READ_TOKEN),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong.headers["allow"], "GET");
+    let wrong = request(Method::POST, &gateway.admin_url(key), Some(ADMIN_TOKEN)).await;
+    assert_eq!(wrong.headers["allow"], "GET, DELETE");
     // Nothing changed: the record is still dead, nothing was sent again,
     // the route is not paused.
     let after = get(&gateway.admin_url(key), Some(ADMIN_TOKEN)).await.json();
