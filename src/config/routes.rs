@@ -72,6 +72,10 @@ impl Validator<'_> {
         routes
     }
 
+    /// One `[[routes]]` table, a section at a time: where it is and where
+    /// it forwards, how its senders are verified, how long it keeps what,
+    /// how an event is keyed, how it is delivered and when it gives up,
+    /// and its traffic controls.
     pub(super) fn route(&mut self, at: &KeyPath, mut raw: RawRoute) -> RouteConfig {
         let name = self.identifier(&at.key("name"), &raw.name);
         let path = self.string(&at.key("path"), &raw.path).unwrap_or_default();
@@ -82,7 +86,84 @@ impl Validator<'_> {
             );
         }
         let mut methods = self.methods(&at.key("methods"), raw.methods.as_deref());
-        let fans_out = self.upstream_or_destinations(at, &raw);
+        let (upstream, upstream_ca) = self.route_upstream(at, &raw);
+        let signed = self.route_verification(at, &mut raw, &mut methods);
+        let scheme = signed.scheme;
+        let lifetimes = self.lifetimes(at, &raw, scheme);
+        let keyed = self.keying(at, &raw, scheme, &name);
+        let delivery = self.delivery(at, &raw, lifetimes.upstream_timeout);
+        let failures = self.failures(at, &raw, scheme, &delivery, lifetimes.retention);
+
+        let allow_from = raw.allow_from.as_deref().map(|ranges| {
+            if ranges.is_empty() {
+                self.fail(
+                    &at.key("allow_from"),
+                    "list at least one address range (leave allow_from out to admit every address)",
+                );
+            }
+            self.cidrs(&at.key("allow_from"), ranges)
+        });
+        let circuit_breaker = (raw.circuit_breaker.as_ref())
+            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
+        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
+        let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
+        let reconcile = raw.reconcile.as_ref().and_then(|reconcile| {
+            let route = ForRoute {
+                scheme,
+                retention: lifetimes.retention,
+                default_key: raw.key.is_none(),
+                first_secret: signed.first_secret,
+            };
+            self.reconcile(&at.key("reconcile"), reconcile, route)
+        });
+
+        let mut route = RouteConfig {
+            name,
+            path,
+            methods,
+            upstream,
+            upstream_ca,
+            upstream_timeout: lifetimes.upstream_timeout,
+            processing_ttl: lifetimes.processing_ttl,
+            retention: lifetimes.retention,
+            idempotency_header: keyed.idempotency_header,
+            idempotency_header_format: keyed.idempotency_header_format,
+            key: keyed.key,
+            scope: keyed.scope,
+            on_mismatch: keyed.on_mismatch,
+            on_unknown: keyed.on_unknown,
+            on_missing_key: keyed.on_missing_key,
+            replay_guard: keyed.replay_guard,
+            max_cached_body_bytes: failures.max_cached_body_bytes,
+            max_attempts: failures.max_attempts,
+            dead_letter_status: failures.dead_letter_status,
+            dead_letter_retention: failures.dead_letter_retention,
+            delivery,
+            page_failed_after: failures.page_failed_after,
+            allow_from,
+            circuit_breaker,
+            upstream_rate,
+            scheme,
+            verifier: signed.verifier,
+            filter,
+            destinations: Vec::new(),
+            destination_of: None,
+            reconcile,
+            signs: None,
+        };
+        if let Some(destinations) = raw.destinations.take() {
+            route.destinations = self.destinations(at, &route, destinations);
+            // Each destination took them as its default; the fan-out itself
+            // calls no upstream.
+            route.circuit_breaker = None;
+            route.upstream_rate = None;
+        }
+        route
+    }
+
+    /// `upstream` and `upstream_ca`, or `destinations` instead.
+    fn route_upstream(&mut self, at: &KeyPath, raw: &RawRoute) -> (Uri, Option<UpstreamCa>) {
+        let fans_out = self.upstream_or_destinations(at, raw);
         let upstream = match (&raw.upstream, fans_out) {
             (Some(upstream), false) => self.upstream(&at.key("upstream"), upstream),
             // Never called: each destination has its own.
@@ -98,7 +179,17 @@ impl Validator<'_> {
                 "upstream_ca only applies to an https:// upstream",
             );
         }
+        (upstream, upstream_ca)
+    }
 
+    /// `[routes.verify]` and `public_url`; a sender that proves the
+    /// endpoint with a `GET` adds it to `methods`.
+    fn route_verification(
+        &mut self,
+        at: &KeyPath,
+        raw: &mut RawRoute,
+        methods: &mut Vec<Method>,
+    ) -> Signed {
         let public_url = raw
             .public_url
             .as_ref()
@@ -133,10 +224,19 @@ impl Validator<'_> {
         if asks_get && raw.methods.is_none() {
             methods.push(Method::GET);
         }
-        // Broken verify settings fail the whole config: this placeholder is
-        // never served, it only lets validation go on and report the rest.
-        let verifier = verifier.unwrap_or_else(|| (none().build)(placeholder()).expect("builds"));
+        Signed {
+            scheme,
+            // Broken verify settings fail the whole config: this
+            // placeholder is never served, it only lets validation go on
+            // and report the rest.
+            verifier: verifier.unwrap_or_else(|| (none().build)(placeholder()).expect("builds")),
+            first_secret,
+        }
+    }
 
+    /// `processing_ttl`, `retention` and `upstream_timeout`, each within
+    /// the ones it must outlast.
+    fn lifetimes(&mut self, at: &KeyPath, raw: &RawRoute, scheme: &Profile) -> Lifetimes {
         let processing_ttl = self.duration(
             &at.key("processing_ttl"),
             raw.processing_ttl.as_ref(),
@@ -173,12 +273,21 @@ impl Validator<'_> {
                 humanize(horizon),
             ));
         }
+        Lifetimes {
+            processing_ttl,
+            retention,
+            upstream_timeout,
+        }
+    }
 
+    /// How an event is keyed and told apart: `key`, `scope`, the
+    /// idempotency header, and what a changed body, a missing key or an
+    /// unknown outcome does.
+    fn keying(&mut self, at: &KeyPath, raw: &RawRoute, scheme: &Profile, name: &str) -> Keyed {
         let idempotency_header = match &raw.idempotency_header {
             None => Some(HeaderName::from_static("idempotency-key")),
             Some(text) => self.idempotency_header(&at.key("idempotency_header"), text),
         };
-
         let idempotency_header_format = self.choice(
             &at.key("idempotency_header_format"),
             raw.idempotency_header_format.as_ref(),
@@ -188,11 +297,10 @@ impl Validator<'_> {
             ],
             HeaderFormat::Raw,
         );
-
         let key = self.key_sources(&at.key("key"), raw.key.as_deref(), scheme);
         let scope = match &raw.scope {
             Some(scope) => self.identifier(&at.key("scope"), scope),
-            None => name.clone(),
+            None => name.to_owned(),
         };
         let on_mismatch = self.choice(
             &at.key("on_mismatch"),
@@ -241,15 +349,35 @@ impl Validator<'_> {
                 scheme.name,
             ));
         }
+        Keyed {
+            idempotency_header,
+            idempotency_header_format,
+            key,
+            scope,
+            on_mismatch,
+            on_missing_key,
+            on_unknown,
+            replay_guard,
+        }
+    }
+
+    /// What a route keeps of an answer, how often it tries, and how long
+    /// it keeps and when it pages about what failed.
+    fn failures(
+        &mut self,
+        at: &KeyPath,
+        raw: &RawRoute,
+        scheme: &Profile,
+        delivery: &DeliveryMode,
+        retention: Duration,
+    ) -> Failures {
         let max_cached_body_bytes = self.size(
             &at.key("max_cached_body_bytes"),
             raw.max_cached_body_bytes,
             DEFAULT_MAX_CACHED_BODY_BYTES,
             16 << 20,
         );
-
-        let delivery = self.delivery(at, &raw, upstream_timeout);
-        let page_failed_after = match (&delivery, &raw.page_after) {
+        let page_failed_after = match (delivery, &raw.page_after) {
             (DeliveryMode::Async(_), _) => None,
             (DeliveryMode::Sync, Some(text)) => {
                 Some(self.duration(&at.key("page_after"), Some(text), DEFAULT_QUEUE.page_after))
@@ -258,18 +386,16 @@ impl Validator<'_> {
                 (!scheme.retries_itself).then_some(DEFAULT_QUEUE.page_after)
             }
         };
-        let default_attempts = match delivery {
-            DeliveryMode::Sync => 0,
-            // Until max_age: the sender was answered and will not retry.
-            DeliveryMode::Async(_) => 0,
-        };
-        let max_attempts = raw.max_attempts.unwrap_or(default_attempts);
+        // 0: until max_age (an accepted event's sender will not retry), or
+        // until the sender stops retrying.
+        let max_attempts = raw.max_attempts.unwrap_or(0);
         if max_attempts > 1000 {
             self.fail(
                 &at.key("max_attempts"),
                 "must be between 0 (unlimited) and 1000",
             );
         }
+        let max_attempts = max_attempts.min(1000) as u32;
         let dead_letter_status = self.status(
             &at.key("dead_letter_status"),
             raw.dead_letter_status,
@@ -287,14 +413,14 @@ impl Validator<'_> {
                 "dead_letter_retention must be at least retention: failed events are kept longer than completed ones",
             );
         }
-        if let DeliveryMode::Async(settings) = &delivery {
+        if let DeliveryMode::Async(settings) = delivery {
             if dead_letter_retention <= settings.max_age {
                 self.fail(
                     &at.key("max_age"),
                     "max_age must be shorter than dead_letter_retention: an accepted event must outlive its attempts",
                 );
             }
-            let retried = settings.horizon(max_attempts.min(1000) as u32);
+            let retried = settings.horizon(max_attempts);
             if let Some(horizon) = scheme.retry_horizon.filter(|h| retried < *h) {
                 self.warn(format!(
                     "{at}: accepted events are retried for at most {} (max_attempts, retry_backoff, max_age), shorter than {}'s own retry horizon of {}; an outage longer than that parks events the sender would still have retried (max_attempts = 0 retries until max_age)",
@@ -304,73 +430,13 @@ impl Validator<'_> {
                 ));
             }
         }
-
-        let allow_from = raw.allow_from.as_deref().map(|ranges| {
-            if ranges.is_empty() {
-                self.fail(
-                    &at.key("allow_from"),
-                    "list at least one address range (leave allow_from out to admit every address)",
-                );
-            }
-            self.cidrs(&at.key("allow_from"), ranges)
-        });
-
-        let circuit_breaker = (raw.circuit_breaker.as_ref())
-            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
-        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
-        let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
-        let reconcile = raw.reconcile.as_ref().and_then(|reconcile| {
-            let route = ForRoute {
-                scheme,
-                retention,
-                default_key: raw.key.is_none(),
-                first_secret,
-            };
-            self.reconcile(&at.key("reconcile"), reconcile, route)
-        });
-
-        let mut route = RouteConfig {
-            name,
-            path,
-            methods,
-            upstream,
-            upstream_ca,
-            upstream_timeout,
-            processing_ttl,
-            retention,
-            idempotency_header,
-            idempotency_header_format,
-            key,
-            scope,
-            on_mismatch,
-            on_unknown,
-            on_missing_key,
-            replay_guard,
+        Failures {
             max_cached_body_bytes,
-            max_attempts: max_attempts.min(1000) as u32,
+            page_failed_after,
+            max_attempts,
             dead_letter_status,
             dead_letter_retention,
-            delivery,
-            page_failed_after,
-            allow_from,
-            circuit_breaker,
-            upstream_rate,
-            scheme,
-            verifier,
-            filter,
-            destinations: Vec::new(),
-            destination_of: None,
-            reconcile,
-            signs: None,
-        };
-        if let Some(destinations) = raw.destinations.take() {
-            route.destinations = self.destinations(at, &route, destinations);
-            // Each destination took them as its default; the fan-out itself
-            // calls no upstream.
-            route.circuit_breaker = None;
-            route.upstream_rate = None;
         }
-        route
     }
 
     fn methods(&mut self, at: &KeyPath, raw: Option<&[String]>) -> Vec<Method> {
@@ -480,4 +546,37 @@ impl Validator<'_> {
             })
             .collect()
     }
+}
+
+/// A route's verification, as `[routes.verify]` asks.
+struct Signed {
+    scheme: &'static Profile,
+    verifier: crate::verify::Verifier,
+    /// For reconciliation's default credentials.
+    first_secret: Option<crate::secret::Secret>,
+}
+
+struct Lifetimes {
+    processing_ttl: Duration,
+    retention: Duration,
+    upstream_timeout: Duration,
+}
+
+struct Keyed {
+    idempotency_header: Option<HeaderName>,
+    idempotency_header_format: HeaderFormat,
+    key: Vec<KeySource>,
+    scope: String,
+    on_mismatch: OnMismatch,
+    on_missing_key: OnMissingKey,
+    on_unknown: OnUnknown,
+    replay_guard: bool,
+}
+
+struct Failures {
+    max_cached_body_bytes: usize,
+    page_failed_after: Option<Duration>,
+    max_attempts: u32,
+    dead_letter_status: http::StatusCode,
+    dead_letter_retention: Duration,
 }

@@ -31,143 +31,8 @@ impl Validator<'_> {
             Some(name) => self.string(&at.key("backend"), name).unwrap_or_default(),
             None => "embedded".to_owned(),
         };
-        let backend = match backend_name.as_str() {
-            "memory" => Backend::Memory,
-            "embedded" => Backend::Embedded {
-                path: PathBuf::from(match &raw.path {
-                    Some(path) => self.string(&at.key("path"), path).unwrap_or_default(),
-                    None => "hookgate.db".to_owned(),
-                }),
-                synchronous: self.choice(
-                    &at.key("synchronous"),
-                    raw.synchronous.as_ref(),
-                    &[("normal", Synchronous::Normal), ("full", Synchronous::Full)],
-                    Synchronous::Normal,
-                ),
-            },
-            "redis" => match &raw.url {
-                Some(url) => {
-                    let url = self.string(&at.key("url"), url).unwrap_or_default();
-                    if let Err(message) = crate::store::check_redis_url(&url) {
-                        self.fail(&at.key("url"), message);
-                    }
-                    Backend::Redis { url }
-                }
-                None => {
-                    self.fail(
-                        at,
-                        "backend \"redis\" needs `url = \"redis://host:6379/0\"`",
-                    );
-                    Backend::Memory
-                }
-            },
-            "postgres" => match &raw.url {
-                Some(url) => {
-                    let url = self.string(&at.key("url"), url).unwrap_or_default();
-                    if let Err(message) = crate::store::check_postgres_url(&url) {
-                        self.fail(&at.key("url"), message);
-                    }
-                    let pool_size =
-                        self.size(&at.key("pool_size"), raw.pool_size, DEFAULT_POOL_SIZE, 1024);
-                    self.warn_connections(pool_size);
-                    Backend::Postgres { url, pool_size }
-                }
-                None => {
-                    self.fail(
-                        at,
-                        "backend \"postgres\" needs `url = \"postgres://user@host:5432/db\"`",
-                    );
-                    Backend::Memory
-                }
-            },
-            "redis-sentinel" => {
-                let sentinels = self.redis_urls(at, "sentinels", raw.sentinels.as_deref());
-                if raw.sentinels.as_ref().is_none_or(Vec::is_empty) {
-                    self.fail(
-                        at,
-                        "backend \"redis-sentinel\" needs `sentinels = [\"redis://host:26379\", ...]`",
-                    );
-                }
-                let master = match &raw.master {
-                    Some(name) => self.string(&at.key("master"), name).unwrap_or_default(),
-                    None => {
-                        self.fail(
-                            at,
-                            "backend \"redis-sentinel\" needs `master = \"mymaster\"`, the name the sentinels monitor the primary under",
-                        );
-                        String::new()
-                    }
-                };
-                let url = raw
-                    .url
-                    .as_ref()
-                    .and_then(|url| self.string(&at.key("url"), url));
-                if let Err(message) = crate::store::check_sentinels(&sentinels, url.as_deref()) {
-                    self.fail(&at.key("sentinels"), message);
-                }
-                Backend::RedisSentinel {
-                    sentinels,
-                    master,
-                    url,
-                }
-            }
-            "redis-cluster" => {
-                let nodes = self.redis_urls(at, "nodes", raw.nodes.as_deref());
-                if raw.nodes.as_ref().is_none_or(Vec::is_empty) {
-                    self.fail(
-                        at,
-                        "backend \"redis-cluster\" needs `nodes = [\"redis://host:7000\", ...]`",
-                    );
-                }
-                let shards = self.size(
-                    &at.key("shards"),
-                    raw.shards,
-                    u64::from(DEFAULT_CLUSTER_SHARDS),
-                    1024,
-                ) as u16;
-                Backend::RedisCluster { nodes, shards }
-            }
-            "" => Backend::Memory,
-            other => {
-                self.fail(
-                    &at.key("backend"),
-                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\", \"redis-sentinel\", \"postgres\""),
-                );
-                Backend::Memory
-            }
-        };
-        let applies = |key: &str| match key {
-            "path" | "synchronous" => backend_name == "embedded",
-            "url" => matches!(
-                backend_name.as_str(),
-                "redis" | "redis-sentinel" | "postgres"
-            ),
-            "sentinels" | "master" => backend_name == "redis-sentinel",
-            "pool_size" => backend_name == "postgres",
-            "min_replicas_acked" | "packed_claims" => backend_name.starts_with("redis"),
-            "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
-            _ => backend_name == "redis-cluster",
-        };
-        for (name, present) in [
-            ("path", raw.path.is_some()),
-            ("synchronous", raw.synchronous.is_some()),
-            ("url", raw.url.is_some()),
-            ("pool_size", raw.pool_size.is_some()),
-            ("nodes", raw.nodes.is_some()),
-            ("sentinels", raw.sentinels.is_some()),
-            ("master", raw.master.is_some()),
-            ("shards", raw.shards.is_some()),
-            ("min_replicas_acked", raw.min_replicas_acked.is_some()),
-            ("packed_claims", raw.packed_claims.is_some()),
-            ("tls_ca", raw.tls_ca.is_some()),
-        ] {
-            if present && !applies(name) {
-                self.fail(
-                    &at.key(name),
-                    format!("`{name}` does not apply to backend {backend_name:?}"),
-                );
-            }
-        }
+        let backend = self.backend(at, &raw, &backend_name);
+        self.keys_of_backend(at, &raw, &backend_name);
         let key_prefix = match &raw.key_prefix {
             Some(prefix) => self
                 .string(&at.key("key_prefix"), prefix)
@@ -225,6 +90,151 @@ impl Validator<'_> {
             0,
         );
         (settings, key_prefix, on_error, max_queued_bytes)
+    }
+
+    /// The backend `backend_name` names, and how to reach it.
+    fn backend(&mut self, at: &KeyPath, raw: &RawStore, backend_name: &str) -> Backend {
+        match backend_name {
+            "memory" => Backend::Memory,
+            "embedded" => Backend::Embedded {
+                path: PathBuf::from(match &raw.path {
+                    Some(path) => self.string(&at.key("path"), path).unwrap_or_default(),
+                    None => "hookgate.db".to_owned(),
+                }),
+                synchronous: self.choice(
+                    &at.key("synchronous"),
+                    raw.synchronous.as_ref(),
+                    &[("normal", Synchronous::Normal), ("full", Synchronous::Full)],
+                    Synchronous::Normal,
+                ),
+            },
+            "redis" => match &raw.url {
+                Some(url) => {
+                    let url = self.string(&at.key("url"), url).unwrap_or_default();
+                    if let Err(message) = crate::store::check_redis_url(&url) {
+                        self.fail(&at.key("url"), message);
+                    }
+                    Backend::Redis { url }
+                }
+                None => {
+                    self.fail(
+                        at,
+                        "backend \"redis\" needs `url = \"redis://host:6379/0\"`",
+                    );
+                    Backend::Memory
+                }
+            },
+            "postgres" => match &raw.url {
+                Some(url) => {
+                    let url = self.string(&at.key("url"), url).unwrap_or_default();
+                    if let Err(message) = crate::store::check_postgres_url(&url) {
+                        self.fail(&at.key("url"), message);
+                    }
+                    let pool_size =
+                        self.size(&at.key("pool_size"), raw.pool_size, DEFAULT_POOL_SIZE, 1024);
+                    self.warn_connections(pool_size);
+                    Backend::Postgres { url, pool_size }
+                }
+                None => {
+                    self.fail(
+                        at,
+                        "backend \"postgres\" needs `url = \"postgres://user@host:5432/db\"`",
+                    );
+                    Backend::Memory
+                }
+            },
+            "redis-sentinel" => self.sentinel(at, raw),
+            "redis-cluster" => {
+                let nodes = self.redis_urls(at, "nodes", raw.nodes.as_deref());
+                if raw.nodes.as_ref().is_none_or(Vec::is_empty) {
+                    self.fail(
+                        at,
+                        "backend \"redis-cluster\" needs `nodes = [\"redis://host:7000\", ...]`",
+                    );
+                }
+                let shards = self.size(
+                    &at.key("shards"),
+                    raw.shards,
+                    u64::from(DEFAULT_CLUSTER_SHARDS),
+                    1024,
+                ) as u16;
+                Backend::RedisCluster { nodes, shards }
+            }
+            "" => Backend::Memory,
+            other => {
+                self.fail(
+                    &at.key("backend"),
+                    format!("{other:?} is not one of \"embedded\", \"memory\", \"redis\", \"redis-cluster\", \"redis-sentinel\", \"postgres\""),
+                );
+                Backend::Memory
+            }
+        }
+    }
+
+    /// `redis-sentinel`'s sentinels, the primary's name and its `url`.
+    fn sentinel(&mut self, at: &KeyPath, raw: &RawStore) -> Backend {
+        let sentinels = self.redis_urls(at, "sentinels", raw.sentinels.as_deref());
+        if raw.sentinels.as_ref().is_none_or(Vec::is_empty) {
+            self.fail(
+                at,
+                "backend \"redis-sentinel\" needs `sentinels = [\"redis://host:26379\", ...]`",
+            );
+        }
+        let master = match &raw.master {
+            Some(name) => self.string(&at.key("master"), name).unwrap_or_default(),
+            None => {
+                self.fail(
+                    at,
+                    "backend \"redis-sentinel\" needs `master = \"mymaster\"`, the name the sentinels monitor the primary under",
+                );
+                String::new()
+            }
+        };
+        let url = raw
+            .url
+            .as_ref()
+            .and_then(|url| self.string(&at.key("url"), url));
+        if let Err(message) = crate::store::check_sentinels(&sentinels, url.as_deref()) {
+            self.fail(&at.key("sentinels"), message);
+        }
+        Backend::RedisSentinel {
+            sentinels,
+            master,
+            url,
+        }
+    }
+
+    /// A key of `[store]` another backend's is refused, not ignored.
+    fn keys_of_backend(&mut self, at: &KeyPath, raw: &RawStore, backend_name: &str) {
+        let applies = |key: &str| match key {
+            "path" | "synchronous" => backend_name == "embedded",
+            "url" => matches!(backend_name, "redis" | "redis-sentinel" | "postgres"),
+            "sentinels" | "master" => backend_name == "redis-sentinel",
+            "pool_size" => backend_name == "postgres",
+            "min_replicas_acked" | "packed_claims" => backend_name.starts_with("redis"),
+            "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
+            _ => backend_name == "redis-cluster",
+        };
+        for (name, present) in [
+            ("path", raw.path.is_some()),
+            ("synchronous", raw.synchronous.is_some()),
+            ("url", raw.url.is_some()),
+            ("pool_size", raw.pool_size.is_some()),
+            ("nodes", raw.nodes.is_some()),
+            ("sentinels", raw.sentinels.is_some()),
+            ("master", raw.master.is_some()),
+            ("shards", raw.shards.is_some()),
+            ("min_replicas_acked", raw.min_replicas_acked.is_some()),
+            ("packed_claims", raw.packed_claims.is_some()),
+            ("tls_ca", raw.tls_ca.is_some()),
+        ] {
+            if present && !applies(name) {
+                self.fail(
+                    &at.key(name),
+                    format!("`{name}` does not apply to backend {backend_name:?}"),
+                );
+            }
+        }
     }
 
     /// `[store.encryption]`: its keys, each read (usually through

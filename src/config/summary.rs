@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::{Backend, Config, DeliveryMode, NotifyKind, OnStoreError};
+use super::{Backend, Config, DeliveryMode, NotifyKind, NotifyTarget, OnStoreError, RouteConfig};
 use crate::clock::{humanize, roughly};
 use crate::order::OnBlocked;
 
@@ -13,27 +13,7 @@ impl Config {
     /// The human summary `hookgate check` prints.
     pub fn summary(&self) -> String {
         let Config { fixed, live, .. } = self;
-        let backend = match &fixed.store.backend {
-            Backend::Embedded { path, .. } => format!(
-                "embedded {} (one gateway instance per file; use redis for several)",
-                path.display()
-            ),
-            Backend::Redis { .. } => "redis".to_owned(),
-            Backend::RedisSentinel {
-                sentinels, master, ..
-            } => format!(
-                "redis-sentinel (primary {master:?}, asked of {} sentinels)",
-                sentinels.len()
-            ),
-            Backend::RedisCluster { nodes, shards } => format!(
-                "redis-cluster ({} seed nodes, a new store's scopes in {shards} shards)",
-                nodes.len()
-            ),
-            Backend::Memory => "memory (nothing survives a restart)".to_owned(),
-            Backend::Postgres { pool_size, .. } => {
-                format!("postgres ({pool_size} connections per gateway)")
-            }
-        };
+        let backend = backend(&fixed.store.backend);
         let mut out = format!(
             "config {} is valid\nlisten {} ({})\nstore {} (key prefix {:?}, timeout {}, on_error {})\n",
             self.source.display(),
@@ -72,156 +52,199 @@ impl Config {
         }
         out += &format!("{} route(s):\n", live.routes.len());
         for route in &live.routes {
-            let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
-            let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
-            out += &format!(
-                "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}{horizon}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
-                name = route.name,
-                methods = methods.join(","),
-                path = route.path,
-                upstream = match route.fans_out() {
-                    true => format!("{} destinations", route.destinations.len()),
-                    false => route.upstream.to_string(),
-                },
-                pad = "",
-                scheme = route.scheme.name,
-                horizon = match route.scheme.retry_horizon {
-                    Some(Duration::ZERO) => " (the sender does not retry)".to_owned(),
-                    Some(horizon) => format!(" (the sender retries for {})", humanize(horizon)),
-                    None => String::new(),
-                },
-                keys = keys.join(", "),
-                scope = route.scope,
-                ttl = humanize(route.processing_ttl),
-                retention = humanize(route.retention),
-                guard = if route.replay_guard { ", replay guard on" } else { "" },
-                dead = match (&route.delivery, route.max_attempts) {
-                    (DeliveryMode::Async(settings), n) => format!(
-                        "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}{}",
-                        settings.accept_status.as_u16(),
-                        settings.max_in_flight,
-                        humanize(settings.backoff_initial),
-                        humanize(settings.backoff_max),
-                        roughly(settings.horizon(n)),
-                        match n {
-                            0 => " (max_age)".to_owned(),
-                            n => format!(" ({n} attempts)"),
-                        },
-                        settings.respond_within.map_or(String::new(), |within| {
-                            format!(", answers synchronously within {}", humanize(within))
-                        }),
-                        settings.order.as_ref().map_or(String::new(), |order| {
-                            let stale = (order.stale_by.as_ref())
-                                .map_or(String::new(), |by| format!(", stale by {by}"));
-                            let blocked = match order.on_blocked {
-                                OnBlocked::Wait => "a dead event holds its entity",
-                                OnBlocked::Skip => "dead events skipped",
-                            };
-                            format!(
-                                "\n  {:<16} ordered by {}{stale}, reorder window {}, {blocked}",
-                                "",
-                                order.by,
-                                humanize(order.reorder_window)
-                            )
-                        }),
-                    ),
-                    (DeliveryMode::Sync, 0) => format!(
-                        "failed events kept {}, never parked (max_attempts 0)",
-                        humanize(route.dead_letter_retention)
-                    ),
-                    (DeliveryMode::Sync, n) => format!(
-                        "dead letter after {n} failed attempts (answered {}), kept {}",
-                        route.dead_letter_status.as_u16(),
-                        humanize(route.dead_letter_retention)
-                    ),
-                },
-            );
-            let mut traffic = Vec::new();
-            if let Some(ranges) = &route.allow_from {
-                traffic.push(format!("allow_from {} range(s)", ranges.len()));
-            }
-            if let Some(breaker) = &route.circuit_breaker {
-                traffic.push(format!(
-                    "circuit breaker after {} failures in {}, open {}",
-                    breaker.failures,
-                    humanize(breaker.window),
-                    humanize(breaker.open_for)
-                ));
-            }
-            if let Some(rate) = &route.upstream_rate {
-                traffic.push(format!(
-                    "upstream rate {}/s, burst {} (per instance)",
-                    rate.per_second, rate.burst
-                ));
-            }
-            if !traffic.is_empty() {
-                out += &format!("  {:<16} {}\n", "", traffic.join(", "));
-            }
-            if let Some(filter) = &route.filter {
-                out += &format!("  {:<16} forwards only {filter}\n", "");
-            }
-            if let Some(reconcile) = &route.reconcile {
-                out += &format!(
-                    "  {:<16} reconciles with {} every {}, {} back ({}{}; credentials {})\n",
-                    "",
-                    reconcile.sender.name,
-                    humanize(reconcile.every),
-                    humanize(reconcile.lookback),
-                    reconcile.api_base,
-                    reconcile
-                        .hook
-                        .as_ref()
-                        .map_or(String::new(), |hook| format!("/{hook}")),
-                    reconcile.credentials_file.display(),
-                );
-            }
-            for destination in &route.destinations {
-                let DeliveryMode::Async(queue) = &destination.delivery else {
-                    continue;
-                };
-                out += &format!(
-                    "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
-                    "",
-                    destination.destination_name(),
-                    destination.upstream,
-                    queue.max_in_flight,
-                    match destination.max_attempts {
-                        0 => String::new(),
-                        n => format!(", parked after {n} attempts"),
-                    },
-                    destination
-                        .filter
-                        .as_ref()
-                        .map_or(String::new(), |filter| format!(", only {filter}")),
-                );
-            }
+            out += &route_summary(route);
         }
         for target in &live.notify {
-            // Never the URL: a Slack webhook's is its secret.
-            let on: Vec<&str> = target.on.iter().map(|kind| kind.as_str()).collect();
-            out += &format!(
-                "notify {}: {} on {} for {}, grouped within {}, at most {}/s\n",
-                target.name,
-                match target.kind {
-                    NotifyKind::Slack => "slack",
-                    NotifyKind::Webhook => "webhook (Standard Webhooks signed)",
-                    NotifyKind::PagerDuty => "pagerduty",
-                },
-                on.join(", "),
-                target
-                    .routes
-                    .as_ref()
-                    .map_or("every route".to_owned(), |r| r.join(", ")),
-                humanize(target.group_within),
-                target
-                    .delivery
-                    .upstream_rate
-                    .map_or(0.0, |rate| rate.per_second),
-            );
+            out += &notify_summary(target);
         }
         for warning in &self.warnings {
             out += &format!("warning: {warning}\n");
         }
         out
+    }
+}
+
+/// The store, in a few words.
+fn backend(backend: &Backend) -> String {
+    match backend {
+        Backend::Embedded { path, .. } => format!(
+            "embedded {} (one gateway instance per file; use redis for several)",
+            path.display()
+        ),
+        Backend::Redis { .. } => "redis".to_owned(),
+        Backend::RedisSentinel {
+            sentinels, master, ..
+        } => format!(
+            "redis-sentinel (primary {master:?}, asked of {} sentinels)",
+            sentinels.len()
+        ),
+        Backend::RedisCluster { nodes, shards } => format!(
+            "redis-cluster ({} seed nodes, a new store's scopes in {shards} shards)",
+            nodes.len()
+        ),
+        Backend::Memory => "memory (nothing survives a restart)".to_owned(),
+        Backend::Postgres { pool_size, .. } => {
+            format!("postgres ({pool_size} connections per gateway)")
+        }
+    }
+}
+
+/// A route in three lines, and one for each control, filter,
+/// reconciliation and destination it has.
+fn route_summary(route: &RouteConfig) -> String {
+    let mut out = String::new();
+    let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
+    let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
+    out += &format!(
+        "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}{horizon}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
+        name = route.name,
+        methods = methods.join(","),
+        path = route.path,
+        upstream = match route.fans_out() {
+            true => format!("{} destinations", route.destinations.len()),
+            false => route.upstream.to_string(),
+        },
+        pad = "",
+        scheme = route.scheme.name,
+        horizon = match route.scheme.retry_horizon {
+            Some(Duration::ZERO) => " (the sender does not retry)".to_owned(),
+            Some(horizon) => format!(" (the sender retries for {})", humanize(horizon)),
+            None => String::new(),
+        },
+        keys = keys.join(", "),
+        scope = route.scope,
+        ttl = humanize(route.processing_ttl),
+        retention = humanize(route.retention),
+        guard = if route.replay_guard { ", replay guard on" } else { "" },
+        dead = delivery_summary(route),
+    );
+    let mut traffic = Vec::new();
+    if let Some(ranges) = &route.allow_from {
+        traffic.push(format!("allow_from {} range(s)", ranges.len()));
+    }
+    if let Some(breaker) = &route.circuit_breaker {
+        traffic.push(format!(
+            "circuit breaker after {} failures in {}, open {}",
+            breaker.failures,
+            humanize(breaker.window),
+            humanize(breaker.open_for)
+        ));
+    }
+    if let Some(rate) = &route.upstream_rate {
+        traffic.push(format!(
+            "upstream rate {}/s, burst {} (per instance)",
+            rate.per_second, rate.burst
+        ));
+    }
+    if !traffic.is_empty() {
+        out += &format!("  {:<16} {}\n", "", traffic.join(", "));
+    }
+    if let Some(filter) = &route.filter {
+        out += &format!("  {:<16} forwards only {filter}\n", "");
+    }
+    if let Some(reconcile) = &route.reconcile {
+        out += &format!(
+            "  {:<16} reconciles with {} every {}, {} back ({}{}; credentials {})\n",
+            "",
+            reconcile.sender.name,
+            humanize(reconcile.every),
+            humanize(reconcile.lookback),
+            reconcile.api_base,
+            reconcile
+                .hook
+                .as_ref()
+                .map_or(String::new(), |hook| format!("/{hook}")),
+            reconcile.credentials_file.display(),
+        );
+    }
+    for destination in &route.destinations {
+        let DeliveryMode::Async(queue) = &destination.delivery else {
+            continue;
+        };
+        out += &format!(
+            "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
+            "",
+            destination.destination_name(),
+            destination.upstream,
+            queue.max_in_flight,
+            match destination.max_attempts {
+                0 => String::new(),
+                n => format!(", parked after {n} attempts"),
+            },
+            destination
+                .filter
+                .as_ref()
+                .map_or(String::new(), |filter| format!(", only {filter}")),
+        );
+    }
+    out
+}
+
+/// A `[[notify]]` target in one line.
+fn notify_summary(target: &NotifyTarget) -> String {
+    // Never the URL: a Slack webhook's is its secret.
+    let on: Vec<&str> = target.on.iter().map(|kind| kind.as_str()).collect();
+    format!(
+        "notify {}: {} on {} for {}, grouped within {}, at most {}/s\n",
+        target.name,
+        match target.kind {
+            NotifyKind::Slack => "slack",
+            NotifyKind::Webhook => "webhook (Standard Webhooks signed)",
+            NotifyKind::PagerDuty => "pagerduty",
+        },
+        on.join(", "),
+        target
+            .routes
+            .as_ref()
+            .map_or("every route".to_owned(), |r| r.join(", ")),
+        humanize(target.group_within),
+        target
+            .delivery
+            .upstream_rate
+            .map_or(0.0, |rate| rate.per_second),
+    )
+}
+
+/// How a route delivers, and when it gives an event up.
+fn delivery_summary(route: &RouteConfig) -> String {
+    match (&route.delivery, route.max_attempts) {
+        (DeliveryMode::Async(settings), n) => format!(
+            "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}{}",
+            settings.accept_status.as_u16(),
+            settings.max_in_flight,
+            humanize(settings.backoff_initial),
+            humanize(settings.backoff_max),
+            roughly(settings.horizon(n)),
+            match n {
+                0 => " (max_age)".to_owned(),
+                n => format!(" ({n} attempts)"),
+            },
+            settings.respond_within.map_or(String::new(), |within| {
+                format!(", answers synchronously within {}", humanize(within))
+            }),
+            settings.order.as_ref().map_or(String::new(), |order| {
+                let stale = (order.stale_by.as_ref())
+                    .map_or(String::new(), |by| format!(", stale by {by}"));
+                let blocked = match order.on_blocked {
+                    OnBlocked::Wait => "a dead event holds its entity",
+                    OnBlocked::Skip => "dead events skipped",
+                };
+                format!(
+                    "\n  {:<16} ordered by {}{stale}, reorder window {}, {blocked}",
+                    "",
+                    order.by,
+                    humanize(order.reorder_window)
+                )
+            }),
+        ),
+        (DeliveryMode::Sync, 0) => format!(
+            "failed events kept {}, never parked (max_attempts 0)",
+            humanize(route.dead_letter_retention)
+        ),
+        (DeliveryMode::Sync, n) => format!(
+            "dead letter after {n} failed attempts (answered {}), kept {}",
+            route.dead_letter_status.as_u16(),
+            humanize(route.dead_letter_retention)
+        ),
     }
 }

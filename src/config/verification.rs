@@ -85,6 +85,32 @@ impl Validator<'_> {
             }
             None
         };
+        let (secrets, min_secret_bytes) = self.secrets(at, scheme, &raw);
+        let (fetch, topics) = self.fetched(at, scheme, &raw);
+        let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
+        let first_secret = secrets.first().cloned();
+        let spec = VerifySpec {
+            secrets,
+            tolerance,
+            hmac,
+            public_url,
+            min_secret_bytes,
+            handshake_token,
+            fetch,
+            topics,
+        };
+        match scheme.verifier(spec, raw.tolerance.is_some()) {
+            Ok(verifier) => (scheme, Some(verifier), first_secret),
+            Err(message) => {
+                self.fail(&at.key("secrets"), message);
+                (scheme, None, first_secret)
+            }
+        }
+    }
+
+    /// `secrets`, each at least `min_secret_bytes` long, and whether the
+    /// scheme takes any.
+    fn secrets(&mut self, at: &KeyPath, scheme: &Profile, raw: &RawVerify) -> (Vec<Secret>, usize) {
         let min_secret_bytes = self.size(
             &at.key("min_secret_bytes"),
             raw.min_secret_bytes,
@@ -141,26 +167,7 @@ impl Validator<'_> {
             (false, true) => self.fail(&at.key("secrets"), "list at least one secret"),
             _ => {}
         }
-        let (fetch, topics) = self.fetched(at, scheme, &raw);
-        let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
-        let first_secret = secrets.first().cloned();
-        let spec = VerifySpec {
-            secrets,
-            tolerance,
-            hmac,
-            public_url,
-            min_secret_bytes,
-            handshake_token,
-            fetch,
-            topics,
-        };
-        match scheme.verifier(spec, raw.tolerance.is_some()) {
-            Ok(verifier) => (scheme, Some(verifier), first_secret),
-            Err(message) => {
-                self.fail(&at.key("secrets"), message);
-                (scheme, None, first_secret)
-            }
-        }
+        (secrets, min_secret_bytes)
     }
 
     /// `topics`, `cert_hosts` and `cert_ca`: a scheme whose key is fetched

@@ -190,28 +190,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             token,
             response,
             retention,
-        } => {
-            let completing = params![
-                key,
-                token,
-                now_i,
-                response.status.as_u16(),
-                response.encode_headers(),
-                response.body.as_ref(),
-                ms(retention),
-                response.body_kept.as_str()
-            ];
-            // The completed row's source and entity: no second read.
-            let completed: Option<(Option<String>, Option<String>)> =
-                query_one(tx, COMPLETE, completing, |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })?;
-            let Some((source, entity)) = completed else {
-                return Ok(applied(0));
-            };
-            wake(tx, source.zip(entity), now)?;
-            Ok(applied(1))
-        }
+        } => complete(tx, &key, &token, &response, ms(retention), now),
         Op::Fail {
             key,
             token,
@@ -222,13 +201,6 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             retention,
             next,
         } => {
-            let held: Option<(bool, Option<String>)> =
-                query_one(tx, ACCEPTED, params![key, token, now_i], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })?;
-            let Some((accepted, past)) = held else {
-                return Ok(Reply::Failed(None));
-            };
             let failure = Failure {
                 class,
                 status,
@@ -238,32 +210,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
                 retention,
                 next,
             };
-            let state = failure.state(accepted);
-            run(
-                tx,
-                FAIL,
-                params![
-                    key,
-                    token,
-                    state.as_str(),
-                    now_i,
-                    failure.holds(accepted),
-                    class.as_str(),
-                    status,
-                    route,
-                    request.method.as_str(),
-                    request.query,
-                    request.encode_headers(),
-                    request.body.as_ref(),
-                    ms(retention),
-                    failure.due_in(accepted).map(ms),
-                    history::append(past.as_deref(), &attempt.line())
-                ],
-            )?;
-            if state == RecordState::Dead {
-                wake(tx, entity_of(tx, &key)?, now)?;
-            }
-            Ok(Reply::Failed(Some(state)))
+            fail(tx, &key, &token, failure, now)
         }
         Op::LeaseDue {
             source,
@@ -283,48 +230,12 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             state,
             limit,
             before,
-        } => {
-            let (from, to) = source_range(&source);
-            // Before (ms, key); everything at ms is before (ms + 1, "").
-            let (before_ms, before_key) = match &before {
-                Some((ms, Some(id))) => (*ms as i64, format!("{source}:{id}")),
-                Some((ms, None)) => (*ms as i64 + 1, String::new()),
-                None => (i64::MAX, String::new()),
-            };
-            let mut statement = tx.prepare_cached(LIST)?;
-            let rows = statement.query_map(
-                params![
-                    state.as_str(),
-                    now_i,
-                    from,
-                    to,
-                    before_ms,
-                    before_key,
-                    limit as i64
-                ],
-                |row| {
-                    let key: String = row.get(0)?;
-                    let id = key[from.len()..].to_owned();
-                    Ok((id, record_from(row, 1)?))
-                },
-            )?;
-            rows.collect::<Result<_, _>>().map(Reply::Listed)
-        }
+        } => list(tx, &source, state, limit, before, now),
         Op::Count { source, state } => {
             let count: i64 = by_source(tx, state, now_i, &source, [COUNT_QUEUED, COUNT])?;
             Ok(Reply::Count(count as u64))
         }
-        Op::Queued { source } => {
-            let state = RecordState::Queued.as_str();
-            let (events, bytes): (i64, i64) = (tx.prepare_cached(QUEUED)?)
-                .query_row(params![state, now_i, source], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })?;
-            Ok(Reply::Queued(Queued {
-                events: events as u64,
-                bytes: bytes as u64,
-            }))
-        }
+        Op::Queued { source } => queued(tx, &source, now),
         Op::Oldest { source, state } => {
             let at: Option<i64> = by_source(tx, state, now_i, &source, [OLDEST_QUEUED, OLDEST])?;
             Ok(Reply::Oldest(at.map(|at| at as u64)))
@@ -336,19 +247,7 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
         Op::Export { key } => super::transfer::export(tx, &key, now).map(Reply::Exported),
         Op::Import(import) => import.run(tx, now).map(Reply::Applied),
         Op::Reseal(reseal) => reseal.run(tx, now).map(Reply::Applied),
-        Op::Delete { key, force } => {
-            let entity = entity_of(tx, &key)?;
-            if run(tx, DELETE, params![key, now_i, force])? == 1 {
-                wake(tx, entity, now)?;
-                Ok(Reply::Deleted(Deleted::Deleted))
-            } else if query_one(tx, EXISTS, params![key, now_i], |row| row.get::<_, i64>(0))?
-                .is_some()
-            {
-                Ok(Reply::Deleted(Deleted::InFlight))
-            } else {
-                Ok(Reply::Deleted(Deleted::NotFound))
-            }
-        }
+        Op::Delete { key, force } => delete(tx, &key, force, now),
         Op::Ping => run(tx, PROBE, params![now_i]).map(|_| Reply::Pong),
         Op::SetControl {
             space,
@@ -360,12 +259,159 @@ pub(super) fn execute(tx: &Transaction<'_>, op: Op, now: u64) -> rusqlite::Resul
             route,
             value: None,
         } => run(tx, CLEAR_CONTROL, params![space, route]).map(|_| Reply::Pong),
-        Op::Controls { space } => {
-            let mut statement = tx.prepare_cached(CONTROLS)?;
-            let rows = statement.query_map(params![space], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect::<Result<_, _>>().map(Reply::Controls)
-        }
+        Op::Controls { space } => controls(tx, &space),
     }
+}
+
+/// `Op::Complete`: the record completed with `response`, and the next
+/// event of its entity (an ordered route's) woken.
+fn complete(
+    tx: &Transaction<'_>,
+    key: &str,
+    token: &str,
+    response: &RecordedResponse,
+    expires_at: i64,
+    now: u64,
+) -> rusqlite::Result<Reply> {
+    let completing = params![
+        key,
+        token,
+        now as i64,
+        response.status.as_u16(),
+        response.encode_headers(),
+        response.body.as_ref(),
+        expires_at,
+        response.body_kept.as_str()
+    ];
+    // The completed row's source and entity: no second read.
+    let completed: Option<(Option<String>, Option<String>)> =
+        query_one(tx, COMPLETE, completing, |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    let Some((source, entity)) = completed else {
+        return Ok(Reply::Applied(false));
+    };
+    wake(tx, source.zip(entity), now)?;
+    Ok(Reply::Applied(true))
+}
+
+/// `Op::Fail`: the failed attempt written on a record its token holds,
+/// and a dead event's entity woken.
+fn fail(
+    tx: &Transaction<'_>,
+    key: &str,
+    token: &str,
+    failure: Failure<'_>,
+    now: u64,
+) -> rusqlite::Result<Reply> {
+    let now_i = now as i64;
+    let ms = |d: Duration| now_i + d.as_millis() as i64;
+    let held: Option<(bool, Option<String>)> =
+        query_one(tx, ACCEPTED, params![key, token, now_i], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    let Some((accepted, past)) = held else {
+        return Ok(Reply::Failed(None));
+    };
+    let state = failure.state(accepted);
+    let request = failure.request;
+    run(
+        tx,
+        FAIL,
+        params![
+            key,
+            token,
+            state.as_str(),
+            now_i,
+            failure.holds(accepted),
+            failure.class.as_str(),
+            failure.status,
+            failure.route,
+            request.method.as_str(),
+            request.query,
+            request.encode_headers(),
+            request.body.as_ref(),
+            ms(failure.retention),
+            failure.due_in(accepted).map(ms),
+            history::append(past.as_deref(), &failure.attempt.line())
+        ],
+    )?;
+    if state == RecordState::Dead {
+        wake(tx, entity_of(tx, key)?, now)?;
+    }
+    Ok(Reply::Failed(Some(state)))
+}
+
+/// `Op::List`: a page of `source`'s records in `state`, newest first,
+/// before the cursor `before`.
+fn list(
+    tx: &Transaction<'_>,
+    source: &str,
+    state: RecordState,
+    limit: usize,
+    before: Option<(u64, Option<String>)>,
+    now: u64,
+) -> rusqlite::Result<Reply> {
+    let (from, to) = source_range(source);
+    // Before (ms, key); everything at ms is before (ms + 1, "").
+    let (before_ms, before_key) = match &before {
+        Some((ms, Some(id))) => (*ms as i64, format!("{source}:{id}")),
+        Some((ms, None)) => (*ms as i64 + 1, String::new()),
+        None => (i64::MAX, String::new()),
+    };
+    let mut statement = tx.prepare_cached(LIST)?;
+    let rows = statement.query_map(
+        params![
+            state.as_str(),
+            now as i64,
+            from,
+            to,
+            before_ms,
+            before_key,
+            limit as i64
+        ],
+        |row| {
+            let key: String = row.get(0)?;
+            let id = key[from.len()..].to_owned();
+            Ok((id, record_from(row, 1)?))
+        },
+    )?;
+    rows.collect::<Result<_, _>>().map(Reply::Listed)
+}
+
+/// `Op::Delete`: the record forgotten (`force`: even while held), and
+/// its entity woken.
+fn delete(tx: &Transaction<'_>, key: &str, force: bool, now: u64) -> rusqlite::Result<Reply> {
+    let now_i = now as i64;
+    let entity = entity_of(tx, key)?;
+    if run(tx, DELETE, params![key, now_i, force])? == 1 {
+        wake(tx, entity, now)?;
+        Ok(Reply::Deleted(Deleted::Deleted))
+    } else if query_one(tx, EXISTS, params![key, now_i], |row| row.get::<_, i64>(0))?.is_some() {
+        Ok(Reply::Deleted(Deleted::InFlight))
+    } else {
+        Ok(Reply::Deleted(Deleted::NotFound))
+    }
+}
+
+/// `Op::Queued`: how many events, and bytes, `source` holds queued.
+fn queued(tx: &Transaction<'_>, source: &str, now: u64) -> rusqlite::Result<Reply> {
+    let state = RecordState::Queued.as_str();
+    let (events, bytes): (i64, i64) = (tx.prepare_cached(QUEUED)?)
+        .query_row(params![state, now as i64, source], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    Ok(Reply::Queued(Queued {
+        events: events as u64,
+        bytes: bytes as u64,
+    }))
+}
+
+/// `Op::Controls`: every route's value in one `space` of controls.
+fn controls(tx: &Transaction<'_>, space: &str) -> rusqlite::Result<Reply> {
+    let mut statement = tx.prepare_cached(CONTROLS)?;
+    let rows = statement.query_map(params![space], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    rows.collect::<Result<_, _>>().map(Reply::Controls)
 }
 
 /// One value about `source`'s records in `state`: from the due index for
