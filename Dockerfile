@@ -12,15 +12,15 @@
 FROM rust:1.89-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src bench \
-    && echo 'fn main() {}' > src/main.rs \
+RUN mkdir -p src/bin/hookgate bench \
+    && echo 'fn main() {}' > src/bin/hookgate/main.rs \
     && touch src/lib.rs \
     && for f in upstream store load; do echo 'fn main() {}' > "bench/$f.rs"; done \
     && cargo build --release --locked --bin hookgate \
     && rm -rf src bench
 COPY src ./src
 COPY bench ./bench
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin hookgate
+RUN touch src/bin/hookgate/main.rs src/lib.rs && cargo build --release --locked --bin hookgate
 
 # ---- runtime: glibc + libgcc only, non-root
 FROM gcr.io/distroless/cc-debian12:nonroot

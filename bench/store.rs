@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use hookgate::config::{Backend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
-use hookgate::replay::{BodyKept, RecordedResponse};
+use hookgate::store::{BodyKept, RecordedResponse};
 use hookgate::store::{ClaimOutcome, ClaimRequest, Store, StoreKey};
 use http::{HeaderMap, StatusCode};
 

@@ -87,8 +87,7 @@
 //! - [`admin`] — `/metrics`, health, readiness and the admin API, on their
 //!   own listener, over the operator's door; [`console`] is the operator console on
 //!   it (`/ui`); [`access`] says what the admin token and the read token
-//!   may do there; [`client`] is `hookgate events|routes|reload`, its
-//!   command-line client.
+//!   may do there.
 //!
 //! # Names
 //!
@@ -104,51 +103,57 @@
 //! claimed under another key.
 //!
 //! [`App`] wires them together for the binary; tests use the same pieces.
-//! [`demo`] is `hookgate demo`: a gateway, a consumer and a sender in one
-//! process, showing exactly-once.
+//!
+//! # What the library shows
+//!
+//! The crate is the gateway; the binary (`src/bin/hookgate/`) is its
+//! command line: `run`, `check`, the admin API's client (`events`,
+//! `routes`, `reload`, `reconcile`), `store copy` and `reencrypt`,
+//! `migrate`, `backup` and `demo`. Outside the crate, the binary, the
+//! integration tests and the benchmarks see [`App`], [`Reloader`] and
+//! eight modules: [`config`], [`store`] (with what records hold),
+//! [`clock`], [`metrics`], [`verify`], [`tls`], [`server`] and
+//! [`headers`]; every other module is the crate's own.
 
 #![forbid(unsafe_code)]
 
-pub mod access;
-pub mod admin;
+mod access;
+mod admin;
 mod backups;
-pub mod cidr;
-pub mod claim;
-pub mod client;
+mod cidr;
+mod claim;
 pub mod clock;
-pub mod codes;
+#[cfg(test)]
+mod codes;
 pub mod config;
-pub mod console;
-pub mod copy;
-pub mod delivery;
-pub mod demo;
-pub mod error;
-pub mod filter;
+mod console;
+mod delivery;
+mod error;
+mod filter;
 pub mod headers;
-pub mod ingress;
-pub mod key;
+mod ingress;
+mod key;
 pub mod metrics;
-pub mod notice;
-pub mod notify;
-pub mod ops;
-pub mod order;
-pub mod reconcile;
-pub mod reencrypt;
-pub mod reload;
-pub mod replay;
-pub mod route;
-pub mod seal;
-pub mod secret;
-pub mod sender_apis;
+mod notice;
+mod notify;
+mod ops;
+mod order;
+mod reconcile;
+mod reload;
+mod replay;
+mod route;
+mod seal;
+mod secret;
+mod sender_apis;
 pub mod server;
 mod shutdown;
 pub mod store;
-pub mod telemetry;
+mod telemetry;
 pub mod tls;
-pub mod traffic;
-pub mod upstream;
+mod traffic;
+mod upstream;
 pub mod verify;
-pub mod worker;
+mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -164,7 +169,7 @@ use crate::ingress::Gateway;
 use crate::metrics::Metrics;
 use crate::ops::Operator;
 use crate::reconcile::Reconciler;
-use crate::reload::Reloader;
+pub use crate::reload::Reloader;
 use crate::shutdown::Signal;
 use crate::store::Store;
 

@@ -9,11 +9,11 @@ use std::cell::Cell;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use hookgate::replay::{BodyKept, RecordedResponse};
 use hookgate::store::{
     AttemptKind, FailureClass, PastAttempt, Record, RecordState, ReplayCache, StoreKey,
     StoredRequest,
 };
+use hookgate::store::{BodyKept, RecordedResponse};
 
 /// Bytes allocated minus bytes freed, per thread (tests run in parallel).
 struct Counting;

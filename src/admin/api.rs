@@ -110,6 +110,13 @@ pub(super) static ENDPOINTS: &[Endpoint] = &[
     },
     Endpoint {
         method: Method::GET,
+        path: "/admin/api",
+        who: Holder(Reader),
+        handler: |admin, _| Box::pin(admin.api()),
+        what: "This table: every endpoint, who may call it and what it does.",
+    },
+    Endpoint {
+        method: Method::GET,
         path: "/admin/events",
         who: Holder(Reader),
         handler: |admin, call| Box::pin(admin.events(call)),
@@ -321,19 +328,42 @@ impl<'a> Call<'a> {
     }
 }
 
+/// [`ENDPOINTS`] as `GET /admin/api` answers it.
+pub(super) fn json() -> serde_json::Value {
+    let endpoints: Vec<_> = (ENDPOINTS.iter())
+        .map(|endpoint| {
+            serde_json::json!({
+                "method": endpoint.method.as_str(),
+                "path": endpoint.path,
+                "who": who(endpoint.who),
+                "what": endpoint.what,
+            })
+        })
+        .collect();
+    serde_json::json!({ "endpoints": endpoints })
+}
+
+/// As docs/admin-api.md and `GET /admin/api` name who may call.
+fn who(who: Who) -> &'static str {
+    match who {
+        Anyone => "anyone",
+        Holder(Reader) => "reader",
+        Holder(Operator) => "operator",
+    }
+}
+
 /// docs/admin-api.md's table of endpoints.
-pub fn reference() -> String {
+#[cfg(test)]
+fn reference() -> String {
     let mut table =
         String::from("| Method | Path | Who | What it does |\n| --- | --- | --- | --- |\n");
     for endpoint in ENDPOINTS {
-        let who = match endpoint.who {
-            Anyone => "anyone",
-            Holder(Reader) => "reader",
-            Holder(Operator) => "operator",
-        };
         table += &format!(
-            "| `{}` | `{}` | {who} | {} |\n",
-            endpoint.method, endpoint.path, endpoint.what
+            "| `{}` | `{}` | {} | {} |\n",
+            endpoint.method,
+            endpoint.path,
+            who(endpoint.who),
+            endpoint.what
         );
     }
     table

@@ -30,7 +30,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-pub mod api;
+mod api;
 mod audit;
 mod bulk;
 mod destinations;
@@ -300,6 +300,11 @@ impl Admin {
             )),
             Err(problems) => Err(AdminError::ConfigInvalid(problems)),
         }
+    }
+
+    /// `GET /admin/api`: the endpoints, as docs/admin-api.md lists them.
+    async fn api(&self) -> Answer {
+        Ok(json_response(StatusCode::OK, &api::json()))
     }
 
     /// `GET /admin/audit`.

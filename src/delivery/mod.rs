@@ -11,5 +11,5 @@ mod leased;
 pub mod places;
 pub mod policy;
 
-pub use self::attempt::{Attempt, Attempted, Kind, Settled, Traced};
+pub use self::attempt::{Attempt, Kind, Settled, Traced};
 pub use self::engine::{Engine, Parts};

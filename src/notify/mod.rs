@@ -26,7 +26,7 @@
 
 mod render;
 
-pub use crate::notice::{Notice, Notices};
+pub use crate::notice::Notice;
 
 use std::collections::HashMap;
 use std::future::Future;

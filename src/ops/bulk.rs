@@ -62,12 +62,6 @@ impl Action {
             Action::Forget => "forget",
         }
     }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [Action::Redeliver, Action::Replay, Action::Forget]
-            .into_iter()
-            .find(|action| action.as_str() == text)
-    }
 }
 
 /// Which events a bulk action takes: a listing's route, state and filter.
@@ -508,14 +502,6 @@ fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn actions_read_back() {
-        for action in [Action::Redeliver, Action::Replay, Action::Forget] {
-            assert_eq!(Action::parse(action.as_str()), Some(action));
-        }
-        assert_eq!(Action::parse("delete"), None);
-    }
 
     /// A task that dies leaves its action `failed`, with why.
     #[tokio::test]

@@ -94,6 +94,10 @@ pub use self::settings::{
     DEFAULT_REPLAY_CACHE_BYTES,
 };
 pub use crate::clock::Clock;
+// What records hold and how queues lease, as the store's callers name them.
+pub use crate::order::Rules;
+pub use crate::replay::{BodyKept, RecordedResponse};
+pub use crate::seal::Keys;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

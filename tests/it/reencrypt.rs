@@ -19,7 +19,7 @@ use crate::support::*;
 
 /// The id a marker shows for `key` (`hookgate check` prints the same).
 fn id_of(key: &str) -> String {
-    let keys = hookgate::seal::Keys::parse(&[key.to_owned()]).unwrap();
+    let keys = hookgate::store::Keys::parse(&[key.to_owned()]).unwrap();
     format!("key={}", keys.ids()[0])
 }
 

@@ -42,7 +42,7 @@ use hookgate::config::{Backend as StoreBackend, StoreSettings, Synchronous};
 
 use hookgate::metrics::StoreMetrics;
 
-use hookgate::replay::{BodyKept, RecordedResponse};
+use hookgate::store::{BodyKept, RecordedResponse};
 
 use hookgate::store::{
     AttemptKind, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Failure,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use hookgate::order::Rules;
+use hookgate::store::Rules;
 use hookgate::store::{
     ClaimMode, ClaimOutcome, ClaimRequest, Deleted, OrderSpot, RecordState, Store, Stored,
 };

@@ -306,7 +306,7 @@ impl hookgate::store::Records for LateAnswers {
         &self,
         key: &hookgate::store::StoreKey,
         token: &str,
-        response: &hookgate::replay::RecordedResponse,
+        response: &hookgate::store::RecordedResponse,
         retention: Duration,
     ) -> Result<bool, hookgate::store::StoreError> {
         self.0.complete(key, token, response, retention).await

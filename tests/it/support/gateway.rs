@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::config::Config;
-use hookgate::reload::Reloader;
 use hookgate::store::Record;
 use hookgate::store::Store;
 use hookgate::App;
+use hookgate::Reloader;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::Config;
-use crate::metrics::StoreMetrics;
-use crate::store::{self, BackendSettings, Clock, EmbeddedStore, Resealed, Store, StoreError};
+use hookgate::config::Config;
+use hookgate::metrics::StoreMetrics;
+use hookgate::store::{self, BackendSettings, Clock, EmbeddedStore, Resealed, Store, StoreError};
 
 /// Rewrites a second when `--rate` is not given.
 pub const DEFAULT_RATE: f64 = 500.0;

@@ -12,7 +12,7 @@ pub(super) fn pretty(value: &Value) -> String {
 }
 
 pub(super) fn now_ms() -> u64 {
-    crate::clock::wall()
+    hookgate::clock::wall()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
@@ -130,7 +130,7 @@ pub(super) fn print_blocked(blocked: &Value) {
                 held["dead_event"].as_str().unwrap_or("").to_owned(),
                 held["since"]
                     .as_u64()
-                    .map_or("-".into(), crate::clock::rfc3339),
+                    .map_or("-".into(), hookgate::clock::rfc3339),
                 held["waiting"].as_u64().unwrap_or(0).to_string(),
             ]
         })

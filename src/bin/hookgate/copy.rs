@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
-use crate::metrics::StoreMetrics;
-use crate::store::{self, BackendSettings, CopiedRecords, CopyScope, Store, StoreError};
+use hookgate::config::Config;
+use hookgate::metrics::StoreMetrics;
+use hookgate::store::{self, BackendSettings, CopiedRecords, CopyScope, Store, StoreError};
 
 /// Copy every live record of `from`'s scopes into `to`'s store.
 pub async fn copy_between(from: &Config, to: &Config) -> Result<CopiedRecords, StoreError> {

@@ -39,7 +39,7 @@ pub fn reconcile(args: ReconcileArgs) -> ExitCode {
         }
         (false, Some(extra)) => Some(format!("unexpected argument {extra:?}: give one ROUTE")),
         _ => args.since.as_deref().and_then(|since| {
-            crate::clock::parse_duration(since)
+            hookgate::clock::parse_duration(since)
                 .err()
                 .map(|error| format!("--since {since:?}: {error}"))
         }),

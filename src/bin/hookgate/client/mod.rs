@@ -569,7 +569,7 @@ fn key_path(route: &str, key: &str) -> String {
     format!("/admin/routes/{}/keys/{}", encode(route), encode(key))
 }
 
-pub(crate) use crate::headers::percent_encode as encode;
+pub(crate) use hookgate::headers::percent_encode as encode;
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,12 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
+mod client;
+mod commands;
+mod copy;
+mod demo;
+mod reencrypt;
+
 #[derive(Parser)]
 #[command(name = "hookgate", version, about = "Exactly-once webhook gateway")]
 struct Cli {
@@ -31,22 +37,22 @@ enum Command {
     Check(CheckArgs),
     /// Find, inspect and send again stored events, through a running
     /// gateway's admin API ($HOOKGATE_ADMIN_TOKEN).
-    Events(hookgate::client::EventsArgs),
+    Events(crate::client::EventsArgs),
     /// List routes with their traffic controls; pause and resume them for
     /// the whole fleet, through a running gateway's admin API
     /// ($HOOKGATE_ADMIN_TOKEN).
-    Routes(hookgate::client::RoutesArgs),
+    Routes(crate::client::RoutesArgs),
     /// Show exactly-once in one command: a gateway on the embedded store, a
     /// recording consumer and a sender, in this process; then keep serving
     /// so the printed curl lines can be tried.
-    Demo(hookgate::demo::DemoArgs),
+    Demo(crate::demo::DemoArgs),
     /// Reconciliation with the senders' APIs: `status [ROUTE]`, or `ROUTE
     /// [--since 2d] [--dry-run]` for one pass now, through a running
     /// gateway's admin API ($HOOKGATE_ADMIN_TOKEN).
-    Reconcile(hookgate::client::ReconcileArgs),
+    Reconcile(crate::client::ReconcileArgs),
     /// Reload the running gateway's config through its admin API; exits 1
     /// (printing every problem) when the gateway rejected it.
-    Reload(hookgate::client::ReloadArgs),
+    Reload(crate::client::ReloadArgs),
     /// Apply the store's pending schema migrations (PostgreSQL, embedded),
     /// with no store.timeout, and exit; safe beside running gateways.
     Migrate(MigrateArgs),
@@ -179,165 +185,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Events(args) => hookgate::client::events(args),
-        Command::Routes(args) => hookgate::client::routes(args),
-        Command::Reload(args) => hookgate::client::reload(args),
-        Command::Reconcile(args) => hookgate::client::reconcile(args),
+        Command::Events(args) => crate::client::events(args),
+        Command::Routes(args) => crate::client::routes(args),
+        Command::Reload(args) => crate::client::reload(args),
+        Command::Reconcile(args) => crate::client::reconcile(args),
         Command::Check(args) if args.senders => {
             print!("{}", hookgate::verify::catalogue());
             ExitCode::SUCCESS
         }
-        Command::Check(args) => match Config::load(&args.config.config) {
-            Ok(_) if args.print_migrations => {
-                print!(
-                    "{}",
-                    hookgate::store::migration_script(hookgate::store::MIGRATIONS)
-                );
-                ExitCode::SUCCESS
-            }
-            Ok(config) => {
-                print!("{}", config.summary());
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("{error}");
-                ExitCode::from(EXIT_CONFIG)
-            }
-        },
-        Command::Backup(args) => {
-            let path = match args.store {
-                Some(path) => path,
-                None => {
-                    let config = match load(&args.config.config) {
-                        Ok(config) => config,
-                        Err(code) => return code,
-                    };
-                    let backend = config.fixed.store.backend;
-                    let hookgate::config::Backend::Embedded { path, .. } = backend else {
-                        eprintln!(
-                            "hookgate backup: the store is {}; back it up with its own tools (docs/operations.md, \"Backups\")",
-                            backend.name()
-                        );
-                        return ExitCode::FAILURE;
-                    };
-                    path
-                }
-            };
-            let path = &path;
-            match hookgate::store::backup(path, &args.to) {
-                Ok(copied) => {
-                    println!(
-                        "backed up {} records ({} bytes) from {} to {}, verified",
-                        copied.records,
-                        copied.bytes,
-                        path.display(),
-                        args.to.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("hookgate {error}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Store(StoreCommand::Copy(args)) => {
-            let (from, to) = match (load(&args.from), load(&args.to)) {
-                (Ok(from), Ok(to)) => (from, to),
-                (Err(code), _) | (_, Err(code)) => return code,
-            };
-            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-            println!(
-                "copying {} ({}) to {} ({})",
-                from.fixed.store.backend.name(),
-                args.from.display(),
-                to.fixed.store.backend.name(),
-                args.to.display()
-            );
-            match runtime.block_on(hookgate::copy::copy_between(&from, &to)) {
-                Ok(copied) => {
-                    print!("{copied}");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("hookgate store copy: {error} (nothing copied is lost: run it again to go on)");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Store(StoreCommand::Reencrypt(args)) => {
-            let config = match load(&args.config.config) {
-                Ok(config) => config,
-                Err(code) => return code,
-            };
-            let rate = args.rate.unwrap_or(hookgate::reencrypt::DEFAULT_RATE);
-            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-            println!(
-                "sealing the records of {} ({}) under key {}, at most {rate}/s",
-                config.fixed.store.backend.name(),
-                args.config.config.display(),
-                (config.live.encryption.as_ref())
-                    .and_then(|keys| keys.ids().into_iter().next())
-                    .unwrap_or_default(),
-            );
-            // Progress on stderr as pages are read, once per change; each
-            // pass's result once on stdout at the end.
-            let mut shown = (0, 0);
-            let progress = move |pass, counts: &hookgate::store::Resealed| {
-                if shown != (pass, counts.read) {
-                    shown = (pass, counts.read);
-                    eprintln!("pass {pass}, so far: {counts}");
-                }
-            };
-            let run = hookgate::reencrypt::reencrypt_store(&config, rate, progress);
-            match runtime.block_on(run) {
-                Ok(passes) => {
-                    for (n, counts) in passes.iter().enumerate() {
-                        println!("pass {}: {counts}", n + 1);
-                    }
-                    if passes.last().is_some_and(|last| last.done()) {
-                        println!("done: every record is sealed under the first key");
-                        ExitCode::SUCCESS
-                    } else {
-                        println!("not done: run it again for the busy records; restore the key of the unreadable ones (the log names each)");
-                        ExitCode::FAILURE
-                    }
-                }
-                Err(error) => {
-                    eprintln!("hookgate store reencrypt: {error} (what was rewritten stays: run it again to go on)");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Migrate(args) if args.grants.is_some() => {
-            let role = args.grants.unwrap_or_default();
-            let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
-            if role.is_empty() || !role.chars().all(plain) {
-                eprintln!(
-                    "hookgate migrate --grants: {role:?} is not a plain role name ([A-Za-z0-9_]+)"
-                );
-                return ExitCode::from(EXIT_CONFIG);
-            }
-            print!("{}", hookgate::store::postgres_grants(&role));
-            ExitCode::SUCCESS
-        }
-        Command::Migrate(args) => {
-            let config = match load(&args.config.config) {
-                Ok(config) => config,
-                Err(code) => return code,
-            };
-            let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-            match runtime.block_on(hookgate::store::migrate(&config.fixed.store, args.print)) {
-                Ok(said) => {
-                    print!("{said}");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("hookgate migrate: {error}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Check(args) => commands::check(args),
+        Command::Backup(args) => commands::backup(args),
+        Command::Store(StoreCommand::Copy(args)) => commands::copy(args),
+        Command::Store(StoreCommand::Reencrypt(args)) => commands::reencrypt(args),
+        Command::Migrate(args) if args.grants.is_some() => commands::grants(args),
+        Command::Migrate(args) => commands::migrate(args),
         Command::Run(args) => {
             let config = match load(&args.config) {
                 Ok(config) => config,
@@ -425,8 +286,8 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn demo(args: hookgate::demo::DemoArgs) -> Result<(), hookgate::demo::DemoError> {
-    hookgate::demo::run(args, shutdown_signal()).await
+async fn demo(args: crate::demo::DemoArgs) -> Result<(), crate::demo::DemoError> {
+    crate::demo::run(args, shutdown_signal()).await
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

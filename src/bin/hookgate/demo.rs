@@ -28,10 +28,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::Sha256;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
-use crate::headers::IDEMPOTENT_REPLAYED;
-use crate::store::StoreError;
-use crate::App;
+use hookgate::config::Config;
+use hookgate::headers::IDEMPOTENT_REPLAYED;
+use hookgate::store::StoreError;
+use hookgate::App;
 
 /// Why the demo could not show what it set out to.
 #[derive(Debug, thiserror::Error)]
@@ -336,7 +336,7 @@ impl Event {
 
     /// Signed now, as Stripe signs: `t=<unix>,v1=hex(HMAC-SHA256("t.body"))`.
     fn signed(&self) -> Delivery {
-        let timestamp = crate::clock::wall()
+        let timestamp = hookgate::clock::wall()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::query::{selection_query, FilterArgs};
 use super::render::{pretty, print_table};
 use super::{encode, AdminClient, TIMEOUT};
-use crate::clock::rfc3339;
+use hookgate::clock::rfc3339;
 
 /// Walks over what changed meanwhile after the first, at most: each covers
 /// only the time the one before took.
@@ -55,7 +55,7 @@ impl AdminClient {
             listing.route.as_ref(),
             listing.state.as_ref(),
         ));
-        let now_ms = crate::clock::unix_ms();
+        let now_ms = hookgate::clock::unix_ms();
         let filter = listing.filter.query_at(now_ms);
         // A walk after the first never looks back past what was asked.
         let floor = listing.filter.since_ms(now_ms).unwrap_or(0);

@@ -2,7 +2,7 @@
 //! `state=`), the listing filters, `destination=`, and a path with them.
 
 use super::encode;
-use crate::clock::rfc3339;
+use hookgate::clock::rfc3339;
 
 /// One destination's deliveries, of a route with several (README,
 /// "Several destinations").
@@ -55,11 +55,11 @@ pub(super) struct FilterArgs {
 /// A `--state` as given, once it names a state (a usage error, exit 2,
 /// otherwise).
 pub(super) fn state(text: &str) -> Result<String, String> {
-    match crate::store::RecordState::parse(text) {
+    match hookgate::store::RecordState::parse(text) {
         Some(_) => Ok(text.to_owned()),
         None => Err(format!(
             "{text:?} is not a state: {}",
-            crate::store::RecordState::names()
+            hookgate::store::RecordState::names()
         )),
     }
 }
@@ -76,9 +76,9 @@ impl FilterArgs {
     /// given and readable: the floor no walk of a listing goes below.
     pub(super) fn since_ms(&self, now_ms: u64) -> Option<u64> {
         let text = self.since.as_ref()?;
-        match crate::config::parse_duration(text) {
+        match hookgate::config::parse_duration(text) {
             Ok(ago) => Some(now_ms.saturating_sub(ago.as_millis() as u64)),
-            Err(_) => crate::clock::rfc3339_ms(text).ok(),
+            Err(_) => hookgate::clock::rfc3339_ms(text).ok(),
         }
     }
 
@@ -96,12 +96,12 @@ impl FilterArgs {
     /// duration ago is resolved here, once, so every page of a walk has
     /// the same window.
     pub(super) fn query(&self) -> Vec<String> {
-        self.query_at(crate::clock::unix_ms())
+        self.query_at(hookgate::clock::unix_ms())
     }
 
     /// [`FilterArgs::query`] with durations ago counted from `now_ms`.
     pub(super) fn query_at(&self, now_ms: u64) -> Vec<String> {
-        let at = |text: &String| match crate::config::parse_duration(text) {
+        let at = |text: &String| match hookgate::config::parse_duration(text) {
             Ok(ago) => rfc3339(now_ms.saturating_sub(ago.as_millis() as u64)),
             Err(_) => text.clone(),
         };
