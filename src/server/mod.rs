@@ -50,7 +50,7 @@ use hyper_util::server::conn::auto;
 use prometheus::IntCounter;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ServerSettings;
@@ -218,23 +218,8 @@ where
     tokio::pin!(shutdown);
 
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&slots).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
+        let Some((permit, stream, peer)) = accept(&listener, &slots, &mut shutdown).await else {
+            break;
         };
         let _ = stream.set_nodelay(true);
         let handler = per_connection(peer, if tls.is_some() { "https" } else { "http" });
@@ -292,32 +277,15 @@ where
                 }
                 Some(tls) => {
                     Box::pin(async move {
-                        let acceptor = TlsAcceptor::from(tls.config.load_full());
-                        let handshake = tokio::time::timeout(
-                            limits.header_read_timeout,
-                            acceptor.accept(stream),
-                        );
-                        match handshake.await {
-                            Ok(Ok(stream)) => {
-                                let io = TokioIo::new(stream);
-                                let mut connection =
-                                    Box::pin(builder.serve_connection(io, service));
-                                let connection = connection.as_mut();
-                                supervise(connection, &activity, limits, false, &mut stopping)
-                                    .await
-                                    .into_result()
-                            }
-                            Ok(Err(error)) => {
-                                tls.handshake_failures.inc();
-                                tracing::debug!(%peer, %error, "TLS handshake failed");
-                                Ok(())
-                            }
-                            Err(_) => {
-                                tls.handshake_failures.inc();
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                Ok(())
-                            }
-                        }
+                        let Some(stream) = handshake(&tls, stream, limits, peer).await else {
+                            return Ok(());
+                        };
+                        let io = TokioIo::new(stream);
+                        let mut connection = Box::pin(builder.serve_connection(io, service));
+                        let connection = connection.as_mut();
+                        supervise(connection, &activity, limits, false, &mut stopping)
+                            .await
+                            .into_result()
                     })
                     .await
                 }
@@ -332,6 +300,56 @@ where
         slots,
         max,
         shutdown: stop,
+    }
+}
+
+/// The next connection, once a slot is free; `None` once `shutdown`
+/// resolves. A failed accept (out of descriptors) is logged and tried
+/// again after a pause.
+async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(OwnedSemaphorePermit, TcpStream, SocketAddr)> {
+    let permit = tokio::select! {
+        permit = Arc::clone(slots).acquire_owned() => permit.ok()?,
+        () = shutdown.as_mut() => return None,
+    };
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => return Some((permit, stream, peer)),
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            () = shutdown.as_mut() => return None,
+        }
+    }
+}
+
+/// The TLS handshake, within the header read timeout; a failed or slow
+/// one counted and dropped.
+async fn handshake(
+    tls: &Tls,
+    stream: TcpStream,
+    limits: Limits,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let acceptor = TlsAcceptor::from(tls.config.load_full());
+    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(error)) => {
+            tls.handshake_failures.inc();
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tls.handshake_failures.inc();
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
     }
 }
 

@@ -132,15 +132,7 @@ impl Records for MemoryStore {
         let decision = existing
             .clone()
             .map(|record| decide(record, now, request.mode));
-        let lease_until = now + millis(request.processing_ttl);
         let expires_at_ms = now + millis(request.retention);
-        let keep = |record: &mut Record| {
-            if let Some(stored) = request.stored {
-                record.request = Some(stored.request.clone());
-                record.route = Some(stored.route.to_owned());
-                record.replay_of = stored.replay_of.map(str::to_owned);
-            }
-        };
         match decision {
             Some(Decision::Answer(answer)) => return Ok(answer),
             Some(Decision::MakeDue) => {
@@ -151,31 +143,14 @@ impl Records for MemoryStore {
             }
             Some(Decision::Adopt(answer)) => {
                 if let Some(entry) = tables.records.get_mut(key) {
-                    let record = &mut entry.value;
-                    record.accepted = true;
-                    record.next_attempt_ms = record.lease_expires_at_ms;
-                    if record.state == RecordState::Failed {
-                        record.state = RecordState::Queued;
-                        record.token = None;
-                        record.lease_expires_at_ms = None;
-                        record.updated_ms = now;
-                    }
-                    keep(record);
+                    adopt(&mut entry.value, &request, now);
                     entry.expires_at_ms = entry.expires_at_ms.max(expires_at_ms);
                 }
                 return Ok(answer);
             }
             Some(Decision::Queue) => {
                 if let Some(entry) = tables.records.get_mut(key) {
-                    let record = &mut entry.value;
-                    record.state = RecordState::Queued;
-                    record.accepted = true;
-                    record.token = None;
-                    record.lease_expires_at_ms = None;
-                    record.next_attempt_ms = Some(now);
-                    record.body_sha256 = request.body_sha256.to_owned();
-                    record.updated_ms = now;
-                    keep(record);
+                    queue(&mut entry.value, &request, now);
                     entry.expires_at_ms = expires_at_ms;
                 }
                 tables.order(request.key, request.order);
@@ -192,35 +167,7 @@ impl Records for MemoryStore {
         {
             return Ok(answer);
         }
-        let mut record = match existing {
-            Some(previous) => Record {
-                state: RecordState::Processing,
-                token: Some(token.to_owned()),
-                body_sha256: request.body_sha256.to_owned(),
-                attempts: previous.attempts + 1,
-                updated_ms: now,
-                completed_at_ms: None,
-                response: None,
-                ..previous
-            },
-            None => Record::claimed(token, request.body_sha256, 1, now),
-        };
-        record.lease_expires_at_ms = Some(lease_until);
-        record.accepted |= request.mode.accepts();
-        match request.mode {
-            ClaimMode::Accept => {
-                record.state = RecordState::Queued;
-                record.token = None;
-                record.lease_expires_at_ms = None;
-                record.attempts = 0;
-                let hold = request.order.map_or(0, |spot| millis(spot.hold));
-                record.next_attempt_ms = Some(now + hold);
-            }
-            // An accepted record stays owed to its queue.
-            _ if record.accepted => record.next_attempt_ms = Some(lease_until),
-            _ => record.next_attempt_ms = None,
-        }
-        keep(&mut record);
+        let record = taken(existing, token, &request, now);
         let attempts = record.attempts;
         tables.records.insert(
             key.to_owned(),
@@ -591,4 +538,76 @@ impl Health for MemoryStore {
 
 fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
+}
+
+/// What the request keeps on its record: the stored request, the route
+/// and what it replays.
+fn keep(record: &mut Record, request: &ClaimRequest<'_>) {
+    if let Some(stored) = request.stored {
+        record.request = Some(stored.request.clone());
+        record.route = Some(stored.route.to_owned());
+        record.replay_of = stored.replay_of.map(str::to_owned);
+    }
+}
+
+/// `Decision::Adopt`: a record a delivery holds (or that failed) is owed
+/// to the queue from now on.
+fn adopt(record: &mut Record, request: &ClaimRequest<'_>, now: u64) {
+    record.accepted = true;
+    record.next_attempt_ms = record.lease_expires_at_ms;
+    if record.state == RecordState::Failed {
+        record.state = RecordState::Queued;
+        record.token = None;
+        record.lease_expires_at_ms = None;
+        record.updated_ms = now;
+    }
+    keep(record, request);
+}
+
+/// `Decision::Queue`: the record queued, due now.
+fn queue(record: &mut Record, request: &ClaimRequest<'_>, now: u64) {
+    record.state = RecordState::Queued;
+    record.accepted = true;
+    record.token = None;
+    record.lease_expires_at_ms = None;
+    record.next_attempt_ms = Some(now);
+    record.body_sha256 = request.body_sha256.to_owned();
+    record.updated_ms = now;
+    keep(record, request);
+}
+
+/// The record a claim takes: new, or the `existing` one taken over, held
+/// by `token` (or queued, when the claim accepts).
+fn taken(existing: Option<Record>, token: &str, request: &ClaimRequest<'_>, now: u64) -> Record {
+    let lease_until = now + millis(request.processing_ttl);
+    let mut record = match existing {
+        Some(previous) => Record {
+            state: RecordState::Processing,
+            token: Some(token.to_owned()),
+            body_sha256: request.body_sha256.to_owned(),
+            attempts: previous.attempts + 1,
+            updated_ms: now,
+            completed_at_ms: None,
+            response: None,
+            ..previous
+        },
+        None => Record::claimed(token, request.body_sha256, 1, now),
+    };
+    record.lease_expires_at_ms = Some(lease_until);
+    record.accepted |= request.mode.accepts();
+    match request.mode {
+        ClaimMode::Accept => {
+            record.state = RecordState::Queued;
+            record.token = None;
+            record.lease_expires_at_ms = None;
+            record.attempts = 0;
+            let hold = request.order.map_or(0, |spot| millis(spot.hold));
+            record.next_attempt_ms = Some(now + hold);
+        }
+        // An accepted record stays owed to its queue.
+        _ if record.accepted => record.next_attempt_ms = Some(lease_until),
+        _ => record.next_attempt_ms = None,
+    }
+    keep(&mut record, request);
+    record
 }

@@ -144,20 +144,7 @@ impl PostgresStore {
             let full = rows.len() as i64 == window;
             let rows: Vec<(String, Option<String>)> =
                 rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-            let met: HashSet<&String> = (rows.iter())
-                .filter_map(|(_, entity)| entity.as_ref())
-                .filter(|entity| !decided.contains_key(*entity))
-                .collect();
-            let met: Vec<&String> = met.into_iter().collect();
-            let mut locked = HashMap::new();
-            if !met.is_empty() {
-                for row in (tx.query(ENTITY_LOCKS, &[&source, &met]))
-                    .await
-                    .map_err(db)?
-                {
-                    locked.insert(row.get::<_, String>(0), row.get::<_, bool>(1));
-                }
-            }
+            let locked = entity_locks(&tx, source, &rows, &decided).await?;
             let mut parking: Vec<String> = Vec::new();
             for (key, entity) in rows.iter().cloned() {
                 if tokens.peek().is_none() {
@@ -240,6 +227,32 @@ impl PostgresStore {
         tx.commit().await.map_err(db)?;
         Ok(leased)
     }
+}
+
+/// Of the entities `rows` meet that this pass has not decided, whether
+/// this pass took each one's lock (without waiting: one another gateway
+/// holds is `false`).
+async fn entity_locks(
+    tx: &Transaction<'_>,
+    source: &str,
+    rows: &[(String, Option<String>)],
+    decided: &HashMap<String, bool>,
+) -> Result<HashMap<String, bool>, StoreError> {
+    let met: HashSet<&String> = (rows.iter())
+        .filter_map(|(_, entity)| entity.as_ref())
+        .filter(|entity| !decided.contains_key(*entity))
+        .collect();
+    let met: Vec<&String> = met.into_iter().collect();
+    let mut locked = HashMap::new();
+    if !met.is_empty() {
+        for row in (tx.query(ENTITY_LOCKS, &[&source, &met]))
+            .await
+            .map_err(db)?
+        {
+            locked.insert(row.get::<_, String>(0), row.get::<_, bool>(1));
+        }
+    }
+    Ok(locked)
 }
 
 async fn head_of(
