@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::Bytes;
+use hookgate::clock::Clock;
 use hookgate::config::{Backend, StoreSettings, Synchronous};
 use hookgate::metrics::StoreMetrics;
 use hookgate::store::{BodyKept, RecordedResponse};
@@ -96,7 +97,12 @@ async fn main() {
             min_replicas_acked,
             ..StoreSettings::new(backend)
         };
-        let store = Store::open(&settings, "store-bench:", StoreMetrics::unregistered());
+        let store = Store::open(
+            &settings,
+            "store-bench:",
+            StoreMetrics::unregistered(),
+            &clock(),
+        );
         let store = Arc::new(store.expect("open store"));
         if store.ping().await.is_err() {
             println!("{name:<22} unavailable");
@@ -299,7 +305,12 @@ async fn replays(url: &str, ops: usize, concurrency: usize) {
     let mut keys = Vec::new();
     for cache_bytes in [32 << 20, 0] {
         let settings = StoreSettings::new(Backend::Redis { url: url.into() });
-        let Ok(store) = Store::open(&settings, "store-bench:", StoreMetrics::unregistered()) else {
+        let Ok(store) = Store::open(
+            &settings,
+            "store-bench:",
+            StoreMetrics::unregistered(),
+            &clock(),
+        ) else {
             return;
         };
         let store = Arc::new(store.with_replay_cache(cache_bytes));
@@ -382,6 +393,13 @@ async fn replays(url: &str, ops: usize, concurrency: usize) {
         };
         measured.print(name, ops, Some(cpu));
     }
+}
+
+/// The benchmark's clock: each store it opens gets its own, as each
+/// gateway process has one.
+#[allow(clippy::disallowed_methods)]
+fn clock() -> Clock {
+    Clock::system()
 }
 
 fn delivery(key: &StoreKey) -> ClaimRequest<'_> {

@@ -335,7 +335,7 @@ mod tests {
     const TTL: Duration = Duration::from_secs(3);
 
     fn store() -> Arc<Store> {
-        let backend = MemoryStore::new(Clock::system());
+        let backend = MemoryStore::new(Clock::for_test());
         let metrics = StoreMetrics::unregistered();
         Arc::new(Store::new(backend, "t:", Duration::from_secs(1), metrics))
     }

@@ -56,12 +56,22 @@ pub fn unix_ms() -> u64 {
 }
 
 impl Clock {
-    /// Anchored to the wall clock now.
+    /// Anchored to the wall clock now: a process's one clock, made where
+    /// the process starts (the binary's `main`, a test's or benchmark's
+    /// support) and handed to everything that keeps time. Clippy refuses
+    /// any other call (`clippy.toml`).
     pub fn system() -> Self {
         let unix_ms = wall()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         Self::anchored(unix_ms, Instant::now())
+    }
+
+    /// A clock for a unit test.
+    #[cfg(test)]
+    #[allow(clippy::disallowed_methods)] // a test is its own process's start
+    pub(crate) fn for_test() -> Self {
+        Self::system()
     }
 
     /// This clock's time as a `SystemTime`.

@@ -227,12 +227,17 @@ pub struct App {
 impl App {
     /// Build everything `config` asks for; the embedded store opens (and
     /// locks) its file here.
-    pub async fn new(config: &Config) -> Result<App, store::StoreError> {
+    pub async fn new(config: &Config, clock: clock::Clock) -> Result<App, store::StoreError> {
         tls::install_default_provider();
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let fixed = &config.fixed;
-        let mut store = Store::open(&fixed.store, &fixed.key_prefix, metrics.store.clone())?;
+        let mut store = Store::open(
+            &fixed.store,
+            &fixed.key_prefix,
+            metrics.store.clone(),
+            &clock,
+        )?;
         learn_layout(&mut store, config).await;
         if let Some(refusal) = config.live.refuses_layout(store.shards()) {
             return Err(store::StoreError::Layout(refusal));
@@ -252,7 +257,7 @@ impl App {
         metrics.store_warnings.set(risks.len() as i64);
         metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
         metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
-        let parts = Parts::new(config, store, metrics);
+        let parts = Parts::new(config, store, metrics, clock);
         let engine = Arc::new(Engine::new(&parts));
         let ops = Operator::new(Arc::clone(&engine), parts.clone());
         // Paused routes and full queues are known before the first request.

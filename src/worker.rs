@@ -294,8 +294,9 @@ scheme = "none"
         let config = Config::parse(CONFIG, std::path::Path::new("t.toml"), &|_| None).unwrap();
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
-        let store = Store::open(&config.fixed.store, "t:", metrics.store.clone()).unwrap();
-        let parts = Parts::new(&config, store, metrics);
+        let clock = crate::clock::Clock::for_test();
+        let store = Store::open(&config.fixed.store, "t:", metrics.store.clone(), &clock).unwrap();
+        let parts = Parts::new(&config, store, metrics, clock);
         parts.pauses.refresh(&parts.store).await.unwrap();
         let engine = Arc::new(Engine::new(&parts));
         Arc::new(Workers { engine, parts })

@@ -60,13 +60,13 @@ pub struct Parts {
 impl Parts {
     /// Assemble the components `config` asks for around the opened `store`;
     /// starts the tracer, so it runs inside the gateway's runtime.
-    pub fn new(config: &Config, store: Store, metrics: Metrics) -> Self {
+    pub fn new(config: &Config, store: Store, metrics: Metrics, clock: Clock) -> Self {
         store.set_keys(config.live.encryption.clone());
         Parts {
             routes: Arc::new(LiveRoutes::new(&config.live, &metrics)),
             store: Arc::new(store),
             metrics,
-            clock: Clock::system(),
+            clock,
             places: Arc::default(),
             pauses: Arc::default(),
             queues: Arc::default(),

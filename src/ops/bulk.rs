@@ -520,7 +520,7 @@ mod tests {
             last_error: Mutex::new(None),
         });
         let dies = tokio::spawn(async { panic!("a pacing interval of zero") });
-        watch_over(Arc::clone(&bulk), Clock::system(), dies).await;
+        watch_over(Arc::clone(&bulk), Clock::for_test(), dies).await;
         let progress = bulk.finished().await;
         assert_eq!(progress.state, State::Failed);
         let why = progress.last_error.unwrap();

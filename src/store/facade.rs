@@ -68,17 +68,18 @@ impl Store {
         settings: &StoreSettings,
         key_prefix: &str,
         metrics: StoreMetrics,
+        clock: &Clock,
     ) -> Result<Store, StoreError> {
         let timeout = settings.timeout;
         Ok(match &settings.backend {
             BackendSettings::Memory => Store::new(
-                MemoryStore::new(Clock::system()),
+                MemoryStore::new(clock.clone()),
                 key_prefix,
                 timeout,
                 metrics,
             ),
             BackendSettings::Embedded { path, synchronous } => {
-                let backend = EmbeddedStore::open(path, *synchronous, Clock::system())?;
+                let backend = EmbeddedStore::open(path, *synchronous, clock.clone())?;
                 Store::new(backend, key_prefix, timeout, metrics)
             }
             BackendSettings::Redis { url } => {

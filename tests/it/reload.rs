@@ -250,7 +250,9 @@ async fn rotate_certificate(hup_it: bool) {
 async fn restart_only_changes_are_reported() {
     let upstream = Upstream::start().await;
     let text = config_text(&upstream.url("/"), &Backend::Memory, "", "");
-    let app = hookgate::App::new(&parse_config(&text)).await.unwrap();
+    let app = hookgate::App::new(&parse_config(&text), clock())
+        .await
+        .unwrap();
     let changed = text
         .replace("timeout = \"300ms\"", "timeout = \"900ms\"")
         .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"")

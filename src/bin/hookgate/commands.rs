@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use hookgate::clock::Clock;
 use hookgate::config::Config;
 
 use crate::{load, BackupArgs, CheckArgs, CopyArgs, MigrateArgs, ReencryptArgs, EXIT_CONFIG};
@@ -70,7 +71,7 @@ pub(crate) fn backup(args: BackupArgs) -> ExitCode {
 }
 
 /// `hookgate store copy`: every record of one store into another.
-pub(crate) fn copy(args: CopyArgs) -> ExitCode {
+pub(crate) fn copy(args: CopyArgs, clock: &Clock) -> ExitCode {
     let (from, to) = match (load(&args.from), load(&args.to)) {
         (Ok(from), Ok(to)) => (from, to),
         (Err(code), _) | (_, Err(code)) => return code,
@@ -83,7 +84,7 @@ pub(crate) fn copy(args: CopyArgs) -> ExitCode {
         to.fixed.store.backend.name(),
         args.to.display()
     );
-    match runtime.block_on(crate::copy::copy_between(&from, &to)) {
+    match runtime.block_on(crate::copy::copy_between(&from, &to, clock)) {
         Ok(copied) => {
             print!("{copied}");
             ExitCode::SUCCESS
@@ -98,7 +99,7 @@ pub(crate) fn copy(args: CopyArgs) -> ExitCode {
 }
 
 /// `hookgate store reencrypt`: every record sealed under the first key.
-pub(crate) fn reencrypt(args: ReencryptArgs) -> ExitCode {
+pub(crate) fn reencrypt(args: ReencryptArgs, clock: &Clock) -> ExitCode {
     let config = match load(&args.config.config) {
         Ok(config) => config,
         Err(code) => return code,
@@ -122,7 +123,7 @@ pub(crate) fn reencrypt(args: ReencryptArgs) -> ExitCode {
             eprintln!("pass {pass}, so far: {counts}");
         }
     };
-    let run = crate::reencrypt::reencrypt_store(&config, rate, progress);
+    let run = crate::reencrypt::reencrypt_store(&config, rate, clock, progress);
     match runtime.block_on(run) {
         Ok(passes) => {
             for (n, counts) in passes.iter().enumerate() {

@@ -14,12 +14,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hookgate::clock::Clock;
 use hookgate::config::Config;
 use hookgate::metrics::StoreMetrics;
 use hookgate::store::{self, BackendSettings, CopiedRecords, CopyScope, Store, StoreError};
 
 /// Copy every live record of `from`'s scopes into `to`'s store.
-pub async fn copy_between(from: &Config, to: &Config) -> Result<CopiedRecords, StoreError> {
+pub async fn copy_between(
+    from: &Config,
+    to: &Config,
+    clock: &Clock,
+) -> Result<CopiedRecords, StoreError> {
     for (config, side) in [(from, "source"), (to, "destination")] {
         if config.fixed.store.backend == BackendSettings::Memory {
             return Err(StoreError::Backend(format!(
@@ -57,7 +62,7 @@ pub async fn copy_between(from: &Config, to: &Config) -> Result<CopiedRecords, S
         _ => None,
     };
     let open = |settings, prefix: &str| {
-        Store::open(settings, prefix, StoreMetrics::unregistered())
+        Store::open(settings, prefix, StoreMetrics::unregistered(), clock)
             .map(|store| store.with_timeout(store::COPY_TIMEOUT))
     };
     let mut source = open(&source, &from.fixed.key_prefix)?;

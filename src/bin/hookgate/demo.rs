@@ -74,7 +74,11 @@ const BURST: usize = 20;
 /// Run the demo until `shutdown` (or, with `--exit`, until the script has
 /// run). Errors are the demo's own failures: a port, the store, or a
 /// gateway answer that is not what exactly-once promises.
-pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(), DemoError> {
+pub async fn run(
+    args: DemoArgs,
+    clock: hookgate::clock::Clock,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DemoError> {
     let dir = std::env::temp_dir().join(format!("hookgate-demo-{}", std::process::id()));
     // A leftover of an earlier run under the same pid would replay its events.
     let _ = std::fs::remove_dir_all(&dir);
@@ -92,7 +96,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<(
     let config_path = write_config(&dir, &addrs, &token)?;
     let config =
         Config::load(&config_path).map_err(|error| DemoError::Config(error.to_string()))?;
-    let app = App::new(&config).await?;
+    let app = App::new(&config, clock).await?;
 
     let consumer = Arc::new(Consumer::default());
     tokio::spawn(Arc::clone(&consumer).serve(consumer_listener));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use hookgate::clock::Clock;
 use hookgate::config::Config;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -177,8 +178,11 @@ fn main() -> ExitCode {
     // The demo speaks for itself on stdout; only problems are logged.
     let quiet = matches!(cli.command, Command::Demo(_));
     init_logging(cli.log_format, if quiet { "warn" } else { "info" });
+    // The process's one clock, handed to everything that keeps time.
+    #[allow(clippy::disallowed_methods)]
+    let clock = Clock::system();
     match cli.command {
-        Command::Demo(args) => match demo(args) {
+        Command::Demo(args) => match demo(args, clock) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("hookgate demo: {error}");
@@ -195,8 +199,8 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => commands::check(args),
         Command::Backup(args) => commands::backup(args),
-        Command::Store(StoreCommand::Copy(args)) => commands::copy(args),
-        Command::Store(StoreCommand::Reencrypt(args)) => commands::reencrypt(args),
+        Command::Store(StoreCommand::Copy(args)) => commands::copy(args, &clock),
+        Command::Store(StoreCommand::Reencrypt(args)) => commands::reencrypt(args, &clock),
         Command::Migrate(args) if args.grants.is_some() => commands::grants(args),
         Command::Migrate(args) => commands::migrate(args),
         Command::Run(args) => {
@@ -204,7 +208,7 @@ fn main() -> ExitCode {
                 Ok(config) => config,
                 Err(code) => return code,
             };
-            match run(config, args.config) {
+            match run(config, args.config, clock) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!("{error:#}");
@@ -243,7 +247,7 @@ fn init_logging(format: Option<LogFormat>, default_level: &str) {
 }
 
 #[tokio::main]
-async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+async fn run(config: Config, path: PathBuf, clock: Clock) -> anyhow::Result<()> {
     // First: SIGHUP's default action ends the process, and a reload sent
     // while the gateway starts (systemd's ExecReload, a config watcher)
     // must not.
@@ -263,7 +267,7 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let app = hookgate::App::new(&config).await?;
+    let app = hookgate::App::new(&config, clock).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
         admin = fixed.admin.as_ref().map(|admin| tracing::field::display(admin.listen)),
@@ -286,8 +290,8 @@ async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn demo(args: crate::demo::DemoArgs) -> Result<(), crate::demo::DemoError> {
-    crate::demo::run(args, shutdown_signal()).await
+async fn demo(args: crate::demo::DemoArgs, clock: Clock) -> Result<(), crate::demo::DemoError> {
+    crate::demo::run(args, clock, shutdown_signal()).await
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -20,6 +20,7 @@ pub const DEFAULT_RATE: f64 = 500.0;
 pub async fn reencrypt_store(
     config: &Config,
     rate: f64,
+    clock: &Clock,
     progress: impl FnMut(usize, &Resealed),
 ) -> Result<Vec<Resealed>, StoreError> {
     let Some(keys) = config.live.encryption.clone() else {
@@ -40,10 +41,10 @@ pub async fn reencrypt_store(
             )))
         }
         BackendSettings::Embedded { path, synchronous } => {
-            let backend = EmbeddedStore::beside(path, *synchronous, Clock::system())?;
+            let backend = EmbeddedStore::beside(path, *synchronous, clock.clone())?;
             Store::new(backend, prefix, settings.timeout, metrics)
         }
-        _ => Store::open(settings, prefix, metrics)?,
+        _ => Store::open(settings, prefix, metrics, clock)?,
     }
     .with_timeout(store::COPY_TIMEOUT);
     store.set_keys(Some(keys));

@@ -207,7 +207,7 @@ mod tests {
     fn a_file_from_a_newer_hookgate_is_refused_with_why() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.db");
-        drop(EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()).unwrap());
+        drop(EmbeddedStore::open(&path, Synchronous::Normal, Clock::for_test()).unwrap());
         let connection = Connection::open(&path).unwrap();
         let version: i64 = connection
             .query_row("PRAGMA user_version", [], |row| row.get(0))
@@ -219,7 +219,7 @@ mod tests {
         drop(connection);
         let refused = loop {
             // The dropped store's thread lets go of the lock as it ends.
-            match EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()) {
+            match EmbeddedStore::open(&path, Synchronous::Normal, Clock::for_test()) {
                 Err(StoreError::Backend(why)) if why.contains("in use") => {
                     std::thread::sleep(std::time::Duration::from_millis(10))
                 }

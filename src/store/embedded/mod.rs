@@ -499,7 +499,7 @@ mod tests {
     fn the_sweep_deletes_expired_rows_in_bounded_steps() {
         let connection = Connection::open_in_memory().unwrap();
         connection.execute_batch(SCHEMA).unwrap();
-        let now = Clock::system().now_ms() as i64;
+        let now = crate::clock::unix_ms() as i64;
         let insert = |key: String, expires_at: i64| {
             connection
                 .execute(
@@ -545,7 +545,7 @@ mod tests {
     async fn a_file_from_the_first_release_opens_and_keeps_its_records() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        let later = Clock::system().now_ms() as i64 + 3_600_000;
+        let later = crate::clock::unix_ms() as i64 + 3_600_000;
         {
             let connection = Connection::open(&path).unwrap();
             connection.execute_batch(SCHEMA).unwrap();
@@ -566,7 +566,7 @@ mod tests {
                 )
                 .unwrap();
         }
-        let store = EmbeddedStore::open(&path, Synchronous::Normal, Clock::system()).unwrap();
+        let store = EmbeddedStore::open(&path, Synchronous::Normal, Clock::for_test()).unwrap();
         let done = store
             .get(&StoreKey::event("hookgate:s", "done"))
             .await

@@ -133,14 +133,14 @@ fn opened(backend: impl Backend, time: Time, keep: impl std::any::Any + Send) ->
 }
 
 pub(crate) async fn memory() -> Option<Opened> {
-    let clock = Clock::system();
+    let clock = crate::support::clock();
     let backend = MemoryStore::new(clock.clone());
     Some(opened(backend, Time::Clock(clock), ()))
 }
 
 pub(crate) async fn embedded() -> Option<Opened> {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Clock::system();
+    let clock = crate::support::clock();
     let path = dir.path().join("hookgate.db");
     let backend = EmbeddedStore::open(&path, Synchronous::Normal, clock.clone()).unwrap();
     Some(opened(backend, Time::Clock(clock), dir))

@@ -119,13 +119,13 @@ async fn a_connection_idle_after_its_tls_handshake_is_closed() {
 /// stall ends no key is left `processing` under a token nobody holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orphans() {
-    use hookgate::store::{ClaimRequest, Clock, EmbeddedStore, Store};
+    use hookgate::store::{ClaimRequest, EmbeddedStore, Store};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stall.db");
     let backend = EmbeddedStore::open(
         &path,
         hookgate::config::Synchronous::Normal,
-        Clock::system(),
+        crate::support::clock(),
     )
     .unwrap();
     let metrics = hookgate::metrics::StoreMetrics::unregistered();
@@ -448,8 +448,8 @@ impl hookgate::store::Health for LateAnswers {
 /// slower than 300 ms under load left its event answering 409 for 30 s.)
 #[tokio::test]
 async fn a_claim_whose_answer_was_lost_is_released_again() {
-    use hookgate::store::{ClaimRequest, Clock, MemoryStore, RecordState, Store};
-    let backend = LateAnswers(MemoryStore::new(Clock::system()));
+    use hookgate::store::{ClaimRequest, MemoryStore, RecordState, Store};
+    let backend = LateAnswers(MemoryStore::new(crate::support::clock()));
     let metrics = hookgate::metrics::StoreMetrics::unregistered();
     let store = Store::new(backend, "late:", Duration::from_millis(100), metrics);
     let key = store.key("s", "evt_late");

@@ -124,7 +124,7 @@ impl TestGateway {
     /// The gateway with its public listener on `listen` (e.g. `[::1]:0`).
     pub async fn start_on(text: &str, listen: &str) -> TestGateway {
         let config = parse_config(text);
-        let app = App::new(&config).await.expect("store");
+        let app = App::new(&config, super::clock()).await.expect("store");
         let store = Arc::clone(&app.parts.store);
         let reloader = app.reloader();
         let listener = TcpListener::bind(listen).await.unwrap();

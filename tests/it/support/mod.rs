@@ -68,6 +68,13 @@ pub async fn eventually<F: Future<Output = bool>>(
     check().await
 }
 
+/// A clock for what a test builds (a gateway, a store): each its own, as
+/// each process has one.
+#[allow(clippy::disallowed_methods)]
+pub fn clock() -> hookgate::clock::Clock {
+    hookgate::clock::Clock::system()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
