@@ -14,7 +14,7 @@
 //!
 //! Recording is retried, with backoff, for as long as the lease protects
 //! the event: a store outage shorter than the rest of the lease never lets
-//! a duplicate through (README, "The guarantee, honestly").
+//! a duplicate through (docs/guide/guarantee.md, "The guarantee, honestly").
 
 use std::collections::HashMap;
 use std::future::Future;

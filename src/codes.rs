@@ -1,5 +1,5 @@
 //! Every stable error code hookgate answers, with the status each listener
-//! gives it and what it means: the one table `docs/errors.md` is generated
+//! gives it and what it means: the one table `docs/reference/errors.md` is generated
 //! from ([`markdown`]; a test keeps the two the same, and `error.rs`'s
 //! tests keep this table true to the codes the errors answer).
 //!
@@ -75,7 +75,7 @@ pub fn find(code: &str) -> Option<&'static Code> {
     CODES.iter().find(|row| row.code == code)
 }
 
-/// `docs/errors.md`'s table, as [`CODES`] has it.
+/// `docs/reference/errors.md`'s table, as [`CODES`] has it.
 pub fn markdown() -> String {
     let status = |status: u16| match status {
         0 => "—".to_owned(),
@@ -100,12 +100,12 @@ pub fn markdown() -> String {
 mod tests {
     use super::*;
 
-    /// The table in docs/errors.md is this module's; with
+    /// The table in docs/reference/errors.md is this module's; with
     /// `HOOKGATE_WRITE_DOCS=1` the test writes it.
     #[test]
     fn docs_errors_md_holds_the_table_of_codes() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/errors.md");
-        let text = std::fs::read_to_string(path).expect("docs/errors.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/errors.md");
+        let text = std::fs::read_to_string(path).expect("docs/reference/errors.md");
         let (begin, end) = (
             "<!-- codes: generated from src/codes.rs -->\n",
             "<!-- end of codes -->",
@@ -121,7 +121,7 @@ mod tests {
         assert_eq!(
             &text[start..stop],
             table,
-            "docs/errors.md is out of date: run HOOKGATE_WRITE_DOCS=1 cargo test --lib codes"
+            "docs/reference/errors.md is out of date: run HOOKGATE_WRITE_DOCS=1 cargo test --lib codes"
         );
     }
 

@@ -3,7 +3,7 @@
 //! to status, stable code and JSON body in exactly one place, and pinned by
 //! the table tests below.
 //!
-//! `code()` is the stable string `crate::codes` lists (docs/errors.md; also
+//! `code()` is the stable string `crate::codes` lists (docs/reference/errors.md; also
 //! the log field); the body is an RFC 9457 problem with the code in its
 //! `error` member, `{"type","title","status","detail","error":{"code","message"}}`,
 //! and never echoes secrets, signatures, keys or the request body.
@@ -50,13 +50,13 @@ pub enum GatewayError {
     #[error("the idempotency store is unavailable")]
     StoreUnavailable,
     /// The event's record is sealed under a key this gateway does not hold
-    /// (README, "Data at rest"): not forwarded again, and retried later.
+    /// (docs/guide/stores.md, "Data at rest"): not forwarded again, and retried later.
     #[error("this event's stored record cannot be opened (its encryption key is not configured); try again later")]
     RecordUnreadable,
     #[error("this route is paused by an operator; deliveries are not forwarded until it resumes")]
     RoutePaused,
     /// An async route's queue (or the store's) holds as much undelivered
-    /// as it may (README, "Asynchronous delivery"): the sender keeps the
+    /// as it may (docs/guide/async-delivery.md, "Asynchronous delivery"): the sender keeps the
     /// event and retries.
     #[error("this route holds as many undelivered events as it may; try again later")]
     QueueFull { retry_after: Duration },
@@ -105,7 +105,7 @@ impl GatewayError {
         }
     }
 
-    /// The stable machine-readable code (README, "What a sender sees").
+    /// The stable machine-readable code (docs/guide/what-a-sender-sees.md, "What a sender sees").
     pub fn code(&self) -> &'static str {
         match self {
             GatewayError::RouteNotFound => "route_not_found",
@@ -196,7 +196,7 @@ pub enum OpsError {
     #[error("the store is unavailable: {0}")]
     StoreUnavailable(String),
     /// Sealed under a key that is not configured, or changed.
-    #[error("the record cannot be opened (README, \"Data at rest\"): {0}")]
+    #[error("the record cannot be opened (docs/guide/stores.md, \"Data at rest\"): {0}")]
     RecordUnreadable(String),
     #[error("the action's task ended before it answered")]
     Ended,
@@ -223,7 +223,7 @@ impl OpsError {
         }
     }
 
-    /// The stable code; documented with the admin API in the README.
+    /// The stable code; docs/reference/errors.md lists it.
     pub fn code(&self) -> &'static str {
         match self {
             OpsError::KeyNotFound => "key_not_found",
@@ -309,7 +309,7 @@ impl AdminError {
         }
     }
 
-    /// The stable code; documented with the admin API in the README.
+    /// The stable code; docs/reference/errors.md lists it.
     pub fn code(&self) -> &'static str {
         match self {
             AdminError::NotFound | AdminError::Off => "not_found",
@@ -390,7 +390,7 @@ fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Ful
 mod tests {
     use super::*;
 
-    /// Pins the mapping the README documents: changing a status or code is a contract change.
+    /// Pins the mapping docs/reference/errors.md documents: changing a status or code is a contract change.
     #[test]
     fn maps_every_error_to_its_status_and_code() {
         let in_flight = GatewayError::InFlight {
@@ -474,7 +474,7 @@ mod tests {
                 response.headers()["content-type"],
                 "application/problem+json"
             );
-            // docs/errors.md's table says what a sender gets.
+            // docs/reference/errors.md's table says what a sender gets.
             let listed = crate::codes::find(code).map(|row| row.sender);
             assert_eq!(listed, Some(status), "{code} in codes.rs");
         }

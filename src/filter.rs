@@ -1,4 +1,4 @@
-//! Which events a route takes (docs/configuration.md, `filter`):
+//! Which events a route takes (docs/reference/configuration.md, `filter`):
 //! `filter = { "json:/type" = ["invoice.*", "charge.succeeded"] }` — a
 //! table of key sources to one pattern or a list of patterns, where `*`
 //! matches any run of characters and a list means any of them. Every

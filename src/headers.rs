@@ -5,7 +5,7 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Added to every replayed response (README, "What a sender sees").
+/// Added to every replayed response (docs/guide/what-a-sender-sees.md, "What a sender sees").
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// On the answer to a delivery of a dead letter (hookgate extension).
 pub const HOOKGATE_EVENT_STATE: HeaderName = HeaderName::from_static("hookgate-event-state");

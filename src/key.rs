@@ -1,4 +1,4 @@
-//! Idempotency key extraction (docs/configuration.md "Key sources").
+//! Idempotency key extraction (docs/reference/configuration.md "Key sources").
 //!
 //! A route lists sources in order; the first one present wins. A source is a
 //! header, a JSON pointer, a form field, the body's hash, or several of
@@ -95,7 +95,7 @@ impl std::fmt::Display for KeySource {
     }
 }
 
-/// A verified delivery with no key (README, "What a sender sees", keyless requests).
+/// A verified delivery with no key (docs/guide/what-a-sender-sees.md, "What a sender sees", keyless requests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissingKey {
     /// 400 `key_missing`.
@@ -231,7 +231,7 @@ fn normalize(raw: Vec<u8>) -> Result<String, KeyError> {
     }
 }
 
-/// Whether `key` is 1–255 bytes of visible ASCII (docs/configuration.md).
+/// Whether `key` is 1–255 bytes of visible ASCII (docs/reference/configuration.md).
 fn plain(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.iter().all(|b| (0x21..=0x7e).contains(b))
 }
@@ -243,7 +243,7 @@ fn hashed(raw: &[u8]) -> String {
     )
 }
 
-/// `key` when it is 1–255 bytes of visible ASCII (docs/configuration.md).
+/// `key` when it is 1–255 bytes of visible ASCII (docs/reference/configuration.md).
 pub fn validate(key: String) -> Result<String, KeyError> {
     if plain(key.as_bytes()) {
         Ok(key)

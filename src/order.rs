@@ -1,4 +1,4 @@
-//! Ordered delivery per entity (README, "Ordered delivery"): what an async
+//! Ordered delivery per entity (docs/guide/ordering.md, "Ordered delivery"): what an async
 //! route's `order_by`, `stale_by`, `reorder_window` and `on_blocked` make
 //! of one accepted event — its entity and its place among the entity's
 //! events — before the store keeps it.

@@ -1,4 +1,4 @@
-//! Route matching (README, "What a sender sees": exact path, query ignored, then method),
+//! Route matching (docs/guide/what-a-sender-sees.md, "What a sender sees": exact path, query ignored, then method),
 //! and each route's runtime companion: its pooled upstream client.
 
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ pub struct Route {
     pub dead_letters: IntCounter,
     /// `hookgate_stale_events_total{route}`, likewise.
     pub stale_events: IntCounter,
-    /// Its circuit breaker and upstream rate limit (README, "Traffic control"), kept across
+    /// Its circuit breaker and upstream rate limit (docs/guide/traffic-control.md, "Traffic control"), kept across
     /// reloads.
     pub controls: RouteControls,
 }

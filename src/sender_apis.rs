@@ -1,5 +1,5 @@
 //! The senders whose APIs hookgate reconciles with, as data
-//! (docs/reconciliation.md; `crate::reconcile` reads them, `config`
+//! (docs/guide/reconciliation.md; `crate::reconcile` reads them, `config`
 //! checks a route against them): where each lists what it sent, how its pages chain,
 //! where an item keeps its time, its key and the sender's own outcome, and
 //! how a missing one is recovered — delivered here, signed in the sender's

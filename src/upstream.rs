@@ -46,7 +46,7 @@ pub struct UpstreamResponse {
 }
 
 /// A call that produced no status: what the upstream is known to have done
-/// (README, "What a sender sees").
+/// (docs/guide/what-a-sender-sees.md, "What a sender sees").
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Nothing left hookgate: connect refused, DNS, TLS. The upstream did

@@ -18,7 +18,7 @@
 //!
 //! `max_in_flight` bounds the route's concurrent upstream calls in this
 //! instance (a fleet of N calls at most N × `max_in_flight`). Traffic
-//! control (README, "Traffic control") decides how many may start in a pass: none while the
+//! control (docs/guide/traffic-control.md, "Traffic control") decides how many may start in a pass: none while the
 //! route is paused or its circuit breaker open, one while the breaker
 //! probes, no more than the rate limit's tokens. Workers wake
 //! when an event is accepted here or a delivery ends, and poll every
@@ -197,7 +197,7 @@ struct Orders {
 
 impl Orders {
     /// Up to `room` due events of `route`'s scope: of each entity at most
-    /// its next, on an ordered scope (README, "Ordered delivery"), the
+    /// its next, on an ordered scope (docs/guide/ordering.md, "Ordered delivery"), the
     /// stale ones met on the way counted.
     async fn lease(
         &mut self,

@@ -11,6 +11,8 @@
 //! - Only `src/delivery/` calls a route's upstream (`route.upstream.send`):
 //!   every entrance reaches the consumer through the one engine.
 //! - No module of `src/` names, however far round, a module that names it.
+//! - The README is a door, at most 250 lines, and the one route it shows
+//!   is a valid config.
 //! - The library shows at most ten modules, each named where `lib.rs`
 //!   says what it shows: the binary (`src/bin/hookgate/`), the tests and
 //!   the benchmarks are built on those.
@@ -367,4 +369,33 @@ fn the_library_shows_at_most_ten_modules() {
             "{module} is public and not named"
         );
     }
+}
+
+/// The README is a door into the docs, not the manual: at most 250 lines,
+/// and the config it shows is one `hookgate check` accepts.
+#[test]
+fn the_readme_is_a_door_and_its_route_is_valid() {
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 250,
+        "the README has {lines} lines; move a feature's detail to docs/guide/"
+    );
+    let route = &readme[readme
+        .find("## One route")
+        .expect("the README shows one route")..];
+    let toml = route
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block");
+    let env = |name: &str| {
+        (name == "STRIPE_WEBHOOK_SECRET").then(|| "whsec_0123456789abcdef0123456789".to_owned())
+    };
+    let parsed = hookgate::config::Config::parse(toml, Path::new("README.md"), &env);
+    assert!(
+        parsed.is_ok(),
+        "{:?}",
+        parsed.err().map(|error| error.to_string())
+    );
 }

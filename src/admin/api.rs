@@ -1,7 +1,7 @@
 //! The admin listener's endpoints as one table: each one's method, path
 //! pattern, who may call it, its handler and a line of what it does.
 //! Routing, `404`, `405` with its `Allow`, the read token's `403` and
-//! docs/admin-api.md (a test keeps it equal to [`reference`]) all come
+//! docs/reference/admin-api.md (a test keeps it equal to [`reference`]) all come
 //! from [`ENDPOINTS`]: a new admin action is one row here, one handler
 //! and the operator's verb it calls (`ops::Operator`).
 
@@ -42,7 +42,7 @@ pub(super) struct Endpoint {
     pub path: &'static str,
     pub who: Who,
     pub handler: Handler,
-    /// One line for docs/admin-api.md.
+    /// One line for docs/reference/admin-api.md.
     pub what: &'static str,
 }
 
@@ -85,7 +85,7 @@ use Role::{Operator, Reader};
 use Who::{Anyone, Holder};
 
 /// Every endpoint of the admin listener but the console's (`/ui`), in the
-/// order docs/admin-api.md lists them.
+/// order docs/reference/admin-api.md lists them.
 pub(super) static ENDPOINTS: &[Endpoint] = &[
     Endpoint {
         method: Method::GET,
@@ -343,7 +343,7 @@ pub(super) fn json() -> serde_json::Value {
     serde_json::json!({ "endpoints": endpoints })
 }
 
-/// As docs/admin-api.md and `GET /admin/api` name who may call.
+/// As docs/reference/admin-api.md and `GET /admin/api` name who may call.
 fn who(who: Who) -> &'static str {
     match who {
         Anyone => "anyone",
@@ -352,7 +352,7 @@ fn who(who: Who) -> &'static str {
     }
 }
 
-/// docs/admin-api.md's table of endpoints.
+/// docs/reference/admin-api.md's table of endpoints.
 #[cfg(test)]
 fn reference() -> String {
     let mut table =
@@ -432,11 +432,11 @@ mod tests {
 
     #[test]
     fn docs_list_every_endpoint() {
-        let docs = include_str!("../../docs/admin-api.md");
+        let docs = include_str!("../../docs/reference/admin-api.md");
         let table = reference();
         assert!(
             docs.contains(&table),
-            "docs/admin-api.md is stale; its endpoint table is:\n{table}"
+            "docs/reference/admin-api.md is stale; its endpoint table is:\n{table}"
         );
     }
 }

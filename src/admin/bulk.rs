@@ -1,4 +1,4 @@
-//! The admin API's bulk actions (README, "Bulk actions"):
+//! The admin API's bulk actions (docs/guide/dead-letters.md, "Bulk actions"):
 //! `POST /admin/events/{redeliver,replay,forget}` over a listing's filters
 //! (`dry_run=true` answers the count), `GET /admin/bulk` and
 //! `GET`/`DELETE /admin/bulk/{id}`, and the redrive of a route's dead

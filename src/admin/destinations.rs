@@ -1,4 +1,4 @@
-//! `?destination=` (README, "Several destinations"): which delivery of a
+//! `?destination=` (docs/guide/destinations.md, "Several destinations"): which delivery of a
 //! route an admin request addresses, and an event's state at each of its
 //! route's destinations.
 

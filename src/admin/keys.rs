@@ -1,5 +1,5 @@
 //! One event, by its route and key (`/admin/routes/{route}/keys/{key}`,
-//! README, "Failed events and dead letters"): show its record, forget
+//! docs/guide/dead-letters.md, "Failed events and dead letters"): show its record, forget
 //! it, release its claim, send it again under its key or as a new event.
 //! The key is percent-encoded in the path; `?destination=` names which
 //! delivery of a route with several destinations an action is on.

@@ -1,5 +1,5 @@
 //! The admin listener (`[admin] listen`), never on the public port: its
-//! endpoints are the table in [`api`] (docs/admin-api.md is generated from
+//! endpoints are the table in [`api`] (docs/reference/admin-api.md is generated from
 //! it), the console is `/ui` ([`crate::console`]).
 //!
 //! - `/metrics`, `/healthz` and `/readyz` need no token. `/readyz` is 503
@@ -302,7 +302,7 @@ impl Admin {
         }
     }
 
-    /// `GET /admin/api`: the endpoints, as docs/admin-api.md lists them.
+    /// `GET /admin/api`: the endpoints, as docs/reference/admin-api.md lists them.
     async fn api(&self) -> Answer {
         Ok(json_response(StatusCode::OK, &api::json()))
     }

@@ -1,4 +1,4 @@
-//! `/admin/routes/{route}/reconcile` (README, "Reconciliation"): `GET` the
+//! `/admin/routes/{route}/reconcile` (docs/guide/reconciliation.md, "Reconciliation"): `GET` the
 //! route's reconciliation as the fleet last recorded it; `POST` one pass
 //! now (`?since=2d`, `?dry_run=true` lists what is missing and changes
 //! nothing). A pass runs as a task of the gateway: a caller that hangs up

@@ -2,7 +2,7 @@
 //! every route with its traffic controls and counts, `POST
 //! /admin/routes/{route}/pause` and `…/resume`, and `GET
 //! /admin/routes/{route}/blocked`,
-//! the entities of an ordered route that wait behind a dead event (README,
+//! the entities of an ordered route that wait behind a dead event (docs/guide/ordering.md,
 //! "Ordered delivery"), each with its dead event and how many of its
 //! events wait. The way out is the dead event's own: redeliver it, or
 //! forget it.
@@ -31,7 +31,7 @@ impl Admin {
         for view in &views {
             let mut json = self.route_json(view);
             // Its reconciliation with the sender, as the fleet last
-            // recorded it (README, "Reconciliation").
+            // recorded it (docs/guide/reconciliation.md, "Reconciliation").
             json["reconcile"] = match &view.route.reconcile {
                 Some(_) if view.route.destination_of.is_none() => {
                     (self.reconciler.status(&view.route.name).await)

@@ -166,7 +166,7 @@ impl Validator<'_> {
         })
     }
 
-    /// Ordered routes need a store that keeps an entity's order (README,
+    /// Ordered routes need a store that keeps an entity's order (docs/guide/ordering.md,
     /// "Ordered delivery"): one whose every event of a scope sits where one
     /// atomic step reaches it — every backend, a Redis Cluster laid out in
     /// one shard per scope.
@@ -193,7 +193,7 @@ impl Validator<'_> {
         }
     }
 
-    /// One key source (docs/configuration.md, "`[[routes]]`", its `key`):
+    /// One key source (docs/reference/configuration.md, "`[[routes]]`", its `key`):
     /// `body-sha256` names no entity and no time, so it is refused.
     fn order_source(&mut self, at: &KeyPath, text: &str) -> Option<KeySource> {
         let text = self.string(at, text)?;

@@ -1,4 +1,4 @@
-//! `[[routes.destinations]]` (docs/configuration.md,
+//! `[[routes.destinations]]` (docs/reference/configuration.md,
 //! "`[[routes.destinations]]`"): the consumers of one async route, each validated into a
 //! delivery of its own — a [`RouteConfig`] named `route/destination`, in
 //! the scope `scope/destination`, with the route's settings as defaults and

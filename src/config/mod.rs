@@ -1,4 +1,4 @@
-//! Configuration: the TOML file of docs/configuration.md, parsed and validated into typed
+//! Configuration: the TOML file of docs/reference/configuration.md, parsed and validated into typed
 //! settings so the rest of hookgate never sees TOML, strings for durations, or
 //! unexpanded `${VAR}`s.
 //!

@@ -1,4 +1,4 @@
-//! `[[notify]]` (README, "Notifications"): each target validated into a
+//! `[[notify]]` (docs/guide/notifications.md, "Notifications"): each target validated into a
 //! [`NotifyTarget`] whose delivery is a route of its own — built by the
 //! same validator as a `[[routes]]` entry, from a route table this file
 //! writes (async, no verification, the target's URL as its upstream) —

@@ -1,5 +1,5 @@
 //! `[routes.reconcile]`: which sender's API a route asks, on what
-//! schedule and how far back, with which credentials (README,
+//! schedule and how far back, with which credentials (docs/guide/reconciliation.md,
 //! "Reconciliation"). Checked here so a pass never meets a setting that
 //! cannot work: the sender matches the route's scheme, the window fits
 //! both the sender's retention and the route's own (an event completed

@@ -17,7 +17,7 @@ use super::settings::{
 use crate::clock::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
-/// (README, "Failed events and dead letters"), or as long as `retention` when that is longer.
+/// (docs/guide/dead-letters.md, "Failed events and dead letters"), or as long as `retention` when that is longer.
 const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 use super::validate::Validator;
 use super::verification::{none, placeholder};

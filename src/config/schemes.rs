@@ -1,4 +1,4 @@
-//! A config's `[[schemes]]`: senders described as data (README, "Senders
+//! A config's `[[schemes]]`: senders described as data (docs/guide/senders.md, "Senders
 //! described as data"), checked where they are written — each error names
 //! its entry and field — and made into the profiles its routes name in
 //! `[routes.verify] scheme`, beside the built-in ones.

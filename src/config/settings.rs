@@ -87,7 +87,7 @@ impl Fixed {
 pub struct Live {
     pub routes: Vec<Arc<RouteConfig>>,
     pub limits: RequestLimits,
-    /// What to do when the store cannot answer (docs/configuration.md `store.on_error`).
+    /// What to do when the store cannot answer (docs/reference/configuration.md `store.on_error`).
     pub on_store_error: OnStoreError,
     /// `store.max_queued_bytes`: what every async route together may hold
     /// queued in the store (0: no bound but the routes' own).
@@ -97,10 +97,10 @@ pub struct Live {
     pub trusted_proxies: Vec<Cidr>,
     /// The listener's certificate; new connections get the reloaded one.
     pub tls: Option<TlsSettings>,
-    /// `[store.encryption] keys` (README, "Data at rest"): the first seals
+    /// `[store.encryption] keys` (docs/guide/stores.md, "Data at rest"): the first seals
     /// what is written from now on, any opens. Reloadable like secrets.
     pub encryption: Option<Arc<crate::seal::Keys>>,
-    /// `[[notify]]`: where the on-call hears of an event (README,
+    /// `[[notify]]`: where the on-call hears of an event (docs/guide/notifications.md,
     /// "Notifications").
     pub notify: Vec<Arc<NotifyTarget>>,
 }
@@ -123,7 +123,7 @@ impl Live {
 
     /// Why these routes cannot run on a store that spreads each scope over
     /// `shards` shards: an ordered route needs every event of its scope in
-    /// one hash slot (README, "Ordered delivery"). `store.shards = 1` is
+    /// one hash slot (docs/guide/ordering.md, "Ordered delivery"). `store.shards = 1` is
     /// checked with the config; this catches a Redis Cluster store already
     /// laid out in more, which keeps its layout whatever the config says.
     pub fn refuses_layout(&self, shards: u16) -> Option<String> {
@@ -195,12 +195,12 @@ pub struct AdminSettings {
     pub listen: SocketAddr,
     /// May do everything the admin API offers.
     pub token: Option<Secret>,
-    /// May read everything and change nothing (README, "Failed events and
+    /// May read everything and change nothing (docs/guide/dead-letters.md, "Failed events and
     /// dead letters").
     pub read_token: Option<Secret>,
 }
 
-/// What to do when the store cannot answer (docs/configuration.md `on_error`).
+/// What to do when the store cannot answer (docs/reference/configuration.md `on_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnStoreError {
     /// 503 + Retry-After; nothing is forwarded. The sender retries later.
@@ -209,14 +209,14 @@ pub enum OnStoreError {
     Forward,
 }
 
-/// Same key, different body (README, "What a sender sees").
+/// Same key, different body (docs/guide/what-a-sender-sees.md, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMismatch {
     Reject,
     Replay,
 }
 
-/// An upstream call whose outcome is unknown (README, "What a sender sees").
+/// An upstream call whose outcome is unknown (docs/guide/what-a-sender-sees.md, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnUnknown {
     /// Keep the claim, unrenewed, until its lease runs out: a prompt retry
@@ -226,7 +226,7 @@ pub enum OnUnknown {
     Release,
 }
 
-/// How a route delivers (README, "Asynchronous delivery").
+/// How a route delivers (docs/guide/async-delivery.md, "Asynchronous delivery").
 // One per route, built at load and never moved on a request's path: the
 // async variant's size costs nothing a box would save.
 #[allow(clippy::large_enum_variant)]
@@ -261,7 +261,7 @@ pub struct AsyncDelivery {
     pub max_queued_bytes: u64,
     /// Hybrid: try synchronously this long first.
     pub respond_within: Option<Duration>,
-    /// One entity's events in order, one at a time (README, "Ordered
+    /// One entity's events in order, one at a time (docs/guide/ordering.md, "Ordered
     /// delivery").
     pub order: Option<OrderSettings>,
 }
@@ -384,11 +384,11 @@ pub struct RouteConfig {
     /// that never retries on its own (GitHub); none for the others, whose
     /// retries carry the event. An async route's is its queue's.
     pub page_failed_after: Option<Duration>,
-    /// Senders admitted by address (README, "Traffic control"); `None`: every address.
+    /// Senders admitted by address (docs/guide/traffic-control.md, "Traffic control"); `None`: every address.
     pub allow_from: Option<Vec<Cidr>>,
-    /// Stop calling a failing upstream for a while (README, "Traffic control").
+    /// Stop calling a failing upstream for a while (docs/guide/traffic-control.md, "Traffic control").
     pub circuit_breaker: Option<BreakerSettings>,
-    /// A token bucket towards the upstream (README, "Traffic control"), per gateway instance.
+    /// A token bucket towards the upstream (docs/guide/traffic-control.md, "Traffic control"), per gateway instance.
     pub upstream_rate: Option<RateSettings>,
     pub scheme: &'static Profile,
     pub verifier: Verifier,
@@ -451,7 +451,7 @@ impl RouteConfig {
         !self.destinations.is_empty()
     }
 
-    /// The order its deliveries keep (README, "Ordered delivery"): an
+    /// The order its deliveries keep (docs/guide/ordering.md, "Ordered delivery"): an
     /// async route's or destination's `order_by`. A route with
     /// destinations calls no upstream: each destination orders, holds and
     /// judges staleness of its own deliveries ([`RouteConfig::hand_out_order`]).

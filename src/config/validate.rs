@@ -130,7 +130,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// A size in bytes (`"1GiB"`, README, "Asynchronous delivery"); `"0"`
+    /// A size in bytes (`"1GiB"`, docs/guide/async-delivery.md, "Asynchronous delivery"); `"0"`
     /// is none.
     pub fn bytes(&mut self, key: &KeyPath, raw: Option<&String>, default: u64) -> u64 {
         let Some(raw) = raw else { return default };

@@ -101,7 +101,7 @@ function lastHour(route) {
   return parts.length ? parts.flatMap((part, i) => (i ? [" · ", part] : [part])) : ["no traffic"];
 }
 
-// The route's reconciliation with its sender's API (docs/reconciliation.md):
+// The route's reconciliation with its sender's API (docs/guide/reconciliation.md):
 // when a pass last went well, what the last one found, and why it failed.
 function reconcileLine(state) {
   if (!state) return null;

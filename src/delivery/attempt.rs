@@ -51,7 +51,7 @@ pub enum Kind {
     Redeliver,
     /// An operator's replay (new key).
     Replay,
-    /// An event fetched from the sender's API by reconciliation (README,
+    /// An event fetched from the sender's API by reconciliation (docs/guide/reconciliation.md,
     /// "Reconciliation"), delivered as the sender's own would be.
     Reconcile,
 }

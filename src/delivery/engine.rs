@@ -119,7 +119,7 @@ impl Engine {
         parts.show_pauses();
     }
 
-    /// Leave for one upstream call of `route` (README, "Traffic control"): refused while the
+    /// Leave for one upstream call of `route` (docs/guide/traffic-control.md, "Traffic control"): refused while the
     /// route is paused, its breaker open or its rate spent.
     pub(crate) fn admit(&self, route: &Route) -> Result<Admission, GatewayError> {
         if self.parts.pauses.is_paused(&route.name) {

@@ -1,4 +1,4 @@
-//! Several destinations (README, "Several destinations"): one verified
+//! Several destinations (docs/guide/destinations.md, "Several destinations"): one verified
 //! event, each consumer once.
 //!
 //! A route with `[[routes.destinations]]` judges each event by every

@@ -1,4 +1,4 @@
-//! Stage 5 of an async route (README, "Asynchronous delivery"): the event
+//! Stage 5 of an async route (docs/guide/async-delivery.md, "Asynchronous delivery"): the event
 //! and its request stored in one write before the sender hears
 //! `accept_status`, a duplicate answered from what is stored, and the
 //! hybrid's call (`respond_within`), forwarded at once from a task of its
@@ -24,7 +24,7 @@ use crate::traffic::bounds::{Bounds, QUEUE_FULL_RETRY_AFTER};
 
 impl Gateway {
     /// Whether a new event of `route` fits its queue — its own, each of
-    /// its destinations', the store's (README, "Asynchronous delivery") —
+    /// its destinations', the store's (docs/guide/async-delivery.md, "Asynchronous delivery") —
     /// as last measured; if not, 503 `queue_full` with `Retry-After`, so
     /// the sender keeps it. A duplicate of an event already accepted is
     /// answered as before, so only a new one is looked up, and only when

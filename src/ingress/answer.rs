@@ -21,7 +21,7 @@ pub enum Outcome {
     Forwarded,
     /// A keyless delivery forwarded unclaimed (`on_missing_key = "forward"`).
     ForwardedUnkeyed,
-    /// A sender's handshake, answered by the gateway (a hookgate extension; README, "Supported senders").
+    /// A sender's handshake, answered by the gateway (a hookgate extension; docs/guide/senders.md, "Supported senders").
     Handshake,
     Replayed,
     /// A delivery of an event parked as a dead letter, answered

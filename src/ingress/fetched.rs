@@ -1,4 +1,4 @@
-//! The reconciler's entrance (README, "Reconciliation"): an event hookgate
+//! The reconciler's entrance (docs/guide/reconciliation.md, "Reconciliation"): an event hookgate
 //! fetched from the sender's API, signed here as the sender signs, goes
 //! through the stages a sender's delivery takes from its key on — the
 //! route's filter, traffic control, the claim under the same key (so the

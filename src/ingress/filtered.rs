@@ -1,4 +1,4 @@
-//! An event the route's filter does not take (docs/configuration.md, `filter`): never
+//! An event the route's filter does not take (docs/reference/configuration.md, `filter`): never
 //! forwarded, answered — 200 `{"filtered":true}` on a sync route,
 //! `accept_status` and the same body on an async one — and recorded as a
 //! completed event with that answer for the route's retention, so a

@@ -1,4 +1,4 @@
-//! The life of one webhook delivery, on one screen (README, "What a
+//! The life of one webhook delivery, on one screen (docs/guide/what-a-sender-sees.md, "What a
 //! sender sees"): [`Gateway::handle`] runs the stages in order — route
 //! (and admit the sender's address), read body, verify, extract key,
 //! traffic control, claim, forward (renewing the claim), record or release
@@ -194,7 +194,7 @@ impl Gateway {
         log.route = &route.name;
         let _in_flight = InFlight::enter(&self.parts.metrics, &route.name);
 
-        // 1b. Admit the sender by address, before reading anything (README, "Traffic control").
+        // 1b. Admit the sender by address, before reading anything (docs/guide/traffic-control.md, "Traffic control").
         if let Some(allowed) = &route.allow_from {
             let client = client_address(
                 connection.peer.ip(),
@@ -251,7 +251,7 @@ impl Gateway {
         //     verified body (an event none takes is recorded in stage 5).
         let verdict = fanout::judge(route, &parts.headers, &body, &body_sha256);
 
-        // 4b. Traffic control (README, "Traffic control"), for a sync
+        // 4b. Traffic control (docs/guide/traffic-control.md, "Traffic control"), for a sync
         //     route's forward: a paused route, an open circuit breaker or a
         //     spent rate limit refuse before anything is claimed; the
         //     senders' retries carry the event. 4c. A duplicate of an event
@@ -357,7 +357,7 @@ impl Gateway {
         };
 
         // 5. An async route answers once the event and its request are
-        //    stored (README, "Asynchronous delivery"); its workers deliver it.
+        //    stored (docs/guide/async-delivery.md, "Asynchronous delivery"); its workers deliver it.
         if let (DeliveryMode::Async(settings), Some(key)) = (&route.delivery, &key) {
             let mut request = stored_request(&delivery);
             if let Some(names) = &destinations {

@@ -1,4 +1,4 @@
-//! Prometheus metrics (README, "Observability"), on an explicit [`Registry`] created at
+//! Prometheus metrics (docs/guide/observability.md, "Observability"), on an explicit [`Registry`] created at
 //! start-up and passed in — never the global default — so every test and
 //! every gateway in a process has its own.
 //!
@@ -111,10 +111,10 @@ pub struct Metrics {
     pub tls_cert_expiry: prometheus::Gauge,
     /// When the running config was last loaded (start-up or a reload).
     pub config_reloaded_at: prometheus::Gauge,
-    /// Events parked as dead letters (README, "Failed events and dead letters" and "Asynchronous delivery").
+    /// Events parked as dead letters (docs/guide/dead-letters.md, "Failed events and dead letters" and "Asynchronous delivery").
     pub dead_letters_total: IntCounterVec,
     /// Ordered events found older than their entity's newest delivered one
-    /// (README, "Ordered delivery").
+    /// (docs/guide/ordering.md, "Ordered delivery").
     pub stale_events_total: IntCounterVec,
     /// Entities of ordered routes held by a dead event (`on_blocked =
     /// "wait"`), counted in the store when scraped.
@@ -124,7 +124,7 @@ pub struct Metrics {
     pub dead_letters: IntGaugeVec,
     /// hookgate extension: operator redeliveries and replays by result.
     pub redeliveries: IntCounterVec,
-    /// Async delivery (README, "Asynchronous delivery"): the attempts of
+    /// Async delivery (docs/guide/async-delivery.md, "Asynchronous delivery"): the attempts of
     /// accepted events, by workers and the hybrid.
     pub delivery_attempts: IntCounterVec,
     /// Every attempt of a claimed event, by its entrance.
@@ -132,7 +132,7 @@ pub struct Metrics {
     pub queue_depth: IntGaugeVec,
     pub oldest_queued: prometheus::GaugeVec,
     /// The queue bounds: each async route's queued bytes and its bounds,
-    /// and the store's (README, "Asynchronous delivery").
+    /// and the store's (docs/guide/async-delivery.md, "Asynchronous delivery").
     pub queued_bytes: IntGaugeVec,
     pub queue_bound_bytes: IntGaugeVec,
     pub queue_bound_events: IntGaugeVec,
@@ -142,7 +142,7 @@ pub struct Metrics {
     pub oldest_failed: prometheus::GaugeVec,
     /// Each route's `page_after`, for the paging alerts to compare.
     pub page_after: prometheus::GaugeVec,
-    /// Traffic control (README, "Traffic control"): paused routes (1), breakers holding
+    /// Traffic control (docs/guide/traffic-control.md, "Traffic control"): paused routes (1), breakers holding
     /// calls (1), breaker trips, and every pause or resume (the audit).
     pub route_paused: IntGaugeVec,
     pub breaker_open: IntGaugeVec,
@@ -322,7 +322,7 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    /// An operator finds every metric in the README's table and on the
+    /// An operator finds every metric in docs/reference/metrics.md and on the
     /// shipped Grafana dashboard.
     #[test]
     fn every_metric_is_documented_and_on_the_dashboard() {
@@ -330,7 +330,10 @@ mod tests {
         let read = |path: &str| {
             std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
         };
-        let (readme, dashboard) = (read("README.md"), read("deploy/grafana/hookgate.json"));
+        let (readme, dashboard) = (
+            read("docs/reference/metrics.md"),
+            read("deploy/grafana/hookgate.json"),
+        );
         assert!(metrics.names().len() > 30, "{:?}", metrics.names());
         for (name, ..) in table::DESCRIBED {
             assert!(
@@ -343,7 +346,7 @@ mod tests {
                 || (name.starts_with("process_") && readme.contains("`process_*`"));
             assert!(
                 documented,
-                "{name} is missing from the README's metric table"
+                "{name} is missing from docs/reference/metrics.md"
             );
             assert!(
                 dashboard.contains(name.as_str()),

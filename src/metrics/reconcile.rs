@@ -1,4 +1,4 @@
-//! Reconciliation's share of the metrics (README, "Reconciliation"): its
+//! Reconciliation's share of the metrics (docs/guide/reconciliation.md, "Reconciliation"): its
 //! passes, what they found missing and what became of it, and when a
 //! route's last good pass ended — by route.
 

@@ -1,4 +1,4 @@
-//! Notifications (README, "Notifications"): the on-call engineer hears of
+//! Notifications (docs/guide/notifications.md, "Notifications"): the on-call engineer hears of
 //! the event itself — which route, key and entity, what the upstream said,
 //! after how many attempts, and a link that opens it in the console — on
 //! the `[[notify]]` targets configured for it.

@@ -1,4 +1,4 @@
-//! Bulk actions (README, "Bulk actions"): redeliver, replay or forget
+//! Bulk actions (docs/guide/dead-letters.md, "Bulk actions"): redeliver, replay or forget
 //! every event a filter matches — "everything that failed with 503 between
 //! 14:02 and 14:40" — in one action that runs in the gateway.
 //!

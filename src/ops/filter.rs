@@ -1,4 +1,4 @@
-//! Which events a listing keeps beyond route and state (README, "Failed
+//! Which events a listing keeps beyond route and state (docs/guide/dead-letters.md, "Failed
 //! events and dead letters"): a window of last change (`since`, `until`),
 //! the last upstream status, the last error class, and matches on the
 //! stored request's content (`q`). The store lists newest first by last

@@ -91,7 +91,7 @@ pub struct RouteView {
     /// not answer).
     pub queued: Option<u64>,
     pub dead_letters: Option<u64>,
-    /// Entities held by a dead event (ordered routes that wait; README,
+    /// Entities held by a dead event (ordered routes that wait; docs/guide/ordering.md,
     /// "Ordered delivery"), at most `BLOCKED_COUNTED`.
     pub blocked: Option<u64>,
     /// Operations the store refuses on its scope.

@@ -1,4 +1,4 @@
-//! Sending a stored event again, on an operator's word (README, "Failed
+//! Sending a stored event again, on an operator's word (docs/guide/dead-letters.md, "Failed
 //! events and dead letters"): a **redelivery** forwards the stored request
 //! under the **same** key (a retry: the upstream may recognise it), a
 //! **replay** under a **new** key derived from the original,

@@ -1,4 +1,4 @@
-//! Reconciliation with the sender (README, "Reconciliation"): a route
+//! Reconciliation with the sender (docs/guide/reconciliation.md, "Reconciliation"): a route
 //! with `[routes.reconcile]` asks its sender's API, every `every`, what it
 //! sent, and recovers each event the gateway never completed — Stripe's
 //! delivered here through the sender's stages, GitHub's asked of GitHub

@@ -1,4 +1,4 @@
-//! One pass over a route's window (README, "Reconciliation"): page through
+//! One pass over a route's window (docs/guide/reconciliation.md, "Reconciliation"): page through
 //! what the sender's API lists, newest first, and for each event the
 //! gateway never completed — absent, failed, or held by a lease that
 //! lapsed — recover it as the sender's [`Recover`] says: deliver it here

@@ -164,7 +164,7 @@ pub trait Queue: Records {
     /// Whether the backend keeps an entity's order ([`Queue::lease_ordered`]).
     const ORDERED: bool = false;
 
-    /// As [`Queue::lease_due`], keeping each entity's order (README,
+    /// As [`Queue::lease_due`], keeping each entity's order (docs/guide/ordering.md,
     /// "Ordered delivery"): of an entity's pending events — accepted with
     /// an [`OrderSpot`](super::OrderSpot), not yet completed, stale or
     /// forgotten, and dead ones while `rules` say they hold it — only the
@@ -227,7 +227,7 @@ pub trait Listing: Send + Sync + 'static {
 
     /// The entities of `source` held by a dead event — their first
     /// pending event is dead — oldest death first, at most `limit`: for
-    /// routes with `on_blocked = "wait"` (README, "Ordered delivery"). Of
+    /// routes with `on_blocked = "wait"` (docs/guide/ordering.md, "Ordered delivery"). Of
     /// a route that skips dead events, dead ones may still be reported
     /// until a lease passes them by; it is not asked.
     fn blocked(
@@ -255,7 +255,7 @@ pub trait Listing: Send + Sync + 'static {
 /// and the replay cache's invalidation feed.
 pub trait Fleet: Send + Sync + 'static {
     /// Set (`Some`) or clear (`None`) the control `value` of `route` in
-    /// `space` (the key prefix): a route's pause, kept fleet-wide (README, "Traffic control").
+    /// `space` (the key prefix): a route's pause, kept fleet-wide (docs/guide/traffic-control.md, "Traffic control").
     /// The value is opaque text to the backend.
     fn set_control(
         &self,
@@ -314,7 +314,7 @@ pub trait Health: Send + Sync + 'static {
     /// Whether the store is this process's own (memory, the embedded
     /// file): then its failure is this instance's, and makes it unready. A
     /// shared store's outage is every replica's at once, so it never does
-    /// (README, "Observability": readiness is local).
+    /// (docs/guide/observability.md, "Observability": readiness is local).
     fn is_local(&self) -> bool {
         false
     }

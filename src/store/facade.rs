@@ -42,7 +42,7 @@ pub struct Store {
     /// Completed records kept in process (`store.replay_cache`); none when
     /// switched off or the backend has no invalidation feed yet.
     pub(super) cache: Option<Arc<ReplayCache>>,
-    /// `[store.encryption]` keys (README, "Data at rest"): with them, what
+    /// `[store.encryption]` keys (docs/guide/stores.md, "Data at rest"): with them, what
     /// a record keeps of a request or an answer is sealed ([`sealed`]).
     pub(super) keys: ArcSwapOption<Keys>,
     /// Operations the store answers but refuses, by source.

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Why an attempt did not finish (README, "What a sender sees").
+/// Why an attempt did not finish (docs/guide/what-a-sender-sees.md, "What a sender sees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureClass {
@@ -97,7 +97,7 @@ pub struct PastAttempt {
     /// replaced), when it answered with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
-    /// `body`, sealed (README, "Data at rest"), base64: only hookgate
+    /// `body`, sealed (docs/guide/stores.md, "Data at rest"), base64: only hookgate
     /// writes this field, and a store opens it before anyone reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed: Option<String>,

@@ -4,7 +4,7 @@
 //! A record moves `Processing` → `Completed`, or `Processing` → `Failed` →
 //! `Processing` again when the upstream failed and the sender retries, and
 //! → `Dead` after `max_attempts`; an accepted one is `Queued` between its
-//! attempts (README, "Failed events and dead letters" and "Asynchronous
+//! attempts (docs/guide/dead-letters.md, "Failed events and dead letters" and "Asynchronous
 //! delivery"; the record's life across entrances is [`decide`] in
 //! `record.rs`). The contract is [`Backend`], made of capabilities a
 //! backend implements together — [`Records`] (claims), [`Queue`] (leases
@@ -111,7 +111,7 @@ pub enum StoreError {
     #[error("{0}")]
     Layout(String),
     /// A record sealed under a key no configured key opens, or changed
-    /// (README, "Data at rest"): never answered as anything but this.
+    /// (docs/guide/stores.md, "Data at rest"): never answered as anything but this.
     #[error("the record cannot be opened: {0}")]
     Unreadable(String),
 }

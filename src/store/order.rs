@@ -1,5 +1,5 @@
 //! An ordered event's place in its entity's order, as the store keeps it
-//! and a lease reads it (README, "Ordered delivery"), and an entity a dead
+//! and a lease reads it (docs/guide/ordering.md, "Ordered delivery"), and an entity a dead
 //! event holds: the vocabulary of ordering every backend shares.
 
 use std::time::Duration;

@@ -11,7 +11,7 @@ use super::history::{FailureClass, LastError, PastAttempt};
 use super::order::{OrderSpot, Ordered};
 use crate::replay::RecordedResponse;
 
-/// Where a record is in its life (README, "Failed events and dead letters"): `Processing` → `Completed`,
+/// Where a record is in its life (docs/guide/dead-letters.md, "Failed events and dead letters"): `Processing` → `Completed`,
 /// or `Failed` (the sender's retry claims it again) → … → `Dead` after
 /// `max_attempts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -19,7 +19,7 @@ use crate::replay::RecordedResponse;
 pub enum RecordState {
     /// A delivery holds the claim and is calling the upstream.
     Processing,
-    /// Accepted for asynchronous delivery (README, "Asynchronous delivery"), waiting for a worker:
+    /// Accepted for asynchronous delivery (docs/guide/async-delivery.md, "Asynchronous delivery"), waiting for a worker:
     /// new, or due again after a failed attempt.
     Queued,
     /// The last attempt did not finish; the next delivery claims again.
@@ -31,7 +31,7 @@ pub enum RecordState {
     Completed,
     /// An ordered event older (`stale_by`) than the newest one already
     /// delivered for its entity: not delivered, kept like a dead letter
-    /// (README, "Ordered delivery").
+    /// (docs/guide/ordering.md, "Ordered delivery").
     Stale,
 }
 
@@ -153,7 +153,7 @@ pub struct Record {
     /// The last failed attempts, oldest first (see [`history`](super::history));
     /// absent from listings.
     pub history: Vec<PastAttempt>,
-    /// An ordered event's entity and place (README, "Ordered delivery").
+    /// An ordered event's entity and place (docs/guide/ordering.md, "Ordered delivery").
     pub order: Option<Ordered>,
 }
 
@@ -287,7 +287,7 @@ pub enum ClaimMode {
     /// An operator's redelivery: a dead or failed record is claimed, and a
     /// completed one too when `force` is set. A live claim is never taken.
     Redeliver { force: bool },
-    /// An async route's acceptance (README, "Asynchronous delivery"): a new key is stored with its
+    /// An async route's acceptance (docs/guide/async-delivery.md, "Asynchronous delivery"): a new key is stored with its
     /// request as `Queued`, due now, in one write; any live record answers.
     Accept,
     /// The hybrid `respond_within`: accepted as with `Accept`, and claimed
@@ -441,7 +441,7 @@ pub struct Leased {
 
 /// What a scope holds queued: its events waiting for their delivery
 /// (queued, or due again after a failure) and the bytes the store keeps
-/// for them (`Listing::queued`; README, "Asynchronous delivery").
+/// for them (`Listing::queued`; docs/guide/async-delivery.md, "Asynchronous delivery").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Queued {
     pub events: u64,

@@ -1,4 +1,4 @@
-//! Data at rest (README, "Data at rest"): what the store keeps of a
+//! Data at rest (docs/guide/stores.md, "Data at rest"): what the store keeps of a
 //! sender's request and of an upstream's answer is sealed here, in the
 //! store's one funnel, before any backend sees it, and opened here after a
 //! backend read it. Every backend therefore keeps the same ciphertext, and

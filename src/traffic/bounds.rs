@@ -1,4 +1,4 @@
-//! Queue bounds (README, "Asynchronous delivery"): what each async scope
+//! Queue bounds (docs/guide/async-delivery.md, "Asynchronous delivery"): what each async scope
 //! held queued at the last measurement, and whether a new event still
 //! fits its route's `max_queued` / `max_queued_bytes` and the store's
 //! `store.max_queued_bytes`.

@@ -1,4 +1,4 @@
-//! A route's circuit breaker (README, "Traffic control"): after `failures` failed upstream
+//! A route's circuit breaker (docs/guide/traffic-control.md, "Traffic control"): after `failures` failed upstream
 //! calls within `window`, no call is made for `open_for`; then one probe is
 //! let through, and its outcome closes the breaker or opens it again.
 //!

@@ -1,4 +1,4 @@
-//! Traffic control per route (README, "Traffic control"), beyond `allow_from` (which the
+//! Traffic control per route (docs/guide/traffic-control.md, "Traffic control"), beyond `allow_from` (which the
 //! pipeline applies before reading a body): what decides whether an
 //! upstream call may be made now.
 //!

@@ -1,9 +1,9 @@
-//! A route's upstream rate limit (README, "Traffic control"): a token bucket that fills at
+//! A route's upstream rate limit (docs/guide/traffic-control.md, "Traffic control"): a token bucket that fills at
 //! `upstream_rate` up to `upstream_burst` tokens, one token per upstream
 //! call. In any second the upstream sees at most the rate plus the burst.
 //!
 //! The bucket is this instance's: a fleet of N gateways calls the upstream
-//! at most N times the rate (docs/configuration.md says how to size it).
+//! at most N times the rate (docs/reference/configuration.md says how to size it).
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The catalogue of senders (`hookgate check --senders`, and the table in
-//! docs/senders.md, which a test keeps equal to it): one row per profile
+//! docs/reference/senders.md, which a test keeps equal to it): one row per profile
 //! this binary ships — its scheme name, what is verified, the default key,
 //! how long the sender retries, the default retention, and what shows the
 //! profile right — and the check every vector gets ([`check_vector`]).
@@ -167,11 +167,11 @@ mod tests {
 
     #[test]
     fn the_docs_catalogue_is_the_compiled_one() {
-        let docs = include_str!("../../docs/senders.md");
+        let docs = include_str!("../../docs/reference/senders.md");
         let table = catalogue();
         assert!(
             docs.contains(&table),
-            "docs/senders.md is stale: paste `hookgate check --senders` into it:\n{table}"
+            "docs/reference/senders.md is stale: paste `hookgate check --senders` into it:\n{table}"
         );
         assert!(PROFILES.len() >= 60, "{} senders", PROFILES.len());
     }

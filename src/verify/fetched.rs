@@ -1,7 +1,7 @@
 //! Keys a sender publishes at a URL it names in the delivery (AWS SNS's
 //! `SigningCertURL`): fetched over verified HTTPS, only from the hosts the
 //! route allows, and kept so one certificate is fetched once, not per
-//! delivery (README, "Supported senders").
+//! delivery (docs/guide/senders.md, "Supported senders").
 //!
 //! The URL comes from the unverified body, so it is checked before anything
 //! is fetched: `https`, no user or password, a host on the allowlist (and

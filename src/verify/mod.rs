@@ -1,5 +1,5 @@
 //! Signature verification: the first thing that looks at a delivery, before
-//! its key is read or the store is touched (README, "Supported senders").
+//! its key is read or the store is touched (docs/guide/senders.md, "Supported senders").
 //!
 //! Every scheme verifies the raw body bytes exactly as received, compares in
 //! constant time (`Mac::verify_slice`), and accepts a list of secrets so a
@@ -89,7 +89,7 @@ static CODE: &[&Profile] = &[
 ];
 
 /// The senders described as data, shipped in the binary: the same format
-/// as a config's `[[schemes]]` (README, "Senders described as data").
+/// as a config's `[[schemes]]` (docs/guide/senders.md, "Senders described as data").
 pub const SENDERS: &str = include_str!("senders.toml");
 
 /// The catalogue `senders.toml` is read into.
@@ -467,7 +467,7 @@ impl Verifier {
 
     /// Whether the key may be read from header `name` of a verified
     /// delivery: an id header the scheme signs only when it is the one this
-    /// delivery's signature covered (README, "What a sender sees": the key is bound to what was
+    /// delivery's signature covered (docs/guide/what-a-sender-sees.md, "What a sender sees": the key is bound to what was
     /// verified); any other header as configured.
     pub fn key_header_allowed(
         &self,

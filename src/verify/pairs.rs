@@ -36,7 +36,7 @@ pub struct PairFormat {
 impl PairFormat {
     /// The header value a sender of this format would send for `body` at
     /// `timestamp` (Unix seconds), signed with `secret`: how hookgate signs
-    /// an event it fetched from the sender's API itself (README,
+    /// an event it fetched from the sender's API itself (docs/guide/reconciliation.md,
     /// "Reconciliation"), so an upstream that verifies the sender accepts it.
     pub fn sign(&self, secret: &Secret, timestamp: u64, body: &[u8]) -> String {
         let timestamp = timestamp.to_string();

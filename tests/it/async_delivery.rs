@@ -1,4 +1,4 @@
-//! Asynchronous delivery (README, "Asynchronous delivery") through running gateways: the sender is
+//! Asynchronous delivery (docs/guide/async-delivery.md, "Asynchronous delivery") through running gateways: the sender is
 //! answered once its event is stored, workers deliver it with backoff, a
 //! fleet delivers each event once, and a killed gateway loses nothing.
 

@@ -1,4 +1,4 @@
-//! Data at rest (README, "Data at rest"): with `[store.encryption]`, what a
+//! Data at rest (docs/guide/stores.md, "Data at rest"): with `[store.encryption]`, what a
 //! record keeps of a sender's request and of the upstream's answer is
 //! sealed on every backend — the store's own bytes (the SQLite file and its
 //! WAL, every Redis value, a `pg_dump` of the PostgreSQL database) never

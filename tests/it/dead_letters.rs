@@ -1,4 +1,4 @@
-//! Failed events, dead letters, redelivery, replay and redrive (README, "Failed events and dead letters"),
+//! Failed events, dead letters, redelivery, replay and redrive (docs/guide/dead-letters.md, "Failed events and dead letters"),
 //! through a running gateway: what the sender gets, what the upstream sees,
 //! what the store and the admin API show, and the `hookgate events` CLI.
 
@@ -523,7 +523,7 @@ async fn a_routes_own_signature_header_is_redacted() {
     assert!(!String::from_utf8_lossy(&shown.body).contains(&digest));
 }
 
-/// The exit codes automation reads (README, "Failed events and dead
+/// The exit codes automation reads (docs/guide/dead-letters.md, "Failed events and dead
 /// letters"): an action whose events all go dead again exits 3, not 0; a
 /// bad `--state` is usage (2); a reader that closes the pipe early ends the
 /// listing quietly (0, no panic).

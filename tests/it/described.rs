@@ -1,5 +1,5 @@
-//! A sender described in the config (`[[schemes]]`, README "Senders
-//! described as data"), end to end through a real gateway: a delivery
+//! A sender described in the config (`[[schemes]]`, docs/guide/senders.md,
+//! "Senders described as data"), end to end through a real gateway: a delivery
 //! signed the way the description says is forwarded once and its retry
 //! answered from the record; a stale, forged or unsigned one is refused
 //! with its code and reaches nothing; a description that cannot work is a

@@ -1,4 +1,4 @@
-//! Why did it fail (README, "Failed events and dead letters"): a record
+//! Why did it fail (docs/guide/dead-letters.md, "Failed events and dead letters"): a record
 //! keeps its last failed attempts — entrance, class, status, duration, the
 //! error text and the start of the upstream's answer — and the admin API,
 //! `hookgate events show`, and the logs (route and key on every line about

@@ -20,7 +20,7 @@
 //! CI runs a seeded sample (`HOOKGATE_MATRIX_SEED`, 54 by default, of
 //! `HOOKGATE_MATRIX_SAMPLE` cases, 8 by default); `HOOKGATE_MATRIX=all`
 //! runs every case, and `HOOKGATE_MATRIX=Two,Ordered` the cases whose
-//! name holds every word (README, "Contributing").
+//! name holds every word (docs/contributing.md, "Contributing").
 
 use std::collections::HashMap;
 use std::time::Duration;

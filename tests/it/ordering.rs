@@ -1,4 +1,4 @@
-//! Ordered delivery per entity (README, "Ordered delivery"), end to end:
+//! Ordered delivery per entity (docs/guide/ordering.md, "Ordered delivery"), end to end:
 //! a real upstream records when each event arrives, so the order within an
 //! entity, and that an entity never has two events in flight, show as a
 //! consumer would see them.

@@ -1,4 +1,4 @@
-//! Ordered delivery through a gateway's deaths (README, "Ordered
+//! Ordered delivery through a gateway's deaths (docs/guide/ordering.md, "Ordered
 //! delivery"), the real binary on the embedded store: an event in flight
 //! at a SIGKILL is delivered again once its lease lapses (the crash
 //! window), its entity's next event still waits for it, and nothing waits

@@ -1,4 +1,4 @@
-//! Queue bounds (README, "Asynchronous delivery"): an async route holds at
+//! Queue bounds (docs/guide/async-delivery.md, "Asynchronous delivery"): an async route holds at
 //! most `max_queued` events and `max_queued_bytes` undelivered, and every
 //! async route of a store together `store.max_queued_bytes`; past a bound
 //! a new event is answered 503 `queue_full` with `Retry-After` (its sender

@@ -1,4 +1,4 @@
-//! Reconciliation with the sender (README, "Reconciliation"), end to end
+//! Reconciliation with the sender (docs/guide/reconciliation.md, "Reconciliation"), end to end
 //! against stand-ins of Stripe's and GitHub's APIs: what the gateway never
 //! completed reaches the upstream exactly once — after an outage the
 //! sender gave up on, racing the sender's own late retry, from two

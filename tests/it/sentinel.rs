@@ -203,7 +203,7 @@ async fn sentinels_and_servers_on_tls_are_verified_against_store_tls_ca() {
 /// By hand (`cargo test --test it -- --ignored sentinel::measure`): the
 /// window without `min_replicas_acked`, under load — 2,000 events started
 /// 1 ms apart through two gateways, the primary SIGKILLed a second in,
-/// while about a hundred claims are in flight. README, "The guarantee,
+/// while about a hundred claims are in flight. docs/guide/guarantee.md, "The guarantee,
 /// honestly", quotes what it printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement, run by hand"]

@@ -1,4 +1,4 @@
-//! AWS SNS, the sender whose key is fetched (README, "Supported senders"), through a
+//! AWS SNS, the sender whose key is fetched (docs/guide/senders.md, "Supported senders"), through a
 //! real gateway against a local HTTPS server standing in for SNS, with its
 //! own CA: messages signed with the `openssl` command (RSA, SHA-256 and
 //! SHA-1) under a certificate that server publishes.

@@ -1,4 +1,4 @@
-//! Traffic control (README, "Traffic control") through running gateways: senders admitted by
+//! Traffic control (docs/guide/traffic-control.md, "Traffic control") through running gateways: senders admitted by
 //! address before anything of their request is read; routes paused and
 //! resumed for a whole fleet and across restarts; a circuit breaker that
 //! stops calling a failing upstream; an upstream rate limit.

@@ -1,5 +1,5 @@
 //! The store and config commands: `check`, `backup`, `store copy`,
-//! `store reencrypt` and `migrate`, each to its exit code (README,
+//! `store reencrypt` and `migrate`, each to its exit code (docs/guide/configuration.md,
 //! "Configuration": 2 for a bad config or usage).
 
 use std::process::ExitCode;

@@ -170,7 +170,7 @@ enum LogFormat {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Exit code for a bad config or bad usage (README, "Configuration").
+/// Exit code for a bad config or bad usage (docs/guide/configuration.md, "Configuration").
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {

@@ -1,4 +1,4 @@
-//! The embedded store's order (README, "Ordered delivery"): an accepted
+//! The embedded store's order (docs/guide/ordering.md, "Ordered delivery"): an accepted
 //! event's row names its entity, its `stale_by` value and its place in the
 //! file's sequence; an ordered lease takes, of each entity, only the first
 //! of its pending rows, while no other row of it is in flight. The

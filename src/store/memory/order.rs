@@ -1,4 +1,4 @@
-//! The memory store's order (README, "Ordered delivery"): per entity of a
+//! The memory store's order (docs/guide/ordering.md, "Ordered delivery"): per entity of a
 //! source, its pending events in order, the one a worker leased last, and
 //! the newest `stale_by` value delivered. An ordered lease gives each
 //! entity at most its head: the first of its pending events, while none of

@@ -1,4 +1,4 @@
-//! The PostgreSQL store's order (README, "Ordered delivery"): an accepted
+//! The PostgreSQL store's order (docs/guide/ordering.md, "Ordered delivery"): an accepted
 //! event's row names its entity, its `stale_by` value and its place in the
 //! database's one sequence (`hookgate_order_seq`), written by the
 //! acceptance's own statement. An ordered lease takes, of each entity,

@@ -359,7 +359,7 @@ pub(super) const RENEW: &str = "UPDATE webhook_events \
 
 /// `$settle` (a statement returning the settled row's `source,
 /// idempotency_key, order_entity` and what `$returned` reads), then, when
-/// `$when` holds of it, the wake of its entity (README, "Ordered
+/// `$when` holds of it, the wake of its entity (docs/guide/ordering.md, "Ordered
 /// delivery"): the entity's first pending row that is neither dead nor the
 /// settled one, if parked, is due now. One statement, so no settle leaves
 /// its entity parked; an unordered row wakes nothing.

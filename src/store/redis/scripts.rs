@@ -261,7 +261,7 @@ return out
 /// KEYS[1] the due index of a source; ARGV source, lease ms, '1' when a
 /// dead event no longer holds its entity (`on_blocked = "skip"`), then one
 /// token per event wanted. As `LEASE_DUE`, keeping each entity's order
-/// (README, "Ordered delivery"): an ordered event is leased only as its
+/// (docs/guide/ordering.md, "Ordered delivery"): an ordered event is leased only as its
 /// entity's head — the first of `{source}!e:{entity}`, its pending events
 /// scored by `stale_by` value (none: `-inf`) and tied by their place in
 /// the source's sequence — while nothing of the entity is in flight

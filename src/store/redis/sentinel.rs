@@ -15,7 +15,7 @@
 //! What a failover can lose is Redis's, not the gateway's: replication is
 //! asynchronous, so a claim the primary acknowledged but had not yet
 //! replicated is gone on the promoted replica, and its retry is forwarded
-//! again. `store.min_replicas_acked = 1` closes that window (README,
+//! again. `store.min_replicas_acked = 1` closes that window (docs/guide/guarantee.md,
 //! "The guarantee, honestly").
 
 use std::sync::{Arc, Mutex};

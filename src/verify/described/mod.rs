@@ -1,4 +1,4 @@
-//! Senders described as data (README, "Senders described as data"): a
+//! Senders described as data (docs/guide/senders.md, "Senders described as data"): a
 //! scheme given by its headers, digest, encoding, signed-content template
 //! and timestamp rule instead of code. The senders hookgate ships this way
 //! are `senders.toml`, compiled into the binary; a config's `[[schemes]]`

@@ -235,7 +235,7 @@ impl Verify for DescribedVerifier {
         // have signed is never a delivery (`challenge.rs`).
         let crc = (d.challenge.as_ref()).is_some_and(|challenge| challenge.signs());
         if crc && could_be_challenged(&parts) {
-            tracing::warn!("a delivery whose signed content is a possible handshake challenge; refused (docs/senders.md, \"Handshakes\")");
+            tracing::warn!("a delivery whose signed content is a possible handshake challenge; refused (docs/reference/senders.md, \"Handshakes\")");
             return Err(VerifyError::SignatureInvalid);
         }
         self.signed(&parts, &read.signatures)?;

@@ -302,7 +302,7 @@ pub(crate) fn redeliver<'a>(key: &'a StoreKey, force: bool) -> ClaimRequest<'a> 
     }
 }
 
-/// Accept `id` in `scope` as an async event (README, "Asynchronous delivery").
+/// Accept `id` in `scope` as an async event (docs/guide/async-delivery.md, "Asynchronous delivery").
 pub(crate) async fn accept(
     store: &Store,
     scope: &str,

@@ -1,4 +1,4 @@
-//! Ordered leases (`Queue::lease_ordered`, README "Ordered delivery"): of
+//! Ordered leases (`Queue::lease_ordered`, docs/guide/ordering.md, "Ordered delivery"): of
 //! each entity only its first pending event, one at a time, in `stale_by`
 //! then acceptance order; a stale head turns `stale`; a dead head holds
 //! its entity unless its rules skip it; `reorder_window` holds each event.

@@ -1,5 +1,5 @@
 //! Upstreams that time out, hang up before a status, or cut their body
-//! short: each outcome class of an upstream call (README, "What a sender sees"), counted at the upstream.
+//! short: each outcome class of an upstream call (docs/guide/what-a-sender-sees.md, "What a sender sees"), counted at the upstream.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! Several destinations (README, "Several destinations") as a model: one
+//! Several destinations (docs/guide/destinations.md, "Several destinations") as a model: one
 //! event accepted on a route with two destinations, fanned out by workers
 //! of a fleet (any of which may crash, or have its lease lapse, at any
 //! step), then delivered to each destination by that destination's own

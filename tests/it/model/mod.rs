@@ -1,4 +1,4 @@
-//! The claim protocol (README, "The guarantee, honestly" and "Failed events
+//! The claim protocol (docs/guide/guarantee.md, "The guarantee, honestly" and "Failed events
 //! and dead letters") as a model, checked exhaustively with `stateright`
 //! for small bounds: gateways that claim, renew, call the
 //! upstream and settle the claim by the outcome class (failed, held, or
@@ -160,7 +160,7 @@ enum Record {
 const EVENT: usize = 0;
 const REPLAY: usize = 1;
 
-/// How an upstream call ended (README, "What a sender sees"), and whether the upstream
+/// How an upstream call ended (docs/guide/what-a-sender-sees.md, "What a sender sees"), and whether the upstream
 /// did the work.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 enum Outcome {
@@ -747,7 +747,7 @@ fn the_checker_finds_a_forwarded_dead_letter() {
     );
 }
 
-/// Asynchronous delivery (README, "Asynchronous delivery") as a model of its own: the sender's
+/// Asynchronous delivery (docs/guide/async-delivery.md, "Asynchronous delivery") as a model of its own: the sender's
 /// deliveries are accepted into the store (answered once stored); workers
 /// lease the queued event with a fencing token, call the upstream and
 /// settle the attempt (completed, queued again, or dead after

@@ -1,4 +1,4 @@
-//! Ordered delivery (README, "Ordered delivery") as a model: three events
+//! Ordered delivery (docs/guide/ordering.md, "Ordered delivery") as a model: three events
 //! of one entity accepted in any order, leased by two workers of a fleet
 //! under the store's ordered-lease rule, which crash, refuse and lose
 //! their leases at any step, and an operator who redelivers a dead one.

@@ -1,4 +1,4 @@
-//! Reconciliation (docs/reconciliation.md) as a model: one Stripe event,
+//! Reconciliation (docs/guide/reconciliation.md) as a model: one Stripe event,
 //! which the sender delivers (its own bytes) and retries until it is
 //! answered 2xx, and which two gateways' passes find missing in the
 //! sender's API and deliver (the API's bytes) — every step of each

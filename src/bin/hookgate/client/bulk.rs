@@ -1,5 +1,5 @@
 //! `hookgate events redeliver|replay|forget` over filters instead of one
-//! key — a bulk action the gateway runs (README, "Bulk actions") — and
+//! key — a bulk action the gateway runs (docs/guide/dead-letters.md, "Bulk actions") — and
 //! `hookgate events bulk list|status|cancel`. On a terminal the command
 //! follows the action with a progress line until it ends; Ctrl-C leaves it
 //! running in the gateway (`events bulk cancel ID` stops it).

@@ -1,5 +1,5 @@
 //! The admin API's command-line clients: `hookgate events …` (stored
-//! events, README, "Failed events and dead letters"), `hookgate routes …` (pause and resume, README, "Traffic control") and
+//! events, docs/guide/dead-letters.md, "Failed events and dead letters"), `hookgate routes …` (pause and resume, docs/guide/traffic-control.md, "Traffic control") and
 //! `hookgate reload` (which, unlike SIGHUP, tells whether it took).
 //!
 //! They talk to a running gateway's admin listener (`--admin URL`, default
@@ -222,7 +222,7 @@ impl EventsCommand {
     }
 }
 
-/// Exit code for a bad command line (README, "Configuration").
+/// Exit code for a bad command line (docs/guide/configuration.md, "Configuration").
 pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code for an action that ran, but left an event it touched
 /// undelivered (failed, or dead again).

@@ -4,7 +4,7 @@
 use super::encode;
 use hookgate::clock::rfc3339;
 
-/// One destination's deliveries, of a route with several (README,
+/// One destination's deliveries, of a route with several (docs/guide/destinations.md,
 /// "Several destinations").
 #[derive(clap::Args)]
 pub(super) struct DestinationArg {
@@ -28,7 +28,7 @@ pub(super) fn with_query(path: String, query: impl IntoIterator<Item = String>) 
     }
 }
 
-/// Which events a listing keeps (README, "Failed events and dead letters").
+/// Which events a listing keeps (docs/guide/dead-letters.md, "Failed events and dead letters").
 #[derive(clap::Args)]
 pub(super) struct FilterArgs {
     #[command(flatten)]

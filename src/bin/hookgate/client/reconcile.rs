@@ -1,5 +1,5 @@
 //! `hookgate reconcile status [ROUTE]` and `hookgate reconcile ROUTE
-//! [--since 2d] [--dry-run]` (README, "Reconciliation"): a route's
+//! [--since 2d] [--dry-run]` (docs/guide/reconciliation.md, "Reconciliation"): a route's
 //! reconciliation with its sender's API as the fleet last recorded it, or
 //! one pass now — a dry run lists what is missing and changes nothing. A
 //! pass that could not recover every missing event exits 3.
