@@ -8,8 +8,6 @@
 
 use std::time::Duration;
 
-use crate::verify::{PairFormat, STRIPE_SIGNATURE};
-
 const DAY: u64 = 86_400;
 
 /// One sender's API, as reconciliation reads it.
@@ -87,8 +85,8 @@ pub enum Time {
 pub enum Recover {
     /// The item is the event: delivered here, through the claim and the
     /// attempt a sender's delivery takes, signed with the route's first
-    /// secret in the sender's format (Stripe's `/v1/events`).
-    Deliver { signature: &'static PairFormat },
+    /// secret as its scheme describes (Stripe's `/v1/events`).
+    Deliver,
     /// The sender is asked to deliver it again (`POST` to this path under
     /// `api_base`; `{hook}` and `{id}` filled in): it arrives through the
     /// sender's entrance, signed by the sender (GitHub).
@@ -120,9 +118,7 @@ pub static STRIPE: SenderApi = SenderApi {
         status: None,
         kind: Some("/type"),
     },
-    recover: Recover::Deliver {
-        signature: &STRIPE_SIGNATURE,
-    },
+    recover: Recover::Deliver,
 };
 
 pub static GITHUB: SenderApi = SenderApi {

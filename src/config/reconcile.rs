@@ -99,7 +99,7 @@ impl Validator<'_> {
         let hook = self.hook(&at.key("hook"), raw.hook.as_deref(), sender);
         let types = self.types(&at.key("types"), raw.types.as_deref(), sender);
         let signing_secret = match sender.recover {
-            Recover::Deliver { .. } => route.first_secret,
+            Recover::Deliver => route.first_secret,
             Recover::AskAgain { .. } => None,
         };
         Some(Arc::new(ReconcileSettings {

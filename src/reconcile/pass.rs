@@ -282,7 +282,7 @@ impl Pass<'_> {
         tally: &mut Tally,
     ) -> Option<Found> {
         let id = text_at(item, self.settings.sender.list.id);
-        let Recover::Deliver { .. } = self.settings.sender.recover else {
+        let Recover::Deliver = self.settings.sender.recover else {
             let (body, headers) = (Bytes::new(), HeaderMap::new());
             return Some(Found {
                 at,
@@ -321,15 +321,21 @@ impl Pass<'_> {
             ..
         } = found;
         match self.settings.sender.recover {
-            Recover::Deliver { signature } => {
+            Recover::Deliver => {
                 let Some(secret) = &self.settings.signing_secret else {
                     return tally.failed(&key, "the route has no secret to sign with");
                 };
-                let signed = signature.sign(secret, self.clock.now_ms() / 1000, &body);
-                match HeaderValue::from_str(&signed) {
-                    Ok(value) => headers.insert(signature.header.clone(), value),
-                    Err(_) => return tally.failed(&key, "the signature is no header value"),
+                let now = self.clock.now_ms() / 1000;
+                let signed = match self.route.scheme.sign(secret, now, &body) {
+                    Ok(signed) => signed,
+                    Err(why) => return tally.failed(&key, &why),
                 };
+                for (name, value) in signed {
+                    match HeaderValue::from_str(&value) {
+                        Ok(value) => headers.insert(name, value),
+                        Err(_) => return tally.failed(&key, "the signature is no header value"),
+                    };
+                }
                 let delivered = self.gateway.deliver_fetched(self.route, headers, body);
                 self.count(&key, delivered.await, tally);
             }

@@ -47,6 +47,14 @@ pub enum Encoding {
 }
 
 impl Encoding {
+    pub fn encode(self, bytes: &[u8]) -> String {
+        match self {
+            Encoding::Hex => hex::encode(bytes),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+            Encoding::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+        }
+    }
+
     pub fn decode(self, text: &str) -> Option<Vec<u8>> {
         match self {
             Encoding::Hex => hex::decode(text).ok(),

@@ -13,7 +13,6 @@
 mod adyen;
 mod asymmetric;
 mod aws_sns;
-mod calendly;
 mod catalogue;
 mod challenge;
 mod described;
@@ -24,13 +23,9 @@ mod gitlab;
 mod hubspot;
 mod linear;
 mod mailgun;
-mod paddle;
-mod pagerduty;
-mod pairs;
 mod sendgrid;
 mod shared;
 mod standard_webhooks;
-mod stripe;
 mod twilio;
 mod woocommerce;
 mod zoom;
@@ -52,7 +47,6 @@ use self::described::DescribedVerifier;
 pub use self::described::{intern, parse_template, Described, RawScheme, RawVector};
 pub use self::fetched::{sns_hosts, FetchSpec, HostPattern};
 pub use self::generic::{Encoding, HmacOptions, HmacVerifier};
-pub use self::pairs::PairFormat;
 #[cfg(test)]
 pub(crate) use self::shared::at;
 pub use self::shared::Algorithm;
@@ -61,20 +55,15 @@ pub(crate) use self::shared::{
     single_header, Timestamped,
 };
 pub(crate) use self::standard_webhooks::{decode_secret, sign as sign_standard_webhooks};
-pub use self::stripe::FORMAT as STRIPE_SIGNATURE;
 
 /// The senders of code: those whose scheme is more than data (key pairs,
 /// signatures in the body, public keys, handshakes with logic), and the
 /// ones not moved to `senders.toml` yet. Adding one is a file with its
 /// [`Profile`] and one line here.
 static CODE: &[&Profile] = &[
-    &stripe::PROFILE,
     &gitlab::PROFILE,
-    &paddle::PROFILE,
-    &calendly::PROFILE,
     &linear::PROFILE,
     &twilio::PROFILE,
-    &pagerduty::PROFILE,
     &mailgun::PROFILE,
     &sendgrid::PROFILE,
     &discord::PROFILE,
@@ -189,6 +178,20 @@ impl Profile {
             .iter()
             .copied()
             .find(|profile| profile.name == name)
+    }
+
+    /// The headers this scheme's sender would send for `body` at
+    /// `timestamp` (Unix seconds), signed with `secret` ([`Described::sign`]).
+    pub fn sign(
+        &self,
+        secret: &Secret,
+        timestamp: u64,
+        body: &[u8],
+    ) -> Result<Vec<(HeaderName, String)>, String> {
+        match self.described {
+            Some(described) => described.sign(secret, timestamp, body),
+            None => Err(format!("scheme {:?} is not described as data", self.name)),
+        }
     }
 
     /// The handshake a scheme described as data answers, if any.

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::secret::Secret;
 use crate::verify::catalogue::unrelated_key;
-use crate::verify::tests::header_value;
+use crate::verify::tests::{header_value, spec_of};
 use crate::verify::{RequestLine, Verifier, VerifyError, VerifySpec, PROFILES};
 
 #[test]
@@ -111,17 +111,7 @@ fn an_error_names_its_field() {
 /// A verifier of `description` (a `[[schemes]]` entry) under `key`.
 fn verifier_of(description: &str, key: &str) -> Result<Verifier, String> {
     let made = profile(&raw(description), Profile::named).map_err(|(f, e)| format!("{f}: {e}"))?;
-    let spec = VerifySpec {
-        secrets: vec![Secret::new(key)],
-        tolerance: super::super::DEFAULT_TOLERANCE,
-        hmac: None,
-        public_url: None,
-        min_secret_bytes: 1,
-        handshake_token: None,
-        fetch: None,
-        topics: vec![],
-    };
-    made.verifier(spec, false)
+    made.verifier(spec_of(&Secret::new(key)), false)
 }
 
 fn sign(secret: &str, text: &str) -> String {

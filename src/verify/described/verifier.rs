@@ -90,6 +90,60 @@ impl Described {
     }
 }
 
+impl Described {
+    /// The headers a sender of this description would send for `body` at
+    /// `timestamp` (Unix seconds), signed with `secret`: how hookgate signs
+    /// an event it fetched from the sender's API itself
+    /// (docs/guide/reconciliation.md, "Reconciliation"), so an upstream
+    /// that verifies the sender accepts it. An HMAC over the body, the
+    /// timestamp and literal text can be made so; a key pair's signature,
+    /// or one over the URL or another header, cannot.
+    pub fn sign(
+        &self,
+        secret: &Secret,
+        timestamp: u64,
+        body: &[u8],
+    ) -> Result<Vec<(HeaderName, String)>, String> {
+        let Signer::Hmac(algorithm) = self.signer else {
+            return Err("the sender signs with its private key".into());
+        };
+        let stamp = match &self.timestamp {
+            Some((_, Unit::Millis)) => (timestamp * 1000).to_string(),
+            _ => timestamp.to_string(),
+        };
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.signed.len());
+        for piece in &self.signed {
+            parts.push(match piece {
+                Piece::Body => body,
+                Piece::Timestamp => stamp.as_bytes(),
+                Piece::Literal(text) => text.as_bytes(),
+                Piece::Header(_) | Piece::Url => {
+                    return Err("the signature covers what only the sender's request has".into())
+                }
+            });
+        }
+        let tag = algorithm.tag(secret.expose(), &parts);
+        let signature = format!("{}{}", self.prefix, self.encoding.encode(&tag));
+        let first = |separator: &str| separator.chars().next().unwrap_or(',');
+        let value = match (&self.layout, &self.timestamp) {
+            (Layout::Pairs { name, separator }, Some((Stamp::Pair(t), _))) => {
+                format!("{t}={stamp}{}{name}={signature}", first(separator))
+            }
+            (Layout::Pairs { name, .. }, _) => format!("{name}={signature}"),
+            (Layout::List { separator }, Some((Stamp::First, _))) => {
+                format!("{stamp}{}{signature}", first(separator))
+            }
+            _ => signature,
+        };
+        let mut headers = Vec::with_capacity(2);
+        if let Some((Stamp::Header(name), _)) = &self.timestamp {
+            headers.push((name.clone(), stamp));
+        }
+        headers.push((self.header.clone(), value));
+        Ok(headers)
+    }
+}
+
 /// The ring algorithm(s) of an asymmetric signer: ECDSA signatures come
 /// DER-encoded or as the fixed 64 bytes of `r || s`.
 fn algorithms(signer: Signer) -> &'static [&'static dyn VerificationAlgorithm] {
