@@ -56,6 +56,7 @@ pub async fn run(engine: Arc<Engine>, parts: Parts, stop: impl std::future::Futu
     let parts = &workers.parts;
     loop {
         let busy = pass(&workers, &mut orders).await;
+        parts.metrics.worker_passes.inc();
         if busy {
             // More may be due: go on at once, but let requests through.
             tokio::task::yield_now().await;

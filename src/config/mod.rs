@@ -14,6 +14,7 @@
 //! - `server`, `store`, `routes` — one file per section of the file.
 //! - `summary` — what `hookgate check` prints.
 
+mod claims;
 mod delivery;
 mod destinations;
 mod locate;

@@ -47,7 +47,7 @@ use crate::config::RouteConfig;
 use crate::headers::DESTINATIONS;
 use crate::replay::{BodyKept, RecordedResponse};
 use crate::route::Route;
-use crate::store::{ClaimMode, ClaimRequest, Lease, OrderSpot, StoreKey, Stored, StoredRequest};
+use crate::store::{ClaimMode, Lease, OrderSpot, StoreKey, StoredRequest};
 
 /// What a route's filters say of an event.
 pub enum Verdict {
@@ -127,21 +127,9 @@ impl Engine {
             // An ordered route's destination keeps the entity's order in its
             // own queue, from the place this hand-out gives the event there.
             let place = destination.order_place(&request.headers, &request.body, &body_sha256);
-            let accept = ClaimRequest {
-                mode: ClaimMode::Accept,
-                order: place.as_ref().map(OrderSpot::at),
-                stored: Some(Stored {
-                    request: &request,
-                    route: &destination.name,
-                    replay_of: None,
-                }),
-                ..ClaimRequest::delivery(
-                    &key,
-                    &body_sha256,
-                    destination.processing_ttl,
-                    destination.dead_letter_retention,
-                )
-            };
+            let accept = destination
+                .claim_acceptance(&key, &body_sha256, &request, ClaimMode::Accept)
+                .ordered(place.as_ref().map(OrderSpot::at));
             // Queued (new, or a failed record due again), or already there from
             // an earlier fan-out: either way the destination has it.
             if let Err(error) = store.claim(accept).await {

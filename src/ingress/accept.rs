@@ -17,9 +17,7 @@ use crate::delivery::places::Place;
 use crate::delivery::{policy, Attempt, Kind, Traced};
 use crate::error::GatewayError;
 use crate::route::Route;
-use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, OrderSpot, StoreError, StoreKey, Stored, StoredRequest,
-};
+use crate::store::{ClaimMode, ClaimOutcome, OrderSpot, StoreError, StoreKey, StoredRequest};
 use crate::traffic::bounds::{Bounds, QUEUE_FULL_RETRY_AFTER};
 
 impl Gateway {
@@ -97,21 +95,11 @@ impl Gateway {
         let outcome = self
             .parts
             .store
-            .claim(ClaimRequest {
-                order: place.as_ref().map(OrderSpot::at),
-                key: &store_key,
-                body_sha256,
-                processing_ttl: route.processing_ttl,
-                // An accepted event outlives its attempts (max_age).
-                retention: route.dead_letter_retention,
-                guard_key: guard_key.as_ref(),
-                mode,
-                stored: Some(Stored {
-                    request: &request,
-                    route: &route.name,
-                    replay_of: None,
-                }),
-            })
+            .claim(
+                (route.claim_acceptance(&store_key, body_sha256, &request, mode))
+                    .guarded(guard_key.as_ref())
+                    .ordered(place.as_ref().map(OrderSpot::at)),
+            )
             .await;
         match outcome {
             Ok(ClaimOutcome::Queued) => {

@@ -48,7 +48,7 @@ use crate::key::{self, KeyError, OnMissingKey};
 use crate::metrics::{Metrics, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
-use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, StoreError, StoreKey};
+use crate::store::{ClaimOutcome, Lease, StoreError, StoreKey};
 use crate::telemetry::{DeliverySpan, SpanFacts};
 use crate::traffic::Admission;
 use crate::upstream::{build_request, stored_request, Delivery};
@@ -450,16 +450,11 @@ impl Gateway {
         let outcome = self
             .parts
             .store
-            .claim(ClaimRequest {
-                key: &store_key,
-                body_sha256,
-                processing_ttl: route.processing_ttl,
-                retention: route.retention,
-                guard_key: guard_key.as_ref(),
-                mode: ClaimMode::Deliver,
-                stored: None,
-                order: None,
-            })
+            .claim(
+                route
+                    .claim_delivery(&store_key, body_sha256)
+                    .guarded(guard_key.as_ref()),
+            )
             .await;
         match outcome {
             Ok(ClaimOutcome::New(lease)) => Ok(Claimed::New((store_key, lease))),

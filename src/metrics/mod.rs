@@ -150,6 +150,8 @@ pub struct Metrics {
     pub route_control_changes: IntCounterVec,
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
+    /// The workers' passes over every queue (`worker.rs`).
+    pub worker_passes: prometheus::IntCounter,
     registry: Registry,
     /// Every metric name registered, series or not yet.
     names: Vec<String>,
@@ -197,6 +199,7 @@ impl Metrics {
             config_reloads: b.counters("hookgate_config_reloads_total"),
             config_reloaded_at: b.gauge("hookgate_config_last_reload_success_timestamp_seconds"),
             tls_handshake_failures: b.int_counter("hookgate_tls_handshake_failures_total"),
+            worker_passes: b.int_counter("hookgate_worker_passes_total"),
             dead_letters_total: b.counters("hookgate_dead_letters_total"),
             stale_events_total: b.counters("hookgate_stale_events_total"),
             blocked_entities: b.int_gauges("hookgate_blocked_entities"),

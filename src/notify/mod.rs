@@ -42,7 +42,7 @@ use crate::config::{NoticeKind, NotifyTarget, NOTIFY};
 use crate::delivery::Parts;
 use crate::headers::lower_hex;
 use crate::replay::{BodyKept, RecordedResponse};
-use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, StoreError, Stored, StoredRequest};
+use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, StoreError, StoredRequest};
 
 /// The most notices one message carries; more wait for the next.
 const MOST_PER_MESSAGE: usize = 20;
@@ -172,20 +172,7 @@ async fn send(
     let delivery = &target.delivery;
     let store_key = parts.store.key(&delivery.scope, &key);
     let body_sha256 = lower_hex(&Sha256::digest(&request.body));
-    let accept = ClaimRequest {
-        mode: ClaimMode::Accept,
-        stored: Some(Stored {
-            request: &request,
-            route: &delivery.name,
-            replay_of: None,
-        }),
-        ..ClaimRequest::delivery(
-            &store_key,
-            &body_sha256,
-            delivery.processing_ttl,
-            delivery.dead_letter_retention,
-        )
-    };
+    let accept = delivery.claim_acceptance(&store_key, &body_sha256, &request, ClaimMode::Accept);
     parts.store.claim(accept).await?;
     parts.places.wake();
     tracing::info!(target = %target.name, key, notices = said.len(), "notification queued");

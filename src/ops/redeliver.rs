@@ -30,9 +30,7 @@ use crate::delivery::{Attempt, Kind, Settled, Traced};
 use crate::error::GatewayError;
 use crate::key;
 use crate::route::Route;
-use crate::store::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Lease, RecordState, StoreKey, Stored, StoredRequest,
-};
+use crate::store::{ClaimMode, ClaimOutcome, Lease, RecordState, StoreKey, StoredRequest};
 use crate::traffic::{Admission, PAUSE_POLL};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -118,15 +116,7 @@ impl Operator {
             return Err(OpsError::Completed);
         }
         let request = record.request.ok_or(OpsError::RequestNotStored)?;
-        let claim = |mode| ClaimRequest {
-            mode,
-            ..ClaimRequest::delivery(
-                &store_key,
-                &record.body_sha256,
-                route.processing_ttl,
-                route.retention,
-            )
-        };
+        let claim = |mode| route.claim_again(&store_key, &record.body_sha256, mode);
         if record.state == RecordState::Queued {
             // The workers deliver it, governed like every queued event.
             return match store.claim(claim(ClaimMode::Redeliver { force })).await {
@@ -221,19 +211,7 @@ impl Operator {
             let replay_key = key::validate(replay_key(key, n)).map_err(|_| OpsError::KeyInvalid)?;
             let store_key = store.key(&route.scope, &replay_key);
             let claimed = store
-                .claim(ClaimRequest {
-                    stored: Some(Stored {
-                        request: &request,
-                        route: &route.name,
-                        replay_of: Some(key),
-                    }),
-                    ..ClaimRequest::delivery(
-                        &store_key,
-                        &record.body_sha256,
-                        route.processing_ttl,
-                        route.retention,
-                    )
-                })
+                .claim(route.claim_replay(&store_key, &record.body_sha256, &request, key))
                 .await
                 .map_err(OpsError::from)?;
             if let ClaimOutcome::New(lease) = claimed {

@@ -347,7 +347,20 @@ pub struct ClaimRequest<'a> {
 }
 
 impl<'a> ClaimRequest<'a> {
-    /// A sender's delivery of `key`, without replay guard or stored request.
+    /// With the replay guard's key (a sender's delivery of a route with
+    /// `replay_guard`).
+    pub fn guarded(self, guard_key: Option<&'a StoreKey>) -> Self {
+        Self { guard_key, ..self }
+    }
+
+    /// At its place in its entity's order (an ordered route's acceptance).
+    pub fn ordered(self, order: Option<OrderSpot<'a>>) -> Self {
+        Self { order, ..self }
+    }
+
+    /// A claim of `key` that is no route's event (a reconciliation lease,
+    /// a test), without replay guard or stored request; a route's claims
+    /// are `RouteConfig::claim_*`.
     pub fn delivery(
         key: &'a StoreKey,
         body_sha256: &'a str,

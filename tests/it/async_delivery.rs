@@ -227,8 +227,9 @@ async fn a_fleet_delivers_each_event_once(backend: Backend) {
         assert_eq!(answer.status, StatusCode::ACCEPTED, "{:?}", answer.json());
     }
     assert!(upstream.all_reached(&ids, Duration::from_secs(20)).await);
-    // Let any second delivery show itself.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Both gateways' workers look again: a second delivery would show.
+    first.worker_passes(3).await;
+    second.worker_passes(3).await;
     for id in &ids {
         assert_eq!(upstream.count(id), 1, "{id}");
     }
@@ -298,7 +299,7 @@ async fn respond_within_answers_synchronously_when_it_can() {
         })
         .await
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gateway.worker_passes(3).await;
     assert_eq!(
         upstream.count("evt_slow"),
         1,
@@ -314,7 +315,8 @@ async fn accepted_events_survive_a_sigkill(backend: Backend) {
     let upstream = Upstream::start().await;
     let down = format!("http://127.0.0.1:{}/hook", free_port());
     let dir = tempfile::tempdir().unwrap();
-    let text = config_text(&down, &backend, ASYNC, "");
+    let admin_port = free_port();
+    let text = with_admin_on(&config_text(&down, &backend, ASYNC, ""), admin_port);
     let (path, port) = write_config(dir.path(), &text);
     let mut gateway = GatewayProcess::start(&path, port).await;
     let ids: Vec<String> = (0..20).map(|i| format!("evt_kill_{i}")).collect();
@@ -333,7 +335,7 @@ async fn accepted_events_survive_a_sigkill(backend: Backend) {
         "{}",
         gateway.logs()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    worker_passes_at(&format!("http://127.0.0.1:{admin_port}/metrics"), 3).await;
     let seen: HashSet<String> = upstream.seen().iter().map(|s| s.key()).collect();
     assert_eq!(seen.len(), 20);
     for id in &ids {
@@ -404,7 +406,7 @@ async fn a_poison_event_that_kills_its_gateway_is_parked_after_max_attempts() {
         "{}",
         gateway.logs()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    worker_passes_at(&format!("http://127.0.0.1:{admin_port}/metrics"), 3).await;
     assert_eq!(upstream.count("evt_poison"), 2, "never called a third time");
     gateway.stop("TERM");
 }
@@ -422,7 +424,11 @@ async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::Embedded(dir.path().join("term.db"));
     let route = format!("{ASYNC}\nmax_in_flight = 2");
-    let text = config_text(&upstream.url("/hook"), &backend, &route, "");
+    let admin_port = free_port();
+    let text = with_admin_on(
+        &config_text(&upstream.url("/hook"), &backend, &route, ""),
+        admin_port,
+    );
     let (path, port) = write_config(dir.path(), &text);
     let mut gateway = GatewayProcess::start(&path, port).await;
     let ids: Vec<String> = (0..6).map(|i| format!("evt_term_{i}")).collect();
@@ -435,7 +441,7 @@ async fn sigterm_finishes_running_deliveries_and_leaves_the_rest_queued() {
     // The next start delivers the rest, and nothing twice.
     let gateway = GatewayProcess::start(&path, port).await;
     assert!(upstream.all_reached(&ids, Duration::from_secs(15)).await);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    worker_passes_at(&format!("http://127.0.0.1:{admin_port}/metrics"), 3).await;
     for id in &ids {
         assert_eq!(upstream.count(id), 1, "{id}");
     }

@@ -61,10 +61,10 @@ async fn a_backup_under_load_restores_and_replays_what_was_done() {
             sent
         })
     };
-    while upstream.total() < 250 {
-        tokio::task::yield_now().await;
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let flowing = eventually(std::time::Duration::from_secs(30), || {
+        ready(upstream.total() >= 250)
+    });
+    assert!(flowing.await, "deliveries flow while the backup runs");
     let copy = dir.path().join("copy.db");
     let (code, said, err) = tokio::task::block_in_place(|| backup(&config, &copy));
     assert_eq!(code, Some(0), "{err}");

@@ -24,20 +24,17 @@ async fn admin(gateway: &TestGateway, method: Method, path: &str) -> Answer {
 
 /// Poll bulk action `id` until it is no longer running.
 async fn ended(gateway: &TestGateway, id: &str) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let bulk = admin(gateway, Method::GET, &format!("/admin/bulk/{id}")).await;
+    let path = format!("/admin/bulk/{id}");
+    let state = || async {
+        let bulk = admin(gateway, Method::GET, &path).await;
         assert_eq!(bulk.status, StatusCode::OK, "{:?}", bulk.body);
-        let bulk = bulk.json();
-        if bulk["state"] != "running" {
-            return bulk;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still running: {bulk}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        bulk.json()
+    };
+    let ended = eventually(Duration::from_secs(120), || async {
+        state().await["state"] != "running"
+    });
+    assert!(ended.await, "still running: {}", state().await);
+    state().await
 }
 
 async fn matched(gateway: &TestGateway, query: &str) -> u64 {
@@ -122,20 +119,15 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
          host: {addr}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-length: 0\r\n\r\n"
     );
     caller.write_all(ask.as_bytes()).await.unwrap();
-    let id = {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let list = admin(&gateway, Method::GET, "/admin/bulk").await.json();
-            if let Some(bulk) = list["bulk"].as_array().and_then(|all| all.first()) {
-                break bulk["id"].as_str().unwrap().to_owned();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no bulk action began"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let first = || async {
+        let list = admin(&gateway, Method::GET, "/admin/bulk").await.json();
+        list["bulk"][0]["id"].as_str().map(str::to_owned)
     };
+    let began = eventually(Duration::from_secs(60), || async {
+        first().await.is_some()
+    });
+    assert!(began.await, "no bulk action began");
+    let id = first().await.unwrap();
     // Gone without reading the answer, long before the action ends.
     drop(caller);
     let bulk = ended(&gateway, &id).await;
@@ -178,13 +170,12 @@ async fn a_bulk_redelivery_sends_each_match_once_and_nothing_else() {
     let started = started.json();
     assert_eq!(started["matched"], EACH);
     let id = started["id"].as_str().unwrap().to_owned();
-    loop {
-        let bulk = admin(&gateway, Method::GET, &format!("/admin/bulk/{id}")).await;
-        if bulk.json()["delivered"].as_u64().unwrap() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let path = format!("/admin/bulk/{id}");
+    let three = eventually(Duration::from_secs(30), || async {
+        let bulk = admin(&gateway, Method::GET, &path).await;
+        bulk.json()["delivered"].as_u64().unwrap() >= 3
+    });
+    assert!(three.await, "three delivered");
     let cancelled = admin(&gateway, Method::DELETE, &format!("/admin/bulk/{id}")).await;
     assert_eq!(cancelled.status, StatusCode::OK);
     let bulk = ended(&gateway, &id).await;

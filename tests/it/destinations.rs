@@ -547,7 +547,7 @@ async fn a_paused_destination_holds_alone() {
         crm.all_reached(&["evt_0".to_owned()], Duration::from_secs(10))
             .await
     );
-    tokio::time::sleep(Duration::from_millis(600)).await; // two worker polls
+    gateway.worker_passes(3).await;
     assert_eq!(billing.count("evt_0"), 0, "billing is paused");
 
     // The route's pause holds every destination.
@@ -562,7 +562,7 @@ async fn a_paused_destination_holds_alone() {
         sender.deliver(&url, &body(4)).await.status,
         StatusCode::ACCEPTED
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    gateway.worker_passes(3).await;
     assert_eq!((billing.count("evt_4"), crm.count("evt_4")), (0, 0));
     routes(&["resume", "hook"]);
     let both = ["evt_4".to_owned()];

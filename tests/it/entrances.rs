@@ -384,7 +384,7 @@ async fn a_paused_route_sharing_a_scope_is_not_delivered_by_its_sibling() {
     let ids: Vec<String> = (0..3).map(|i| format!("evt_shared_{i}")).collect();
     accept_all(&gateway.url("/hook"), &ids).await;
     accept_all(&gateway.url("/sibling"), &["evt_sibling".to_owned()]).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    gateway.worker_passes(4).await;
     assert_eq!(
         paused_upstream.total(),
         0,

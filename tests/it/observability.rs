@@ -334,16 +334,15 @@ async fn the_admin_api_shows_forgets_and_releases_keys() {
         "forwarded after release"
     );
     // The first holder's next renewal finds its claim taken over.
-    let mut lost = None;
-    for _ in 0..50 {
+    let lost = || async {
         let body = scrape(&gateway.admin_url("/metrics")).await;
-        lost = sample(&body, "hookgate_leases_lost_total", &[("route", "hook")]);
-        if lost.is_some_and(|lost| lost > 0.0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(lost, Some(1.0));
+        sample(&body, "hookgate_leases_lost_total", &[("route", "hook")])
+    };
+    let counted = eventually(Duration::from_secs(3), || async {
+        lost().await.is_some_and(|lost| lost > 0.0)
+    });
+    assert!(counted.await);
+    assert_eq!(lost().await, Some(1.0));
     stuck.abort();
     redelivery.abort();
 

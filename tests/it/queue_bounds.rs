@@ -41,15 +41,15 @@ async fn until_full(url: &str, size: usize) -> (Vec<String>, String, Answer) {
 
 /// Send `body` until the gateway accepts it (room again), within 15 s.
 async fn until_accepted(url: &str, body: &str) -> Answer {
-    let sender = Sender::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    let (sender, last) = (Sender::new(), std::sync::Mutex::new(None));
+    let accepted = eventually(Duration::from_secs(15), || async {
         let answer = sender.deliver(url, body).await;
-        if answer.status == StatusCode::ACCEPTED || tokio::time::Instant::now() > deadline {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let accepted = answer.status == StatusCode::ACCEPTED;
+        *last.lock().unwrap() = Some(answer);
+        accepted
+    });
+    accepted.await;
+    last.into_inner().unwrap().expect("delivered at least once")
 }
 
 /// The bound `route` or `store` sets fills with `held` paused events of

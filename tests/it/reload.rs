@@ -92,7 +92,8 @@ async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
             statuses
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Deliveries flow before the reload...
+    assert!(eventually(Duration::from_secs(5), || ready(upstream.total() >= 5)).await);
     let second = std::fs::read_to_string(&path).unwrap()
         + "\n[[routes]]\nname = \"second\"\npath = \"/second\"\nupstream = \"http://127.0.0.1:9/\"\n\
            key = [\"json:/id\"]\n[routes.verify]\nscheme = \"none\"\n";
@@ -103,21 +104,22 @@ async fn a_route_added_on_sighup_goes_live_without_dropping_requests() {
     assert_eq!(before.code(), "route_not_found");
     hup(&gateway);
 
-    let mut live = false;
-    for _ in 0..100 {
+    let live = eventually(Duration::from_secs(5), || async {
         let answer = Sender::new()
             .deliver(&gateway.url("/second"), &event("evt_2"))
             .await;
-        if answer.code() != "route_not_found" {
-            // The new route's upstream is a closed port: it answers 502.
-            assert_eq!(answer.code(), "upstream_unreachable");
-            live = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(live, "the added route went live");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+        // The new route's upstream is a closed port: it answers 502.
+        answer.code() == "upstream_unreachable"
+    });
+    assert!(live.await, "the added route went live");
+    // ...and after it.
+    let at_reload = upstream.total();
+    assert!(
+        eventually(Duration::from_secs(5), || ready(
+            upstream.total() >= at_reload + 5
+        ))
+        .await
+    );
     running.store(false, Ordering::Relaxed);
     let statuses = stream.await.unwrap();
     assert!(
@@ -143,15 +145,11 @@ async fn a_broken_config_leaves_the_old_one_serving() {
         .replace("[[routes]]", "[[routes]]\nupstraem = \"typo\"");
     std::fs::write(&path, broken).unwrap();
     hup(&gateway);
-    let mut counted = false;
-    for _ in 0..400 {
-        // At least once: the file watcher may notice the change as well.
-        if reloads(admin_port, "failure").await >= 1.0 {
-            counted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // At least once: the file watcher may notice the change as well.
+    let counted = eventually(Duration::from_secs(10), || async {
+        reloads(admin_port, "failure").await >= 1.0
+    })
+    .await;
     assert!(
         counted,
         "the failed reload is counted (hookgate: {:?})",
@@ -224,20 +222,15 @@ async fn rotate_certificate(hup_it: bool) {
     if hup_it {
         hup(&gateway);
     }
-    let mut rotated = false;
-    for i in 0..400 {
-        if let Ok((answer, _)) = new_ca
-            .sender(Version::HTTP_11)
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let rotated = eventually(Duration::from_secs(10), || async {
+        let i = tries.fetch_add(1, Ordering::Relaxed);
+        let sent = (new_ca.sender(Version::HTTP_11))
             .send(signed(&url, &event(&format!("evt_c{i}"))))
-            .await
-        {
-            assert_eq!(answer.status, StatusCode::OK);
-            rotated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(rotated, "new connections see the new certificate");
+            .await;
+        sent.is_ok_and(|(answer, _)| answer.status == StatusCode::OK)
+    });
+    assert!(rotated.await, "new connections see the new certificate");
     assert!(old_ca
         .sender(Version::HTTP_11)
         .send(signed(&url, &event("evt_d")))
@@ -491,19 +484,19 @@ async fn a_secret_volume_update_is_reloaded_by_the_watcher() {
             .body(http_body_util::Full::new(bytes::Bytes::from(body)))
             .unwrap()
     };
-    let mut picked_up = false;
-    for i in 0..300 {
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let picked_up = eventually(Duration::from_secs(15), || async {
+        let i = tries.fetch_add(1, Ordering::Relaxed);
         let answer = sender
             .send(signed_with(rotated, &format!("evt_file_r{i}")))
             .await;
-        if answer.status == StatusCode::OK {
-            picked_up = true;
-            break;
-        }
-        assert_eq!(answer.code(), "signature_invalid");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(picked_up, "the rotated secret verifies without a signal");
+        assert!(answer.status == StatusCode::OK || answer.code() == "signature_invalid");
+        answer.status == StatusCode::OK
+    });
+    assert!(
+        picked_up.await,
+        "the rotated secret verifies without a signal"
+    );
     let old = sender.deliver(&url, &event("evt_file_old")).await;
     assert_eq!(old.code(), "signature_invalid", "the old secret is gone");
     assert_eq!(reloads(admin_port, "success").await, 1.0);

@@ -4,7 +4,6 @@
 //! on one real Redis, a real Redis Cluster and a real PostgreSQL.
 
 use std::time::Duration;
-use tokio::time::Instant;
 
 use http::{Method, StatusCode};
 
@@ -71,19 +70,15 @@ async fn a_forget_on_one_instance_reaches_the_other(store: &str, upstream: &Upst
     assert_eq!(forgot.status, StatusCode::OK);
     // The invalidation travels through pub/sub; it is normally there
     // before the next request. Deliver until B forwards, and count.
-    let started = Instant::now();
-    loop {
+    let forwarded = eventually(Duration::from_secs(2), || async {
         let next = sender.deliver(&b.url("/hook"), &body).await;
         assert_eq!(next.status, StatusCode::OK);
-        if !next.replayed() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "B kept answering from its cache after the forget"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        !next.replayed()
+    });
+    assert!(
+        forwarded.await,
+        "B kept answering from its cache after the forget"
+    );
     assert_eq!(upstream.count(&id), 2, "reprocessed once");
     let after = sender.deliver(&a.url("/hook"), &body).await;
     assert!(after.replayed());
@@ -176,12 +171,9 @@ async fn the_cache_is_off_while_its_feed_is_down() {
     let gateway = TestGateway::start(&text).await;
     assert!(gateway.replay_cache_live().await);
     redis.kill();
-    let deadline = Instant::now() + Duration::from_secs(5);
     let cache = &gateway.store.replay_cache().unwrap().clone();
-    while cache.is_live() {
-        assert!(Instant::now() < deadline, "the cache noticed the feed drop");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let noticed = eventually(Duration::from_secs(5), || ready(!cache.is_live()));
+    assert!(noticed.await, "the cache noticed the feed drop");
     redis.restart().await;
     assert!(
         gateway.replay_cache_live().await,
@@ -233,19 +225,15 @@ async fn a_forced_redelivery_on_one_instance_reaches_the_others_cache() {
     let forced = request(Method::POST, &url, Some(ADMIN_TOKEN)).await;
     assert_eq!(forced.json()["state"], "completed", "{:?}", forced.json());
     assert_eq!(upstream.count("evt_forced"), 3);
-    let started = Instant::now();
-    loop {
+    let fresh = eventually(Duration::from_secs(2), || async {
         let next = sender.deliver(&b.url("/hook"), &body).await;
         assert!(next.replayed());
-        if next.json()["call"].as_u64() == Some(3) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "B kept the recording from before the redelivery: {next:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        next.json()["call"].as_u64() == Some(3)
+    });
+    assert!(
+        fresh.await,
+        "B kept the recording from before the redelivery"
+    );
     assert_eq!(upstream.count("evt_forced"), 3);
     a.shutdown().await;
     b.shutdown().await;

@@ -318,12 +318,12 @@ async fn a_paused_async_route_accepts_and_holds_through_a_restart_then_delivers_
     );
     let ids: Vec<String> = (0..50).map(|i| format!("evt_hold_{i}")).collect();
     accept_all(&gateway.url("/hook"), &ids).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    worker_passes_at(&format!("{admin}/metrics"), 3).await;
     assert_eq!(upstream.total(), 0, "held while paused");
     assert!(gateway.stop("TERM").success());
 
     let mut gateway = GatewayProcess::start(&config, port).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    worker_passes_at(&format!("{admin}/metrics"), 4).await;
     assert_eq!(upstream.total(), 0, "still paused after the restart");
     let metrics = scrape(&format!("{admin}/metrics")).await;
     assert_eq!(
@@ -353,7 +353,7 @@ async fn a_paused_async_route_accepts_and_holds_through_a_restart_then_delivers_
     let said = routes_cli(&admin, &["resume", "hook"]);
     assert!(said.contains("hook resumed"), "{said}");
     assert!(upstream.all_reached(&ids, Duration::from_secs(10)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker_passes_at(&format!("{admin}/metrics"), 3).await;
     for id in &ids {
         assert_eq!(upstream.count(id), 1, "{id}");
     }
@@ -417,14 +417,16 @@ async fn a_circuit_breaker_stops_calling_a_failing_upstream_then_probes() {
     };
     assert_eq!(open(&metrics), Some(1.0));
     assert_eq!(opened(&metrics), Some(1.0));
-    let listed = get(&gateway.admin_url("/admin/routes"), Some(ADMIN_TOKEN)).await;
-    assert_eq!(
-        listed.json()["routes"][0]["circuit_breaker"]["state"],
-        "open"
-    );
+    let state = || async {
+        let listed = get(&gateway.admin_url("/admin/routes"), Some(ADMIN_TOKEN)).await;
+        listed.json()["routes"][0]["circuit_breaker"]["state"].clone()
+    };
+    assert_eq!(state().await, "open");
+    // Once open_for has passed, the breaker says it takes a probe.
+    let probing = || async { state().await == "half_open" };
 
     // The probe fails: open again.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(eventually(Duration::from_secs(5), probing).await);
     let probe = sender.deliver(&url, &event("evt_cb_probe")).await;
     assert_eq!(probe.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(probe.code(), "", "the upstream's own 503, not hookgate's");
@@ -438,7 +440,7 @@ async fn a_circuit_breaker_stops_calling_a_failing_upstream_then_probes() {
 
     // The upstream recovers: the next probe closes it.
     failing.store(false, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(eventually(Duration::from_secs(5), probing).await);
     let probe = sender.deliver(&url, &event("evt_cb_probe")).await;
     assert_eq!(
         probe.status,
@@ -484,7 +486,7 @@ circuit_breaker = { failures = 3, window = "30s", open_for = "2s" }"#,
     accept_all(&gateway.url("/hook"), &ids).await;
     assert!(eventually(Duration::from_secs(5), || ready(upstream.total() >= 3)).await);
     let opened_at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    gateway.worker_passes(4).await;
     assert_eq!(upstream.total(), 3, "held while open");
     failing.store(false, Ordering::SeqCst);
     assert!(

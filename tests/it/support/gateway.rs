@@ -112,6 +112,8 @@ pub struct TestGateway {
     pub store: Arc<Store>,
     /// Applies a reloaded config, as SIGHUP does.
     pub reloader: Arc<Reloader>,
+    /// `hookgate_worker_passes_total`: the workers' passes over the queues.
+    passes: prometheus::IntCounter,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -126,6 +128,7 @@ impl TestGateway {
         let config = parse_config(text);
         let app = App::new(&config, super::clock()).await.expect("store");
         let store = Arc::clone(&app.parts.store);
+        let passes = app.parts.metrics.worker_passes.clone();
         let reloader = app.reloader();
         let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -146,6 +149,7 @@ impl TestGateway {
             admin_addr,
             store,
             reloader,
+            passes,
             stop: Some(stop),
             task: Some(task),
         }
@@ -153,6 +157,20 @@ impl TestGateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// Wait until the workers have made `n` more passes over every queue
+    /// (`hookgate_worker_passes_total`): a check made then sees what those
+    /// passes did — a second delivery, a call a pause should have held.
+    /// The gateway's own count, not a guess at how long it takes.
+    pub async fn worker_passes(&self, n: u64) {
+        let from = self.passes.get();
+        let passed = eventually(Duration::from_secs(15), || {
+            std::future::ready(self.passes.get() >= from + n)
+        })
+        .await;
+        let made = self.passes.get() - from;
+        assert!(passed, "the workers made {made} passes, not {n}");
     }
 
     /// `POST /admin/routes/{route}/{action}` (pause, resume) with the test

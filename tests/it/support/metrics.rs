@@ -29,3 +29,25 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|line| line.rsplit(' ').next())
         .and_then(|value| value.parse().ok())
 }
+
+/// Wait until the gateway whose admin listener serves `metrics_url` has
+/// made `n` more worker passes over its queues
+/// (`hookgate_worker_passes_total`): what a check then sees, those passes
+/// did. The gateway's own count, not a guess at how long it takes.
+pub async fn worker_passes_at(metrics_url: &str, n: u64) {
+    let passes = || async {
+        sample(
+            &scrape(metrics_url).await,
+            "hookgate_worker_passes_total",
+            &[],
+        )
+    };
+    let from = passes()
+        .await
+        .expect("hookgate_worker_passes_total is served");
+    let passed = super::eventually(std::time::Duration::from_secs(15), || async {
+        passes().await.is_some_and(|now| now >= from + n as f64)
+    })
+    .await;
+    assert!(passed, "the workers made no {n} passes");
+}

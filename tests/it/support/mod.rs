@@ -75,9 +75,21 @@ pub fn clock() -> hookgate::clock::Clock {
     hookgate::clock::Clock::system()
 }
 
+/// A port free now, and never handed out before in this process: the
+/// kernel may give a port just released by one call to the next, and a
+/// test that asks for two (a gateway's public and admin listeners) would
+/// then get one port twice.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
