@@ -63,8 +63,10 @@
 //!   `redis-cluster` and `postgres`; [`store::Store`] adds the key layout
 //!   and deadlines. The record's life (docs/operations.md) is one
 //!   function, `decide` in `store/record.rs`, that every backend applies.
-//!   Adding a backend is one file implementing the trait, one arm in
-//!   [`store::Store::open`] and one line in the conformance suite.
+//!   Adding a backend is its folder implementing the capabilities, one
+//!   variant of `store::Backends` (with its arm in the `on!` dispatch),
+//!   one settings variant opened in [`store::Store::open`], and its name
+//!   in the conformance suite's one list.
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code,

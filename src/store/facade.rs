@@ -10,7 +10,8 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::time::Instant;
 
-use super::dynamic::DynBackend;
+use super::backend::{Fleet, Health, Records, Transfer};
+use super::backends::{on, Backends};
 use super::refusals::Refusals;
 use super::shards::Shards;
 use super::{
@@ -28,7 +29,7 @@ const LAYOUT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The configured backend, with the key layout and the per-operation
 /// deadline applied in one place.
 pub struct Store {
-    pub(super) backend: Box<dyn DynBackend>,
+    pub(super) backend: Backends,
     pub(super) name: &'static str,
     pub(super) key_prefix: String,
     /// The backend's [`Backend::namespace`].
@@ -110,14 +111,14 @@ impl Store {
     }
 
     /// A store over `backend`, each operation bounded by `timeout`.
-    pub fn new<B: Backend>(
+    pub fn new<B: Backend + Into<Backends>>(
         backend: B,
         key_prefix: &str,
         timeout: Duration,
         metrics: StoreMetrics,
     ) -> Store {
         Store {
-            backend: Box::new(backend),
+            backend: backend.into(),
             name: B::NAME,
             key_prefix: key_prefix.to_owned(),
             namespace: B::namespace,
@@ -160,7 +161,7 @@ impl Store {
         if budget == 0 {
             return self;
         }
-        let cache = match self.backend.invalidations() {
+        let cache = match on!(self.backend, b => Fleet::invalidations(b)) {
             Invalidations::Local => Arc::new(ReplayCache::new(budget, true)),
             Invalidations::Feed(start) => {
                 let cache = Arc::new(ReplayCache::new(budget, false));
@@ -194,7 +195,9 @@ impl Store {
         cache.clear();
         let channel = self.invalidation_channel();
         let told = self
-            .deadline("publish", self.backend.publish(&channel, key.as_str()))
+            .deadline("publish", async {
+                on!(self.backend, b => Fleet::publish(b, &channel, key.as_str()).await)
+            })
             .await;
         if let Err(error) = told {
             // The others hold at most MAX_ENTRY_AGE of a stale "done".
@@ -224,7 +227,9 @@ impl Store {
     ) -> Result<u16, StoreError> {
         // Once per store, it may scan one master per scope: not bound by
         // the per-operation deadline.
-        let op = self.backend.layout(&self.key_prefix, scopes, wanted);
+        let op = async {
+            on!(self.backend, b => Fleet::layout(b, &self.key_prefix, scopes, wanted).await)
+        };
         let count = tokio::time::timeout(LAYOUT_TIMEOUT, op)
             .await
             .map_err(|_| StoreError::Timeout)??;
@@ -312,18 +317,17 @@ impl Store {
         }
         self.metrics
             .observe(name, started.elapsed(), result.is_err());
-        self.backend.observed(!matches!(
-            result,
-            Err(StoreError::Timeout | StoreError::Backend(_))
-        ));
+        on!(self.backend, b => Health::observed(b, !matches!( result, Err(StoreError::Timeout | StoreError::Backend(_)) )));
         result
     }
 
     /// Backend settings that would silently lose claims, as warnings.
     pub async fn risks(&self, longest_retention: Duration) -> Vec<String> {
-        tokio::time::timeout(self.timeout, self.backend.risks(longest_retention))
-            .await
-            .unwrap_or_default()
+        tokio::time::timeout(self.timeout, async {
+            on!(self.backend, b => Health::risks(b, longest_retention).await)
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The completed record of `key`, when this instance's replay cache
@@ -381,11 +385,9 @@ impl Store {
             _ => request,
         };
         let result = self
-            .deadline_at(
-                "claim",
-                request.key.source(),
-                self.backend.claim(request, &token),
-            )
+            .deadline_at("claim", request.key.source(), async {
+                on!(self.backend, b => Records::claim(b, request, &token).await)
+            })
             .await;
         let result = match result {
             Ok(ClaimOutcome::Completed(record)) => self
@@ -397,7 +399,8 @@ impl Store {
             other => other,
         };
         if result.is_err() {
-            let undo = self.backend.release(request.key, &token);
+            let undo =
+                async { on!(self.backend, b => Records::release(b, request.key, &token).await) };
             if let Ok(Ok(true)) = tokio::time::timeout(self.timeout, undo).await {
                 tracing::info!(key = %request.key, "released a claim whose answer was lost");
             }
@@ -411,11 +414,9 @@ impl Store {
         lease: &Lease,
         processing_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        self.deadline_at(
-            "renew",
-            key.source(),
-            self.backend.renew(key, &lease.token, processing_ttl),
-        )
+        self.deadline_at("renew", key.source(), async {
+            on!(self.backend, b => Records::renew(b, key, &lease.token, processing_ttl).await)
+        })
         .await
     }
 
@@ -428,9 +429,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let kept = self.kept_response(key, response);
         let response = kept.as_ref().unwrap_or(response);
-        let op = self
-            .backend
-            .complete(key, &lease.token, response, retention);
+        let op = async {
+            on!(self.backend, b => Records::complete(b, key, &lease.token, response, retention).await)
+        };
         self.deadline_at("complete", key.source(), op).await
     }
 
@@ -447,28 +448,34 @@ impl Store {
             attempt: attempt.as_ref().unwrap_or(failure.attempt),
             ..*failure
         };
-        let op = self.backend.fail(key, &lease.token, &failure);
+        let op =
+            async { on!(self.backend, b => Records::fail(b, key, &lease.token, &failure).await) };
         self.deadline_at("fail", key.source(), op).await
     }
 
     pub async fn release(&self, key: &StoreKey, lease: &Lease) -> Result<bool, StoreError> {
-        self.deadline_at(
-            "release",
-            key.source(),
-            self.backend.release(key, &lease.token),
-        )
+        self.deadline_at("release", key.source(), async {
+            on!(self.backend, b => Records::release(b, key, &lease.token).await)
+        })
         .await
     }
 
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        let record = self.deadline("get", self.backend.get(key)).await?;
+        let record = self
+            .deadline("get", async {
+                on!(self.backend, b => Records::get(b, key).await)
+            })
+            .await?;
         record.map(|record| self.opened(key, record)).transpose()
     }
 
     /// The live record of `key`, whole, and when it expires (Unix ms): see
     /// [`Transfer::export`].
     pub async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
-        self.deadline("export", self.backend.export(key)).await
+        self.deadline("export", async {
+            on!(self.backend, b => Transfer::export(b, key).await)
+        })
+        .await
     }
 
     /// Write a copied record as it was, unless `key` holds one as new or
@@ -480,7 +487,9 @@ impl Store {
         expires_at_ms: u64,
         guard: Option<&StoreKey>,
     ) -> Result<bool, StoreError> {
-        let op = self.backend.import(key, record, expires_at_ms, guard);
+        let op = async {
+            on!(self.backend, b => Transfer::import(b, key, record, expires_at_ms, guard).await)
+        };
         let written = self.deadline_at("import", key.source(), op).await?;
         if written {
             self.invalidate(key).await;
@@ -491,7 +500,9 @@ impl Store {
     /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
     pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
         let deleted = self
-            .deadline_at("delete", key.source(), self.backend.delete(key, force))
+            .deadline_at("delete", key.source(), async {
+                on!(self.backend, b => Records::delete(b, key, force).await)
+            })
             .await;
         self.invalidate(key).await;
         deleted
@@ -500,31 +511,37 @@ impl Store {
     /// Whether this store is the process's own (memory, embedded): its
     /// failure then makes the instance unready.
     pub fn is_local(&self) -> bool {
-        self.backend.is_local()
+        on!(self.backend, b => Health::is_local(b))
     }
 
     /// Bytes the store keeps on this machine (the embedded file and its
     /// log), if it keeps any.
     pub fn size_bytes(&self) -> Option<u64> {
-        self.backend.size_bytes()
+        on!(self.backend, b => Health::size_bytes(b))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.deadline("ping", self.backend.ping(&self.key_prefix))
-            .await
+        self.deadline("ping", async {
+            on!(self.backend, b => Health::ping(b, &self.key_prefix).await)
+        })
+        .await
     }
 
     /// Set or clear `route`'s control value, for every gateway sharing this
     /// store and key prefix.
     pub async fn set_control(&self, route: &str, value: Option<&str>) -> Result<(), StoreError> {
-        let op = self.backend.set_control(&self.key_prefix, route, value);
+        let op = async {
+            on!(self.backend, b => Fleet::set_control(b, &self.key_prefix, route, value).await)
+        };
         self.deadline("set_control", op).await
     }
 
     /// Every route control set under this key prefix.
     pub async fn controls(&self) -> Result<Vec<(String, String)>, StoreError> {
-        self.deadline("controls", self.backend.controls(&self.key_prefix))
-            .await
+        self.deadline("controls", async {
+            on!(self.backend, b => Fleet::controls(b, &self.key_prefix).await)
+        })
+        .await
     }
 
     /// Release a claim whatever its holder (admin): compare-and-set on the

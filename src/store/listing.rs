@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use super::backend::{Listing, Queue};
+use super::backends::on;
 use super::{
     new_token, Blocked, Due, Leased, ListQuery, Queued, Record, RecordState, Store, StoreError,
     StoreKey,
@@ -123,7 +125,11 @@ impl Store {
                         limit,
                         before,
                     };
-                    let page = self.deadline("list", self.backend.list(&query)).await?;
+                    let page = self
+                        .deadline("list", async {
+                            on!(self.backend, b => Listing::list(b, &query).await)
+                        })
+                        .await?;
                     listed.extend(page.into_iter().map(|(id, record)| Listed {
                         scope: (*scope).to_owned(),
                         id,
@@ -163,7 +169,9 @@ impl Store {
             }
             let source = self.source(scope, shard);
             let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
-            let op = self.backend.lease_due(&source, &tokens, processing_ttl);
+            let op = async {
+                on!(self.backend, b => Queue::lease_due(b, &source, &tokens, processing_ttl).await)
+            };
             leased.extend(
                 self.opened_due(&source, self.deadline_at("lease_due", &source, op).await?),
             );
@@ -188,9 +196,9 @@ impl Store {
             }
             let source = self.source(scope, shard);
             let tokens: Vec<String> = (0..room).map(|_| new_token()).collect();
-            let op = self
-                .backend
-                .lease_ordered(&source, &tokens, processing_ttl, rules);
+            let op = async {
+                on!(self.backend, b => Queue::lease_ordered(b, &source, &tokens, processing_ttl, rules).await)
+            };
             let more = self.deadline_at("lease_ordered", &source, op).await?;
             leased.due.extend(self.opened_due(&source, more.due));
             leased.stale.extend(more.stale);
@@ -223,7 +231,8 @@ impl Store {
         let before_ms = crate::clock::unix_ms().saturating_sub(horizon.as_millis() as u64);
         let mut trimmed = 0;
         for source in self.sources(scope) {
-            let op = self.backend.trim(&source, state, before_ms);
+            let op =
+                async { on!(self.backend, b => Listing::trim(b, &source, state, before_ms).await) };
             trimmed += self.deadline("trim", op).await?;
         }
         Ok(trimmed)
@@ -234,7 +243,9 @@ impl Store {
         let mut oldest = None;
         for source in self.sources(scope) {
             let at = self
-                .deadline("oldest", self.backend.oldest(&source, state))
+                .deadline("oldest", async {
+                    on!(self.backend, b => Listing::oldest(b, &source, state).await)
+                })
                 .await?;
             oldest = oldest.into_iter().chain(at).min();
         }
@@ -247,7 +258,9 @@ impl Store {
         let mut blocked = Vec::new();
         for source in self.sources(scope) {
             let found = self
-                .deadline("blocked", self.backend.blocked(&source, limit))
+                .deadline("blocked", async {
+                    on!(self.backend, b => Listing::blocked(b, &source, limit).await)
+                })
                 .await?;
             blocked.extend(found);
         }
@@ -260,7 +273,10 @@ impl Store {
     pub async fn queued(&self, scope: &str) -> Result<Queued, StoreError> {
         let mut queued = Queued::default();
         for source in self.sources(scope) {
-            queued += (self.deadline("queued", self.backend.queued(&source))).await?;
+            queued += (self.deadline("queued", async {
+                on!(self.backend, b => Listing::queued(b, &source).await)
+            }))
+            .await?;
         }
         Ok(queued)
     }
@@ -270,7 +286,9 @@ impl Store {
         let mut count = 0;
         for source in self.sources(scope) {
             count += self
-                .deadline("count", self.backend.count(&source, state))
+                .deadline("count", async {
+                    on!(self.backend, b => Listing::count(b, &source, state).await)
+                })
                 .await?;
         }
         Ok(count)

@@ -35,18 +35,21 @@
 //! [`Store`] wraps whichever backend is configured: it owns the key layout
 //! (prefix, scope and hash tags), bounds every operation by the store
 //! `timeout` (a slow store is an unavailable store, [`StoreError::Timeout`])
-//! and times and counts it. Adding a backend is one file that implements
-//! the capabilities, one arm in [`Store::open`], and one line in each
-//! conformance suite. [`backend`] holds the traits, `dynamic` the pointer
-//! [`Store`] keeps a backend behind, [`listing`] the pages listings return.
+//! and times and counts it. Adding a backend is its folder implementing
+//! the capabilities, one variant of [`Backends`] (and its arm in `on!`),
+//! one settings variant opened in [`Store::open`], and its name in the
+//! conformance suite's one list. [`backend`] holds the traits, `backends` the enum
+//! [`Store`] keeps a backend in, [`listing`] the pages listings return.
 
 mod backend;
+mod backends;
 mod cache;
 mod copy;
-mod dynamic;
 mod embedded;
 mod facade;
 pub mod history;
+#[cfg(test)]
+mod late;
 mod listing;
 mod memory;
 mod migrate;
@@ -61,6 +64,7 @@ mod settings;
 mod shards;
 
 pub use self::backend::{Backend, Fleet, Health, Listing, Queue, Records, Transfer};
+pub use self::backends::Backends;
 pub use self::cache::{follow, Invalidations, ReplayCache};
 pub use self::copy::{
     copy, Copied as CopiedRecords, CopyScope, Counts as CopyCounts, COPY_TIMEOUT,

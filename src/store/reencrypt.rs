@@ -27,6 +27,8 @@ use futures_util::stream::{self, TryStreamExt};
 use tokio::sync::Mutex;
 use tokio::time::{Interval, MissedTickBehavior};
 
+use super::backend::Transfer;
+use super::backends::on;
 use super::sealed::reseal_record;
 use super::{Cursor, Record, RecordState, Store, StoreError, StoreKey};
 
@@ -238,7 +240,9 @@ impl Store {
         was: &Record,
         now: &Record,
     ) -> Result<bool, StoreError> {
-        self.deadline("reseal", self.backend.reseal(key, was, now))
-            .await
+        self.deadline("reseal", async {
+            on!(self.backend, b => Transfer::reseal(b, key, was, now).await)
+        })
+        .await
     }
 }

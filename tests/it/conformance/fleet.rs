@@ -48,5 +48,4 @@ conformance! {
     tests: [
         route_controls_are_kept_until_cleared,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

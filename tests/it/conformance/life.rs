@@ -173,5 +173,4 @@ conformance! {
         a_redelivery_of_a_queued_event_makes_it_due_now,
         a_queued_event_is_forgotten_only_when_forced,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

@@ -202,5 +202,4 @@ conformance! {
         listings_of_records_changed_at_once_page_exactly,
         a_trim_drops_the_listing_entries_of_expired_records,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

@@ -1,13 +1,20 @@
 //! The store contract (`hookgate::store::Backend`), run against every
 //! backend, one file per capability: [`records`], [`queue`] (and [`life`],
 //! the record's life across entrances), [`listing`], [`fleet`]. Adding a
-//! backend is one function here and one more name in each file's
-//! `conformance!` list.
+//! backend is one function here and its name in `conformance!`'s one list.
 
-/// `conformance! { tests: [...], backends: [...] }`: each test once per
-/// backend, in a module of the backend's name; each backend is the `async
-/// fn` of that name below (`None` skips where it cannot run, outside CI).
+/// `conformance! { tests: [...] }`: each test once per backend of the one
+/// list below (`backends: [...]` names others: the shard suites), in a
+/// module of the backend's name; each backend is the `async fn` of that
+/// name below (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
+    // Every backend: the one list a new backend joins.
+    (tests: $tests:tt $(,)?) => {
+        conformance!(
+            tests: $tests,
+            backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
+        );
+    };
     (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
         $( conformance!(@backend $backend $tests); )*
     };
@@ -45,8 +52,8 @@ use hookgate::metrics::StoreMetrics;
 use hookgate::store::{BodyKept, RecordedResponse};
 
 use hookgate::store::{
-    AttemptKind, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, Failure,
-    FailureClass, Lease, MemoryStore, Next, PastAttempt, PostgresStore, RedisStore, Store,
+    AttemptKind, Backend, Backends, ClaimMode, ClaimOutcome, ClaimRequest, Clock, EmbeddedStore,
+    Failure, FailureClass, Lease, MemoryStore, Next, PastAttempt, PostgresStore, RedisStore, Store,
     StoreKey, Stored, StoredRequest, SyncNext,
 };
 
@@ -123,7 +130,11 @@ pub(crate) struct Opened {
     _keep: Box<dyn std::any::Any + Send>,
 }
 
-fn opened(backend: impl Backend, time: Time, keep: impl std::any::Any + Send) -> Opened {
+fn opened(
+    backend: impl Backend + Into<Backends>,
+    time: Time,
+    keep: impl std::any::Any + Send,
+) -> Opened {
     let metrics = StoreMetrics::unregistered();
     Opened {
         store: Store::new(backend, "hookgate:", Duration::from_secs(2), metrics),

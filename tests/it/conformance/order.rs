@@ -401,5 +401,4 @@ conformance! {
         a_copied_event_goes_before_its_entitys_new_ones,
         a_hot_entitys_backlog_never_hides_another_entity,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

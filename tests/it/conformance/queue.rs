@@ -286,5 +286,4 @@ conformance! {
         concurrent_workers_lease_each_due_event_once,
         an_accepted_and_claimed_event_falls_to_the_workers_when_its_lease_lapses,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

@@ -549,5 +549,4 @@ conformance! {
         a_claim_can_store_its_request,
         failed_records_outlive_completed_ones,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }

@@ -219,5 +219,4 @@ conformance! {
         an_imported_guard_answers_the_same_body,
         a_reseal_writes_only_over_the_content_it_read,
     ],
-    backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
 }
