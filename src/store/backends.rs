@@ -8,20 +8,35 @@
 
 use super::{Cluster, EmbeddedStore, MemoryStore, PostgresStore, RedisStore, Sentinel, Single};
 
-/// Every backend, by what it is. One per store, held for the process's
-/// life: the variants' sizes do not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum Backends {
+/// The enum, and each backend's conversion into it, from one list.
+macro_rules! backends {
+    ($($(#[$cfg:meta])? $variant:ident($backend:ty)),+ $(,)?) => {
+        /// Every backend, by what it is. One per store, held for the
+        /// process's life: the variants' sizes do not matter.
+        #[allow(clippy::large_enum_variant)]
+        pub enum Backends {
+            $($(#[$cfg])? $variant($backend),)+
+        }
+
+        $($(#[$cfg])? impl From<$backend> for Backends {
+            fn from(backend: $backend) -> Self {
+                Backends::$variant(backend)
+            }
+        })+
+    };
+}
+
+backends!(
     Memory(MemoryStore),
     Embedded(EmbeddedStore),
     Redis(RedisStore<Single>),
     Sentinel(RedisStore<Sentinel>),
     Cluster(RedisStore<Cluster>),
     Postgres(PostgresStore),
-    /// A backend whose answers come after the deadline (`late.rs`).
+    // A backend whose answers come after the deadline (`late.rs`).
     #[cfg(test)]
     Late(super::late::LateAnswers),
-}
+);
 
 /// `on!(backends, b => expression)`: `expression` with `b` bound to the
 /// backend `backends` holds — a trait method called on it, `.await`ed
@@ -41,24 +56,3 @@ macro_rules! on {
     };
 }
 pub(crate) use on;
-
-macro_rules! from {
-    ($($variant:ident($backend:ty)),+ $(,)?) => {
-        $(impl From<$backend> for Backends {
-            fn from(backend: $backend) -> Self {
-                Backends::$variant(backend)
-            }
-        })+
-    };
-}
-
-from!(
-    Memory(MemoryStore),
-    Embedded(EmbeddedStore),
-    Redis(RedisStore<Single>),
-    Sentinel(RedisStore<Sentinel>),
-    Cluster(RedisStore<Cluster>),
-    Postgres(PostgresStore),
-);
-#[cfg(test)]
-from!(Late(super::late::LateAnswers));
