@@ -302,7 +302,9 @@ impl Store {
         op: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, op)
+        // Boxed: the operation's future is as large as the largest
+        // backend's, and the request's own future need not hold it.
+        let result = tokio::time::timeout(self.timeout, Box::pin(op))
             .await
             .unwrap_or(Err(StoreError::Timeout));
         match &result {
