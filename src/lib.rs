@@ -118,6 +118,10 @@
 //! [`headers`]; every other module is the crate's own.
 
 #![forbid(unsafe_code)]
+// The request lifecycle nests the futures of its stages, each the size of
+// the largest store backend's operation: computing their layouts from
+// scratch goes deeper than the default 128.
+#![recursion_limit = "256"]
 
 mod access;
 mod admin;

@@ -1,6 +1,10 @@
 //! hookgate's integration tests, in one binary: real sockets, a real
 //! `redis-server` per test, a real recording upstream.
 
+// Deeply nested request futures (the gateway's stages around each store
+// operation): computing their layouts needs more than the default 128.
+#![recursion_limit = "256"]
+
 mod async_delivery;
 mod at_rest;
 mod backup;

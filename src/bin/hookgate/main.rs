@@ -1,6 +1,10 @@
 //! The `hookgate` binary: parse the command line, set up logging, load the
 //! config, and hand over to the library.
 
+// Deeply nested request futures (the gateway's stages around each store
+// operation): computing their layouts needs more than the default 128.
+#![recursion_limit = "256"]
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
