@@ -376,7 +376,20 @@ impl App {
             // Stop leasing new events; running deliveries drain as claims.
             signal.drain();
         };
-        server::serve(listener, self.gateway, &self.server, self.tls, shutdown).await;
+        let metrics = &self.parts.metrics;
+        let gauges = server::ConnectionGauges {
+            open: metrics.open_connections.clone(),
+            parked: metrics.parked_connections.clone(),
+        };
+        server::serve(
+            listener,
+            self.gateway,
+            &self.server,
+            self.tls,
+            gauges,
+            shutdown,
+        )
+        .await;
         let _ = workers.await;
         let _ = reconciling.await;
         signal.stop();

@@ -16,6 +16,8 @@
 //! - The library shows at most ten modules, each named where `lib.rs`
 //!   says what it shows: the binary (`src/bin/hookgate/`), the tests and
 //!   the benchmarks are built on those.
+//! - At most ten `sleep(` in `tests/it` outside its support and the fault
+//!   and fleet tests: the rest wait on the gateway.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -397,5 +399,47 @@ fn the_readme_is_a_door_and_its_route_is_valid() {
         parsed.is_ok(),
         "{:?}",
         parsed.err().map(|error| error.to_string())
+    );
+}
+
+/// Tests wait on what the gateway says — its counters, its answers, a
+/// record's state — or move its clock, rather than sleep and hope. A
+/// `sleep(` is left where the time between two things is itself what is
+/// tested (bytes split across writes, a lease left to lapse), and in the
+/// tests whose subject is a fault or a fleet (a process killed, a node or
+/// a primary lost), which wait out real failover times.
+#[test]
+fn tests_wait_on_the_gateway_not_on_the_clock() {
+    const FAULTS_AND_FLEETS: [&str; 6] = [
+        "fault_run.rs",
+        "faults.rs",
+        "sentinel.rs",
+        "cluster_spread.rs",
+        "ordering_crashes.rs",
+        "fleet.rs",
+    ];
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("tests/it"), &mut files);
+    let mut sleeping = Vec::new();
+    for file in files {
+        let name = relative(&file);
+        let exempt = name.starts_with("tests/it/support/")
+            || FAULTS_AND_FLEETS
+                .iter()
+                .any(|f| name.ends_with(&format!("/{f}")));
+        if exempt || !name.ends_with(".rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = (text.lines()).filter(|line| !line.trim_start().starts_with("//"));
+        for line in code.filter(|line| line.contains("sleep(")) {
+            sleeping.push(format!("{name}: {}", line.trim()));
+        }
+    }
+    assert!(
+        sleeping.len() <= 10,
+        "{} sleeps outside support, fault and fleet tests:\n{}",
+        sleeping.len(),
+        sleeping.join("\n")
     );
 }

@@ -61,6 +61,17 @@ async fn served(addr: std::net::SocketAddr) -> TcpStream {
     stream
 }
 
+/// Wait until `n` connections are parked (idle ones park after 100 ms).
+async fn all_parked(parked: &prometheus::IntGauge, n: i64) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while parked.get() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every idle connection parked within 10 s");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn an_idle_keep_alive_connection_holds_little_on_the_heap() {
     const CONNECTIONS: isize = 200;
@@ -72,11 +83,14 @@ async fn an_idle_keep_alive_connection_holds_little_on_the_heap() {
         idle_timeout: Duration::from_secs(60),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gauges = hookgate::server::ConnectionGauges::unexported();
+    let parked = gauges.parked.clone();
     let server = tokio::spawn(async move {
         let open = hookgate::server::accept_loop(
             listener,
             limits,
             None,
+            gauges,
             async {
                 let _ = stopped.await;
             },
@@ -93,13 +107,13 @@ async fn an_idle_keep_alive_connection_holds_little_on_the_heap() {
     for _ in 0..20 {
         open.push(served(addr).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    all_parked(&parked, 20).await;
     let before = NET.load(Ordering::Relaxed);
     for _ in 0..CONNECTIONS {
         open.push(served(addr).await);
     }
     // An idle connection parks after 100 ms.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    all_parked(&parked, 20 + CONNECTIONS as i64).await;
     let per_connection = (NET.load(Ordering::Relaxed) - before) / CONNECTIONS;
     eprintln!(
         "an idle keep-alive connection holds {per_connection} bytes (both ends' sockets included)"

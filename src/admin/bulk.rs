@@ -226,5 +226,6 @@ fn bulk_json(bulk: &Bulk) -> serde_json::Value {
         "finished_at": progress.finished_ms,
         "cancelled_by": progress.cancelled_by,
         "last_error": progress.last_error,
+        "waiting_on": progress.waiting_on,
     })
 }

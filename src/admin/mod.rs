@@ -54,7 +54,7 @@ use crate::ops::bulk::Bulks;
 use crate::ops::{EventsQuery, Operator};
 use crate::reconcile::Reconciler;
 use crate::reload::Reloader;
-use crate::server::{accept_loop, Limits};
+use crate::server::{accept_loop, ConnectionGauges, Limits};
 use crate::shutdown::Shutdown;
 use crate::store::Cursor;
 
@@ -117,6 +117,7 @@ impl Admin {
             listener,
             LIMITS,
             None,
+            ConnectionGauges::unexported(),
             shutdown.stopped(),
             move |peer, _| {
                 let admin = Arc::clone(&self);

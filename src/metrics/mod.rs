@@ -150,6 +150,9 @@ pub struct Metrics {
     pub route_control_changes: IntCounterVec,
     /// hookgate extension: failed or timed-out TLS handshakes.
     pub tls_handshake_failures: prometheus::IntCounter,
+    /// The public listener's connections: open, and parked of those.
+    pub open_connections: prometheus::IntGauge,
+    pub parked_connections: prometheus::IntGauge,
     /// The workers' passes over every queue (`worker.rs`).
     pub worker_passes: prometheus::IntCounter,
     registry: Registry,
@@ -199,6 +202,8 @@ impl Metrics {
             config_reloads: b.counters("hookgate_config_reloads_total"),
             config_reloaded_at: b.gauge("hookgate_config_last_reload_success_timestamp_seconds"),
             tls_handshake_failures: b.int_counter("hookgate_tls_handshake_failures_total"),
+            open_connections: b.int_gauge("hookgate_open_connections"),
+            parked_connections: b.int_gauge("hookgate_parked_connections"),
             worker_passes: b.int_counter("hookgate_worker_passes_total"),
             dead_letters_total: b.counters("hookgate_dead_letters_total"),
             stale_events_total: b.counters("hookgate_stale_events_total"),

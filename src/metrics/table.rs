@@ -20,6 +20,8 @@ pub(super) const DESCRIBED: &[Described] = &[
     ("hookgate_build_info", &["version"], "Always 1; the version is in the label."),
     ("hookgate_config_last_reload_success_timestamp_seconds", &[], "When the running config was loaded: at start-up, then at each successful reload."),
     ("hookgate_tls_handshake_failures_total", &[], "TLS handshakes on the public listener that failed or timed out."),
+    ("hookgate_open_connections", &[], "Connections open on the public listener now (at most server.max_connections)."),
+    ("hookgate_parked_connections", &[], "Of the open connections, the plain HTTP/1 keep-alive ones parked between requests, each holding only its socket."),
     ("hookgate_worker_passes_total", &[], "Passes the async workers made over every scope's queue: flat while async routes hold events means the workers are stuck."),
     ("hookgate_dead_letters_total", DELIVERY, "Events parked as dead letters after max_attempts."),
     ("hookgate_stale_events_total", DELIVERY, "Ordered events not delivered: older (stale_by) than the newest one delivered for their entity."),

@@ -33,8 +33,10 @@ use super::Operator;
 use super::{EventsQuery, OpsError};
 use crate::clock::Clock;
 use crate::delivery::Settled;
+use crate::error::GatewayError;
 use crate::route::Route;
 use crate::store::RecordState;
+use crate::traffic::PAUSE_POLL;
 
 /// Events of one bulk action in flight at once, at most.
 pub const CONCURRENCY: usize = 8;
@@ -126,6 +128,9 @@ pub struct Bulk {
     /// Set to stop taking events.
     cancel: watch::Sender<Option<&'static str>>,
     last_error: Mutex<Option<String>>,
+    /// What traffic control holds it by now (`route_paused`,
+    /// `upstream_circuit_open`, `rate_limited`), while it waits.
+    waiting_on: Mutex<Option<&'static str>>,
 }
 
 /// How each match ended so far.
@@ -157,6 +162,7 @@ pub struct Progress {
     pub queued: u64,
     pub skipped: u64,
     pub last_error: Option<String>,
+    pub waiting_on: Option<&'static str>,
 }
 
 impl Progress {
@@ -180,7 +186,13 @@ impl Bulk {
             queued: count(&self.counts.queued),
             skipped: count(&self.counts.skipped),
             last_error: self.last_error.lock().expect("poisoned").clone(),
+            waiting_on: *self.waiting_on.lock().expect("poisoned"),
         }
+    }
+
+    /// Traffic control holds the next match by `code`, or (`None`) no more.
+    pub(super) fn wait_on(&self, code: Option<&'static str>) {
+        *self.waiting_on.lock().expect("poisoned") = code;
     }
 
     /// Stop taking events (those in flight finish); whether it was running.
@@ -354,6 +366,7 @@ impl Operator {
             state: watch::Sender::new((State::Running, None)),
             cancel: watch::Sender::new(None),
             last_error: Mutex::new(None),
+            waiting_on: Mutex::new(None),
         });
         bulks.add(Arc::clone(&bulk));
         tracing::info!(target: "hookgate::admin", bulk = %bulk.id, action = bulk.action.as_str(),
@@ -410,6 +423,32 @@ impl Operator {
             "bulk action ended");
     }
 
+    /// Wait until traffic control would let a call of `route` through
+    /// (for the bulk action `bulk`, which shows what holds it meanwhile).
+    async fn wait_for_leave(&self, route: &Route, bulk: &Bulk) {
+        let mut said = false;
+        loop {
+            let (code, wait) = match self.engine.admit(route) {
+                Ok(admission) => {
+                    drop(admission); // given back: the redelivery takes its own
+                    bulk.wait_on(None);
+                    return;
+                }
+                Err(GatewayError::CircuitOpen { retry_after }) => {
+                    ("upstream_circuit_open", retry_after)
+                }
+                Err(GatewayError::RateLimited { retry_after }) => ("rate_limited", retry_after),
+                Err(_) => ("route_paused", PAUSE_POLL),
+            };
+            bulk.wait_on(Some(code));
+            if !said {
+                tracing::info!(target: "hookgate::admin", bulk = %bulk.id, route = %route.name, code, "bulk action waits: the route is paused, its breaker open or its rate spent");
+                said = true;
+            }
+            tokio::time::sleep(wait.min(PAUSE_POLL)).await;
+        }
+    }
+
     /// One match: waited for until traffic control lets it through,
     /// tried again while the route is held or the store does not answer.
     async fn one(&self, bulk: &Bulk, target: Match) {
@@ -422,7 +461,7 @@ impl Operator {
         loop {
             if bulk.action != Action::Forget {
                 tokio::select! {
-                    _ = self.wait_for_leave(&route, &bulk.id) => {}
+                    _ = self.wait_for_leave(&route, bulk) => {}
                     _ = bulk.until_cancelled() => {
                         counts.skipped.fetch_add(1, Ordering::Relaxed);
                         return;
@@ -518,6 +557,7 @@ mod tests {
             state: watch::Sender::new((State::Running, None)),
             cancel: watch::Sender::new(None),
             last_error: Mutex::new(None),
+            waiting_on: Mutex::new(None),
         });
         let dies = tokio::spawn(async { panic!("a pacing interval of zero") });
         watch_over(Arc::clone(&bulk), Clock::for_test(), dies).await;

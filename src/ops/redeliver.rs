@@ -31,7 +31,7 @@ use crate::error::GatewayError;
 use crate::key;
 use crate::route::Route;
 use crate::store::{ClaimMode, ClaimOutcome, Lease, RecordState, StoreKey, StoredRequest};
-use crate::traffic::{Admission, PAUSE_POLL};
+use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// Replays of one event, at most (`{key}.replay-1` … `-1000`).
@@ -293,28 +293,6 @@ impl Operator {
             DeliveryMode::Sync => Place::Free,
         };
         Ok(Leave { admission, place })
-    }
-
-    /// Wait until traffic control would let a call of `route` through
-    /// (for the bulk action `bulk`).
-    pub(super) async fn wait_for_leave(&self, route: &Route, bulk: &str) {
-        let mut said = false;
-        loop {
-            let wait = match self.engine.admit(route) {
-                Ok(admission) => {
-                    drop(admission); // given back: the redelivery takes its own
-                    return;
-                }
-                Err(GatewayError::CircuitOpen { retry_after })
-                | Err(GatewayError::RateLimited { retry_after }) => retry_after,
-                Err(_) => PAUSE_POLL,
-            };
-            if !said {
-                tracing::info!(target: "hookgate::admin", bulk, route = %route.name, "bulk action waits: the route is paused, its breaker open or its rate spent");
-                said = true;
-            }
-            tokio::time::sleep(wait.min(PAUSE_POLL)).await;
-        }
     }
 
     /// One attempt of `request` under `key`, on the claim `held` names;

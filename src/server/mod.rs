@@ -47,7 +47,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -95,6 +95,41 @@ pub struct Tls {
     pub handshake_failures: IntCounter,
 }
 
+/// What a listener counts of its connections: those open, and of them the
+/// plain HTTP/1 ones parked between requests (`park.rs`).
+#[derive(Clone)]
+pub struct ConnectionGauges {
+    pub open: IntGauge,
+    pub parked: IntGauge,
+}
+
+impl ConnectionGauges {
+    /// Gauges no registry exports (the admin listener's).
+    pub fn unexported() -> Self {
+        let gauge = || IntGauge::new("connections", "unexported").expect("a valid name");
+        Self {
+            open: gauge(),
+            parked: gauge(),
+        }
+    }
+}
+
+/// A gauge raised while this lives.
+pub(crate) struct Raised(IntGauge);
+
+impl Raised {
+    pub(crate) fn new(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Facts about the connection a request came in on.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionInfo {
@@ -135,6 +170,7 @@ pub async fn serve<G: Handler>(
     gateway: Arc<G>,
     settings: &ServerSettings,
     tls: Option<Tls>,
+    gauges: ConnectionGauges,
     shutdown: impl Future<Output = ()>,
 ) {
     let limits = Limits {
@@ -158,23 +194,30 @@ pub async fn serve<G: Handler>(
         }
     };
     let serving = Arc::clone(&gateway);
-    let open = accept_loop(listener, limits, tls, shutdown, move |peer, proto| {
-        let gateway = Arc::clone(&serving);
-        let info = ConnectionInfo { peer, proto };
-        move |request: Request<Incoming>| {
-            let gateway = Arc::clone(&gateway);
-            async move {
-                // On the connection's task: the handler spawns what must
-                // outlive a hang-up itself. Boxed, as the lifecycle's future
-                // is large; a panic answers 500, as a failed task would.
-                let handled = AssertUnwindSafe(Box::pin(gateway.handle(request, info)));
-                handled.catch_unwind().await.unwrap_or_else(|_| {
-                    tracing::error!("request handler panicked");
-                    GatewayError::Internal.to_response()
-                })
+    let open = accept_loop(
+        listener,
+        limits,
+        tls,
+        gauges,
+        shutdown,
+        move |peer, proto| {
+            let gateway = Arc::clone(&serving);
+            let info = ConnectionInfo { peer, proto };
+            move |request: Request<Incoming>| {
+                let gateway = Arc::clone(&gateway);
+                async move {
+                    // On the connection's task: the handler spawns what must
+                    // outlive a hang-up itself. Boxed, as the lifecycle's future
+                    // is large; a panic answers 500, as a failed task would.
+                    let handled = AssertUnwindSafe(Box::pin(gateway.handle(request, info)));
+                    handled.catch_unwind().await.unwrap_or_else(|_| {
+                        tracing::error!("request handler panicked");
+                        GatewayError::Internal.to_response()
+                    })
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     gateway.drain(settings.shutdown_grace, open.close()).await;
 }
@@ -202,6 +245,7 @@ pub async fn accept_loop<C, H, F>(
     listener: TcpListener,
     limits: Limits,
     tls: Option<Tls>,
+    gauges: ConnectionGauges,
     shutdown: impl Future<Output = ()>,
     per_connection: C,
 ) -> OpenConnections
@@ -214,7 +258,7 @@ where
     let slots = Arc::new(Semaphore::new(max as usize));
     let (stop, stopping) = watch::channel(false);
     let builder = Arc::new(http_builder(limits));
-    let plain = Arc::new(Plain::new(limits));
+    let plain = Arc::new(Plain::new(limits, gauges.parked));
     tokio::pin!(shutdown);
 
     loop {
@@ -222,6 +266,7 @@ where
             break;
         };
         let _ = stream.set_nodelay(true);
+        let open = Raised::new(&gauges.open);
         let handler = per_connection(peer, if tls.is_some() { "https" } else { "http" });
         let activity = Arc::new(Activity::new());
         let counted = Arc::clone(&activity);
@@ -254,8 +299,8 @@ where
                         };
                         match sniffed {
                             Ok(Ok((Protocol::Http1, first))) => {
-                                let (http1, activity) = (&plain.http1, &activity);
-                                serve_http1(stream, first, service, http1, activity, limits, stopping)
+                                let activity = &activity;
+                                serve_http1(stream, first, service, &plain, activity, limits, stopping)
                                     .await
                                     .map_err(Into::into)
                             }
@@ -293,6 +338,7 @@ where
             if let Err(error) = served {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
+            drop(open);
             drop(permit);
         });
     }
@@ -395,15 +441,21 @@ enum Protocol {
 struct Plain {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
+    /// Connections parked now.
+    parked: IntGauge,
 }
 
 impl Plain {
-    fn new(limits: Limits) -> Self {
+    fn new(limits: Limits, parked: IntGauge) -> Self {
         let mut http1 = http1::Builder::new();
         http1_settings!(http1, limits);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2_settings!(http2);
-        Self { http1, http2 }
+        Self {
+            http1,
+            http2,
+            parked,
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::supervise::{sleep_until, supervise, Activity, Supervised};
-use super::Limits;
+use super::{Limits, Plain, Raised};
 
 /// Serve a plain HTTP/1 connection until it closes, parking it whenever it
 /// is idle between requests.
@@ -36,7 +36,7 @@ pub(super) async fn serve_http1<S, B>(
     mut stream: TcpStream,
     mut unread: Bytes,
     mut service: S,
-    builder: &http1::Builder,
+    plain: &Plain,
     activity: &Arc<Activity>,
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
@@ -51,7 +51,7 @@ where
         activity.resume();
         let socket = Socket::new(stream, unread, activity);
         // Boxed, so that a parked task holds no room for it.
-        let mut connection = Box::new(builder.serve_connection(TokioIo::new(socket), service));
+        let mut connection = Box::new(plain.http1.serve_connection(TokioIo::new(socket), service));
         match supervise(
             Pin::new(&mut *connection),
             activity,
@@ -82,6 +82,7 @@ where
             continue;
         }
         // Parked: the socket, the service and this task, nothing else.
+        let _parked = Raised::new(&plain.parked);
         tokio::select! {
             readable = stream.readable() => {
                 if readable.is_err() {

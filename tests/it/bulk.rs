@@ -299,17 +299,22 @@ async fn a_bulk_action_waits_for_a_paused_route() {
     .await
     .json();
     let id = started["id"].as_str().unwrap().to_owned();
-    // Held, not skipped: nothing is sent, nothing done, while paused.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let held = admin(&gateway, Method::GET, &format!("/admin/bulk/{id}"))
-        .await
-        .json();
+    // Held, not skipped: it says what holds it, and nothing is sent,
+    // nothing done, while paused.
+    let status = format!("/admin/bulk/{id}");
+    let waits = eventually(Duration::from_secs(5), || async {
+        admin(&gateway, Method::GET, &status).await.json()["waiting_on"] == "route_paused"
+    })
+    .await;
+    assert!(waits, "never said it waits for the pause");
+    let held = admin(&gateway, Method::GET, &status).await.json();
     assert_eq!(held["state"], "running", "{held}");
     assert_eq!(held["done"], 0, "{held}");
     assert_eq!(upstream.total(), 20);
     admin(&gateway, Method::POST, "/admin/routes/hook/resume?by=test").await;
     let bulk = ended(&gateway, &id).await;
     assert_eq!(bulk["delivered"], 20, "{bulk}");
+    assert_eq!(bulk["waiting_on"], serde_json::Value::Null, "{bulk}");
     assert_eq!(upstream.total(), 40);
 
     for bad in [

@@ -305,9 +305,10 @@ async fn an_operator_finds_a_dead_letter_in_chromium_and_redelivers_it() {
     let traffic = {
         let (sender, url, body) = (sender.clone(), url.clone(), event("evt_0"));
         tokio::spawn(async move {
+            let mut every = pace(Duration::from_millis(50));
             loop {
+                every.tick().await;
                 sender.deliver(&url, &body).await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
     };

@@ -286,7 +286,13 @@ async fn a_running_redrive_keeps_to_a_later_pause() {
     let paused = gateway.control("hook", "pause", "by=test").await;
     assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.json());
     let at_pause = upstream.total();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The redrive says the pause holds it.
+    let held = eventually(Duration::from_secs(5), || async {
+        let bulks = admin(&gateway, Method::GET, "/admin/bulk").await.json();
+        bulks["bulk"][0]["waiting_on"] == "route_paused"
+    })
+    .await;
+    assert!(held, "the redrive never waited for the pause");
     assert!(
         upstream.total() <= at_pause + 1,
         "the redrive went on through the pause: {at_pause} -> {}",

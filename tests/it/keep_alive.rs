@@ -98,12 +98,12 @@ async fn a_parked_connection_serves_every_request_in_order_and_each_once() {
     assert!(!first.head.contains("connection: close"), "{}", first.head);
 
     // Idle (parked), then served again on the same socket.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gateway.parked_connections(1).await;
     wire.send(&delivery("evt_ka_2")).await;
     assert_eq!(wire.answer().await.status, 200);
 
     // Three requests in one write, a retry among them: answered in order.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gateway.parked_connections(1).await;
     let pipelined = [
         delivery("evt_ka_3"),
         delivery("evt_ka_1"),
@@ -117,8 +117,9 @@ async fn a_parked_connection_serves_every_request_in_order_and_each_once() {
 
     // A request whose first bytes come before the connection parks and
     // the rest after (hyper's unread bytes go to the next state), and one
-    // whose body comes 200 ms after its head.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // whose body comes 200 ms after its head: the pauses between the
+    // writes are what is tested.
+    gateway.parked_connections(1).await;
     let split = delivery("evt_ka_5");
     wire.send(&split[..20]).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -157,6 +158,7 @@ async fn a_parked_connection_is_closed_by_the_idle_timeout_and_by_shutdown() {
     let mut parked = Wire::connect(&gateway).await;
     parked.send(&delivery("evt_ka_parked")).await;
     assert_eq!(parked.answer().await.status, 200);
+    gateway.parked_connections(1).await;
     let stopping = tokio::time::Instant::now();
     gateway.shutdown().await;
     assert!(stopping.elapsed() < Duration::from_secs(2));
@@ -217,11 +219,10 @@ async fn idle_keep_alive_connections_cost_far_less_than_hypers_state() {
     // answer — later on a loaded machine, so the cost is read until it is
     // under the bound or 5 s have passed.
     let per_connection_now = || rss().saturating_sub(before) as f64 / CONNECTIONS as f64;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    while per_connection_now() >= 14.0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(5), || {
+        std::future::ready(per_connection_now() < 14.0)
+    })
+    .await;
     let after = rss();
     let per_connection = after.saturating_sub(before) as f64 / CONNECTIONS as f64;
     eprintln!("{CONNECTIONS} idle keep-alive connections: {before} KiB -> {after} KiB, {per_connection:.2} KiB each");

@@ -282,9 +282,7 @@ group_within = "200ms"
 /// 409, a 503 or a connection the gateway dropped (it was killed); signed
 /// as Stripe signs with `stripe`.
 async fn deliver(url: &str, body: &str, stripe: bool) -> Answer {
-    let sender = Sender::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let request = || {
         let mut request = signed(url, body);
         if stripe {
             let signature = stripe_signature(body.as_bytes(), now_unix());
@@ -292,16 +290,9 @@ async fn deliver(url: &str, body: &str, stripe: bool) -> Answer {
                 .headers_mut()
                 .insert("stripe-signature", signature.parse().unwrap());
         }
-        let answer = sender.try_send(request).await;
-        let settled = match &answer {
-            Ok(answer) => !matches!(answer.status.as_u16(), 409 | 503),
-            Err(_) => false,
-        };
-        if settled || tokio::time::Instant::now() > deadline {
-            return answer.unwrap_or_else(|error| panic!("{error}"));
-        }
-        tokio::time::sleep(Duration::from_millis(50 + rand::random::<u64>() % 100)).await;
-    }
+        request
+    };
+    Sender::new().send_until_settled(request).await
 }
 
 /// The gateway of a case, restartable on its files.

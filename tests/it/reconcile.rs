@@ -71,18 +71,22 @@ fn key_file(dir: &Path, key: &str) -> std::path::PathBuf {
 /// Stripe's own delivery of `event`: rendered at the endpoint's API
 /// version, so its bytes differ from what `/v1/events` lists.
 async fn stripe_delivers(url: &str, event: &Value) -> Answer {
+    Sender::new().send(stripe_request(url, event)).await
+}
+
+/// `event` as Stripe sends it to `url`, signed now.
+fn stripe_request(url: &str, event: &Value) -> Request<http_body_util::Full<bytes::Bytes>> {
     let mut webhook = event.clone();
     webhook["api_version"] = "2025-01-27.acacia".into();
     let body = webhook.to_string();
-    let request = Request::post(url)
+    Request::post(url)
         .header("content-type", "application/json")
         .header(
             "stripe-signature",
             stripe_signature(body.as_bytes(), now_unix()),
         )
         .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-        .unwrap();
-    Sender::new().send(request).await
+        .unwrap()
 }
 
 /// `GET /admin/routes/{route}/reconcile` of the admin listener at `admin`.
@@ -306,19 +310,14 @@ async fn a_reconcile_pass_racing_stripes_late_retries_forwards_each_once() {
     let admin = gateway.admin_url("");
     let pass = tokio::spawn(async move { run_now(&admin, "payments", "since=1d").await });
     let mut racing = tokio::task::JoinSet::new();
-    for (i, event) in all.iter().cloned().enumerate() {
-        let url = gateway.url("/stripe");
+    let mut every = pace(Duration::from_millis(15));
+    for event in &all {
+        every.tick().await;
+        let (url, event) = (gateway.url("/stripe"), event.clone());
+        // Stripe retries what the gateway answers 409 in flight.
         racing.spawn(async move {
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
-            // Stripe retries what the gateway answers 409 in flight.
-            for _ in 0..200 {
-                let answer = stripe_delivers(&url, &event).await;
-                if answer.status != StatusCode::CONFLICT {
-                    return answer;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            panic!("still in flight");
+            let request = || stripe_request(&url, &event);
+            Sender::new().send_until_settled(request).await
         });
     }
     let pass = pass.await.unwrap();

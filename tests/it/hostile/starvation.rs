@@ -254,8 +254,18 @@ async fn wait_for_replicas_holds_up_only_its_own_claim() {
         let store = Arc::clone(&store);
         tokio::spawn(async move { store.claim(request(&unacked)).await })
     };
-    // Give the claim time to reach its WAIT, then use the store meanwhile.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the claim is blocked in its WAIT (the master lists it), use the
+    // store meanwhile.
+    let in_wait = eventually(Duration::from_secs(5), || async {
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        clients.contains("cmd=wait")
+    });
+    assert!(in_wait.await, "the claim never reached its WAIT");
     for _ in 0..20 {
         assert!(store.get(&acked).await.unwrap().is_some());
         store.ping().await.unwrap();

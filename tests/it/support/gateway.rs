@@ -112,8 +112,12 @@ pub struct TestGateway {
     pub store: Arc<Store>,
     /// Applies a reloaded config, as SIGHUP does.
     pub reloader: Arc<Reloader>,
+    /// The gateway's clock: a test moves it on where time is the subject.
+    pub clock: hookgate::clock::Clock,
     /// `hookgate_worker_passes_total`: the workers' passes over the queues.
     passes: prometheus::IntCounter,
+    /// `hookgate_parked_connections`.
+    parked: prometheus::IntGauge,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -126,9 +130,11 @@ impl TestGateway {
     /// The gateway with its public listener on `listen` (e.g. `[::1]:0`).
     pub async fn start_on(text: &str, listen: &str) -> TestGateway {
         let config = parse_config(text);
-        let app = App::new(&config, super::clock()).await.expect("store");
+        let clock = super::clock();
+        let app = App::new(&config, clock.clone()).await.expect("store");
         let store = Arc::clone(&app.parts.store);
         let passes = app.parts.metrics.worker_passes.clone();
+        let parked = app.parts.metrics.parked_connections.clone();
         let reloader = app.reloader();
         let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -149,7 +155,9 @@ impl TestGateway {
             admin_addr,
             store,
             reloader,
+            clock,
             passes,
+            parked,
             stop: Some(stop),
             task: Some(task),
         }
@@ -171,6 +179,16 @@ impl TestGateway {
         .await;
         let made = self.passes.get() - from;
         assert!(passed, "the workers made {made} passes, not {n}");
+    }
+
+    /// Wait until `n` keep-alive connections are parked
+    /// (`hookgate_parked_connections`): idle, their state dropped.
+    pub async fn parked_connections(&self, n: i64) {
+        let parked = eventually(Duration::from_secs(10), || {
+            std::future::ready(self.parked.get() == n)
+        })
+        .await;
+        assert!(parked, "{} connections parked, not {n}", self.parked.get());
     }
 
     /// `POST /admin/routes/{route}/{action}` (pause, resume) with the test

@@ -68,6 +68,14 @@ pub async fn eventually<F: Future<Output = bool>>(
     check().await
 }
 
+/// Ticks `every` apart for a loop that paces what it sends (the first at
+/// once); a tick missed while a request ran is not made up in a burst.
+pub fn pace(every: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
 /// A clock for what a test builds (a gateway, a store): each its own, as
 /// each process has one.
 #[allow(clippy::disallowed_methods)]

@@ -102,25 +102,45 @@ impl Sender {
 
     /// Deliver like a webhook sender: retry on 409/503 until an answer sticks.
     pub async fn deliver_until_settled(&self, url: &str, body: &str) -> Answer {
-        // Past the default 30 s `processing_ttl`: a claim whose recording
-        // failed (a store deadline on a loaded machine) answers 409 until
-        // its lease runs out.
-        let deadline = Instant::now() + Duration::from_secs(40);
-        let mut ceiling = 20u64;
+        self.send_until_settled(|| signed(url, body)).await
+    }
+
+    /// Send what `request` makes as a webhook sender does, until an answer
+    /// sticks: again on a 409 (in flight), a 503 or a connection the
+    /// gateway dropped, backing off as senders do (doubling to 1 s, with
+    /// jitter, so that many retrying at once do not overload the machine).
+    /// Within 60 s — past the default 30 s `processing_ttl`: a claim whose
+    /// recording failed (a store deadline on a loaded machine) answers 409
+    /// until its lease runs out.
+    pub async fn send_until_settled(&self, request: impl Fn() -> Request<Full<Bytes>>) -> Answer {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut backoff = Backoff::default();
         loop {
-            let answer = self.deliver(url, body).await;
-            let busy = matches!(answer.status.as_u16(), 409 | 503);
-            if !busy || Instant::now() > deadline {
-                return answer;
+            let answer = self.try_send(request()).await;
+            let settled = match &answer {
+                Ok(answer) => !matches!(answer.status.as_u16(), 409 | 503),
+                Err(_) => false,
+            };
+            if settled || Instant::now() > deadline {
+                return answer.unwrap_or_else(|error| panic!("{error}"));
             }
-            // Backing off as a sender does (doubling to 1 s, with jitter),
-            // so that many retrying at once do not overload the machine.
-            tokio::time::sleep(Duration::from_millis(
-                ceiling / 2 + rand::random::<u64>() % (ceiling / 2),
-            ))
-            .await;
-            ceiling = (ceiling * 2).min(1_000);
+            backoff.wait().await;
         }
+    }
+}
+
+/// A sender's pause between retries: doubling from 20 ms to 1 s, each
+/// drawn from its upper half.
+#[derive(Default)]
+struct Backoff {
+    ceiling_ms: u64,
+}
+
+impl Backoff {
+    async fn wait(&mut self) {
+        self.ceiling_ms = (self.ceiling_ms * 2).clamp(20, 1_000);
+        let ms = self.ceiling_ms / 2 + rand::random::<u64>() % (self.ceiling_ms / 2);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 
