@@ -126,6 +126,7 @@ async fn main() {
             async move {
                 let key = store.key(&run, &i.to_string());
                 let claim = store
+                    .records()
                     .claim(ClaimRequest::delivery(
                         &key,
                         "00",
@@ -138,6 +139,7 @@ async fn main() {
                     panic!("fresh key was not new")
                 };
                 let done = store
+                    .records()
                     .complete(&key, &lease, &response, Duration::from_secs(60))
                     .await
                     .expect("complete");
@@ -318,11 +320,12 @@ async fn replays(url: &str, ops: usize, concurrency: usize) {
         keys.clear();
         for i in 0..REPLAYED {
             let key = store.key(&run, &i.to_string());
-            let Ok(ClaimOutcome::New(lease)) = store.claim(delivery(&key)).await else {
+            let Ok(ClaimOutcome::New(lease)) = store.records().claim(delivery(&key)).await else {
                 println!("{:<22} unavailable", "redis");
                 return;
             };
             assert!(store
+                .records()
                 .complete(&key, &lease, &response, Duration::from_secs(60))
                 .await
                 .unwrap());
@@ -336,6 +339,7 @@ async fn replays(url: &str, ops: usize, concurrency: usize) {
             let (store, keys) = (Arc::clone(&store), Arc::clone(&shared));
             async move {
                 let outcome = store
+                    .records()
                     .claim(delivery(&keys[i % REPLAYED]))
                     .await
                     .expect("claim");

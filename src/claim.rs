@@ -123,7 +123,7 @@ impl Claim {
         loop {
             tick.tick().await;
             let asked = Instant::now();
-            match store.renew(key, lease, processing_ttl).await {
+            match store.records().renew(key, lease, processing_ttl).await {
                 Ok(true) => *lease_until = asked + processing_ttl,
                 Ok(false) => return,
                 Err(error) => {
@@ -172,6 +172,7 @@ impl Claim {
     ) -> Recording<bool> {
         match self
             .store
+            .records()
             .complete(&self.key, &self.lease, recorded, retention)
             .await
         {
@@ -207,7 +208,7 @@ impl Claim {
     /// answer was lost to a timeout).
     async fn recorded_already(&self, recorded: &RecordedResponse) -> bool {
         matches!(
-            self.store.get(&self.key).await,
+            self.store.records().get(&self.key).await,
             Ok(Some(record)) if record.response.as_ref() == Some(recorded)
         )
     }
@@ -217,7 +218,7 @@ impl Claim {
         self.lease.attempt
     }
 
-    /// Record a failed attempt (see [`Store::fail`]), retried with backoff
+    /// Record a failed attempt (`store.records().fail`), retried with backoff
     /// like [`Claim::complete`]; the state it left, or `None` when the lease
     /// was lost or the store never answered in time (the lease then runs
     /// out, and the next delivery is forwarded as if the record had been
@@ -229,7 +230,12 @@ impl Claim {
 
     /// One try at recording a failed attempt.
     pub async fn try_fail(self, failure: &Failure<'_>) -> Recording<Option<RecordState>> {
-        match self.store.fail(&self.key, &self.lease, failure).await {
+        match self
+            .store
+            .records()
+            .fail(&self.key, &self.lease, failure)
+            .await
+        {
             Ok(None) => {
                 tracing::warn!(route = %self.route, key = self.key.id(), "lease was lost before the failure could be recorded");
                 Recording::Done(None)
@@ -248,9 +254,9 @@ impl Claim {
         }
     }
 
-    /// Give the claim up (see [`Store::release`]).
+    /// Give the claim up (`store.records().release`).
     pub async fn release(self) -> Result<bool, StoreError> {
-        self.store.release(&self.key, &self.lease).await
+        self.store.records().release(&self.key, &self.lease).await
     }
 }
 
@@ -292,7 +298,7 @@ impl Claims {
         let held: Vec<(StoreKey, Lease)> = self.lock().values().cloned().collect();
         let mut released = 0;
         for (key, lease) in held {
-            match store.release(&key, &lease).await {
+            match store.records().release(&key, &lease).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(error) => {
@@ -342,7 +348,7 @@ mod tests {
 
     async fn claim(store: &Store, key: &StoreKey) -> ClaimOutcome {
         let request = ClaimRequest::delivery(key, "aa", TTL, Duration::from_secs(600));
-        store.claim(request).await.unwrap()
+        store.records().claim(request).await.unwrap()
     }
 
     /// Time is the subject: paused, it runs five leases long in no time,

@@ -218,7 +218,10 @@ impl Orders {
             None if first || self.ordered.contains(&route.scope) => OrderRules { skip_dead: true },
             None => return self.lease_unordered(store, route, room).await,
         };
-        let leased = (store.lease_ordered(&route.scope, room, route.processing_ttl, rules)).await?;
+        let leased = (store
+            .queue()
+            .lease_ordered(&route.scope, room, route.processing_ttl, rules))
+        .await?;
         self.leased.insert(route.scope.clone());
         for key in &leased.stale {
             tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
@@ -239,7 +242,10 @@ impl Orders {
         route: &Route,
         room: usize,
     ) -> Result<Vec<Due>, StoreError> {
-        let due = (store.lease_due(&route.scope, room, route.processing_ttl)).await?;
+        let due = (store
+            .queue()
+            .lease_due(&route.scope, room, route.processing_ttl))
+        .await?;
         let (ordered, unordered): (Vec<Due>, Vec<Due>) =
             due.into_iter().partition(|due| due.record.order.is_some());
         if !ordered.is_empty() {
@@ -247,6 +253,7 @@ impl Orders {
             self.ordered.insert(route.scope.clone());
             for due in ordered {
                 let _ = store
+                    .records()
                     .release(&store.key(&route.scope, &due.id), &due.lease)
                     .await;
             }
@@ -306,6 +313,7 @@ scheme = "none"
     async fn state(workers: &Workers) -> (RecordState, u32) {
         let store = &workers.parts.store;
         let record = store
+            .records()
             .get(&store.key("orders", "e1"))
             .await
             .unwrap()
@@ -355,7 +363,7 @@ scheme = "none"
                 Duration::from_secs(600),
             )
         };
-        store.claim(accept).await.unwrap();
+        store.records().claim(accept).await.unwrap();
         let mut orders = Orders::default();
 
         pass(&workers, &mut orders).await;

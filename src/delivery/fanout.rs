@@ -132,7 +132,7 @@ impl Engine {
                 .ordered(place.as_ref().map(OrderSpot::at));
             // Queued (new, or a failed record due again), or already there from
             // an earlier fan-out: either way the destination has it.
-            if let Err(error) = store.claim(accept).await {
+            if let Err(error) = store.records().claim(accept).await {
                 tracing::warn!(route = %route.name, key = %id, destination = %name, %error,
                 "could not hand the event to its destination; fanning out again");
                 let _ = claim.release().await;

@@ -41,7 +41,7 @@ impl Gateway {
         let Some(full) = full else {
             return Ok(());
         };
-        if let Ok(Some(_)) = self.parts.store.get(store_key).await {
+        if let Ok(Some(_)) = self.parts.store.records().get(store_key).await {
             return Ok(());
         }
         tracing::debug!(route = %route.name, bound = full.as_str(), "the queue is full: a new event waits with its sender");
@@ -95,6 +95,7 @@ impl Gateway {
         let outcome = self
             .parts
             .store
+            .records()
             .claim(
                 (route.claim_acceptance(&store_key, body_sha256, &request, mode))
                     .guarded(guard_key.as_ref())
@@ -134,7 +135,7 @@ impl Gateway {
             Ok(ClaimOutcome::InFlight { .. }) => {
                 // Queued or being delivered: the same event only if it is
                 // the same body (one read, for duplicates alone).
-                if let Ok(Some(record)) = self.parts.store.get(&store_key).await {
+                if let Ok(Some(record)) = self.parts.store.records().get(&store_key).await {
                     check_body(route, &record, body_sha256)?;
                 }
                 Ok((accepted(settings, key, true), Outcome::Replayed))

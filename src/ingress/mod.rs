@@ -450,6 +450,7 @@ impl Gateway {
         let outcome = self
             .parts
             .store
+            .records()
             .claim(
                 route
                     .claim_delivery(&store_key, body_sha256)

@@ -173,7 +173,7 @@ async fn send(
     let store_key = parts.store.key(&delivery.scope, &key);
     let body_sha256 = lower_hex(&Sha256::digest(&request.body));
     let accept = delivery.claim_acceptance(&store_key, &body_sha256, &request, ClaimMode::Accept);
-    parts.store.claim(accept).await?;
+    parts.store.records().claim(accept).await?;
     parts.places.wake();
     tracing::info!(target = %target.name, key, notices = said.len(), "notification queued");
     Ok(())
@@ -185,7 +185,7 @@ async fn marked(parts: &Parts, target: &NotifyTarget, notice: &Notice) -> Result
     let mark = format!("mark_{}", &lower_hex(&Sha256::digest(&notice.id))[..32]);
     let key = parts.store.key(&target.delivery.scope, &mark);
     let claim = ClaimRequest::delivery(&key, "mark", MARK_FOR, MARK_FOR);
-    let ClaimOutcome::New(lease) = parts.store.claim(claim).await? else {
+    let ClaimOutcome::New(lease) = parts.store.records().claim(claim).await? else {
         return Ok(false);
     };
     let said = RecordedResponse {
@@ -194,7 +194,11 @@ async fn marked(parts: &Parts, target: &NotifyTarget, notice: &Notice) -> Result
         body: Bytes::from(notice.id.clone()),
         body_kept: BodyKept::Whole,
     };
-    parts.store.complete(&key, &lease, &said, MARK_FOR).await?;
+    parts
+        .store
+        .records()
+        .complete(&key, &lease, &said, MARK_FOR)
+        .await?;
     Ok(true)
 }
 

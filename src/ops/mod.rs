@@ -130,6 +130,7 @@ impl Operator {
     pub async fn event(&self, route: &Route, key: &str) -> Result<Event, OpsError> {
         let store = &self.parts.store;
         let record = store
+            .records()
             .get(&store.key(&route.scope, key))
             .await?
             .ok_or(OpsError::KeyNotFound)?;
@@ -196,7 +197,11 @@ impl Operator {
             return Ok(true);
         }
         let store = &self.parts.store;
-        match store.get(&store.key(&listed.scope, &listed.id)).await {
+        match store
+            .records()
+            .get(&store.key(&listed.scope, &listed.id))
+            .await
+        {
             Ok(record) => Ok(record.is_some_and(|record| filter.holds(&record))),
             Err(StoreError::Unreadable(_)) => Ok(false),
             Err(error) => Err(error.into()),
@@ -221,6 +226,7 @@ impl Operator {
         }
         let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
         let page = (self.parts.store)
+            .listing()
             .list(&names, query.state, query.limit, query.cursor.as_ref())
             .await?;
         let only = (routes.len() == 1).then(|| routes[0].name.as_str());
@@ -253,7 +259,7 @@ impl Operator {
     /// failed, dead). Its redelivery hands it out.
     pub async fn never_handed_out(&self, route: &Route, key: &str) -> bool {
         let store = &self.parts.store;
-        match store.get(&store.key(&route.scope, key)).await {
+        match store.records().get(&store.key(&route.scope, key)).await {
             Ok(Some(record)) => record.state != RecordState::Completed,
             _ => false,
         }
@@ -264,7 +270,11 @@ impl Operator {
     /// `force` is not set.
     pub async fn forget(&self, route: &Route, key: &str, force: bool) -> Result<(), OpsError> {
         let store = &self.parts.store;
-        match store.delete(&store.key(&route.scope, key), force).await? {
+        match store
+            .records()
+            .delete(&store.key(&route.scope, key), force)
+            .await?
+        {
             Deleted::Deleted => Ok(()),
             Deleted::InFlight => Err(OpsError::InFlight),
             Deleted::NotFound => Err(OpsError::KeyNotFound),
@@ -275,7 +285,11 @@ impl Operator {
     /// goes back to its queue, due now).
     pub async fn release(&self, route: &Route, key: &str) -> Result<(), OpsError> {
         let store = &self.parts.store;
-        match store.force_release(&store.key(&route.scope, key)).await? {
+        match store
+            .records()
+            .force_release(&store.key(&route.scope, key))
+            .await?
+        {
             ForceRelease::Released => Ok(()),
             ForceRelease::NotInFlight => Err(OpsError::NotInFlight),
             ForceRelease::NotFound => Err(OpsError::KeyNotFound),
@@ -316,10 +330,18 @@ impl Operator {
         for route in self.parts.routes.all() {
             let store = &self.parts.store;
             let queued = match route.delivery.is_async() {
-                true => store.count(&route.scope, RecordState::Queued).await.ok(),
+                true => store
+                    .listing()
+                    .count(&route.scope, RecordState::Queued)
+                    .await
+                    .ok(),
                 false => None,
             };
-            let dead_letters = store.count(&route.scope, RecordState::Dead).await.ok();
+            let dead_letters = store
+                .listing()
+                .count(&route.scope, RecordState::Dead)
+                .await
+                .ok();
             let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
                 paused: self.parts.pauses.of(&route.name),
@@ -337,7 +359,12 @@ impl Operator {
     /// (none for a route that does not wait behind its dead events).
     pub async fn blocked(&self, route: &Route, limit: usize) -> Result<Vec<Blocked>, OpsError> {
         match route.order().map(|order| order.on_blocked) {
-            Some(OnBlocked::Wait) => Ok(self.parts.store.blocked(&route.scope, limit).await?),
+            Some(OnBlocked::Wait) => Ok(self
+                .parts
+                .store
+                .listing()
+                .blocked(&route.scope, limit)
+                .await?),
             _ => Ok(Vec::new()),
         }
     }
@@ -345,7 +372,7 @@ impl Operator {
     /// `key`'s record in `scope` (a destination's, say), if it has one.
     pub async fn record_in(&self, scope: &str, key: &str) -> Result<Option<Record>, StoreError> {
         let store = &self.parts.store;
-        store.get(&store.key(scope, key)).await
+        store.records().get(&store.key(scope, key)).await
     }
 
     /// How many entities of `route` a dead event holds, at most
@@ -356,6 +383,7 @@ impl Operator {
             Some(OnBlocked::Wait) => (self
                 .parts
                 .store
+                .listing()
                 .blocked(&route.scope, BLOCKED_COUNTED)
                 .await)
                 .ok()

@@ -104,6 +104,7 @@ impl Operator {
         let store = &self.parts.store;
         let store_key = store.key(&route.scope, key);
         let record = store
+            .records()
             .get(&store_key)
             .await
             .map_err(OpsError::from)?
@@ -119,7 +120,11 @@ impl Operator {
         let claim = |mode| route.claim_again(&store_key, &record.body_sha256, mode);
         if record.state == RecordState::Queued {
             // The workers deliver it, governed like every queued event.
-            return match store.claim(claim(ClaimMode::Redeliver { force })).await {
+            return match store
+                .records()
+                .claim(claim(ClaimMode::Redeliver { force }))
+                .await
+            {
                 Ok(ClaimOutcome::Queued) => {
                     self.parts.places.wake();
                     Ok(Sent::queued(key, record.attempts))
@@ -131,7 +136,10 @@ impl Operator {
         if route.fans_out() {
             // Never handed out (it died, or failed, before the route had
             // destinations): handing it out is its delivery.
-            let claimed = store.claim(claim(ClaimMode::Redeliver { force })).await;
+            let claimed = store
+                .records()
+                .claim(claim(ClaimMode::Redeliver { force }))
+                .await;
             return match claimed.map_err(OpsError::from)? {
                 ClaimOutcome::New(lease) => {
                     let held = (store_key, lease);
@@ -147,6 +155,7 @@ impl Operator {
         }
         let leave = self.leave(route)?;
         let claimed = store
+            .records()
             .claim(claim(ClaimMode::Redeliver { force }))
             .await
             .map_err(OpsError::from)?;
@@ -193,6 +202,7 @@ impl Operator {
         }
         let store = &self.parts.store;
         let record = store
+            .records()
             .get(&store.key(&route.scope, key))
             .await
             .map_err(OpsError::from)?
@@ -211,6 +221,7 @@ impl Operator {
             let replay_key = key::validate(replay_key(key, n)).map_err(|_| OpsError::KeyInvalid)?;
             let store_key = store.key(&route.scope, &replay_key);
             let claimed = store
+                .records()
                 .claim(route.claim_replay(&store_key, &record.body_sha256, &request, key))
                 .await
                 .map_err(OpsError::from)?;
@@ -238,6 +249,7 @@ impl Operator {
         for n in 1..=MAX_REPLAYS {
             let replay_key = replay_key(key, n);
             let record = store
+                .records()
                 .get(&store.key(&route.scope, &replay_key))
                 .await
                 .map_err(OpsError::from)?;

@@ -57,6 +57,7 @@ impl Operator {
             if let Ok(count) = self
                 .parts
                 .store
+                .listing()
                 .count(&route.scope, RecordState::Dead)
                 .await
             {
@@ -80,6 +81,7 @@ impl Operator {
             if let Ok(count) = self
                 .parts
                 .store
+                .listing()
                 .count(&route.scope, RecordState::Queued)
                 .await
             {
@@ -91,6 +93,7 @@ impl Operator {
             if let Ok(oldest) = self
                 .parts
                 .store
+                .listing()
                 .oldest(&route.scope, RecordState::Queued)
                 .await
             {
@@ -125,7 +128,7 @@ impl Operator {
                 continue;
             };
             if !scopes.contains_key(&route.scope) {
-                match parts.store.queued(&route.scope).await {
+                match parts.store.queue().queued(&route.scope).await {
                     Ok(queued) => scopes.insert(route.scope.clone(), queued),
                     Err(error) => {
                         tracing::debug!(%error, "could not measure the queues");
@@ -159,6 +162,7 @@ impl Operator {
         if let Ok(oldest) = self
             .parts
             .store
+            .listing()
             .oldest(&route.scope, RecordState::Failed)
             .await
         {
@@ -180,6 +184,7 @@ impl Operator {
             let queued = self
                 .parts
                 .store
+                .listing()
                 .count(&route.scope, RecordState::Queued)
                 .await;
             status.insert(
@@ -216,7 +221,7 @@ impl Operator {
                     | RecordState::Stale => parked,
                 };
                 let Some(horizon) = horizon else { continue };
-                if let Err(error) = self.parts.store.trim(scope, state, horizon).await {
+                if let Err(error) = self.parts.store.listing().trim(scope, state, horizon).await {
                     tracing::debug!(scope, %error, "could not trim a listing index");
                 }
             }
@@ -227,7 +232,13 @@ impl Operator {
             let scope = crate::reconcile::scope(route);
             for state in RecordState::ALL {
                 let horizon = crate::reconcile::KEPT;
-                if let Err(error) = self.parts.store.trim(&scope, state, horizon).await {
+                if let Err(error) = self
+                    .parts
+                    .store
+                    .listing()
+                    .trim(&scope, state, horizon)
+                    .await
+                {
                     tracing::debug!(scope, %error, "could not trim a listing index");
                 }
             }

@@ -293,7 +293,7 @@ impl Reconciler {
             },
             ..ClaimRequest::delivery(&lease_key, "", LEASE_TTL, settings.every)
         };
-        let lease = match store.claim(claim).await? {
+        let lease = match store.records().claim(claim).await? {
             ClaimOutcome::New(lease) => lease,
             ClaimOutcome::Completed(record) => {
                 return Err(RunError::NotDue(record.completed_at_ms.unwrap_or_default()))
@@ -305,7 +305,10 @@ impl Reconciler {
         let renewing = async {
             loop {
                 tokio::time::sleep(LEASE_TTL / 3).await;
-                if !matches!(store.renew(&lease_key, &lease, LEASE_TTL).await, Ok(true)) {
+                if !matches!(
+                    store.records().renew(&lease_key, &lease, LEASE_TTL).await,
+                    Ok(true)
+                ) {
                     return;
                 }
             }
@@ -375,6 +378,7 @@ impl Reconciler {
         }
         // The next pass, anywhere, one `every` from now.
         store
+            .records()
             .complete(&lease_key, &lease, &note(Bytes::new()), settings.every)
             .await?;
         Ok(ledger)
@@ -460,7 +464,12 @@ impl Reconciler {
 
     /// What the last pass recorded, if any pass did.
     async fn ledger(&self, route: &Route) -> Result<Ledger, RunError> {
-        let record = self.parts.store.get(&self.status_key(route)).await?;
+        let record = self
+            .parts
+            .store
+            .records()
+            .get(&self.status_key(route))
+            .await?;
         let body = record.and_then(|record| record.response).map(|r| r.body);
         Ok(body
             .and_then(|body| serde_json::from_slice(&body).ok())
@@ -474,11 +483,12 @@ impl Reconciler {
             mode: ClaimMode::Redeliver { force: true },
             ..ClaimRequest::delivery(&key, "", LEASE_TTL, KEPT)
         };
-        let ClaimOutcome::New(lease) = store.claim(claim).await? else {
+        let ClaimOutcome::New(lease) = store.records().claim(claim).await? else {
             return Ok(());
         };
         let body = serde_json::to_vec(ledger).unwrap_or_default();
         store
+            .records()
             .complete(&key, &lease, &note(Bytes::from(body)), KEPT)
             .await
             .map(|_| ())

@@ -213,7 +213,7 @@ impl Pass<'_> {
             let read = stream::iter(candidates)
                 .map(|found| async move {
                     let key = self.store.key(&self.route.scope, &found.key);
-                    let record = self.store.get(&key).await;
+                    let record = self.store.records().get(&key).await;
                     (found, record)
                 })
                 .buffered(READS_AT_ONCE)
@@ -393,7 +393,7 @@ impl Pass<'_> {
         let mark = self.store.key(self.marks, &format!("asked:{id}"));
         let retention = self.settings.sender.retention;
         let claim = ClaimRequest::delivery(&mark, "", ASK_TTL, retention);
-        let lease = match self.store.claim(claim).await {
+        let lease = match self.store.records().claim(claim).await {
             Ok(ClaimOutcome::New(lease)) => lease,
             // Asked already, or being asked.
             Ok(_) => return,
@@ -409,14 +409,19 @@ impl Pass<'_> {
             Ok(_) => {
                 tally.asked += 1;
                 let asked = super::note(Bytes::new());
-                if let Err(error) = self.store.complete(&mark, &lease, &asked, retention).await {
+                if let Err(error) = self
+                    .store
+                    .records()
+                    .complete(&mark, &lease, &asked, retention)
+                    .await
+                {
                     // The ask went out; a second one is a duplicate the
                     // claim answers.
                     tracing::warn!(route = %self.route.name, key, %error, "could not remember a redelivery asked for");
                 }
             }
             Err(error) => {
-                let _ = self.store.release(&mark, &lease).await;
+                let _ = self.store.records().release(&mark, &lease).await;
                 tally.failed(key, error);
             }
         }

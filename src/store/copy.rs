@@ -103,6 +103,7 @@ pub async fn copy(from: &Store, to: &Store, scopes: &[CopyScope]) -> Result<Copi
             let mut cursor: Option<Cursor> = None;
             loop {
                 let page = from
+                    .listing()
                     .list(&[scope.scope.as_str()], Some(state), PAGE, cursor.as_ref())
                     .await?;
                 let outcomes: Vec<Outcome> = stream::iter(page.records.iter().map(Ok))
@@ -124,10 +125,10 @@ pub async fn copy(from: &Store, to: &Store, scopes: &[CopyScope]) -> Result<Copi
             }
         }
     }
-    let present = to.controls().await?;
-    for (route, value) in from.controls().await? {
+    let present = to.fleet().controls().await?;
+    for (route, value) in from.fleet().controls().await? {
         if !present.iter().any(|(name, _)| *name == route) {
-            to.set_control(&route, Some(&value)).await?;
+            to.fleet().set_control(&route, Some(&value)).await?;
             copied.controls += 1;
         }
     }

@@ -10,17 +10,15 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::time::Instant;
 
-use super::backend::{Fleet, Health, Records, Transfer};
+use super::backend::{Fleet, Health, Transfer};
 use super::backends::{on, Backends};
 use super::refusals::Refusals;
 use super::shards::Shards;
 use super::{
-    new_token, Backend, BackendSettings, ClaimMode, ClaimOutcome, ClaimRequest, Clock, Deleted,
-    EmbeddedStore, Failure, Invalidations, Lease, MemoryStore, PostgresStore, Record, RecordState,
-    RedisStore, Refused, ReplayCache, StoreError, StoreKey, StoreSettings, Stored,
+    Backend, BackendSettings, Clock, EmbeddedStore, Invalidations, MemoryStore, PostgresStore,
+    Record, RedisStore, Refused, ReplayCache, StoreError, StoreKey, StoreSettings,
 };
 use crate::metrics::StoreMetrics;
-use crate::replay::RecordedResponse;
 use crate::seal::Keys;
 
 /// How long learning a store's layout may take (`Store::learn_layout`).
@@ -341,136 +339,6 @@ impl Store {
         Some(record)
     }
 
-    /// Claim a key. A claim whose answer does not arrive in time may still
-    /// have been applied — the store was merely slow — and would then block
-    /// every retry of the event, 409, for `processing_ttl` under a token
-    /// nobody holds: so a failed claim is released again with its token (a
-    /// no-op when it was not applied).
-    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let cache = self
-            .cache
-            .as_ref()
-            .filter(|_| request.mode == ClaimMode::Deliver);
-        if let Some(record) = cache.and_then(|_| self.replayed(request.key)) {
-            return Ok(ClaimOutcome::Completed(Record::clone(&record)));
-        }
-        let epoch = cache.map(|cache| cache.epoch());
-        let result = self.claim_in_store(request).await;
-        if matches!(request.mode, ClaimMode::Redeliver { .. }) {
-            // A forced redelivery has taken a completed record over.
-            self.invalidate(request.key).await;
-        }
-        if let (Some(cache), Some(epoch), Ok(ClaimOutcome::Completed(record))) =
-            (cache, epoch, &result)
-        {
-            cache.insert(request.key, record, request.retention, epoch);
-        }
-        result
-    }
-
-    pub(super) async fn claim_in_store(
-        &self,
-        request: ClaimRequest<'_>,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let token = new_token();
-        let kept = request
-            .stored
-            .and_then(|stored| self.kept_request(request.key, stored.request));
-        let request = match (&kept, request.stored) {
-            (Some(kept), Some(stored)) => ClaimRequest {
-                stored: Some(Stored {
-                    request: kept,
-                    ..stored
-                }),
-                ..request
-            },
-            _ => request,
-        };
-        let result = self
-            .deadline_at("claim", request.key.source(), async {
-                on!(self.backend, b => Records::claim(b, request, &token).await)
-            })
-            .await;
-        let result = match result {
-            Ok(ClaimOutcome::Completed(record)) => self
-                .opened(request.key, record)
-                .map(ClaimOutcome::Completed),
-            Ok(ClaimOutcome::Dead(record)) => {
-                self.opened(request.key, record).map(ClaimOutcome::Dead)
-            }
-            other => other,
-        };
-        if result.is_err() {
-            let undo =
-                async { on!(self.backend, b => Records::release(b, request.key, &token).await) };
-            if let Ok(Ok(true)) = tokio::time::timeout(self.timeout, undo).await {
-                tracing::info!(key = %request.key, "released a claim whose answer was lost");
-            }
-        }
-        result
-    }
-
-    pub async fn renew(
-        &self,
-        key: &StoreKey,
-        lease: &Lease,
-        processing_ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        self.deadline_at("renew", key.source(), async {
-            on!(self.backend, b => Records::renew(b, key, &lease.token, processing_ttl).await)
-        })
-        .await
-    }
-
-    pub async fn complete(
-        &self,
-        key: &StoreKey,
-        lease: &Lease,
-        response: &RecordedResponse,
-        retention: Duration,
-    ) -> Result<bool, StoreError> {
-        let kept = self.kept_response(key, response);
-        let response = kept.as_ref().unwrap_or(response);
-        let op = async {
-            on!(self.backend, b => Records::complete(b, key, &lease.token, response, retention).await)
-        };
-        self.deadline_at("complete", key.source(), op).await
-    }
-
-    pub async fn fail(
-        &self,
-        key: &StoreKey,
-        lease: &Lease,
-        failure: &Failure<'_>,
-    ) -> Result<Option<RecordState>, StoreError> {
-        let kept = self.kept_request(key, failure.request);
-        let attempt = self.kept_attempt(key, failure.attempt);
-        let failure = Failure {
-            request: kept.as_ref().unwrap_or(failure.request),
-            attempt: attempt.as_ref().unwrap_or(failure.attempt),
-            ..*failure
-        };
-        let op =
-            async { on!(self.backend, b => Records::fail(b, key, &lease.token, &failure).await) };
-        self.deadline_at("fail", key.source(), op).await
-    }
-
-    pub async fn release(&self, key: &StoreKey, lease: &Lease) -> Result<bool, StoreError> {
-        self.deadline_at("release", key.source(), async {
-            on!(self.backend, b => Records::release(b, key, &lease.token).await)
-        })
-        .await
-    }
-
-    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        let record = self
-            .deadline("get", async {
-                on!(self.backend, b => Records::get(b, key).await)
-            })
-            .await?;
-        record.map(|record| self.opened(key, record)).transpose()
-    }
-
     /// The live record of `key`, whole, and when it expires (Unix ms): see
     /// [`Transfer::export`].
     pub async fn export(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
@@ -499,17 +367,6 @@ impl Store {
         Ok(written)
     }
 
-    /// Forget `key` unless it is in flight (or `force`); see [`Records::delete`].
-    pub async fn delete(&self, key: &StoreKey, force: bool) -> Result<Deleted, StoreError> {
-        let deleted = self
-            .deadline_at("delete", key.source(), async {
-                on!(self.backend, b => Records::delete(b, key, force).await)
-            })
-            .await;
-        self.invalidate(key).await;
-        deleted
-    }
-
     /// Whether this store is the process's own (memory, embedded): its
     /// failure then makes the instance unready.
     pub fn is_local(&self) -> bool {
@@ -527,42 +384,5 @@ impl Store {
             on!(self.backend, b => Health::ping(b, &self.key_prefix).await)
         })
         .await
-    }
-
-    /// Set or clear `route`'s control value, for every gateway sharing this
-    /// store and key prefix.
-    pub async fn set_control(&self, route: &str, value: Option<&str>) -> Result<(), StoreError> {
-        let op = async {
-            on!(self.backend, b => Fleet::set_control(b, &self.key_prefix, route, value).await)
-        };
-        self.deadline("set_control", op).await
-    }
-
-    /// Every route control set under this key prefix.
-    pub async fn controls(&self) -> Result<Vec<(String, String)>, StoreError> {
-        self.deadline("controls", async {
-            on!(self.backend, b => Fleet::controls(b, &self.key_prefix).await)
-        })
-        .await
-    }
-
-    /// Release a claim whatever its holder (admin): compare-and-set on the
-    /// token it holds now, so a claim that completes meanwhile is left alone.
-    pub async fn force_release(&self, key: &StoreKey) -> Result<ForceRelease, StoreError> {
-        let Some(record) = self.get(key).await? else {
-            return Ok(ForceRelease::NotFound);
-        };
-        let Some(token) = record.token else {
-            return Ok(ForceRelease::NotInFlight);
-        };
-        let lease = Lease {
-            token,
-            attempt: record.attempts,
-        };
-        Ok(if self.release(key, &lease).await? {
-            ForceRelease::Released
-        } else {
-            ForceRelease::NotInFlight
-        })
     }
 }

@@ -194,9 +194,10 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(600),
         );
-        let lost = store.claim(request).await;
+        let lost = store.records().claim(request).await;
         assert!(lost.is_err(), "the answer did not come in time: {lost:?}");
         let record = store
+            .records()
             .get(&key)
             .await
             .unwrap()
@@ -204,9 +205,9 @@ mod tests {
         assert_eq!(record.state, RecordState::Failed, "and released again");
         // The retry is a claim, not a 409 for the next 60 s (its answer is late
         // too, so it fails as well, and is released too).
-        assert!(store.claim(request).await.is_err());
+        assert!(store.records().claim(request).await.is_err());
         assert_eq!(
-            store.get(&key).await.unwrap().unwrap().attempts,
+            store.records().get(&key).await.unwrap().unwrap().attempts,
             2,
             "the retry claimed the key"
         );

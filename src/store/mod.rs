@@ -35,7 +35,9 @@
 //! [`Store`] wraps whichever backend is configured: it owns the key layout
 //! (prefix, scope and hash tags), bounds every operation by the store
 //! `timeout` (a slow store is an unavailable store, [`StoreError::Timeout`])
-//! and times and counts it. Adding a backend is its folder implementing
+//! and times and counts it. A caller reaches the operations by the
+//! capability it uses (`roles/`): `store.records()`, `store.queue()`,
+//! `store.listing()`, `store.fleet()`. Adding a backend is its folder implementing
 //! the capabilities, one variant of [`Backends`] (and its arm in `on!`),
 //! one settings variant opened in [`Store::open`], and its name in the
 //! conformance suite's one list. [`backend`] holds the traits, `backends` the enum
@@ -59,6 +61,7 @@ mod record;
 mod redis;
 mod reencrypt;
 mod refusals;
+mod roles;
 pub mod sealed;
 mod settings;
 mod shards;

@@ -175,6 +175,7 @@ async fn pass(
             let mut cursor: Option<Cursor> = None;
             loop {
                 let page = store
+                    .listing()
                     .list(&[scope.as_str()], Some(state), PAGE, cursor.as_ref())
                     .await?;
                 let outcomes: Vec<Outcome> = stream::iter(page.records.iter().map(Ok))

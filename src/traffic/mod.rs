@@ -95,6 +95,7 @@ impl Pauses {
     pub async fn refresh(&self, store: &Store) -> Result<Vec<String>, StoreError> {
         let sets_before = *self.sets();
         let read: HashMap<String, Pause> = store
+            .fleet()
             .controls()
             .await?
             .into_iter()
@@ -145,7 +146,7 @@ impl Pauses {
         pause: Option<&Pause>,
     ) -> Result<(), StoreError> {
         let value = pause.map(|pause| serde_json::to_string(pause).expect("serializable"));
-        store.set_control(route, value.as_deref()).await?;
+        store.fleet().set_control(route, value.as_deref()).await?;
         let mut sets = self.sets();
         *sets += 1;
         let mut paused = self.known.load().as_deref().cloned().unwrap_or_default();

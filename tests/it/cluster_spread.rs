@@ -181,7 +181,7 @@ async fn a_cluster_store_serves_again_after_a_master_dies_under_a_burst() {
                         Duration::from_secs(30),
                         Duration::from_secs(60),
                     );
-                    store.claim(claim).await.is_ok()
+                    store.records().claim(claim).await.is_ok()
                 })
             })
             .collect();

@@ -34,6 +34,7 @@ async fn reaches(gateway: &TestGateway, id: &str, state: &str) -> bool {
     let key = store.key("hook", id);
     eventually(Duration::from_secs(8), || async {
         store
+            .records()
             .get(&key)
             .await
             .is_ok_and(|record| record.is_some_and(|record| record.state.as_str() == state))
@@ -468,6 +469,7 @@ async fn sigterm_during_an_async_redelivery_puts_the_event_back_in_its_queue() {
     redelivery.abort();
 
     let record = store
+        .records()
         .get(&store.key("hook", "evt_term"))
         .await
         .unwrap()
@@ -494,6 +496,7 @@ async fn no_worker_beside_a_live_redelivery(backend: Backend) {
     // A worker elsewhere leases it and dies: its lease lapses after 300 ms.
     let store = &gateway.store;
     let leased = store
+        .queue()
         .lease_due("hook", 1, Duration::from_millis(300))
         .await
         .unwrap();

@@ -188,6 +188,7 @@ async fn shutdown_finishes_and_records_in_flight_deliveries() {
 
     assert_eq!(delivery.await.unwrap().status, StatusCode::OK);
     let record = store
+        .records()
         .get(&store.key("hook", "evt_drain"))
         .await
         .unwrap()
@@ -217,6 +218,7 @@ async fn shutdown_releases_claims_left_after_the_grace_period() {
     gateway.shutdown().await;
     let store = handle;
     let record = store
+        .records()
         .get(&store.key("hook", "evt_stuck"))
         .await
         .unwrap()

@@ -439,6 +439,7 @@ async fn concurrent_claims_and_completions_commit_in_groups() {
             tokio::spawn(async move {
                 let key = k(&format!("grouped-{i}"));
                 match store
+                    .records()
                     .claim(request(&key, SHA_A, Duration::from_secs(60)))
                     .await
                 {
@@ -460,6 +461,7 @@ async fn concurrent_claims_and_completions_commit_in_groups() {
             let store = Arc::clone(&store);
             tokio::spawn(async move {
                 let done = store
+                    .records()
                     .complete(&key, &lease, &response("grouped"), Duration::from_secs(600))
                     .await;
                 assert!(done.unwrap(), "{key}");

@@ -417,6 +417,7 @@ async fn discord_ping_is_answered_by_the_gateway() {
     assert_eq!(upstream.total(), 0);
     let store = &gateway.store;
     assert!(store
+        .records()
         .get(&store.key("discord", "1"))
         .await
         .unwrap()

@@ -9,7 +9,7 @@ use super::*;
 
 /// The controls of routes named `{run}-…`, sorted.
 async fn ours(store: &Store, run: &str) -> Vec<(String, String)> {
-    let mut controls: Vec<(String, String)> = (store.controls().await.unwrap().into_iter())
+    let mut controls: Vec<(String, String)> = (store.fleet().controls().await.unwrap().into_iter())
         .filter(|(route, _)| route.starts_with(run))
         .collect();
     controls.sort();
@@ -24,11 +24,20 @@ async fn route_controls_are_kept_until_cleared(store: Store, _: Time) {
     let name = |route: &str| format!("{run}-{route}");
     assert!(ours(&store, &run).await.is_empty());
     store
+        .fleet()
         .set_control(&name("a"), Some("{\"by\":\"x\"}"))
         .await
         .unwrap();
-    store.set_control(&name("b"), Some("paused")).await.unwrap();
-    store.set_control(&name("a"), Some("again")).await.unwrap();
+    store
+        .fleet()
+        .set_control(&name("b"), Some("paused"))
+        .await
+        .unwrap();
+    store
+        .fleet()
+        .set_control(&name("a"), Some("again"))
+        .await
+        .unwrap();
     assert_eq!(
         ours(&store, &run).await,
         vec![
@@ -36,8 +45,12 @@ async fn route_controls_are_kept_until_cleared(store: Store, _: Time) {
             (name("b"), "paused".to_owned())
         ]
     );
-    store.set_control(&name("a"), None).await.unwrap();
-    store.set_control(&name("missing"), None).await.unwrap();
+    store.fleet().set_control(&name("a"), None).await.unwrap();
+    store
+        .fleet()
+        .set_control(&name("missing"), None)
+        .await
+        .unwrap();
     assert_eq!(
         ours(&store, &run).await,
         vec![(name("b"), "paused".to_owned())]

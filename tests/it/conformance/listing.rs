@@ -20,22 +20,31 @@ pub(crate) async fn leave(store: &Store, scope: &str, id: &str, state: RecordSta
         ));
         return;
     }
-    let lease = match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+    let lease = match store
+        .records()
+        .claim(request(&key, SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     match state {
         // Renewed, as a holder does while its upstream works: Redis's
         // packed claim is listed once a script has read it (packed.rs).
-        RecordState::Processing => assert!(store.renew(&key, &lease, LONG).await.unwrap()),
+        RecordState::Processing => {
+            assert!(store.records().renew(&key, &lease, LONG).await.unwrap())
+        }
         RecordState::Queued => {}
         RecordState::Stale => panic!("a stale record comes of an ordered lease (order.rs)"),
         RecordState::Completed => assert!(store
+            .records()
             .complete(&key, &lease, &response("ok"), LONG)
             .await
             .unwrap()),
         RecordState::Failed | RecordState::Dead => assert_eq!(
             store
+                .records()
                 .fail(
                     &key,
                     &lease,
@@ -59,6 +68,7 @@ async fn all_pages(
     let mut cursor = None;
     loop {
         let page = store
+            .listing()
             .list(scopes, state, limit, cursor.as_ref())
             .await
             .unwrap();
@@ -119,18 +129,23 @@ async fn listings_page_newest_first_by_state(store: Store, time: Time) {
         all_pages(&store, &["lb"], Some(Failed), 10).await,
         ["lb/f1"]
     );
-    assert_eq!(store.count("la", Dead).await.unwrap(), 2);
-    assert_eq!(store.count("la", Completed).await.unwrap(), 3);
-    assert_eq!(store.count("lb", Dead).await.unwrap(), 0);
+    assert_eq!(store.listing().count("la", Dead).await.unwrap(), 2);
+    assert_eq!(store.listing().count("la", Completed).await.unwrap(), 3);
+    assert_eq!(store.listing().count("lb", Dead).await.unwrap(), 0);
 
     // A state change moves a record between listings; a delete drops it.
     assert_eq!(
-        store.delete(&store.key("la", "d1"), false).await.unwrap(),
+        store
+            .records()
+            .delete(&store.key("la", "d1"), false)
+            .await
+            .unwrap(),
         Deleted::Deleted
     );
     assert_eq!(all_pages(&store, &["la"], Some(Dead), 10).await, ["la/d2"]);
-    assert_eq!(store.count("la", Dead).await.unwrap(), 1);
+    assert_eq!(store.listing().count("la", Dead).await.unwrap(), 1);
     let lease = match store
+        .records()
         .claim(redeliver(&store.key("la", "d2"), false))
         .await
         .unwrap()
@@ -144,6 +159,7 @@ async fn listings_page_newest_first_by_state(store: Store, time: Time) {
         ["la/d2"]
     );
     assert!(store
+        .records()
         .complete(&store.key("la", "d2"), &lease, &response("ok"), LONG)
         .await
         .unwrap());
@@ -172,22 +188,33 @@ async fn listings_of_records_changed_at_once_page_exactly(store: Store, _: Time)
 
 async fn a_trim_drops_the_listing_entries_of_expired_records(store: Store, time: Time) {
     let old = store.key("trim", "old");
-    let lease = match store.claim(request(&old, SHA_A, LONG)).await.unwrap() {
+    let lease = match store
+        .records()
+        .claim(request(&old, SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(store
+        .records()
         .complete(&old, &lease, &response("ok"), Duration::from_millis(200))
         .await
         .unwrap());
     time.pass(Duration::from_millis(400)).await;
     leave(&store, "trim", "new", RecordState::Completed).await;
     store
+        .listing()
         .trim("trim", RecordState::Completed, Duration::from_millis(300))
         .await
         .unwrap();
     assert_eq!(
-        store.count("trim", RecordState::Completed).await.unwrap(),
+        store
+            .listing()
+            .count("trim", RecordState::Completed)
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(

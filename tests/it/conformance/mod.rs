@@ -116,7 +116,12 @@ pub(crate) fn response(body: &'static str) -> RecordedResponse {
 
 pub(crate) async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
     let key = k(id);
-    match store.claim(request(&key, SHA_A, lease)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&key, SHA_A, lease))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("expected a new claim of {key}, got {other:?}"),
     }
@@ -330,5 +335,5 @@ pub(crate) async fn accept(
         }),
         ..request(&key, SHA_A, LONG)
     };
-    store.claim(claim).await.unwrap()
+    store.records().claim(claim).await.unwrap()
 }

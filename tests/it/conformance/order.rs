@@ -41,7 +41,7 @@ async fn accept_in(
         }),
         ..request(&key, SHA_A, LONG)
     };
-    let accepted = store.claim(claim).await.unwrap();
+    let accepted = store.records().claim(claim).await.unwrap();
     assert!(
         matches!(accepted, ClaimOutcome::Queued),
         "{id}: {accepted:?}"
@@ -50,7 +50,11 @@ async fn accept_in(
 
 /// The ids leased now, sorted, and the stale ones met.
 async fn lease(store: &Store, scope: &str, rules: Rules) -> (Vec<String>, Vec<String>) {
-    let leased = store.lease_ordered(scope, 10, LONG, rules).await.unwrap();
+    let leased = store
+        .queue()
+        .lease_ordered(scope, 10, LONG, rules)
+        .await
+        .unwrap();
     let mut ids: Vec<String> = leased.due.into_iter().map(|due| due.id).collect();
     ids.sort();
     (ids, leased.stale)
@@ -58,7 +62,12 @@ async fn lease(store: &Store, scope: &str, rules: Rules) -> (Vec<String>, Vec<St
 
 /// The lease the record of `id` is held under now.
 async fn held(store: &Store, scope: &str, id: &str) -> Lease {
-    let record = store.get(&store.key(scope, id)).await.unwrap().unwrap();
+    let record = store
+        .records()
+        .get(&store.key(scope, id))
+        .await
+        .unwrap()
+        .unwrap();
     Lease {
         token: record.token.expect("held"),
         attempt: record.attempts,
@@ -69,6 +78,7 @@ async fn held(store: &Store, scope: &str, id: &str) -> Lease {
 async fn complete(store: &Store, scope: &str, id: &str) {
     let (key, lease) = (store.key(scope, id), held(store, scope, id).await);
     assert!(store
+        .records()
         .complete(&key, &lease, &response("ok"), LONG)
         .await
         .unwrap());
@@ -76,7 +86,12 @@ async fn complete(store: &Store, scope: &str, id: &str) {
 
 async fn fail(store: &Store, scope: &str, id: &str, failure: &Failure<'_>) -> RecordState {
     let (key, lease) = (store.key(scope, id), held(store, scope, id).await);
-    store.fail(&key, &lease, failure).await.unwrap().unwrap()
+    store
+        .records()
+        .fail(&key, &lease, failure)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 fn ids(list: &[&str]) -> Vec<String> {
@@ -156,17 +171,26 @@ async fn an_event_older_than_the_newest_delivered_turns_stale(store: Store, _tim
     let (leased, stale) = lease(&store, s, WAIT).await;
     assert_eq!(stale, ids(&["old"]));
     assert_eq!(leased, ids(&["same"]), "an equal value is not stale");
-    let record = store.get(&store.key(s, "old")).await.unwrap().unwrap();
+    let record = store
+        .records()
+        .get(&store.key(s, "old"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, RecordState::Stale);
     assert_eq!(record.attempts, 0, "never forwarded");
     assert!(record.request.is_some(), "kept like a dead letter");
 
     // A duplicate of it is answered, and an operator may send it on purpose.
     let key = store.key(s, "old");
-    let duplicate = store.claim(request(&key, SHA_A, LONG)).await.unwrap();
+    let duplicate = store
+        .records()
+        .claim(request(&key, SHA_A, LONG))
+        .await
+        .unwrap();
     assert!(matches!(duplicate, ClaimOutcome::Dead(_)), "{duplicate:?}");
     accept_in(&store, s, "next", ("e", Some(30.0)), Duration::ZERO).await;
-    let again = store.claim(redeliver(&key, false)).await.unwrap();
+    let again = store.records().claim(redeliver(&key, false)).await.unwrap();
     assert!(matches!(again, ClaimOutcome::New(_)), "{again:?}");
     assert_eq!(
         lease(&store, s, WAIT).await.0,
@@ -202,7 +226,7 @@ async fn a_dead_event_holds_its_entity_unless_skipped(store: Store, _time: Time)
     // is in flight, and the rest follow it in order.
     let s = "o4w";
     let key = store.key(s, "d1");
-    let redelivered = store.claim(redeliver(&key, false)).await.unwrap();
+    let redelivered = store.records().claim(redeliver(&key, false)).await.unwrap();
     assert!(
         matches!(redelivered, ClaimOutcome::New(_)),
         "{redelivered:?}"
@@ -213,7 +237,11 @@ async fn a_dead_event_holds_its_entity_unless_skipped(store: Store, _time: Time)
     // Forgotten, a dead event holds nothing either.
     assert_eq!(fail(&store, s, "d2", &dead).await, RecordState::Dead);
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&[]));
-    let forgotten = store.delete(&store.key(s, "d2"), false).await.unwrap();
+    let forgotten = store
+        .records()
+        .delete(&store.key(s, "d2"), false)
+        .await
+        .unwrap();
     assert_eq!(forgotten, Deleted::Deleted);
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&["d3"]));
 }
@@ -233,28 +261,40 @@ async fn blocked_entities_name_their_dead_head_and_the_events_behind_it(store: S
     }
     accept_in(&store, s, "c1", ("c", None), Duration::ZERO).await;
     assert_eq!(lease(&store, s, WAIT).await.0, ids(&["a1", "b1", "c1"]));
-    assert_eq!(store.blocked(s, 10).await.unwrap(), vec![], "nothing dead");
+    assert_eq!(
+        store.listing().blocked(s, 10).await.unwrap(),
+        vec![],
+        "nothing dead"
+    );
     assert_eq!(fail(&store, s, "a1", &dead).await, RecordState::Dead);
     time.pass(Duration::from_millis(5)).await;
     assert_eq!(fail(&store, s, "b1", &dead).await, RecordState::Dead);
     complete(&store, s, "c1").await;
 
-    let blocked = store.blocked(s, 10).await.unwrap();
+    let blocked = store.listing().blocked(s, 10).await.unwrap();
     let seen: Vec<(&str, &str, u64)> = (blocked.iter())
         .map(|held| (held.entity.as_str(), held.dead.as_str(), held.waiting))
         .collect();
     assert_eq!(seen, [("a", "a1", 2), ("b", "b1", 1)]);
     assert!(blocked[0].since_ms <= blocked[1].since_ms);
-    assert_eq!(store.blocked(s, 1).await.unwrap().len(), 1, "at most limit");
+    assert_eq!(
+        store.listing().blocked(s, 1).await.unwrap().len(),
+        1,
+        "at most limit"
+    );
 
     let key = store.key(s, "a1");
-    let redelivered = store.claim(redeliver(&key, false)).await.unwrap();
+    let redelivered = store.records().claim(redeliver(&key, false)).await.unwrap();
     assert!(matches!(redelivered, ClaimOutcome::New(_)));
     complete(&store, s, "a1").await;
-    let forgotten = store.delete(&store.key(s, "b1"), false).await.unwrap();
+    let forgotten = store
+        .records()
+        .delete(&store.key(s, "b1"), false)
+        .await
+        .unwrap();
     assert_eq!(forgotten, Deleted::Deleted);
     assert_eq!(
-        store.blocked(s, 10).await.unwrap(),
+        store.listing().blocked(s, 10).await.unwrap(),
         vec![],
         "both unblocked"
     );
@@ -304,7 +344,12 @@ async fn a_hot_entitys_backlog_never_hides_another_entity(store: Store, _time: T
     let due_at = |id: &'static str| {
         let store = &store;
         async move {
-            let record = store.get(&store.key(s, id)).await.unwrap().unwrap();
+            let record = store
+                .records()
+                .get(&store.key(s, id))
+                .await
+                .unwrap()
+                .unwrap();
             record.next_attempt_ms.expect("queued")
         }
     };
@@ -344,11 +389,19 @@ async fn a_lapsed_lease_gives_the_head_again_never_its_sibling(store: Store, tim
     accept_in(&store, s, "h1", ("e", None), Duration::ZERO).await;
     accept_in(&store, s, "h2", ("e", None), Duration::ZERO).await;
     let short = Duration::from_millis(300);
-    let first = store.lease_ordered(s, 10, short, WAIT).await.unwrap();
+    let first = store
+        .queue()
+        .lease_ordered(s, 10, short, WAIT)
+        .await
+        .unwrap();
     assert_eq!(first.due.len(), 1);
     assert_eq!(first.due[0].id, "h1");
     time.pass(Duration::from_millis(400)).await;
-    let again = store.lease_ordered(s, 10, LONG, WAIT).await.unwrap();
+    let again = store
+        .queue()
+        .lease_ordered(s, 10, LONG, WAIT)
+        .await
+        .unwrap();
     assert_eq!(again.due.len(), 1, "{:?}", again.due);
     assert_eq!(again.due[0].id, "h1", "its worker died: h1 again, not h2");
     assert_eq!(again.due[0].lease.attempt, 2);
@@ -356,6 +409,7 @@ async fn a_lapsed_lease_gives_the_head_again_never_its_sibling(store: Store, tim
     let key = store.key(s, "h1");
     let lapsed = &first.due[0].lease;
     assert!(!store
+        .records()
         .complete(&key, lapsed, &response("late"), LONG)
         .await
         .unwrap());
@@ -372,12 +426,20 @@ async fn a_head_leased_again_is_never_parked_by_its_own_pass(store: Store, time:
     let s = "o6b";
     let short = Duration::from_millis(300);
     accept_in(&store, s, "h1", ("e", None), Duration::ZERO).await;
-    let first = store.lease_ordered(s, 10, short, WAIT).await.unwrap();
+    let first = store
+        .queue()
+        .lease_ordered(s, 10, short, WAIT)
+        .await
+        .unwrap();
     assert_eq!(first.due.len(), 1);
     accept_in(&store, s, "h2", ("e", None), Duration::ZERO).await;
     time.pass(Duration::from_millis(400)).await;
     for attempt in 2..=3 {
-        let leased = store.lease_ordered(s, 10, short, WAIT).await.unwrap();
+        let leased = store
+            .queue()
+            .lease_ordered(s, 10, short, WAIT)
+            .await
+            .unwrap();
         let got: Vec<(&str, u32)> = (leased.due.iter())
             .map(|due| (due.id.as_str(), due.lease.attempt))
             .collect();

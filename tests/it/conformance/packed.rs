@@ -49,19 +49,31 @@ async fn a_packed_claim_is_one_string_until_read_then_the_usual_record() {
     let key = store.key("pk", "evt_1");
     let ttl = Duration::from_secs(30);
     let before = redis_ms(&mut raw).await;
-    let lease = match store.claim(request(&key, SHA_A, ttl)).await.unwrap() {
+    let lease = match store
+        .records()
+        .claim(request(&key, SHA_A, ttl))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert_eq!(lease.attempt, 1);
     assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
-    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .listing()
+            .count("pk", RecordState::Processing)
+            .await
+            .unwrap(),
+        0
+    );
     // Its retention is the key's expiry from the start.
     let expiry = pttl(&mut raw, key.as_str()).await;
     assert!(expiry > 500_000, "the retention (600 s), got {expiry} ms");
 
     // Read: opened in place, listed, its lease by Redis's clock.
-    let record = store.get(&key).await.unwrap().unwrap();
+    let record = store.records().get(&key).await.unwrap().unwrap();
     let after = redis_ms(&mut raw).await;
     assert_eq!(record.state, RecordState::Processing);
     assert_eq!(record.attempts, 1);
@@ -72,24 +84,48 @@ async fn a_packed_claim_is_one_string_until_read_then_the_usual_record() {
         "lease end {until} against Redis's clock {before}..{after} + 30 s"
     );
     assert_eq!(type_of(&mut raw, key.as_str()).await, "hash");
-    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .listing()
+            .count("pk", RecordState::Processing)
+            .await
+            .unwrap(),
+        1
+    );
     let expiry = pttl(&mut raw, key.as_str()).await;
     assert!(expiry > 500_000, "the expiry is kept, got {expiry} ms");
 
     // A duplicate is in flight until the lease ends; the holder completes.
-    match store.claim(request(&key, SHA_B, ttl)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&key, SHA_B, ttl))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::InFlight { retry_after } => assert!(retry_after > Duration::from_secs(20)),
         other => panic!("{other:?}"),
     }
     assert!(store
+        .records()
         .complete(&key, &lease, &response("ok"), LONG)
         .await
         .unwrap());
     assert!(matches!(
-        store.claim(request(&key, SHA_A, ttl)).await.unwrap(),
+        store
+            .records()
+            .claim(request(&key, SHA_A, ttl))
+            .await
+            .unwrap(),
         ClaimOutcome::Completed(_)
     ));
-    assert_eq!(store.count("pk", RecordState::Completed).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .listing()
+            .count("pk", RecordState::Completed)
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -99,7 +135,12 @@ async fn a_packed_claim_completes_straight_into_a_listed_record() {
     };
     let (store, mut raw) = open(&redis, true).await;
     let key = store.key("pk", "evt_2");
-    let lease = match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+    let lease = match store
+        .records()
+        .claim(request(&key, SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
@@ -107,18 +148,34 @@ async fn a_packed_claim_completes_straight_into_a_listed_record() {
     let mut wrong = lease.clone();
     wrong.token = "0".repeat(32);
     assert!(!store
+        .records()
         .complete(&key, &wrong, &response("no"), LONG)
         .await
         .unwrap());
     assert!(store
+        .records()
         .complete(&key, &lease, &response("ok"), LONG)
         .await
         .unwrap());
-    let record = store.get(&key).await.unwrap().unwrap();
+    let record = store.records().get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!((record.attempts, record.body_sha256.as_str()), (1, SHA_A));
-    assert_eq!(store.count("pk", RecordState::Completed).await.unwrap(), 1);
-    assert_eq!(store.count("pk", RecordState::Processing).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .listing()
+            .count("pk", RecordState::Completed)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .listing()
+            .count("pk", RecordState::Processing)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 #[tokio::test]

@@ -17,21 +17,32 @@ use super::*;
 async fn claim_then_duplicates(store: Store, _: Time) {
     let lease = claim_new(&store, "k1", LONG).await;
     assert_eq!(lease.attempt, 1);
-    match store.claim(request(&k("k1"), SHA_A, LONG)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&k("k1"), SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::InFlight { retry_after } => {
             assert!(retry_after >= Duration::from_secs(50), "{retry_after:?}")
         }
         other => panic!("expected in flight, got {other:?}"),
     }
-    let record = store.get(&k("k1")).await.unwrap().unwrap();
+    let record = store.records().get(&k("k1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Processing);
     assert!(record.lease_expires_at_ms.is_some());
 
     assert!(store
+        .records()
         .complete(&k("k1"), &lease, &response("done"), LONG)
         .await
         .unwrap());
-    match store.claim(request(&k("k1"), SHA_B, LONG)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&k("k1"), SHA_B, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Completed(record) => {
             assert_eq!(record.state, RecordState::Completed);
             assert_eq!(record.body_sha256, SHA_A, "the first body's hash is kept");
@@ -41,7 +52,7 @@ async fn claim_then_duplicates(store: Store, _: Time) {
         }
         other => panic!("expected completed, got {other:?}"),
     }
-    assert!(store.get(&k("missing")).await.unwrap().is_none());
+    assert!(store.records().get(&k("missing")).await.unwrap().is_none());
     store.ping().await.unwrap();
 }
 
@@ -54,7 +65,12 @@ async fn concurrent_claims_have_one_winner(store: Store, _: Time) {
             tasks.push(tokio::spawn(async move {
                 let key = k(&format!("race-{key}"));
                 let _ = contender;
-                match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+                match store
+                    .records()
+                    .claim(request(&key, SHA_A, LONG))
+                    .await
+                    .unwrap()
+                {
                     ClaimOutcome::New(lease) => Some((key.to_string(), lease.token)),
                     _ => None,
                 }
@@ -77,24 +93,34 @@ async fn concurrent_claims_have_one_winner(store: Store, _: Time) {
 async fn an_expired_holder_is_fenced_out(store: Store, time: Time) {
     let old = claim_new(&store, "k2", Duration::from_millis(200)).await;
     assert!(matches!(
-        store.claim(request(&k("k2"), SHA_B, LONG)).await.unwrap(),
+        store
+            .records()
+            .claim(request(&k("k2"), SHA_B, LONG))
+            .await
+            .unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     time.pass(Duration::from_millis(300)).await;
-    let successor = match store.claim(request(&k("k2"), SHA_B, LONG)).await.unwrap() {
+    let successor = match store
+        .records()
+        .claim(request(&k("k2"), SHA_B, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("the lapsed lease is taken over, got {other:?}"),
     };
     assert_eq!(successor.attempt, 2);
     assert_ne!(successor.token, old.token);
 
-    assert!(!store.renew(&k("k2"), &old, LONG).await.unwrap());
+    assert!(!store.records().renew(&k("k2"), &old, LONG).await.unwrap());
     assert!(!store
+        .records()
         .complete(&k("k2"), &old, &response("stale"), LONG)
         .await
         .unwrap());
-    assert!(!store.release(&k("k2"), &old).await.unwrap());
-    let record = store.get(&k("k2")).await.unwrap().unwrap();
+    assert!(!store.records().release(&k("k2"), &old).await.unwrap());
+    let record = store.records().get(&k("k2")).await.unwrap().unwrap();
     assert_eq!(
         record.state,
         RecordState::Processing,
@@ -103,37 +129,40 @@ async fn an_expired_holder_is_fenced_out(store: Store, time: Time) {
     assert_eq!(record.body_sha256, SHA_B);
 
     assert!(store
+        .records()
         .complete(&k("k2"), &successor, &response("fresh"), LONG)
         .await
         .unwrap());
-    let record = store.get(&k("k2")).await.unwrap().unwrap();
+    let record = store.records().get(&k("k2")).await.unwrap().unwrap();
     assert_eq!(record.response.unwrap().body, "fresh");
     assert_eq!(record.attempts, 2);
 }
 
 async fn release_keeps_the_attempt_count(store: Store, _: Time) {
     let first = claim_new(&store, "k3", LONG).await;
-    assert!(store.release(&k("k3"), &first).await.unwrap());
-    let record = store.get(&k("k3")).await.unwrap().unwrap();
+    assert!(store.records().release(&k("k3"), &first).await.unwrap());
+    let record = store.records().get(&k("k3")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.attempts, 1);
 
     let second = claim_new(&store, "k3", LONG).await;
     assert_eq!(second.attempt, 2);
     assert!(
-        !store.release(&k("k3"), &first).await.unwrap(),
+        !store.records().release(&k("k3"), &first).await.unwrap(),
         "an old token cannot release"
     );
     assert!(!store
+        .records()
         .complete(&k("k3"), &first, &response("x"), LONG)
         .await
         .unwrap());
     assert!(store
+        .records()
         .complete(&k("k3"), &second, &response("ok"), LONG)
         .await
         .unwrap());
     assert!(
-        !store.release(&k("k3"), &second).await.unwrap(),
+        !store.records().release(&k("k3"), &second).await.unwrap(),
         "a completed record stays completed"
     );
 }
@@ -143,11 +172,15 @@ async fn renewal_extends_the_lease(store: Store, time: Time) {
     let lease = claim_new(&store, "k4", ttl).await;
     for _ in 0..6 {
         time.pass(Duration::from_millis(100)).await;
-        assert!(store.renew(&k("k4"), &lease, ttl).await.unwrap());
+        assert!(store.records().renew(&k("k4"), &lease, ttl).await.unwrap());
     }
     // 600 ms after a 300 ms claim: still ours thanks to renewal.
     assert!(matches!(
-        store.claim(request(&k("k4"), SHA_A, ttl)).await.unwrap(),
+        store
+            .records()
+            .claim(request(&k("k4"), SHA_A, ttl))
+            .await
+            .unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
 }
@@ -155,15 +188,16 @@ async fn renewal_extends_the_lease(store: Store, time: Time) {
 async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
     let lease = claim_new(&store, "k5", LONG).await;
     assert!(store
+        .records()
         .complete(&k("k5"), &lease, &response("done"), LONG)
         .await
         .unwrap());
     assert_eq!(
-        store.delete(&k("k5"), false).await.unwrap(),
+        store.records().delete(&k("k5"), false).await.unwrap(),
         Deleted::Deleted
     );
     assert_eq!(
-        store.delete(&k("k5"), false).await.unwrap(),
+        store.records().delete(&k("k5"), false).await.unwrap(),
         Deleted::NotFound
     );
     assert_eq!(
@@ -175,24 +209,25 @@ async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
     // A live claim is not forgotten unless forced.
     claim_new(&store, "k9", LONG).await;
     assert_eq!(
-        store.delete(&k("k9"), false).await.unwrap(),
+        store.records().delete(&k("k9"), false).await.unwrap(),
         Deleted::InFlight
     );
-    assert!(store.get(&k("k9")).await.unwrap().is_some());
+    assert!(store.records().get(&k("k9")).await.unwrap().is_some());
     assert_eq!(
-        store.delete(&k("k9"), true).await.unwrap(),
+        store.records().delete(&k("k9"), true).await.unwrap(),
         Deleted::Deleted
     );
     // A claim whose lease lapsed (its holder died) is.
     claim_new(&store, "k10", Duration::from_millis(100)).await;
     time.pass(Duration::from_millis(200)).await;
     assert_eq!(
-        store.delete(&k("k10"), false).await.unwrap(),
+        store.records().delete(&k("k10"), false).await.unwrap(),
         Deleted::Deleted
     );
 
     let lease = claim_new(&store, "k6", LONG).await;
     assert!(store
+        .records()
         .complete(
             &k("k6"),
             &lease,
@@ -203,7 +238,7 @@ async fn delete_forgets_and_retention_expires(store: Store, time: Time) {
         .unwrap());
     time.pass(Duration::from_millis(400)).await;
     assert!(
-        store.get(&k("k6")).await.unwrap().is_none(),
+        store.records().get(&k("k6")).await.unwrap().is_none(),
         "past retention the record is gone"
     );
     assert_eq!(claim_new(&store, "k6", LONG).await.attempt, 1);
@@ -217,48 +252,50 @@ async fn a_replay_guard_links_a_body_to_its_first_key(store: Store, _: Time) {
         guard_key: Some(&bodies[body]),
         ..request(&keys[key], SHA_A, LONG)
     };
-    let first = match store.claim(guarded(1, 1)).await.unwrap() {
+    let first = match store.records().claim(guarded(1, 1)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(matches!(
-        store.claim(guarded(2, 1)).await.unwrap(),
+        store.records().claim(guarded(2, 1)).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     assert!(store
+        .records()
         .complete(&keys[1], &first, &response("first"), LONG)
         .await
         .unwrap());
-    match store.claim(guarded(2, 1)).await.unwrap() {
+    match store.records().claim(guarded(2, 1)).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "first"),
         other => panic!("the same body under a new key is a duplicate: {other:?}"),
     }
     assert!(
-        store.get(&keys[2]).await.unwrap().is_none(),
+        store.records().get(&keys[2]).await.unwrap().is_none(),
         "the forged key is not recorded"
     );
     assert!(matches!(
-        store.claim(guarded(3, 2)).await.unwrap(),
+        store.records().claim(guarded(3, 2)).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 
     // A released first claim does not block the body: the next key forwards.
-    let released = match store.claim(guarded(4, 3)).await.unwrap() {
+    let released = match store.records().claim(guarded(4, 3)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
-    assert!(store.release(&keys[4], &released).await.unwrap());
-    let second = match store.claim(guarded(5, 3)).await.unwrap() {
+    assert!(store.records().release(&keys[4], &released).await.unwrap());
+    let second = match store.records().claim(guarded(5, 3)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     // Once the body completed under the second key, the first key's retry
     // is a duplicate of it, though that key exists (released).
     assert!(store
+        .records()
         .complete(&keys[5], &second, &response("second"), LONG)
         .await
         .unwrap());
-    match store.claim(guarded(4, 3)).await.unwrap() {
+    match store.records().claim(guarded(4, 3)).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "second"),
         other => panic!("the released key's retry is a duplicate: {other:?}"),
     }
@@ -273,10 +310,11 @@ async fn a_recording_says_whether_it_kept_the_body(store: Store, _: Time) {
             ..response("")
         };
         assert!(store
+            .records()
             .complete(&k(key), &lease, &recorded, LONG)
             .await
             .unwrap());
-        let record = store.get(&k(key)).await.unwrap().unwrap();
+        let record = store.records().get(&k(key)).await.unwrap().unwrap();
         assert_eq!(record.response.unwrap(), recorded);
     }
 }
@@ -286,12 +324,13 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     let first = claim_new(&store, "f1", LONG).await;
     assert_eq!(
         store
+            .records()
             .fail(&k("f1"), &first, &failure(&kept, false, false))
             .await
             .unwrap(),
         Some(RecordState::Failed)
     );
-    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    let record = store.records().get(&k("f1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.token, None);
     assert_eq!(record.lease_expires_at_ms, None);
@@ -305,6 +344,7 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     assert_eq!(record.route.as_deref(), Some("stripe"));
     assert!(
         store
+            .records()
             .fail(&k("f1"), &first, &failure(&kept, true, false))
             .await
             .unwrap()
@@ -315,17 +355,23 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     // The sender's retry claims it again; the second failure parks it.
     let second = claim_new(&store, "f1", LONG).await;
     assert_eq!(second.attempt, 2);
-    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    let record = store.records().get(&k("f1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Processing);
     assert_eq!(record.request.as_ref(), Some(&kept), "kept while retried");
     assert_eq!(
         store
+            .records()
             .fail(&k("f1"), &second, &failure(&kept, true, false))
             .await
             .unwrap(),
         Some(RecordState::Dead)
     );
-    match store.claim(request(&k("f1"), SHA_A, LONG)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&k("f1"), SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Dead(record) => {
             assert_eq!(record.state, RecordState::Dead);
             assert_eq!(record.attempts, 2);
@@ -334,32 +380,51 @@ async fn failures_keep_the_request_and_dead_letters_park(store: Store, _: Time) 
     }
 
     // An operator's redelivery claims a dead letter, same key.
-    let third = match store.claim(redeliver(&k("f1"), false)).await.unwrap() {
+    let third = match store
+        .records()
+        .claim(redeliver(&k("f1"), false))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => lease,
         other => panic!("a redelivery claims a dead letter, got {other:?}"),
     };
     assert_eq!(third.attempt, 3);
     assert!(store
+        .records()
         .complete(&k("f1"), &third, &response("at last"), LONG)
         .await
         .unwrap());
-    let record = store.get(&k("f1")).await.unwrap().unwrap();
+    let record = store.records().get(&k("f1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.response, Some(response("at last")));
     assert!(
         matches!(
-            store.claim(redeliver(&k("f1"), false)).await.unwrap(),
+            store
+                .records()
+                .claim(redeliver(&k("f1"), false))
+                .await
+                .unwrap(),
             ClaimOutcome::Completed(_)
         ),
         "a completed record is redelivered only when forced"
     );
-    match store.claim(redeliver(&k("f1"), true)).await.unwrap() {
+    match store
+        .records()
+        .claim(redeliver(&k("f1"), true))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::New(lease) => assert_eq!(lease.attempt, 4),
         other => panic!("a forced redelivery claims a completed record, got {other:?}"),
     }
     assert!(
         matches!(
-            store.claim(redeliver(&k("f1"), true)).await.unwrap(),
+            store
+                .records()
+                .claim(redeliver(&k("f1"), true))
+                .await
+                .unwrap(),
             ClaimOutcome::InFlight { .. }
         ),
         "never beside a live claim"
@@ -375,22 +440,34 @@ async fn a_held_failure_answers_in_flight_until_its_lease_ends(store: Store, tim
         ..failure(&kept, false, true)
     };
     assert_eq!(
-        store.fail(&k("h1"), &lease, &unknown).await.unwrap(),
+        store
+            .records()
+            .fail(&k("h1"), &lease, &unknown)
+            .await
+            .unwrap(),
         Some(RecordState::Failed)
     );
-    let record = store.get(&k("h1")).await.unwrap().unwrap();
+    let record = store.records().get(&k("h1")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Failed);
     assert_eq!(record.last_error.unwrap().class, FailureClass::Unknown);
     assert!(matches!(
-        store.claim(request(&k("h1"), SHA_A, LONG)).await.unwrap(),
+        store
+            .records()
+            .claim(request(&k("h1"), SHA_A, LONG))
+            .await
+            .unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     assert!(matches!(
-        store.claim(redeliver(&k("h1"), true)).await.unwrap(),
+        store
+            .records()
+            .claim(redeliver(&k("h1"), true))
+            .await
+            .unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
     assert_eq!(
-        store.delete(&k("h1"), false).await.unwrap(),
+        store.records().delete(&k("h1"), false).await.unwrap(),
         Deleted::InFlight
     );
     time.pass(Duration::from_millis(600)).await;
@@ -408,15 +485,16 @@ async fn a_claim_can_store_its_request(store: Store, _: Time) {
         }),
         ..request(&key, SHA_A, LONG)
     };
-    let lease = match store.claim(claim).await.unwrap() {
+    let lease = match store.records().claim(claim).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(store
+        .records()
         .complete(&key, &lease, &response("replayed"), LONG)
         .await
         .unwrap());
-    let record = store.get(&key).await.unwrap().unwrap();
+    let record = store.records().get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.request, Some(kept));
     assert_eq!(record.replay_of.as_deref(), Some("r1"));
@@ -427,6 +505,7 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
     let kept = stored_request();
     let done = claim_new(&store, "x-done", LONG).await;
     assert!(store
+        .records()
         .complete(
             &k("x-done"),
             &done,
@@ -441,18 +520,19 @@ async fn failed_records_outlive_completed_ones(store: Store, time: Time) {
         ..failure(&kept, true, false)
     };
     assert!(store
+        .records()
         .fail(&k("x-dead"), &dead, &parked)
         .await
         .unwrap()
         .is_some());
     time.pass(Duration::from_millis(600)).await;
-    assert!(store.get(&k("x-done")).await.unwrap().is_none());
-    let record = store.get(&k("x-dead")).await.unwrap().unwrap();
+    assert!(store.records().get(&k("x-done")).await.unwrap().is_none());
+    let record = store.records().get(&k("x-dead")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Dead);
     assert_eq!(record.request, Some(kept));
     time.pass(Duration::from_millis(1200)).await;
     assert!(
-        store.get(&k("x-dead")).await.unwrap().is_none(),
+        store.records().get(&k("x-dead")).await.unwrap().is_none(),
         "and gone after its own retention"
     );
 }
@@ -485,13 +565,14 @@ async fn a_record_keeps_its_last_ten_failed_attempts(store: Store, _: Time) {
             ..failure(&kept, false, false)
         };
         store
+            .records()
             .fail(&k("h10"), &lease, &failed)
             .await
             .unwrap()
             .unwrap();
         last = Some((lease, tried));
     }
-    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    let record = store.records().get(&k("h10")).await.unwrap().unwrap();
     assert_eq!(record.history.len(), 10, "{:?}", record.history);
     assert_eq!(
         record.history[0].at, 1_700_000_000_003,
@@ -506,10 +587,11 @@ async fn a_record_keeps_its_last_ten_failed_attempts(store: Store, _: Time) {
 
     let lease = claim_new(&store, "h10", LONG).await;
     store
+        .records()
         .fail(&k("h10"), &lease, &failure(&kept, false, false))
         .await
         .unwrap();
-    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    let record = store.records().get(&k("h10")).await.unwrap().unwrap();
     assert_eq!(record.history[9], *REFUSED);
     assert_eq!(
         record.history[9].body.as_deref(),
@@ -517,19 +599,21 @@ async fn a_record_keeps_its_last_ten_failed_attempts(store: Store, _: Time) {
     );
     let lease = claim_new(&store, "h10", LONG).await;
     assert!(store
+        .records()
         .complete(&k("h10"), &lease, &response("ok"), LONG)
         .await
         .unwrap());
-    let record = store.get(&k("h10")).await.unwrap().unwrap();
+    let record = store.records().get(&k("h10")).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.history.len(), 10, "a completion keeps the evidence");
 
     let done = claim_new(&store, "h-clean", LONG).await;
     assert!(store
+        .records()
         .complete(&k("h-clean"), &done, &response("ok"), LONG)
         .await
         .unwrap());
-    let clean = store.get(&k("h-clean")).await.unwrap().unwrap();
+    let clean = store.records().get(&k("h-clean")).await.unwrap().unwrap();
     assert!(clean.history.is_empty(), "a success writes no history");
 }
 

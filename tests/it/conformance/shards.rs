@@ -47,6 +47,7 @@ async fn every_view_of_a_scope_merges_its_shards(store: Store, _: Time) {
     let mut cursor = None;
     loop {
         let page = store
+            .listing()
             .list(&[&scope], None, 7, cursor.as_ref())
             .await
             .unwrap();
@@ -61,22 +62,45 @@ async fn every_view_of_a_scope_merges_its_shards(store: Store, _: Time) {
     assert_eq!(unique, made);
 
     assert_eq!(
-        store.count(&scope, RecordState::Completed).await.unwrap(),
+        store
+            .listing()
+            .count(&scope, RecordState::Completed)
+            .await
+            .unwrap(),
         60
     );
-    assert_eq!(store.count(&scope, RecordState::Dead).await.unwrap(), 12);
-    assert_eq!(store.count(&scope, RecordState::Queued).await.unwrap(), 10);
+    assert_eq!(
+        store
+            .listing()
+            .count(&scope, RecordState::Dead)
+            .await
+            .unwrap(),
+        12
+    );
+    assert_eq!(
+        store
+            .listing()
+            .count(&scope, RecordState::Queued)
+            .await
+            .unwrap(),
+        10
+    );
     let first_dead = store
+        .records()
         .get(&store.key(&scope, "dead-0"))
         .await
         .unwrap()
         .unwrap();
-    let oldest = store.oldest(&scope, RecordState::Dead).await.unwrap();
+    let oldest = store
+        .listing()
+        .oldest(&scope, RecordState::Dead)
+        .await
+        .unwrap();
     assert!(oldest.is_some_and(|at| at <= first_dead.updated_ms));
 
     let mut leased = BTreeSet::new();
     for _ in 0..20 {
-        for due in store.lease_due(&scope, 3, LONG).await.unwrap() {
+        for due in store.queue().lease_due(&scope, 3, LONG).await.unwrap() {
             assert!(leased.insert(due.id.clone()), "{} leased twice", due.id);
         }
     }
@@ -101,15 +125,16 @@ async fn a_guard_answers_across_shards(store: Store, _: Time) {
         guard_key: Some(&guard),
         ..request(key, body, LONG)
     };
-    let lease = match store.claim(claim(&first)).await.unwrap() {
+    let lease = match store.records().claim(claim(&first)).await.unwrap() {
         ClaimOutcome::New(lease) => lease,
         other => panic!("{other:?}"),
     };
     assert!(store
+        .records()
         .complete(&first, &lease, &response("first"), LONG)
         .await
         .unwrap());
-    match store.claim(claim(&other)).await.unwrap() {
+    match store.records().claim(claim(&other)).await.unwrap() {
         ClaimOutcome::Completed(record) => {
             assert_eq!(record.response.unwrap().body, "first", "{other_id}")
         }
@@ -134,7 +159,7 @@ async fn racing_ids_of_one_body_claim_it_once(store: Store, _: Time) {
                 guard_key: Some(&guard),
                 ..request(&key, body, LONG)
             };
-            (key.clone(), store.claim(request).await.unwrap())
+            (key.clone(), store.records().claim(request).await.unwrap())
         })
     });
     let mut won = Vec::new();
@@ -149,7 +174,11 @@ async fn racing_ids_of_one_body_claim_it_once(store: Store, _: Time) {
     let (first, lease) = won.pop().unwrap();
     let stored = stored_request();
     let refused = failure(&stored, false, false);
-    let failed = store.fail(&first, &lease, &refused).await.unwrap();
+    let failed = store
+        .records()
+        .fail(&first, &lease, &refused)
+        .await
+        .unwrap();
     assert_eq!(failed, Some(RecordState::Failed));
     let other = (0..16)
         .map(|i| store.key(&scope, &format!("id-{i}")))
@@ -160,11 +189,11 @@ async fn racing_ids_of_one_body_claim_it_once(store: Store, _: Time) {
         ..request(key, body, LONG)
     };
     assert!(matches!(
-        store.claim(retry(&other)).await.unwrap(),
+        store.records().claim(retry(&other)).await.unwrap(),
         ClaimOutcome::New(_)
     ));
     assert!(matches!(
-        store.claim(retry(&first)).await.unwrap(),
+        store.records().claim(retry(&first)).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
 }

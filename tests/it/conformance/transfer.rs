@@ -25,7 +25,11 @@ async fn exported(store: &Store, scope: &str, id: &str) -> (Record, u64) {
 }
 
 async fn listed(store: &Store, scope: &str, state: RecordState) -> Vec<String> {
-    let page = store.list(&[scope], Some(state), 100, None).await.unwrap();
+    let page = store
+        .listing()
+        .list(&[scope], Some(state), 100, None)
+        .await
+        .unwrap();
     page.records.into_iter().map(|listed| listed.id).collect()
 }
 
@@ -70,7 +74,7 @@ async fn an_imported_record_is_the_exported_one(store: Store, _: Time) {
     let (completed, _) = exported(&store, &scope, "b-completed").await;
     assert_eq!(completed.response, Some(response("ok")));
     // Both queued events, the original and its copy, are due.
-    let due = store.lease_due(&scope, 10, LONG).await.unwrap();
+    let due = store.queue().lease_due(&scope, 10, LONG).await.unwrap();
     let mut ids: Vec<String> = due.into_iter().map(|due| due.id).collect();
     ids.sort();
     assert_eq!(ids, ["a-queued", "b-queued"]);
@@ -115,7 +119,12 @@ async fn an_import_never_overwrites_a_newer_record(store: Store, _: Time) {
         .await
         .contains(&"copy".to_owned()));
     // And a delivery of it is answered by the recording.
-    match store.claim(request(&key, SHA_A, LONG)).await.unwrap() {
+    match store
+        .records()
+        .claim(request(&key, SHA_A, LONG))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "newer"),
         other => panic!("{other:?}"),
     }
@@ -145,6 +154,7 @@ async fn an_imported_guard_answers_the_same_body(store: Store, _: Time) {
         .await
         .unwrap());
     store
+        .records()
         .delete(&store.key(&scope, "first"), true)
         .await
         .unwrap();
@@ -153,7 +163,7 @@ async fn an_imported_guard_answers_the_same_body(store: Store, _: Time) {
         guard_key: Some(&guard),
         ..request(&other, &record.body_sha256, LONG)
     };
-    match store.claim(claim).await.unwrap() {
+    match store.records().claim(claim).await.unwrap() {
         ClaimOutcome::Completed(record) => assert_eq!(record.response.unwrap().body, "ok"),
         other => panic!("the guard points at the copy: {other:?}"),
     }

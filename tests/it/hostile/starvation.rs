@@ -158,6 +158,7 @@ async fn the_embedded_store_under_a_disk_stall_stays_bounded_and_leaves_no_orpha
             tokio::spawn(async move {
                 let key = store.key("stall", &format!("k{i}"));
                 store
+                    .records()
                     .claim(ClaimRequest::delivery(
                         &key,
                         "00",
@@ -245,14 +246,14 @@ async fn wait_for_replicas_holds_up_only_its_own_claim() {
         ClaimRequest::delivery(key, "00", Duration::from_secs(60), Duration::from_secs(600))
     }
     assert!(matches!(
-        store.claim(request(&acked)).await.unwrap(),
+        store.records().claim(request(&acked)).await.unwrap(),
         ClaimOutcome::New(_)
     ));
 
     replica.signal("STOP");
     let waiting = {
         let store = Arc::clone(&store);
-        tokio::spawn(async move { store.claim(request(&unacked)).await })
+        tokio::spawn(async move { store.records().claim(request(&unacked)).await })
     };
     // Once the claim is blocked in its WAIT (the master lists it), use the
     // store meanwhile.
@@ -267,7 +268,7 @@ async fn wait_for_replicas_holds_up_only_its_own_claim() {
     });
     assert!(in_wait.await, "the claim never reached its WAIT");
     for _ in 0..20 {
-        assert!(store.get(&acked).await.unwrap().is_some());
+        assert!(store.records().get(&acked).await.unwrap().is_some());
         store.ping().await.unwrap();
     }
     assert!(

@@ -20,8 +20,8 @@
 //! | `Settle` | `delivery::attempt` (`Engine::attempt`, what follows by `delivery::policy::next`) → `Claim::complete` / `Claim::fail` (failed or dead by `max_attempts`; `hold` keeps token and lease on an unknown outcome) |
 //! | `Crash` | the process dies: its claims are left to their leases |
 //! | `Tick` | time passing (the store `Clock`, or Redis `TIME`) |
-//! | `Forget` | admin `DELETE` → `Store::delete(key, force = false)` |
-//! | `ForceRelease` | admin `POST …/release` → `Store::force_release` |
+//! | `Forget` | admin `DELETE` → `store.records().delete(key, force = false)` |
+//! | `ForceRelease` | admin `POST …/release` → `store.records().force_release` |
 //! | `Redeliver` | admin `POST …/redeliver` → `Operator::redeliver` → `Records::claim` in `ClaimMode::Redeliver { force: false }` (a failed or dead record, never under a live lease), then the same attempt |
 //! | `RedeliverForced` | `…/redeliver?force=true`: a completed record too |
 //! | `Replay` | admin `POST …/replay` → `Operator::replay`: a claim of the fresh key `{key}.replay-{n}`, then the call and settle |

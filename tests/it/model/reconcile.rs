@@ -8,7 +8,7 @@
 //! | --- | --- |
 //! | `Send` | the sender's delivery: `ingress::Gateway::claim` → `Records::claim` in `ClaimMode::Deliver`; a completed record answers a replay, unless `answer::check_body` refuses the body (`payload_mismatch`) |
 //! | `TakeLease` | `Reconciler::pass`: the route's `lease:` key claimed in `ClaimMode::Deliver` (held while the pass runs, then completed for `every`: a gateway that finds it taken runs no pass) |
-//! | `Read` | `Pass::needed`: `Store::get` of the event's key, and `pass::needs` on it |
+//! | `Read` | `Pass::needed`: `store.records().get` of the event's key, and `pass::needs` on it |
 //! | `Claim` | `Gateway::deliver_fetched` → the same claim as the sender's, the record's body `fetched-…` |
 //! | `Call`, `Settle` | the attempt (`Engine::attempt`): the upstream's side effect, then `complete` |
 //!

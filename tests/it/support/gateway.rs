@@ -201,7 +201,7 @@ impl TestGateway {
     /// What the store holds for `key` in `scope`.
     pub async fn record(&self, scope: &str, key: &str) -> Option<Record> {
         let store = &self.store;
-        store.get(&store.key(scope, key)).await.unwrap()
+        store.records().get(&store.key(scope, key)).await.unwrap()
     }
 
     /// Whether the replay cache serves (its invalidation feed subscribed)
