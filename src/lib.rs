@@ -253,7 +253,7 @@ impl App {
             .live
             .routes
             .iter()
-            .map(|route| route.retention)
+            .map(|route| route.claim.retention)
             .max()
             .unwrap_or(Duration::ZERO);
         let risks = store.risks(longest_retention).await;

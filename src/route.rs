@@ -75,7 +75,7 @@ impl Upstreams {
         let picked = routes
             .iter()
             .map(|route| {
-                let ca = &route.upstream_ca;
+                let ca = &route.call.upstream_ca;
                 if let Some((_, client)) = kept.iter().find(|(roots, _)| roots == ca) {
                     return client.clone();
                 }

@@ -261,8 +261,8 @@ pub fn resend(
     // Accepted when the route had destinations, delivered now that it has
     // one upstream: the list is hookgate's, not the upstream's.
     headers.remove(crate::headers::DESTINATIONS);
-    if let Some(name) = &route.idempotency_header {
-        let written = key.map(|key| route.idempotency_header_format.write(key));
+    if let Some(name) = &route.keying.idempotency_header {
+        let written = key.map(|key| route.keying.idempotency_header_format.write(key));
         match written.as_deref().map(HeaderValue::from_str) {
             // The key was validated as visible ASCII, so this cannot fail.
             Some(Ok(value)) => {
@@ -281,7 +281,7 @@ pub fn resend(
 
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = method;
-    *request.uri_mut() = upstream_uri(&route.upstream, query.as_deref());
+    *request.uri_mut() = upstream_uri(&route.call.upstream, query.as_deref());
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     request

@@ -80,7 +80,7 @@ fn scopes(routes: &[Arc<Route>]) -> Vec<Vec<Arc<Route>>> {
     for route in routes {
         match scopes
             .iter_mut()
-            .find(|scope| scope[0].scope == route.scope)
+            .find(|scope| scope[0].keying.scope == route.keying.scope)
         {
             Some(scope) => scope.push(Arc::clone(route)),
             None => scopes.push(vec![Arc::clone(route)]),
@@ -144,7 +144,7 @@ async fn pass(workers: &Arc<Workers>, orders: &mut Orders) -> bool {
         let due = match orders.lease(&parts.store, fallback, room).await {
             Ok(due) => due,
             Err(error) => {
-                tracing::warn!(scope = %fallback.scope, %error, "could not lease due events");
+                tracing::warn!(scope = %fallback.keying.scope, %error, "could not lease due events");
                 continue;
             }
         };
@@ -207,28 +207,33 @@ impl Orders {
         room: usize,
     ) -> Result<Vec<Due>, StoreError> {
         // A store that spreads scopes over shards never orders.
-        let first = !self.leased.contains(&route.scope) && store.shards() == 1;
+        let first = !self.leased.contains(&route.keying.scope) && store.shards() == 1;
         let rules = match route.queue_order() {
             Some(order) => {
-                self.ordered.insert(route.scope.clone());
+                self.ordered.insert(route.keying.scope.clone());
                 order.rules()
             }
             // A backlog left ordered: a dead event no longer holds its
             // entity once the route stopped ordering.
-            None if first || self.ordered.contains(&route.scope) => OrderRules { skip_dead: true },
+            None if first || self.ordered.contains(&route.keying.scope) => {
+                OrderRules { skip_dead: true }
+            }
             None => return self.lease_unordered(store, route, room).await,
         };
-        let leased = (store
-            .queue()
-            .lease_ordered(&route.scope, room, route.processing_ttl, rules))
+        let leased = (store.queue().lease_ordered(
+            &route.keying.scope,
+            room,
+            route.claim.processing_ttl,
+            rules,
+        ))
         .await?;
-        self.leased.insert(route.scope.clone());
+        self.leased.insert(route.keying.scope.clone());
         for key in &leased.stale {
             tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
             route.stale_events.inc();
         }
         if leased.due.iter().any(|due| due.record.order.is_some()) {
-            self.ordered.insert(route.scope.clone());
+            self.ordered.insert(route.keying.scope.clone());
         }
         Ok(leased.due)
     }
@@ -244,17 +249,17 @@ impl Orders {
     ) -> Result<Vec<Due>, StoreError> {
         let due = (store
             .queue()
-            .lease_due(&route.scope, room, route.processing_ttl))
+            .lease_due(&route.keying.scope, room, route.claim.processing_ttl))
         .await?;
         let (ordered, unordered): (Vec<Due>, Vec<Due>) =
             due.into_iter().partition(|due| due.record.order.is_some());
         if !ordered.is_empty() {
             tracing::info!(route = %route.name, events = ordered.len(), "ordered events left by an earlier configuration: their scope is leased in order from now on");
-            self.ordered.insert(route.scope.clone());
+            self.ordered.insert(route.keying.scope.clone());
             for due in ordered {
                 let _ = store
                     .records()
-                    .release(&store.key(&route.scope, &due.id), &due.lease)
+                    .release(&store.key(&route.keying.scope, &due.id), &due.lease)
                     .await;
             }
         }

@@ -62,7 +62,7 @@ impl Admin {
     pub(super) async fn destination_states(&self, route: &Route, key: &str) -> serde_json::Value {
         let mut states = serde_json::Map::new();
         for destination in &route.destinations {
-            let record = self.ops.record_in(&destination.scope, key).await;
+            let record = self.ops.record_in(&destination.keying.scope, key).await;
             let shown = match record {
                 Ok(Some(record)) => json!({
                     "state": record.state.as_str(),

@@ -45,7 +45,7 @@ impl Admin {
             .request
             .as_ref()
             .map_or(serde_json::Value::Null, |stored| {
-                request_json(stored, with_body, route.verifier.signature_header())
+                request_json(stored, with_body, route.verify.verifier.signature_header())
             });
         Ok(json_response(StatusCode::OK, &shown))
     }

@@ -6,14 +6,19 @@
 //! acceptance into the queue, a destination's hand-out, an operator's
 //! redelivery or replay, a notification — takes its claim from here.
 
-use super::settings::RouteConfig;
+use super::route::RouteConfig;
 use crate::store::{ClaimMode, ClaimRequest, StoreKey, Stored, StoredRequest};
 
 impl RouteConfig {
     /// A sender's delivery of `key`, held `processing_ttl` while the
     /// upstream works and kept `retention` once settled.
     pub fn claim_delivery<'a>(&self, key: &'a StoreKey, body_sha256: &'a str) -> ClaimRequest<'a> {
-        ClaimRequest::delivery(key, body_sha256, self.processing_ttl, self.retention)
+        ClaimRequest::delivery(
+            key,
+            body_sha256,
+            self.claim.processing_ttl,
+            self.claim.retention,
+        )
     }
 
     /// `request` accepted into the route's queue (`mode`: `Accept`, or a
@@ -32,8 +37,8 @@ impl RouteConfig {
             ..ClaimRequest::delivery(
                 key,
                 body_sha256,
-                self.processing_ttl,
-                self.dead_letter_retention,
+                self.claim.processing_ttl,
+                self.failures.dead_letter_retention,
             )
         }
     }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::locate::KeyPath;
 use super::raw::RawRoute;
+use super::route::RouteConfig;
 use super::settings::{
-    AsyncDelivery, Backend as BackendSettings, DeliveryMode, RateSettings, RouteConfig,
-    DEFAULT_QUEUE,
+    AsyncDelivery, Backend as BackendSettings, DeliveryMode, RateSettings, DEFAULT_QUEUE,
 };
 use super::validate::Validator;
 use crate::key::KeySource;

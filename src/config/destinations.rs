@@ -13,7 +13,11 @@ use http::HeaderName;
 
 use super::locate::KeyPath;
 use super::raw::{RawBreaker, RawDestination, RawRoute};
-use super::settings::{BreakerSettings, DeliveryMode, DestinationOf, RouteConfig};
+use super::route::{
+    CallSettings, ClaimSettings, DestinationOf, FailureSettings, KeySettings, RouteConfig,
+    TrafficSettings, VerifySettings,
+};
+use super::settings::{BreakerSettings, DeliveryMode};
 use super::validate::Validator;
 use super::verification::{none, placeholder};
 use crate::filter::EventFilter;
@@ -84,7 +88,7 @@ impl Validator<'_> {
         let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
         let upstream_ca = match &raw.upstream_ca {
             Some(path) => self.upstream_ca(&at.key("upstream_ca"), path),
-            None => parent.upstream_ca.clone(),
+            None => parent.call.upstream_ca.clone(),
         };
         if raw.upstream_ca.is_some() && upstream.scheme_str() != Some("https") {
             self.fail(
@@ -95,9 +99,9 @@ impl Validator<'_> {
         let upstream_timeout = self.duration(
             &at.key("upstream_timeout"),
             raw.upstream_timeout.as_ref(),
-            parent.upstream_timeout,
+            parent.call.upstream_timeout,
         );
-        if parent.retention <= upstream_timeout {
+        if parent.claim.retention <= upstream_timeout {
             self.fail(
                 &at.key("upstream_timeout"),
                 "must be shorter than the route's retention",
@@ -105,7 +109,7 @@ impl Validator<'_> {
         }
         let idempotency_header = match &raw.idempotency_header {
             Some(text) => self.idempotency_header(&at.key("idempotency_header"), text),
-            None => parent.idempotency_header.clone(),
+            None => parent.keying.idempotency_header.clone(),
         };
         let max_attempts = match raw.max_attempts {
             Some(n) if n > 1000 => {
@@ -113,11 +117,81 @@ impl Validator<'_> {
                     &at.key("max_attempts"),
                     "must be between 0 (unlimited) and 1000",
                 );
-                parent.max_attempts
+                parent.failures.max_attempts
             }
             Some(n) => n as u32,
-            None => parent.max_attempts,
+            None => parent.failures.max_attempts,
         };
+        let delivery = self.destination_delivery(at, parent, &raw);
+        let circuit_breaker = match &raw.circuit_breaker {
+            Some(breaker) => Some(self.breaker(&at.key("circuit_breaker"), breaker)),
+            None => parent.traffic.circuit_breaker,
+        };
+        let upstream_rate = match &raw.upstream_rate {
+            Some(_) => self.rate(at, &raw.upstream_rate, raw.upstream_burst),
+            None => {
+                if raw.upstream_burst.is_some() {
+                    self.fail(&at.key("upstream_burst"), "only with upstream_rate");
+                }
+                parent.traffic.upstream_rate
+            }
+        };
+        let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
+        RouteConfig {
+            name: delivery_name(&parent.name, &name),
+            path: parent.path.clone(),
+            methods: parent.methods.clone(),
+            verify: VerifySettings {
+                scheme: parent.verify.scheme,
+                // Never met by a sender: the route verified the event.
+                verifier: (none().build)(placeholder()).expect("builds"),
+            },
+            call: CallSettings {
+                upstream,
+                upstream_ca,
+                upstream_timeout,
+            },
+            keying: KeySettings {
+                scope: format!("{}/{name}", parent.keying.scope),
+                idempotency_header,
+                ..parent.keying.clone()
+            },
+            claim: ClaimSettings {
+                replay_guard: false,
+                ..parent.claim.clone()
+            },
+            failures: FailureSettings {
+                max_attempts,
+                page_failed_after: None,
+                ..parent.failures.clone()
+            },
+            traffic: TrafficSettings {
+                allow_from: None,
+                circuit_breaker,
+                upstream_rate,
+            },
+            delivery,
+            filter,
+            destinations: Vec::new(),
+            destination_of: Some(DestinationOf {
+                route: parent.name.clone(),
+                destination: name,
+            }),
+            // The route reconciles; its destinations take what it delivers.
+            reconcile: None,
+            signs: None,
+        }
+    }
+
+    /// A destination's delivery: its route's, with its own
+    /// `retry_backoff` and `max_in_flight` (an async route answers the
+    /// sender itself, so no destination has a `respond_within`).
+    fn destination_delivery(
+        &mut self,
+        at: &KeyPath,
+        parent: &RouteConfig,
+        raw: &RawDestination,
+    ) -> DeliveryMode {
         let mut delivery = parent.delivery.clone();
         if let DeliveryMode::Async(settings) = &mut delivery {
             settings.respond_within = None;
@@ -139,59 +213,7 @@ impl Validator<'_> {
                 10_000,
             );
         }
-        let circuit_breaker = match &raw.circuit_breaker {
-            Some(breaker) => Some(self.breaker(&at.key("circuit_breaker"), breaker)),
-            None => parent.circuit_breaker,
-        };
-        let upstream_rate = match &raw.upstream_rate {
-            Some(_) => self.rate(at, &raw.upstream_rate, raw.upstream_burst),
-            None => {
-                if raw.upstream_burst.is_some() {
-                    self.fail(&at.key("upstream_burst"), "only with upstream_rate");
-                }
-                parent.upstream_rate
-            }
-        };
-        let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
-        RouteConfig {
-            name: delivery_name(&parent.name, &name),
-            path: parent.path.clone(),
-            methods: parent.methods.clone(),
-            upstream,
-            upstream_ca,
-            upstream_timeout,
-            processing_ttl: parent.processing_ttl,
-            retention: parent.retention,
-            idempotency_header,
-            idempotency_header_format: parent.idempotency_header_format,
-            key: parent.key.clone(),
-            scope: format!("{}/{name}", parent.scope),
-            on_mismatch: parent.on_mismatch,
-            on_unknown: parent.on_unknown,
-            on_missing_key: parent.on_missing_key,
-            replay_guard: false,
-            max_cached_body_bytes: parent.max_cached_body_bytes,
-            max_attempts,
-            dead_letter_status: parent.dead_letter_status,
-            dead_letter_retention: parent.dead_letter_retention,
-            delivery,
-            page_failed_after: None,
-            allow_from: None,
-            circuit_breaker,
-            upstream_rate,
-            scheme: parent.scheme,
-            // Never met by a sender: the route verified the event.
-            verifier: (none().build)(placeholder()).expect("builds"),
-            filter,
-            destinations: Vec::new(),
-            destination_of: Some(DestinationOf {
-                route: parent.name.clone(),
-                destination: name,
-            }),
-            // The route reconciles; its destinations take what it delivers.
-            reconcile: None,
-            signs: None,
-        }
+        delivery
     }
 
     /// `filter = { source = pattern(s) }`, compiled; a bad source is

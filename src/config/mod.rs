@@ -21,6 +21,7 @@ mod locate;
 mod notify;
 mod raw;
 mod reconcile;
+mod route;
 mod routes;
 mod schemes;
 mod server;
@@ -40,11 +41,15 @@ use self::validate::Validator;
 pub use self::destinations::delivery_name;
 pub use self::notify::NOTIFY;
 pub use self::reconcile::ReconcileSettings;
+pub use self::route::{
+    deliveries, CallSettings, ClaimSettings, DestinationOf, FailureSettings, KeySettings,
+    RouteConfig, TrafficSettings, VerifySettings,
+};
 pub use self::settings::{
-    deliveries, AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live,
-    NoticeKind, NotifyKind, NotifyTarget, OnMismatch, OnStoreError, OnUnknown, RateSettings,
-    RequestLimits, RouteConfig, ServerSettings, StoreSettings, Synchronous, TelemetrySettings,
-    TlsSettings, UpstreamCa, DEFAULT_QUEUE,
+    AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, NoticeKind,
+    NotifyKind, NotifyTarget, OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits,
+    ServerSettings, StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa,
+    DEFAULT_QUEUE,
 };
 pub use self::value::{interpolate, parse_rate, MIN_RATE};
 pub use crate::clock::humanize;
@@ -182,14 +187,14 @@ impl Validator<'_> {
         let routes = self.routes(&root.key("routes"), raw.routes);
         self.orders_kept_by(&root.key("routes"), &routes, &store.backend);
         for route in &routes {
-            if server.shutdown_grace < route.upstream_timeout {
+            if server.shutdown_grace < route.call.upstream_timeout {
                 self.warn(format!(
                     "server.shutdown_grace ({}) is shorter than the upstream_timeout of route {} ({}): \
                      a shutdown can release a claim while its upstream call still runs, and the \
                      sender's retry is then forwarded beside it; make shutdown_grace longer",
                     humanize(server.shutdown_grace),
                     route.name,
-                    humanize(route.upstream_timeout),
+                    humanize(route.call.upstream_timeout),
                 ));
             }
         }

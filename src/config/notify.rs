@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::destinations::delivery_name;
 use super::locate::KeyPath;
 use super::raw::{RawNotify, RawRoute};
-use super::settings::{DestinationOf, NoticeKind, NotifyKind, NotifyTarget, RouteConfig};
+use super::route::{DestinationOf, RouteConfig};
+use super::settings::{NoticeKind, NotifyKind, NotifyTarget};
 use super::validate::Validator;
 use crate::secret::Secret;
 
@@ -147,7 +148,7 @@ impl Validator<'_> {
         );
         let mut delivery = self.route(at, delivery_route(&url, &raw));
         delivery.name = delivery_name(NOTIFY, &name);
-        delivery.scope = delivery.name.clone();
+        delivery.keying.scope = delivery.name.clone();
         delivery.destination_of = Some(DestinationOf {
             route: NOTIFY.to_owned(),
             destination: name.clone(),

@@ -11,8 +11,12 @@ use http::{HeaderName, Method, Uri};
 use super::locate::KeyPath;
 use super::raw::RawRoute;
 use super::reconcile::ForRoute;
+use super::route::{
+    CallSettings, ClaimSettings, FailureSettings, KeySettings, RouteConfig, TrafficSettings,
+    VerifySettings,
+};
 use super::settings::{
-    DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, RouteConfig, UpstreamCa, DEFAULT_QUEUE,
+    DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, UpstreamCa, DEFAULT_QUEUE,
 };
 use crate::clock::{humanize, roughly};
 
@@ -53,18 +57,18 @@ impl Validator<'_> {
             }
             // One queue per scope, leased by one set of rules.
             let order = route.order().cloned();
-            match orders.get(&route.scope) {
+            match orders.get(&route.keying.scope) {
                 Some((first, theirs)) if *theirs != order => self.fail(
                     &at.key("order_by"),
                     format!(
                         "route {first:?} shares the scope {:?} and orders its events otherwise: \
                          routes sharing a scope share one queue and one order",
-                        route.scope
+                        route.keying.scope
                     ),
                 ),
                 Some(_) => {}
                 None => {
-                    orders.insert(route.scope.clone(), (route.name.clone(), order));
+                    orders.insert(route.keying.scope.clone(), (route.name.clone(), order));
                 }
             }
             routes.push(Arc::new(route));
@@ -121,30 +125,42 @@ impl Validator<'_> {
             name,
             path,
             methods,
-            upstream,
-            upstream_ca,
-            upstream_timeout: lifetimes.upstream_timeout,
-            processing_ttl: lifetimes.processing_ttl,
-            retention: lifetimes.retention,
-            idempotency_header: keyed.idempotency_header,
-            idempotency_header_format: keyed.idempotency_header_format,
-            key: keyed.key,
-            scope: keyed.scope,
-            on_mismatch: keyed.on_mismatch,
-            on_unknown: keyed.on_unknown,
-            on_missing_key: keyed.on_missing_key,
-            replay_guard: keyed.replay_guard,
-            max_cached_body_bytes: failures.max_cached_body_bytes,
-            max_attempts: failures.max_attempts,
-            dead_letter_status: failures.dead_letter_status,
-            dead_letter_retention: failures.dead_letter_retention,
+            verify: VerifySettings {
+                scheme,
+                verifier: signed.verifier,
+            },
+            call: CallSettings {
+                upstream,
+                upstream_ca,
+                upstream_timeout: lifetimes.upstream_timeout,
+            },
+            keying: KeySettings {
+                key: keyed.key,
+                scope: keyed.scope,
+                on_mismatch: keyed.on_mismatch,
+                on_missing_key: keyed.on_missing_key,
+                idempotency_header: keyed.idempotency_header,
+                idempotency_header_format: keyed.idempotency_header_format,
+            },
+            claim: ClaimSettings {
+                processing_ttl: lifetimes.processing_ttl,
+                retention: lifetimes.retention,
+                on_unknown: keyed.on_unknown,
+                replay_guard: keyed.replay_guard,
+                max_cached_body_bytes: failures.max_cached_body_bytes,
+            },
+            failures: FailureSettings {
+                max_attempts: failures.max_attempts,
+                dead_letter_status: failures.dead_letter_status,
+                dead_letter_retention: failures.dead_letter_retention,
+                page_failed_after: failures.page_failed_after,
+            },
+            traffic: TrafficSettings {
+                allow_from,
+                circuit_breaker,
+                upstream_rate,
+            },
             delivery,
-            page_failed_after: failures.page_failed_after,
-            allow_from,
-            circuit_breaker,
-            upstream_rate,
-            scheme,
-            verifier: signed.verifier,
             filter,
             destinations: Vec::new(),
             destination_of: None,
@@ -155,8 +171,8 @@ impl Validator<'_> {
             route.destinations = self.destinations(at, &route, destinations);
             // Each destination took them as its default; the fan-out itself
             // calls no upstream.
-            route.circuit_breaker = None;
-            route.upstream_rate = None;
+            route.traffic.circuit_breaker = None;
+            route.traffic.upstream_rate = None;
         }
         route
     }

@@ -94,7 +94,7 @@ fn backend(backend: &Backend) -> String {
 fn route_summary(route: &RouteConfig) -> String {
     let mut out = String::new();
     let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
-    let keys: Vec<String> = route.key.iter().map(ToString::to_string).collect();
+    let keys: Vec<String> = route.keying.key.iter().map(ToString::to_string).collect();
     out += &format!(
         "  {name:<16} {methods} {path} -> {upstream}\n  {pad:<16} verify {scheme}{horizon}, key [{keys}], scope {scope}, processing_ttl {ttl}, retention {retention}{guard}\n  {pad:<16} {dead}\n",
         name = route.name,
@@ -102,27 +102,27 @@ fn route_summary(route: &RouteConfig) -> String {
         path = route.path,
         upstream = match route.fans_out() {
             true => format!("{} destinations", route.destinations.len()),
-            false => route.upstream.to_string(),
+            false => route.call.upstream.to_string(),
         },
         pad = "",
-        scheme = route.scheme.name,
-        horizon = match route.scheme.retry_horizon {
+        scheme = route.verify.scheme.name,
+        horizon = match route.verify.scheme.retry_horizon {
             Some(Duration::ZERO) => " (the sender does not retry)".to_owned(),
             Some(horizon) => format!(" (the sender retries for {})", humanize(horizon)),
             None => String::new(),
         },
         keys = keys.join(", "),
-        scope = route.scope,
-        ttl = humanize(route.processing_ttl),
-        retention = humanize(route.retention),
-        guard = if route.replay_guard { ", replay guard on" } else { "" },
+        scope = route.keying.scope,
+        ttl = humanize(route.claim.processing_ttl),
+        retention = humanize(route.claim.retention),
+        guard = if route.claim.replay_guard { ", replay guard on" } else { "" },
         dead = delivery_summary(route),
     );
     let mut traffic = Vec::new();
-    if let Some(ranges) = &route.allow_from {
+    if let Some(ranges) = &route.traffic.allow_from {
         traffic.push(format!("allow_from {} range(s)", ranges.len()));
     }
-    if let Some(breaker) = &route.circuit_breaker {
+    if let Some(breaker) = &route.traffic.circuit_breaker {
         traffic.push(format!(
             "circuit breaker after {} failures in {}, open {}",
             breaker.failures,
@@ -130,7 +130,7 @@ fn route_summary(route: &RouteConfig) -> String {
             humanize(breaker.open_for)
         ));
     }
-    if let Some(rate) = &route.upstream_rate {
+    if let Some(rate) = &route.traffic.upstream_rate {
         traffic.push(format!(
             "upstream rate {}/s, burst {} (per instance)",
             rate.per_second, rate.burst
@@ -165,9 +165,9 @@ fn route_summary(route: &RouteConfig) -> String {
             "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
             "",
             destination.destination_name(),
-            destination.upstream,
+            destination.call.upstream,
             queue.max_in_flight,
-            match destination.max_attempts {
+            match destination.failures.max_attempts {
                 0 => String::new(),
                 n => format!(", parked after {n} attempts"),
             },
@@ -200,6 +200,7 @@ fn notify_summary(target: &NotifyTarget) -> String {
         humanize(target.group_within),
         target
             .delivery
+            .traffic
             .upstream_rate
             .map_or(0.0, |rate| rate.per_second),
     )
@@ -207,7 +208,7 @@ fn notify_summary(target: &NotifyTarget) -> String {
 
 /// How a route delivers, and when it gives an event up.
 fn delivery_summary(route: &RouteConfig) -> String {
-    match (&route.delivery, route.max_attempts) {
+    match (&route.delivery, route.failures.max_attempts) {
         (DeliveryMode::Async(settings), n) => format!(
             "async: answers {} once stored, up to {} in flight, backoff {}..{}, retried for up to {}{}, then parked{}{}",
             settings.accept_status.as_u16(),
@@ -239,12 +240,12 @@ fn delivery_summary(route: &RouteConfig) -> String {
         ),
         (DeliveryMode::Sync, 0) => format!(
             "failed events kept {}, never parked (max_attempts 0)",
-            humanize(route.dead_letter_retention)
+            humanize(route.failures.dead_letter_retention)
         ),
         (DeliveryMode::Sync, n) => format!(
             "dead letter after {n} failed attempts (answered {}), kept {}",
-            route.dead_letter_status.as_u16(),
-            humanize(route.dead_letter_retention)
+            route.failures.dead_letter_status.as_u16(),
+            humanize(route.failures.dead_letter_retention)
         ),
     }
 }

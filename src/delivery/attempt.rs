@@ -169,7 +169,7 @@ impl FailureRecord {
             request: &self.request,
             attempt: &self.attempt,
             route: &self.route.name,
-            retention: self.route.dead_letter_retention,
+            retention: self.route.failures.dead_letter_retention,
             next: self.next,
         }
     }
@@ -256,9 +256,9 @@ impl Engine {
                     &answer.headers,
                     &answer.body,
                     answer.body_read,
-                    route.max_cached_body_bytes,
+                    route.claim.max_cached_body_bytes,
                 );
-                complete(claim, recorded, route.retention, kind).await
+                complete(claim, recorded, route.claim.retention, kind).await
             }
             (_, class) => {
                 let class = class.unwrap_or(FailureClass::Unknown);
@@ -439,7 +439,10 @@ impl Engine {
         request: Request<Full<Bytes>>,
     ) -> (Result<UpstreamResponse, UpstreamError>, Duration) {
         let called = Instant::now();
-        let result = route.upstream.send(request, route.upstream_timeout).await;
+        let result = route
+            .upstream
+            .send(request, route.call.upstream_timeout)
+            .await;
         let elapsed = called.elapsed();
         let class = match &result {
             Ok(answer) => match answer.status.as_u16() {

@@ -179,7 +179,7 @@ impl Engine {
         answer: &RecordedResponse,
     ) -> bool {
         let claim = self.claim_for(route, key, lease);
-        claim.complete(answer, route.retention).await
+        claim.complete(answer, route.claim.retention).await
     }
 
     /// The claim `lease` grants on `key`, registered for shutdown.
@@ -189,7 +189,7 @@ impl Engine {
             &self.claims,
             key,
             lease,
-            route.processing_ttl,
+            route.claim.processing_ttl,
             Arc::clone(&route.label),
             route.leases_lost.clone(),
         )

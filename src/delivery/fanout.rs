@@ -123,7 +123,7 @@ impl Engine {
                 "the destination was removed before the event was fanned out; skipped");
                 continue;
             };
-            let key = store.key(&destination.scope, &id);
+            let key = store.key(&destination.keying.scope, &id);
             // An ordered route's destination keeps the entity's order in its
             // own queue, from the place this hand-out gives the event there.
             let place = destination.order_place(&request.headers, &request.body, &body_sha256);
@@ -149,7 +149,7 @@ impl Engine {
             body: Bytes::from(body),
             body_kept: BodyKept::Whole,
         };
-        claim.complete(&recorded, route.retention).await;
+        claim.complete(&recorded, route.claim.retention).await;
         self.parts.places.wake();
         true
     }

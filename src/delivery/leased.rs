@@ -31,7 +31,7 @@ impl Engine {
             return;
         };
         let first_seen_ms = due.record.first_seen_ms;
-        let key = self.parts.store.key(&route.scope, &due.id);
+        let key = self.parts.store.key(&route.keying.scope, &due.id);
         if route.fans_out() {
             // Not a call: the event is handed to each destination it passed.
             let event = (due.id, request, due.record.body_sha256);
@@ -84,7 +84,7 @@ impl Engine {
             request,
             attempt: &tried,
             route: &route.name,
-            retention: route.dead_letter_retention,
+            retention: route.failures.dead_letter_retention,
             next: Next {
                 sync: SyncNext::Dead,
                 queued: None,

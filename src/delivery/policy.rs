@@ -66,9 +66,9 @@ pub struct Rules<'a> {
 impl<'a> Rules<'a> {
     pub fn of(route: &'a RouteConfig) -> Self {
         Self {
-            max_attempts: route.max_attempts,
-            on_unknown: route.on_unknown,
-            processing_ttl: route.processing_ttl,
+            max_attempts: route.failures.max_attempts,
+            on_unknown: route.claim.on_unknown,
+            processing_ttl: route.claim.processing_ttl,
             queue: route.delivery.queue(),
         }
     }

@@ -37,7 +37,9 @@ impl Gateway {
             }
         };
         let full = (std::iter::once(&**route).chain(route.destinations.iter().map(|d| &**d)))
-            .find_map(|queue| (self.parts.queues).full(&queue.scope, bounds(queue), store_bytes));
+            .find_map(|queue| {
+                (self.parts.queues).full(&queue.keying.scope, bounds(queue), store_bytes)
+            });
         let Some(full) = full else {
             return Ok(());
         };

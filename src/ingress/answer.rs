@@ -71,7 +71,7 @@ pub(super) fn check_body(
     let fetched = |sha: &str| sha.starts_with(super::fetched::FETCHED);
     let differs =
         record.body_sha256 != body_sha256 && !fetched(&record.body_sha256) && !fetched(body_sha256);
-    if differs && route.on_mismatch == OnMismatch::Reject {
+    if differs && route.keying.on_mismatch == OnMismatch::Reject {
         return Err(GatewayError::PayloadMismatch);
     }
     Ok(())
@@ -144,7 +144,7 @@ pub(super) fn dead_letter(
                         dead letter for an operator to redeliver, and not forwarded again",
         }
     });
-    let mut response = json_response(route.dead_letter_status, &body);
+    let mut response = json_response(route.failures.dead_letter_status, &body);
     response
         .headers_mut()
         .insert(HOOKGATE_EVENT_STATE, HeaderValue::from_static("dead"));

@@ -39,7 +39,7 @@ impl Gateway {
         body: Bytes,
     ) -> Result<Outcome, GatewayError> {
         let body_sha256 = lower_hex(&Sha256::digest(&body));
-        let key = key::extract(&route.key, &headers, &body, &body_sha256, |_| true)?;
+        let key = key::extract(&route.keying.key, &headers, &body, &body_sha256, |_| true)?;
         let verdict = fanout::judge(route, &headers, &body, &body_sha256);
         let (mut parts, ()) = Request::post(route.path.as_str())
             .body(())

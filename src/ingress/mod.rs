@@ -195,7 +195,7 @@ impl Gateway {
         let _in_flight = InFlight::enter(&self.parts.metrics, &route.name);
 
         // 1b. Admit the sender by address, before reading anything (docs/guide/traffic-control.md, "Traffic control").
-        if let Some(allowed) = &route.allow_from {
+        if let Some(allowed) = &route.traffic.allow_from {
             let client = client_address(
                 connection.peer.ip(),
                 request.headers(),
@@ -213,7 +213,7 @@ impl Gateway {
             method: &parts.method,
             query: parts.uri.query(),
         };
-        if let Some(answer) = route.verifier.challenge(line, &parts.headers) {
+        if let Some(answer) = route.verify.verifier.challenge(line, &parts.headers) {
             return Ok((handshake_response(answer?), Outcome::Handshake));
         }
 
@@ -226,7 +226,10 @@ impl Gateway {
         //    PING, Zoom's URL validation, an SNS subscription) is answered
         //    here: nothing to claim, nothing to forward.
         let now = self.parts.clock.system_time();
-        let checked = route.verifier.check(line, &parts.headers, &body, now);
+        let checked = route
+            .verify
+            .verifier
+            .check(line, &parts.headers, &body, now);
         if let Some(handshake) = checked.await? {
             return Ok((handshake_response(handshake), Outcome::Handshake));
         }
@@ -237,12 +240,19 @@ impl Gateway {
         let body_sha256 = lower_hex(&Sha256::digest(&body));
         let allowed = |name: &_| {
             route
+                .verify
                 .verifier
-                .key_header_allowed(route.scheme, &parts.headers, name)
+                .key_header_allowed(route.verify.scheme, &parts.headers, name)
         };
-        let key = match key::extract(&route.key, &parts.headers, &body, &body_sha256, allowed) {
+        let key = match key::extract(
+            &route.keying.key,
+            &parts.headers,
+            &body,
+            &body_sha256,
+            allowed,
+        ) {
             Ok(key) => Some(key),
-            Err(KeyError::Missing) if route.on_missing_key == OnMissingKey::Forward => None,
+            Err(KeyError::Missing) if route.keying.on_missing_key == OnMissingKey::Forward => None,
             Err(error) => return Err(error.into()),
         };
         log.key = key.clone();
@@ -262,7 +272,7 @@ impl Gateway {
         {
             admission = Some(self.engine.admit(route)?);
             let store = &self.parts.store;
-            if let Some(record) = store.replayed(&store.key(&route.scope, key)) {
+            if let Some(record) = store.replayed(&store.key(&route.keying.scope, key)) {
                 return Ok((replay(route, &record, &body_sha256)?, Outcome::Replayed));
             }
         }
@@ -433,9 +443,10 @@ impl Gateway {
         body_sha256: &str,
     ) -> (StoreKey, Option<StoreKey>) {
         let guard_key = route
+            .claim
             .replay_guard
-            .then(|| self.parts.store.guard_key(&route.scope, body_sha256));
-        (self.parts.store.key(&route.scope, key), guard_key)
+            .then(|| self.parts.store.guard_key(&route.keying.scope, body_sha256));
+        (self.parts.store.key(&route.keying.scope, key), guard_key)
     }
 
     /// Stage 5: claim `key` on `route`.

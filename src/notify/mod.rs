@@ -170,7 +170,7 @@ async fn send(
         body: Bytes::from(body),
     };
     let delivery = &target.delivery;
-    let store_key = parts.store.key(&delivery.scope, &key);
+    let store_key = parts.store.key(&delivery.keying.scope, &key);
     let body_sha256 = lower_hex(&Sha256::digest(&request.body));
     let accept = delivery.claim_acceptance(&store_key, &body_sha256, &request, ClaimMode::Accept);
     parts.store.records().claim(accept).await?;
@@ -183,7 +183,7 @@ async fn send(
 /// notice's mark first, and completed it, so it stands for [`MARK_FOR`].
 async fn marked(parts: &Parts, target: &NotifyTarget, notice: &Notice) -> Result<bool, StoreError> {
     let mark = format!("mark_{}", &lower_hex(&Sha256::digest(&notice.id))[..32]);
-    let key = parts.store.key(&target.delivery.scope, &mark);
+    let key = parts.store.key(&target.delivery.keying.scope, &mark);
     let claim = ClaimRequest::delivery(&key, "mark", MARK_FOR, MARK_FOR);
     let ClaimOutcome::New(lease) = parts.store.records().claim(claim).await? else {
         return Ok(false);
@@ -226,7 +226,7 @@ impl Watch {
                 continue;
             }
             let queue = route.delivery.queue();
-            let held = parts.queues.of(&route.scope);
+            let held = parts.queues.of(&route.keying.scope);
             let share = [
                 (held.events, queue.max_queued),
                 (held.bytes, queue.max_queued_bytes),

@@ -131,7 +131,7 @@ impl Operator {
         let store = &self.parts.store;
         let record = store
             .records()
-            .get(&store.key(&route.scope, key))
+            .get(&store.key(&route.keying.scope, key))
             .await?
             .ok_or(OpsError::KeyNotFound)?;
         let replays = self.replays_of(route, key).await?;
@@ -220,8 +220,8 @@ impl Operator {
         };
         let mut scopes: Vec<(&str, &str)> = Vec::new();
         for route in &routes {
-            if !scopes.iter().any(|(scope, _)| *scope == route.scope) {
-                scopes.push((&route.scope, &route.name));
+            if !scopes.iter().any(|(scope, _)| *scope == route.keying.scope) {
+                scopes.push((&route.keying.scope, &route.name));
             }
         }
         let names: Vec<&str> = scopes.iter().map(|(scope, _)| *scope).collect();
@@ -259,7 +259,11 @@ impl Operator {
     /// failed, dead). Its redelivery hands it out.
     pub async fn never_handed_out(&self, route: &Route, key: &str) -> bool {
         let store = &self.parts.store;
-        match store.records().get(&store.key(&route.scope, key)).await {
+        match store
+            .records()
+            .get(&store.key(&route.keying.scope, key))
+            .await
+        {
             Ok(Some(record)) => record.state != RecordState::Completed,
             _ => false,
         }
@@ -272,7 +276,7 @@ impl Operator {
         let store = &self.parts.store;
         match store
             .records()
-            .delete(&store.key(&route.scope, key), force)
+            .delete(&store.key(&route.keying.scope, key), force)
             .await?
         {
             Deleted::Deleted => Ok(()),
@@ -287,7 +291,7 @@ impl Operator {
         let store = &self.parts.store;
         match store
             .records()
-            .force_release(&store.key(&route.scope, key))
+            .force_release(&store.key(&route.keying.scope, key))
             .await?
         {
             ForceRelease::Released => Ok(()),
@@ -332,20 +336,20 @@ impl Operator {
             let queued = match route.delivery.is_async() {
                 true => store
                     .listing()
-                    .count(&route.scope, RecordState::Queued)
+                    .count(&route.keying.scope, RecordState::Queued)
                     .await
                     .ok(),
                 false => None,
             };
             let dead_letters = store
                 .listing()
-                .count(&route.scope, RecordState::Dead)
+                .count(&route.keying.scope, RecordState::Dead)
                 .await
                 .ok();
             let blocked = self.blocked_count(&route).await;
             views.push(RouteView {
                 paused: self.parts.pauses.of(&route.name),
-                refused: store.refused_in(&route.scope),
+                refused: store.refused_in(&route.keying.scope),
                 route,
                 queued,
                 dead_letters,
@@ -363,7 +367,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .blocked(&route.scope, limit)
+                .blocked(&route.keying.scope, limit)
                 .await?),
             _ => Ok(Vec::new()),
         }
@@ -384,7 +388,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .blocked(&route.scope, BLOCKED_COUNTED)
+                .blocked(&route.keying.scope, BLOCKED_COUNTED)
                 .await)
                 .ok()
                 .map(|blocked| blocked.len() as u64),

@@ -102,7 +102,7 @@ impl Operator {
             return Err(OpsError::RoutePaused);
         }
         let store = &self.parts.store;
-        let store_key = store.key(&route.scope, key);
+        let store_key = store.key(&route.keying.scope, key);
         let record = store
             .records()
             .get(&store_key)
@@ -203,7 +203,7 @@ impl Operator {
         let store = &self.parts.store;
         let record = store
             .records()
-            .get(&store.key(&route.scope, key))
+            .get(&store.key(&route.keying.scope, key))
             .await
             .map_err(OpsError::from)?
             .ok_or(OpsError::KeyNotFound)?;
@@ -219,7 +219,7 @@ impl Operator {
         };
         for n in 1..=MAX_REPLAYS {
             let replay_key = key::validate(replay_key(key, n)).map_err(|_| OpsError::KeyInvalid)?;
-            let store_key = store.key(&route.scope, &replay_key);
+            let store_key = store.key(&route.keying.scope, &replay_key);
             let claimed = store
                 .records()
                 .claim(route.claim_replay(&store_key, &record.body_sha256, &request, key))
@@ -250,7 +250,7 @@ impl Operator {
             let replay_key = replay_key(key, n);
             let record = store
                 .records()
-                .get(&store.key(&route.scope, &replay_key))
+                .get(&store.key(&route.keying.scope, &replay_key))
                 .await
                 .map_err(OpsError::from)?;
             if record.is_none() {

@@ -58,7 +58,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .count(&route.scope, RecordState::Dead)
+                .count(&route.keying.scope, RecordState::Dead)
                 .await
             {
                 metrics
@@ -82,7 +82,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .count(&route.scope, RecordState::Queued)
+                .count(&route.keying.scope, RecordState::Queued)
                 .await
             {
                 metrics
@@ -94,7 +94,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .oldest(&route.scope, RecordState::Queued)
+                .oldest(&route.keying.scope, RecordState::Queued)
                 .await
             {
                 let age = oldest.map_or(0, |at| self.parts.clock.now_ms().saturating_sub(at));
@@ -127,9 +127,9 @@ impl Operator {
             let DeliveryMode::Async(settings) = &route.delivery else {
                 continue;
             };
-            if !scopes.contains_key(&route.scope) {
-                match parts.store.queue().queued(&route.scope).await {
-                    Ok(queued) => scopes.insert(route.scope.clone(), queued),
+            if !scopes.contains_key(&route.keying.scope) {
+                match parts.store.queue().queued(&route.keying.scope).await {
+                    Ok(queued) => scopes.insert(route.keying.scope.clone(), queued),
                     Err(error) => {
                         tracing::debug!(%error, "could not measure the queues");
                         return;
@@ -138,7 +138,7 @@ impl Operator {
             }
             let labels = delivery_labels(&route.name);
             let labels = [labels.0, labels.1];
-            let queued = scopes[&route.scope];
+            let queued = scopes[&route.keying.scope];
             (metrics.queued_bytes.with_label_values(&labels)).set(queued.bytes as i64);
             (metrics.queue_bound_bytes.with_label_values(&labels))
                 .set(settings.max_queued_bytes as i64);
@@ -153,7 +153,7 @@ impl Operator {
     /// oldest failed event has gone without a delivery (the record's last
     /// change: a sender's retry, or an operator's redelivery, moves it).
     async fn stuck_gauges(&self, route: &Route) {
-        let Some(page_after) = route.page_failed_after else {
+        let Some(page_after) = route.failures.page_failed_after else {
             return;
         };
         let (metrics, labels) = (&self.parts.metrics, delivery_labels(&route.name));
@@ -163,7 +163,7 @@ impl Operator {
             .parts
             .store
             .listing()
-            .oldest(&route.scope, RecordState::Failed)
+            .oldest(&route.keying.scope, RecordState::Failed)
             .await
         {
             let age = oldest.map_or(0, |at| self.parts.clock.now_ms().saturating_sub(at));
@@ -185,7 +185,7 @@ impl Operator {
                 .parts
                 .store
                 .listing()
-                .count(&route.scope, RecordState::Queued)
+                .count(&route.keying.scope, RecordState::Queued)
                 .await;
             status.insert(
                 route.name.clone(),
@@ -205,13 +205,18 @@ impl Operator {
     /// store that keeps no such index has nothing to do.
     pub async fn trim_indexes(&self) {
         let routes = self.parts.routes.all();
-        let mut scopes: Vec<&str> = routes.iter().map(|route| route.scope.as_str()).collect();
+        let mut scopes: Vec<&str> = routes
+            .iter()
+            .map(|route| route.keying.scope.as_str())
+            .collect();
         scopes.sort_unstable();
         scopes.dedup();
         for scope in scopes {
-            let of_scope = || routes.iter().filter(|route| route.scope == scope);
-            let retention = of_scope().map(|route| route.retention).max();
-            let parked = of_scope().map(|route| route.dead_letter_retention).max();
+            let of_scope = || routes.iter().filter(|route| route.keying.scope == scope);
+            let retention = of_scope().map(|route| route.claim.retention).max();
+            let parked = of_scope()
+                .map(|route| route.failures.dead_letter_retention)
+                .max();
             for state in RecordState::ALL {
                 let horizon = match state {
                     RecordState::Processing | RecordState::Completed => retention,

@@ -115,7 +115,7 @@ pub struct Reconciler {
 /// Where a route's lease, status and asks are kept: beside its events,
 /// in a scope no route can have (scopes hold no `.`).
 pub fn scope(route: &Route) -> String {
-    format!("{}.reconcile", route.scope)
+    format!("{}.reconcile", route.keying.scope)
 }
 
 impl Reconciler {
@@ -201,7 +201,7 @@ impl Reconciler {
         dry_run: bool,
     ) -> Result<Report, RunError> {
         let (route, settings) = self.reconciling_route(name)?;
-        let longest = settings.sender.retention.min(route.retention);
+        let longest = settings.sender.retention.min(route.claim.retention);
         if since.is_some_and(|since| since > longest) {
             return Err(RunError::Since(format!(
                 "since must be at most {} (the sender's retention, and the route's: an event completed longer ago is forgotten)",

@@ -212,7 +212,7 @@ impl Pass<'_> {
             // round trips are most of a pass), kept in the API's order.
             let read = stream::iter(candidates)
                 .map(|found| async move {
-                    let key = self.store.key(&self.route.scope, &found.key);
+                    let key = self.store.key(&self.route.keying.scope, &found.key);
                     let record = self.store.records().get(&key).await;
                     (found, record)
                 })
@@ -297,7 +297,7 @@ impl Pass<'_> {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(USER_AGENT, HeaderValue::from_static("hookgate-reconcile"));
         let sha = lower_hex(&Sha256::digest(&body));
-        match crate::key::extract(&self.route.key, &headers, &body, &sha, |_| true) {
+        match crate::key::extract(&self.route.keying.key, &headers, &body, &sha, |_| true) {
             Ok(key) => Some(Found {
                 at,
                 key,
@@ -326,7 +326,7 @@ impl Pass<'_> {
                     return tally.failed(&key, "the route has no secret to sign with");
                 };
                 let now = self.clock.now_ms() / 1000;
-                let signed = match self.route.scheme.sign(secret, now, &body) {
+                let signed = match self.route.verify.scheme.sign(secret, now, &body) {
                     Ok(signed) => signed,
                     Err(why) => return tally.failed(&key, &why),
                 };

@@ -281,7 +281,7 @@ impl Controls {
                 let controls = RouteControls {
                     breaker: keep_or_new(
                         old.breaker,
-                        route.circuit_breaker,
+                        route.traffic.circuit_breaker,
                         Breaker::settings,
                         |settings| {
                             Breaker::new(
@@ -294,7 +294,7 @@ impl Controls {
                     ),
                     rate: keep_or_new(
                         old.rate,
-                        route.upstream_rate,
+                        route.traffic.upstream_rate,
                         TokenBucket::settings,
                         TokenBucket::new,
                     ),

@@ -36,11 +36,11 @@ pub async fn copy_between(
     }
     let mut scopes: BTreeMap<&str, bool> = BTreeMap::new();
     for route in from.live.deliveries() {
-        *scopes.entry(&route.scope).or_default() |= route.replay_guard;
+        *scopes.entry(&route.keying.scope).or_default() |= route.claim.replay_guard;
     }
     for route in to.live.deliveries() {
-        if let Some(guard) = scopes.get_mut(route.scope.as_str()) {
-            *guard |= route.replay_guard;
+        if let Some(guard) = scopes.get_mut(route.keying.scope.as_str()) {
+            *guard |= route.claim.replay_guard;
         }
     }
     let scopes: Vec<CopyScope> = (scopes.into_iter())

@@ -49,7 +49,7 @@ pub async fn reencrypt_store(
     .with_timeout(store::COPY_TIMEOUT);
     store.set_keys(Some(keys));
     let scopes: Vec<String> = (config.live.deliveries())
-        .map(|route| route.scope.clone())
+        .map(|route| route.keying.scope.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();

@@ -44,10 +44,10 @@ fn dead_letter_settings_have_defaults_and_bounds() {
     let verify = "scheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]";
     let config = parse(&route_with(verify, "")).unwrap();
     let route = &config.live.routes[0];
-    assert_eq!(route.max_attempts, 0, "unlimited by default");
-    assert_eq!(route.dead_letter_status, StatusCode::ACCEPTED);
+    assert_eq!(route.failures.max_attempts, 0, "unlimited by default");
+    assert_eq!(route.failures.dead_letter_status, StatusCode::ACCEPTED);
     assert_eq!(
-        route.dead_letter_retention,
+        route.failures.dead_letter_retention,
         Duration::from_secs(30 * 86_400)
     );
 
@@ -57,10 +57,10 @@ fn dead_letter_settings_have_defaults_and_bounds() {
     ))
     .unwrap();
     let route = &config.live.routes[0];
-    assert_eq!(route.max_attempts, 5);
-    assert_eq!(route.dead_letter_status, StatusCode::OK);
+    assert_eq!(route.failures.max_attempts, 5);
+    assert_eq!(route.failures.dead_letter_status, StatusCode::OK);
     assert_eq!(
-        route.dead_letter_retention,
+        route.failures.dead_letter_retention,
         Duration::from_secs(90 * 86_400)
     );
     assert!(config
@@ -69,7 +69,7 @@ fn dead_letter_settings_have_defaults_and_bounds() {
 
     let longer = parse(&route_with(verify, "retention = \"60d\"")).unwrap();
     assert_eq!(
-        longer.live.routes[0].dead_letter_retention,
+        longer.live.routes[0].failures.dead_letter_retention,
         Duration::from_secs(60 * 86_400),
         "never shorter than retention by default"
     );
@@ -103,7 +103,7 @@ fn a_retry_horizon_shorter_than_the_senders_is_a_warning() {
     let old = "delivery = \"async\"\nmax_attempts = 12\nretry_backoff = { initial = \"1s\", max = \"10m\" }";
     let config = parse(&route_with(verify, old)).unwrap();
     let route = &config.live.routes[0];
-    assert_eq!(route.max_attempts, 12);
+    assert_eq!(route.failures.max_attempts, 12);
     let settings = route.delivery.queue();
     // Eleven waits: 1+2+4+…+512 s, then the 10 min ceiling.
     assert_eq!(settings.horizon(12), Duration::from_secs(1623));
@@ -135,7 +135,10 @@ fn async_settings_have_defaults_and_belong_to_async_routes() {
     let DeliveryMode::Async(settings) = &route.delivery else {
         panic!("async expected");
     };
-    assert_eq!(route.max_attempts, 0, "the async default: until max_age");
+    assert_eq!(
+        route.failures.max_attempts, 0,
+        "the async default: until max_age"
+    );
     assert_eq!(settings.accept_status, StatusCode::ACCEPTED);
     assert_eq!(settings.backoff_initial, Duration::from_secs(5));
     assert_eq!(settings.backoff_max, Duration::from_secs(3600));
@@ -204,11 +207,11 @@ fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
     ))
     .unwrap();
     let route = &config.live.routes[0];
-    let breaker = route.circuit_breaker.unwrap();
+    let breaker = route.traffic.circuit_breaker.unwrap();
     assert_eq!(breaker.failures, 3);
     assert_eq!(breaker.window, Duration::from_secs(30));
     assert_eq!(breaker.open_for, Duration::from_secs(30));
-    let rate = route.upstream_rate.unwrap();
+    let rate = route.traffic.upstream_rate.unwrap();
     assert_eq!(rate.per_second, 5.0);
     assert_eq!(rate.burst, 5, "one second's calls by default");
     let config = parse(&route_with(
@@ -216,7 +219,10 @@ fn circuit_breaker_and_upstream_rate_parse_with_defaults() {
         "upstream_rate = \"50/s\"\nupstream_burst = 10",
     ))
     .unwrap();
-    assert_eq!(config.live.routes[0].upstream_rate.unwrap().burst, 10);
+    assert_eq!(
+        config.live.routes[0].traffic.upstream_rate.unwrap().burst,
+        10
+    );
     assert!(config.summary().contains("upstream rate 50/s, burst 10"));
 
     for (bad, expected) in [

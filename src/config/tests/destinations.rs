@@ -51,10 +51,10 @@ fn each_destination_is_a_delivery_of_its_own_with_the_routes_defaults() {
         (billing.route_name(), billing.destination_name()),
         ("stripe", "billing")
     );
-    assert_eq!(billing.scope, "stripe/billing");
-    assert_eq!(billing.upstream, "http://billing:3000/stripe");
+    assert_eq!(billing.keying.scope, "stripe/billing");
+    assert_eq!(billing.call.upstream, "http://billing:3000/stripe");
     assert!(billing.filter.is_some());
-    assert_eq!(billing.max_attempts, 7, "the route's, by default");
+    assert_eq!(billing.failures.max_attempts, 7, "the route's, by default");
     let DeliveryMode::Async(queue) = &billing.delivery else {
         panic!("async");
     };
@@ -62,7 +62,10 @@ fn each_destination_is_a_delivery_of_its_own_with_the_routes_defaults() {
     assert_eq!(queue.backoff_initial, Duration::from_secs(1));
     let crm = route.destination("crm").unwrap();
     assert!(crm.filter.is_none(), "no filter: every event");
-    assert_eq!(crm.idempotency_header.as_ref().unwrap(), "x-event-key");
+    assert_eq!(
+        crm.keying.idempotency_header.as_ref().unwrap(),
+        "x-event-key"
+    );
     let DeliveryMode::Async(queue) = &crm.delivery else {
         panic!("async");
     };

@@ -80,20 +80,20 @@ fn applies_defaults() {
     assert_eq!(config.live.on_store_error, OnStoreError::Reject);
     let route = &config.live.routes[0];
     assert_eq!(route.methods, [Method::POST]);
-    assert_eq!(route.scope, "orders");
-    assert_eq!(route.processing_ttl, Duration::from_secs(30));
-    assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
+    assert_eq!(route.keying.scope, "orders");
+    assert_eq!(route.claim.processing_ttl, Duration::from_secs(30));
+    assert_eq!(route.claim.retention, Duration::from_secs(7 * 86_400));
     assert_eq!(
-        route.idempotency_header.as_ref().unwrap(),
+        route.keying.idempotency_header.as_ref().unwrap(),
         "idempotency-key"
     );
-    assert_eq!(route.max_cached_body_bytes, 65_536);
-    assert_eq!(route.scheme.name, "hmac");
+    assert_eq!(route.claim.max_cached_body_bytes, 65_536);
+    assert_eq!(route.verify.scheme.name, "hmac");
     // The secret from ${SECRET} verifies, with the configured header and prefix.
     let signed = |signature: &str| {
         let mut headers = HeaderMap::new();
         headers.insert("x-signature", HeaderValue::from_str(signature).unwrap());
-        route.verifier.verify(
+        route.verify.verifier.verify(
             crate::verify::RequestLine::POST,
             &headers,
             b"{}",
@@ -298,15 +298,21 @@ fn store_backup_is_the_embedded_stores() {
 #[test]
 fn idempotency_header_format_quotes_the_key_as_the_draft_asks() {
     let route = parse(MINIMAL).unwrap().live.routes[0].clone();
-    assert_eq!(route.idempotency_header_format.write("evt_1"), "evt_1");
+    assert_eq!(
+        route.keying.idempotency_header_format.write("evt_1"),
+        "evt_1"
+    );
     let text = MINIMAL.replace(
         "key = [",
         "idempotency_header_format = \"sf-string\"\nkey = [",
     );
     let route = parse(&text).unwrap().live.routes[0].clone();
-    assert_eq!(route.idempotency_header_format.write("evt_1"), "\"evt_1\"");
     assert_eq!(
-        route.idempotency_header_format.write(r#"a"b\c"#),
+        route.keying.idempotency_header_format.write("evt_1"),
+        "\"evt_1\""
+    );
+    assert_eq!(
+        route.keying.idempotency_header_format.write(r#"a"b\c"#),
         r#""a\"b\\c""#
     );
     let bad = MINIMAL.replace("key = [", "idempotency_header_format = \"quoted\"\nkey = [");
@@ -323,6 +329,7 @@ fn idempotency_header_format_quotes_the_key_as_the_draft_asks() {
 fn empty_idempotency_header_disables_injection() {
     let text = MINIMAL.replace("key = [", "idempotency_header = \"\"\nkey = [");
     assert!(parse(&text).unwrap().live.routes[0]
+        .keying
         .idempotency_header
         .is_none());
 }
@@ -362,9 +369,10 @@ fn allow_from_takes_address_ranges() {
         "allow_from = [\"10.0.0.0/8\", \"192.0.2.7\"]",
     ))
     .unwrap();
-    let allowed = config.live.routes[0].allow_from.as_ref().unwrap();
+    let allowed = config.live.routes[0].traffic.allow_from.as_ref().unwrap();
     assert_eq!(allowed.len(), 2);
     assert!(parse(&route_with(verify, "")).unwrap().live.routes[0]
+        .traffic
         .allow_from
         .is_none());
     let found = problems(&route_with(

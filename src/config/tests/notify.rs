@@ -71,7 +71,7 @@ fn parses_notify_targets() {
     };
     assert_eq!(pd.kind, crate::config::NotifyKind::PagerDuty);
     assert_eq!(
-        pd.delivery.upstream.to_string(),
+        pd.delivery.call.upstream.to_string(),
         "https://events.pagerduty.com/v2/enqueue"
     );
     assert_eq!(pd.on, [crate::config::NoticeKind::DeadLetter]);

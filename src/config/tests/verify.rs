@@ -15,10 +15,10 @@ fn a_route_must_say_how_it_verifies() {
     let unsigned = format!("{text}[routes.verify]\nscheme = \"none\"\n");
     let config = parse(&unsigned).unwrap();
     let route = &config.live.routes[0];
-    assert_eq!(route.scheme.name, "none");
+    assert_eq!(route.verify.scheme.name, "none");
     let now = crate::clock::wall();
     assert_eq!(
-        route.verifier.verify(
+        route.verify.verifier.verify(
             crate::verify::RequestLine::POST,
             &HeaderMap::new(),
             b"x",
@@ -36,9 +36,9 @@ fn provider_schemes_bring_their_defaults() {
     ))
     .unwrap();
     let route = &stripe.live.routes[0];
-    assert_eq!(route.key, [KeySource::parse("json:/id").unwrap()]);
-    assert!(!route.replay_guard);
-    assert_eq!(route.retention, Duration::from_secs(7 * 86_400));
+    assert_eq!(route.keying.key, [KeySource::parse("json:/id").unwrap()]);
+    assert!(!route.claim.replay_guard);
+    assert_eq!(route.claim.retention, Duration::from_secs(7 * 86_400));
 
     let github = parse(&route_with(
         "scheme = \"github\"\nsecrets = [\"s-0123456789abcdef\"]",
@@ -46,11 +46,11 @@ fn provider_schemes_bring_their_defaults() {
     ))
     .unwrap();
     assert!(
-        github.live.routes[0].replay_guard,
+        github.live.routes[0].claim.replay_guard,
         "on by default: the delivery id is unsigned"
     );
     assert_eq!(
-        github.live.routes[0].key[0].to_string(),
+        github.live.routes[0].keying.key[0].to_string(),
         "header:x-github-delivery"
     );
 
@@ -60,19 +60,20 @@ fn provider_schemes_bring_their_defaults() {
     ))
     .unwrap();
     let keys: Vec<String> = svix.live.routes[0]
+        .keying
         .key
         .iter()
         .map(ToString::to_string)
         .collect();
     assert_eq!(keys, ["header:webhook-id", "header:svix-id"]);
-    assert!(svix.live.routes[0].replay_guard);
+    assert!(svix.live.routes[0].claim.replay_guard);
 
     let shopify_off = parse(&route_with(
         "scheme = \"shopify\"\nsecrets = [\"s-0123456789abcdef\"]",
         "replay_guard = \"off\"",
     ))
     .unwrap();
-    assert!(!shopify_off.live.routes[0].replay_guard);
+    assert!(!shopify_off.live.routes[0].claim.replay_guard);
 }
 
 #[test]
@@ -245,9 +246,13 @@ fn every_sender_needs_only_its_scheme_and_secret() {
             config.warnings
         );
         let route = &config.live.routes[0];
-        assert!(!route.key.is_empty(), "{}: a default key", profile.name);
+        assert!(
+            !route.keying.key.is_empty(),
+            "{}: a default key",
+            profile.name
+        );
         assert_eq!(
-            route.retention, profile.default_retention,
+            route.claim.retention, profile.default_retention,
             "{}",
             profile.name
         );
@@ -263,7 +268,7 @@ fn every_sender_needs_only_its_scheme_and_secret() {
         } else {
             OnMismatch::Reject
         };
-        assert_eq!(route.on_mismatch, mismatch, "{}", profile.name);
+        assert_eq!(route.keying.on_mismatch, mismatch, "{}", profile.name);
     }
 }
 
@@ -383,7 +388,7 @@ fn sns_routes_list_their_topics_and_no_secrets() {
     }
     let config = parse(&route_with(&format!("scheme = \"aws-sns\"\n{topics}"), "")).unwrap();
     let route = &config.live.routes[0];
-    assert_eq!(route.key[0].to_string(), "json:/MessageId");
+    assert_eq!(route.keying.key[0].to_string(), "json:/MessageId");
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     let local = format!("scheme = \"aws-sns\"\n{topics}\ncert_hosts = [\"sns.*.amazonaws.com\", \"localhost:8443\"]");
     let config = parse(&route_with(&local, "")).unwrap();
