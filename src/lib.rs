@@ -66,7 +66,8 @@
 //!   Adding a backend is its folder implementing the capabilities, one
 //!   variant of `store::Backends` (with its arm in the `on!` dispatch),
 //!   one settings variant opened in [`store::Store::open`], and its name
-//!   in the conformance suite's one list.
+//!   in the tests' one list of backends (`tests/it/support/stores.rs`,
+//!   which the store contract's suite and the gateway's scenarios share).
 //! - [`upstream`] — the forwarded request and the pooled client.
 //! - [`replay`] — recorded responses and their replay.
 //! - [`error`] — every response hookgate writes itself, status and code,

@@ -4,7 +4,7 @@
 //! no hand-written mirror of the traits, no type parameter on `Store`.
 //! Adding a backend is its folder, one variant here (and its arm in
 //! `on!`), one settings variant (`BackendSettings`, `Store::open`) and
-//! one entry in the conformance suite's list.
+//! one name in the tests' list of backends (`tests/it/support/stores.rs`).
 
 use super::{Cluster, EmbeddedStore, MemoryStore, PostgresStore, RedisStore, Sentinel, Single};
 

@@ -40,7 +40,7 @@
 //! `store.listing()`, `store.fleet()`. Adding a backend is its folder implementing
 //! the capabilities, one variant of [`Backends`] (and its arm in `on!`),
 //! one settings variant opened in [`Store::open`], and its name in the
-//! conformance suite's one list. [`backend`] holds the traits, `backends` the enum
+//! tests' one list of backends (`tests/it/support/stores.rs`). [`backend`] holds the traits, `backends` the enum
 //! [`Store`] keeps a backend in, [`listing`] the pages listings return.
 
 mod backend;

@@ -237,27 +237,7 @@ async fn a_fleet_delivers_each_event_once(backend: Backend) {
     second.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_redis_delivers_each_event_once() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_fleet_delivers_each_event_once(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_a_redis_cluster_delivers_each_event_once() {
-    let Some(cluster) = shared_cluster().await else {
-        return;
-    };
-    a_fleet_delivers_each_event_once(Backend::RedisCluster(cluster.toml())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_postgres_delivers_each_event_once() {
-    let database = TestDatabase::create().await;
-    a_fleet_delivers_each_event_once(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(a_fleet_delivers_each_event_once: [redis, cluster, postgres]);
 
 /// The hybrid route: a fast upstream's answer is the sender's, a slow one's
 /// sender gets 202 and the upstream exactly one call.
@@ -344,19 +324,7 @@ async fn accepted_events_survive_a_sigkill(backend: Backend) {
     gateway.stop("TERM");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn accepted_events_survive_a_sigkill_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    accepted_events_survive_a_sigkill(Backend::Embedded(dir.path().join("h.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn accepted_events_survive_a_sigkill_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    accepted_events_survive_a_sigkill(Backend::Redis(redis.url())).await;
-}
+crate::on_backends!(accepted_events_survive_a_sigkill: [embedded, redis]);
 
 /// The model's counterexample, against the real binary: an event whose
 /// every attempt dies with its gateway (a poison event) is leased again

@@ -229,25 +229,7 @@ pub(crate) async fn request_admin(gateway: &TestGateway, path: &str) -> Answer {
     request(Method::GET, &gateway.admin_url(path), Some(ADMIN_TOKEN)).await
 }
 
-#[tokio::test]
-async fn the_embedded_file_keeps_requests_and_answers_sealed() {
-    let dir = tempfile::tempdir().unwrap();
-    sealed_at_rest(Backend::Embedded(dir.path().join("hookgate.db"))).await;
-}
-
-#[tokio::test]
-async fn redis_keeps_requests_and_answers_sealed() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    sealed_at_rest(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test]
-async fn postgres_keeps_requests_and_answers_sealed() {
-    let database = TestDatabase::create().await;
-    sealed_at_rest(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(sealed_at_rest: [embedded, redis, postgres]);
 
 #[tokio::test]
 async fn a_config_with_a_bad_key_is_refused_and_names_it_by_place_only() {

@@ -487,30 +487,4 @@ async fn two_bulk_actions_at_once(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_bulk_actions_at_once_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    two_bulk_actions_at_once(Backend::Embedded(dir.path().join("h.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_bulk_actions_at_once_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    two_bulk_actions_at_once(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_bulk_actions_at_once_on_a_redis_cluster() {
-    let Some(cluster) = shared_cluster().await else {
-        return;
-    };
-    two_bulk_actions_at_once(Backend::RedisCluster(cluster.toml())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_bulk_actions_at_once_on_postgres() {
-    let database = TestDatabase::create().await;
-    two_bulk_actions_at_once(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(two_bulk_actions_at_once: [embedded, redis, cluster, postgres]);

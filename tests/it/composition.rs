@@ -9,7 +9,7 @@ use std::time::Duration;
 use hookgate::store::RecordState;
 use http::{Method, StatusCode};
 
-use crate::ordering::{embedded, entity_event, ordered_route};
+use crate::ordering::{entity_event, ordered_route};
 use crate::support::*;
 
 /// How long the upstream takes over each event: an entity's next event
@@ -101,30 +101,7 @@ async fn a_destination_keeps_the_routes_order(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ordered_routes_destination_keeps_its_order_on_memory() {
-    a_destination_keeps_the_routes_order(Backend::Memory).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ordered_routes_destination_keeps_its_order_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    a_destination_keeps_the_routes_order(embedded(&dir)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ordered_routes_destination_keeps_its_order_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_destination_keeps_the_routes_order(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ordered_routes_destination_keeps_its_order_on_postgres() {
-    let database = TestDatabase::create().await;
-    a_destination_keeps_the_routes_order(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(a_destination_keeps_the_routes_order: [memory, embedded, redis, postgres]);
 
 /// The ordered async route of `text`, made sync.
 fn as_sync(text: &str) -> String {
@@ -208,24 +185,7 @@ async fn a_backlog_drains_in_order_after_a_restart_on_a_sync_route() {
     gateway.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backlog_drains_in_order_after_its_route_turns_sync_on_memory() {
-    a_backlog_drains_in_order_after_the_route_turns_sync(Backend::Memory).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backlog_drains_in_order_after_its_route_turns_sync_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    a_backlog_drains_in_order_after_the_route_turns_sync(embedded(&dir)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backlog_drains_in_order_after_its_route_turns_sync_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_backlog_drains_in_order_after_the_route_turns_sync(Backend::Redis(redis.url())).await;
-}
+crate::on_backends!(a_backlog_drains_in_order_after_the_route_turns_sync: [memory, embedded, redis]);
 
 /// Dead letters of a route with one upstream; the route then gains
 /// destinations. A redelivery hands the event out (judged by the

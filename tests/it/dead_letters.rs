@@ -302,35 +302,9 @@ async fn redrive_delivers_each_dead_letter_once(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test]
-async fn redrive_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    redrive_delivers_each_dead_letter_once(Backend::Embedded(dir.path().join("h.db"))).await;
-}
-
-#[tokio::test]
-async fn redrive_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    redrive_delivers_each_dead_letter_once(Backend::Redis(redis.url())).await;
-}
-
-/// A route's 200 dead letters over a real cluster's 3 masters (64 shards):
-/// the listing and the redrive walk every shard.
-#[tokio::test]
-async fn redrive_on_a_redis_cluster() {
-    let Some(cluster) = shared_cluster().await else {
-        return;
-    };
-    redrive_delivers_each_dead_letter_once(Backend::RedisCluster(cluster.toml())).await;
-}
-
-#[tokio::test]
-async fn redrive_on_postgres() {
-    let database = TestDatabase::create().await;
-    redrive_delivers_each_dead_letter_once(Backend::Postgres(database.url())).await;
-}
+// On a cluster, a route's 200 dead letters are over 3 masters (64
+// shards): the listing and the redrive walk every shard.
+crate::on_backends!(redrive_delivers_each_dead_letter_once);
 
 #[tokio::test]
 async fn listing_pages_with_a_cursor_and_refuses_bad_queries() {

@@ -13,45 +13,10 @@ use sha2::Digest;
 
 use crate::support::*;
 
-/// Each scenario once per store backend.
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::support::Backend::Memory).await;
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    super::$name(crate::support::Backend::Embedded(dir.path().join("hookgate.db"))).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(redis) = crate::support::RedisServer::start().await else { return };
-                    super::$name(crate::support::Backend::Redis(redis.url())).await;
-                    drop(redis);
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
-    every_event_reaches_the_upstream_exactly_once,
-    a_replay_is_identical_to_the_first_answer,
-    a_slow_upstream_keeps_its_lease,
-    a_failed_upstream_call_is_retried_then_replayed,
-);
+crate::on_backends!(every_event_reaches_the_upstream_exactly_once: [memory, embedded, redis]);
+crate::on_backends!(a_replay_is_identical_to_the_first_answer: [memory, embedded, redis]);
+crate::on_backends!(a_slow_upstream_keeps_its_lease: [memory, embedded, redis]);
+crate::on_backends!(a_failed_upstream_call_is_retried_then_replayed: [memory, embedded, redis]);
 
 /// 120 events × 4 concurrent deliveries each, in random order, senders
 /// retrying on 409 until settled.

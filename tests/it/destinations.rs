@@ -178,30 +178,7 @@ fn completed(metrics: &str, destination: &str) -> Option<f64> {
     sample(metrics, "hookgate_delivery_attempts_total", &labels)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_destinations_each_get_their_events_once_on_memory() {
-    fans_out_once(Backend::Memory).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_destinations_each_get_their_events_once_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    fans_out_once(Backend::Embedded(dir.path().join("h.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_destinations_each_get_their_events_once_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    fans_out_once(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_destinations_each_get_their_events_once_on_postgres() {
-    let database = TestDatabase::create().await;
-    fans_out_once(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(fans_out_once);
 
 /// Billing is down for a while: the CRM gets its events on time, billing
 /// catches up once back, and nothing is delivered twice.
@@ -337,19 +314,7 @@ async fn a_fleet_fans_out_once(backend: Backend) {
     b.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_redis_fans_out_each_event_once() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_fleet_fans_out_once(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_postgres_fans_out_each_event_once() {
-    let database = TestDatabase::create().await;
-    a_fleet_fans_out_once(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(a_fleet_fans_out_once: [redis, postgres]);
 
 /// A reload that adds a destination applies to the events after it, never
 /// to those accepted before; one that removes a destination retires it: it

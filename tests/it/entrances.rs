@@ -74,18 +74,7 @@ async fn a_failed_event_reloaded_to_async_is_delivered(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_failed_event_reloaded_to_async_is_delivered_memory() {
-    a_failed_event_reloaded_to_async_is_delivered(Backend::Memory).await;
-}
-
-#[tokio::test]
-async fn a_failed_event_reloaded_to_async_is_delivered_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_failed_event_reloaded_to_async_is_delivered(Backend::Redis(redis.url())).await;
-}
+crate::on_backends!(a_failed_event_reloaded_to_async_is_delivered: [memory, redis]);
 
 /// Accepted events still queued when their route is reloaded to sync are
 /// delivered all the same: the queue owes them.
@@ -521,18 +510,7 @@ async fn no_worker_beside_a_live_redelivery(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_worker_beside_a_live_redelivery_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    no_worker_beside_a_live_redelivery(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_worker_beside_a_live_redelivery_memory() {
-    no_worker_beside_a_live_redelivery(Backend::Memory).await;
-}
+crate::on_backends!(no_worker_beside_a_live_redelivery: [memory, redis]);
 
 /// A sender that hangs up while its delivery is at the upstream does not
 /// cancel it: the stages from the claim on run in a task of their own (only

@@ -438,19 +438,7 @@ async fn a_fleet_keeps_each_entitys_order_through_a_sigkill(backend: Backend) {
     drop(b);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_postgres_fleet_keeps_each_entitys_order_through_a_sigkill() {
-    let database = TestDatabase::create().await;
-    a_fleet_keeps_each_entitys_order_through_a_sigkill(Backend::Postgres(database.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_fleet_keeps_each_entitys_order_through_a_sigkill() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    a_fleet_keeps_each_entitys_order_through_a_sigkill(Backend::Redis(redis.url())).await;
-}
+crate::on_backends!(a_fleet_keeps_each_entitys_order_through_a_sigkill: [redis, postgres]);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entities_are_delivered_in_order_on_redis() {

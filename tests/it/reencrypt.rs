@@ -134,25 +134,7 @@ async fn rotated_and_resealed(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_embedded_file_is_resealed_beside_its_running_gateway() {
-    let dir = tempfile::tempdir().unwrap();
-    rotated_and_resealed(Backend::Embedded(dir.path().join("hookgate.db"))).await;
-}
-
-#[tokio::test]
-async fn redis_is_resealed_while_the_gateway_serves() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    rotated_and_resealed(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test]
-async fn postgres_is_resealed_while_the_gateway_serves() {
-    let database = TestDatabase::create().await;
-    rotated_and_resealed(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(rotated_and_resealed: [embedded, redis, postgres]);
 
 /// Without keys in its config there is nothing to seal under: a clear
 /// error, and the store is untouched.

@@ -199,35 +199,4 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
     gateway.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filters_on_memory() {
-    filters_find_what_an_incident_touched(Backend::Memory).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filters_on_the_embedded_store() {
-    let dir = tempfile::tempdir().unwrap();
-    filters_find_what_an_incident_touched(Backend::Embedded(dir.path().join("h.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filters_on_redis() {
-    let Some(redis) = RedisServer::start().await else {
-        return;
-    };
-    filters_find_what_an_incident_touched(Backend::Redis(redis.url())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filters_on_a_redis_cluster() {
-    let Some(cluster) = shared_cluster().await else {
-        return;
-    };
-    filters_find_what_an_incident_touched(Backend::RedisCluster(cluster.toml())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filters_on_postgres() {
-    let database = TestDatabase::create().await;
-    filters_find_what_an_incident_touched(Backend::Postgres(database.url())).await;
-}
+crate::on_backends!(filters_find_what_an_incident_touched);

@@ -1,19 +1,19 @@
 //! The store contract (`hookgate::store::Backend`), run against every
 //! backend, one file per capability: [`records`], [`queue`] (and [`life`],
 //! the record's life across entrances), [`listing`], [`fleet`]. Adding a
-//! backend is one function here and its name in `conformance!`'s one list.
+//! backend is one function here, opening its store, and its name in the
+//! one list of backends (`support/stores.rs`).
 
 /// `conformance! { tests: [...] }`: each test once per backend of the one
 /// list below (`backends: [...]` names others: the shard suites), in a
 /// module of the backend's name; each backend is the `async fn` of that
 /// name below (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
-    // Every backend: the one list a new backend joins.
+    // Every backend (the one list, `support/stores.rs`), and Redis once
+    // more with the packed claim.
     (tests: $tests:tt $(,)?) => {
-        conformance!(
-            tests: $tests,
-            backends: [memory, embedded, redis, redis_packed, sentinel, cluster, postgres],
-        );
+        crate::every_backend!(conformance { tests: $tests, });
+        conformance!(@backend redis_packed $tests);
     };
     (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
         $( conformance!(@backend $backend $tests); )*

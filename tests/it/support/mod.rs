@@ -18,6 +18,7 @@ mod redis;
 mod sender;
 mod sender_api;
 mod sentinel;
+pub mod stores;
 mod upstream;
 
 use std::future::Future;
