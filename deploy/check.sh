@@ -149,13 +149,13 @@ for workload_file, _ in pairs:
             annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
             assert not any(k.startswith("prometheus.io/") for k in annotations), \
                 f"{workload_file}: prometheus.io annotations scrape it a second time, under another job"
-# Every rule has a runbook in docs/operations.md, and is critical or warning.
+# Every rule has a runbook in docs/operations/alerts.md, and is critical or warning.
 anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-           for h in re.findall(r"^#+ (.*)$", open("docs/operations.md").read(), re.M)}
+           for h in re.findall(r"^#+ (.*)$", open("docs/operations/alerts.md").read(), re.M)}
 for rule in rules:
     url = rule["annotations"].get("runbook_url", "")
-    assert url == f"docs/operations.md#{rule['alert'].lower()}", f"{rule['alert']}: runbook_url {url!r}"
-    assert url.split("#")[1] in anchors, f"{rule['alert']}: docs/operations.md has no section {url}"
+    assert url == f"docs/operations/alerts.md#{rule['alert'].lower()}", f"{rule['alert']}: runbook_url {url!r}"
+    assert url.split("#")[1] in anchors, f"{rule['alert']}: docs/operations/alerts.md has no section {url}"
     assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
 print(f"    {len(rules)} rules match job={job} (ServiceMonitor and static scrape), each with its runbook")
 PY

@@ -1,5 +1,5 @@
 //! `[store.backup]`: the embedded store backed up by the gateway itself,
-//! on a schedule (docs/operations.md, "Backups").
+//! on a schedule (docs/operations/stores.md, "Backups").
 //!
 //! Every `every`, an online backup of the file (`store::backup`: one read
 //! transaction, never blocking the gateway's writes, verified before it

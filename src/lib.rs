@@ -61,7 +61,7 @@
 //!   leases; failed and dead records that keep their request; the queue;
 //!   listings) and its backends, `memory`, `embedded`, `redis`,
 //!   `redis-cluster` and `postgres`; [`store::Store`] adds the key layout
-//!   and deadlines. The record's life (docs/operations.md) is one
+//!   and deadlines. The record's life (docs/operations/README.md) is one
 //!   function, `decide` in `store/record.rs`, that every backend applies.
 //!   Adding a backend is its folder implementing the capabilities, one
 //!   variant of `store::Backends` (with its arm in the `on!` dispatch),

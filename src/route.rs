@@ -209,7 +209,7 @@ impl LiveRoutes {
     /// Swap in `live`; requests already running keep the old snapshot. A
     /// destination the new config removed is retired: it takes no new
     /// event, and goes on delivering the events already handed to it, with
-    /// its last settings, until this gateway restarts (docs/operations.md,
+    /// its last settings, until this gateway restarts (docs/operations/fleets.md,
     /// "Removing a destination").
     pub fn swap(&self, live: &Live, metrics: &Metrics) {
         let mut runtime = Runtime::new(live, &self.upstreams, &self.controls, metrics);

@@ -4,7 +4,7 @@
 //! routes' modes are now: the queue owes each accepted event its delivery
 //! even after a reload turned its route sync (a scope no route names any
 //! more is not leased; its events wait, counted, until one does — see
-//! docs/operations.md). A sync route's scope is leased by its defaults
+//! docs/operations/README.md). A sync route's scope is leased by its defaults
 //! (`max_in_flight = 16`, the default backoff).
 //!
 //! A worker pass leases the events that are due — accepted and waiting, due
@@ -179,7 +179,7 @@ async fn pass(workers: &Arc<Workers>, orders: &mut Orders) -> bool {
 /// Which scopes hold ordered events, whatever their routes say now.
 ///
 /// An event keeps the place its acceptance gave it in its entity's order
-/// (docs/operations.md, "When a route changes shape"): after a reload or
+/// (docs/operations/fleets.md, "When a route changes shape"): after a reload or
 /// a restart turned its route unordered (sync, or async without
 /// `order_by`), the backlog still drains one event per entity at a time,
 /// in order, while new events are leased unordered beside it. A scope is

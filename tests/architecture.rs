@@ -16,6 +16,7 @@
 //! - The library shows at most ten modules, each named where `lib.rs`
 //!   says what it shows: the binary (`src/bin/hookgate/`), the tests and
 //!   the benchmarks are built on those.
+//! - Every link between pages lands on a file, and on a heading of it.
 //! - At most ten `sleep(` in `tests/it` outside its support and the fault
 //!   and fleet tests: the rest wait on the gateway.
 
@@ -446,4 +447,62 @@ fn tests_wait_on_the_gateway_not_on_the_clock() {
         sleeping.len(),
         sleeping.join("\n")
     );
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces
+/// as dashes.
+fn anchor(heading: &str) -> String {
+    (heading.trim().to_lowercase().chars())
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every link of a page to another file of the repository (`[text](path)`,
+/// relative to the page) names a file that exists, and its `#anchor`, if
+/// any, a heading of that file.
+#[test]
+fn every_link_between_pages_lands() {
+    let mut pages = vec![
+        Path::new(ROOT).join("README.md"),
+        Path::new(ROOT).join("BENCHMARKS.md"),
+    ];
+    walk(&Path::new(ROOT).join("docs"), &mut pages);
+    let mut broken = Vec::new();
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for link in text.split("](").skip(1) {
+            let Some(target) = link.split(')').next() else {
+                continue;
+            };
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let file = match path {
+                "" => page.clone(),
+                _ => page.parent().unwrap().join(path),
+            };
+            if !file.exists() {
+                broken.push(format!("{}: {target}", relative(page)));
+                continue;
+            }
+            if fragment.is_empty() || file.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            let target_text = std::fs::read_to_string(&file).unwrap();
+            let mut fenced = false;
+            let anchors: BTreeSet<String> = (target_text.lines())
+                .filter(|line| {
+                    fenced ^= line.starts_with("```");
+                    !fenced && line.starts_with('#')
+                })
+                .map(|line| anchor(line.trim_start_matches('#')))
+                .collect();
+            if !anchors.contains(fragment) {
+                broken.push(format!("{}: {target} (no such heading)", relative(page)));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that land nowhere:\n{}", broken.join("\n"));
 }

@@ -136,7 +136,7 @@ impl Live {
             format!(
                 "ordered delivery ({}) needs each scope in one shard, and this store is laid out \
                  in {shards} shards per scope: order on a new key_prefix with store.shards = 1 \
-                 (docs/operations.md, \"Sharding an existing cluster store\")",
+                 (docs/operations/stores.md, \"Sharding an existing cluster store\")",
                 ordered.join(", ")
             )
         })

@@ -67,7 +67,7 @@ impl Validator<'_> {
             backup: (raw.backup.as_ref()).and_then(|backup| {
                 let at = at.key("backup");
                 if backend_name != "embedded" {
-                    self.fail(&at, "only for the embedded store: back Redis and PostgreSQL up with their own tools (docs/operations.md, \"Backups\")");
+                    self.fail(&at, "only for the embedded store: back Redis and PostgreSQL up with their own tools (docs/operations/stores.md, \"Backups\")");
                     return None;
                 }
                 self.backup(&at, backup)
@@ -300,7 +300,7 @@ impl Validator<'_> {
                 "store.pool_size = {pool_size}: each gateway opens {each} connections ({pool_size} \
                  + 2 for listings + 1 for the replay cache's LISTEN), so two gateways open {} — \
                  more than a default PostgreSQL server accepts (max_connections 100, 3 reserved); \
-                 raise max_connections or lower pool_size (docs/operations.md, \"PostgreSQL\")",
+                 raise max_connections or lower pool_size (docs/operations/stores.md, \"PostgreSQL\")",
                 2 * each
             ));
         }

@@ -34,7 +34,7 @@
 //! destination removed before its event was fanned out is skipped (logged).
 //! An event a route held before a reload gave it destinations is judged
 //! when it is handed out: by a worker, or by an operator's redelivery,
-//! replay or redrive (docs/operations.md, "When a route changes shape").
+//! replay or redrive (docs/operations/fleets.md, "When a route changes shape").
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! random number — no clock and no RNG inside, so a table test pins it.
 //!
 //! One failed attempt has two possible futures, and which one applies is
-//! the record's, not the route's (docs/operations.md, "The record's life"):
+//! the record's, not the route's (docs/operations/fleets.md, "The record's life"):
 //! a **sync** record is retried by its sender (failed, or dead after
 //! `max_attempts`), an **accepted** record by its queue (due again after a
 //! backoff, or dead after `max_attempts` or `max_age`). [`next`] gives both;

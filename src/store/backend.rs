@@ -107,7 +107,7 @@ pub trait Records: Send + Sync + 'static {
 }
 
 /// Moving records from one store to another (`hookgate store copy`,
-/// docs/operations.md "Moving between stores"): a record read with when it
+/// docs/operations/README.md "Moving between stores"): a record read with when it
 /// expires, and written back with its indexes as it was.
 pub trait Transfer: Records {
     /// The live record of `key`, whole, and when it expires (Unix ms).
@@ -205,7 +205,7 @@ pub trait Listing: Send + Sync + 'static {
 
     /// What `source` holds queued, for the queue bounds: its events
     /// waiting for their delivery and the bytes the store keeps for them —
-    /// each backend says how it counts them (docs/operations.md,
+    /// each backend says how it counts them (docs/operations/deploying.md,
     /// "Sizing"). By default the events only.
     fn queued(&self, source: &str) -> impl Future<Output = Result<Queued, StoreError>> + Send {
         async move {

@@ -1,6 +1,6 @@
 //! `hookgate store copy`: every live record of one store written into
 //! another, so that deduplication survives a change of backend
-//! (docs/operations.md, "Moving between stores").
+//! (docs/operations/stores.md, "Moving between stores").
 //!
 //! The source is read the way an operator's listing reads it — one scope
 //! and one state at a time, by index, a page after another — and each

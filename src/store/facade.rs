@@ -260,7 +260,7 @@ impl Store {
     /// The store key of `key` in `scope`: `{namespace}:{key}`, where the
     /// namespace is the backend's for the key's shard (`{key_prefix}{scope}`,
     /// or on a Redis Cluster `{key_prefix}{{scope.N}}`, so that a record and
-    /// its indexes live in one slot; see docs/operations.md).
+    /// its indexes live in one slot; see docs/operations/README.md).
     pub fn key(&self, scope: &str, key: &str) -> StoreKey {
         StoreKey::event(&self.source(scope, self.shards.of(key)), key)
     }

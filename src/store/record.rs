@@ -497,7 +497,7 @@ pub(crate) fn new_token() -> String {
 }
 
 /// What a claim in `mode` does to a live record: the rules of the record's
-/// life (docs/operations.md), in one place. Memory, embedded and PostgreSQL
+/// life (docs/operations/README.md), in one place. Memory, embedded and PostgreSQL
 /// apply the decision inside their atomic step; the Redis claim script
 /// mirrors it line by line.
 #[derive(Debug)]

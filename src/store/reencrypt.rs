@@ -1,7 +1,7 @@
 //! `hookgate store reencrypt`: every live record whose kept content is
 //! sealed under an older key of `[store.encryption] keys`, or kept in
 //! clear from before encryption was on, sealed again under the first key,
-//! so the older keys can be dropped (docs/operations.md, "Rotating
+//! so the older keys can be dropped (docs/operations/deploying.md, "Rotating
 //! [store.encryption] keys").
 //!
 //! The store is read the way `store copy` reads it — one scope and one

@@ -4,7 +4,7 @@
 //! operation and source until the same operation succeeds there again.
 //!
 //! A refusal is not an outage: `ping` still answers and readiness stays
-//! true (it is local by design, docs/operations.md,
+//! true (it is local by design, docs/operations/deploying.md,
 //! "Readiness, and what a load balancer sees"), so it is
 //! said everywhere an operator looks instead — `/readyz`'s detail, each
 //! route in `GET /admin/routes`, the gauge `hookgate_store_refusing{op}`

@@ -1,5 +1,5 @@
 //! `hookgate backup` of the embedded store while its gateway serves
-//! (docs/operations.md, "Backups"): taken under load, verified, and
+//! (docs/operations/stores.md, "Backups"): taken under load, verified, and
 //! restored — a gateway started on the copy replays what was done before
 //! it, forwarding none of it again.
 

@@ -1,4 +1,4 @@
-//! One busy route over the whole Redis Cluster (docs/operations.md,
+//! One busy route over the whole Redis Cluster (docs/operations/stores.md,
 //! "Redis settings that must hold" and "Sizing"): with the scope sharded
 //! over 64 slots, the scripts one route runs fall on every master of a real
 //! 3-master cluster in near-equal shares (counted by `INFO commandstats`,

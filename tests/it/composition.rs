@@ -1,4 +1,4 @@
-//! Features that compose (docs/operations.md, "When a route changes
+//! Features that compose (docs/operations/fleets.md, "When a route changes
 //! shape"): a destination of an ordered route keeps its order and its
 //! stale guard; a backlog accepted in order drains in order after a reload
 //! turned its route sync; a dead letter of a route that gained

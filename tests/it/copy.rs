@@ -1,5 +1,5 @@
 //! `hookgate store copy` between every pair of backends, as an operator
-//! moves a fleet (docs/operations.md, "Moving between stores"): copy while
+//! moves a fleet (docs/operations/stores.md, "Moving between stores"): copy while
 //! the old store serves, switch, copy again, stop the old fleet. After it,
 //! every retry of an event completed before the move is replayed, a dead
 //! letter stays dead, a queued event is delivered once, a pause holds.

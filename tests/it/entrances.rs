@@ -2,7 +2,7 @@
 //! async workers, the hybrid and an operator's actions, against a running
 //! gateway and an upstream that counts what it was sent. Each test is a
 //! defect that was reproduced against the binary before the record's life
-//! became one set of rules (docs/operations.md, "The record's life").
+//! became one set of rules (docs/operations/fleets.md, "The record's life").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

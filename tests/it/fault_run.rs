@@ -12,7 +12,7 @@
 //!
 //! `HOOKGATE_FAULT_SEED` replays a schedule (the seed is printed);
 //! `HOOKGATE_FAULT_SECONDS` (default 30) and `HOOKGATE_FAULT_EVENTS`
-//! (default 600) make a longer run; docs/operations.md has the result of one.
+//! (default 600) make a longer run; docs/operations/README.md has the result of one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};

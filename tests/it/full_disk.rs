@@ -1,4 +1,4 @@
-//! The embedded store on a disk that fills up (docs/operations.md,
+//! The embedded store on a disk that fills up (docs/operations/deploying.md,
 //! "Sizing"): deliveries answer 503 and nothing is forwarded or lost,
 //! `/readyz` and `hookgate_store_up` say the store cannot write, and once
 //! space is freed the gateway recovers by itself and the senders' retries

@@ -1,4 +1,4 @@
-//! Keep-alive connections parked between requests (docs/operations.md, "Sizing"):
+//! Keep-alive connections parked between requests (docs/operations/deploying.md, "Sizing"):
 //! a plain HTTP/1 connection idle between requests holds only its socket,
 //! so what a sender notices must not change — it is served again after any
 //! pause, pipelined requests and a request split across writes are each

@@ -1,4 +1,4 @@
-//! Redis with least privilege: the ACL user docs/operations.md documents —
+//! Redis with least privilege: the ACL user docs/operations/stores.md documents —
 //! read from that file, so the documentation and the test cannot drift —
 //! created on a real `redis-server` and on every node of a real cluster,
 //! and every kind of work a gateway does run through it. An ACL that lets
@@ -12,21 +12,24 @@ use crate::support::*;
 
 const PASSWORD: &str = "acl-test-password";
 
-/// The `ACL SETUSER hookgate …` line of docs/operations.md, its arguments
+/// The `ACL SETUSER hookgate …` line of docs/operations/stores.md, its arguments
 /// after `ACL SETUSER`, the password filled in.
 fn documented_acl() -> Vec<String> {
     documented("ACL SETUSER hookgate ")
 }
 
-/// The line of docs/operations.md that starts with `start`, its arguments
+/// The line of docs/operations/stores.md that starts with `start`, its arguments
 /// after `ACL SETUSER`, the password filled in.
 fn documented(start: &str) -> Vec<String> {
-    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-        .unwrap();
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/operations/stores.md"
+    ))
+    .unwrap();
     let line = docs
         .lines()
         .find(|line| line.starts_with(start))
-        .unwrap_or_else(|| panic!("docs/operations.md documents {start:?}"));
+        .unwrap_or_else(|| panic!("docs/operations/stores.md documents {start:?}"));
     line.split_whitespace()
         .skip(2)
         .map(|word| word.replace(">CHANGE-ME", &format!(">{PASSWORD}")))
@@ -244,7 +247,7 @@ async fn the_documented_acl_runs_every_delivery_on_a_redis_cluster() {
     gateway.shutdown().await;
 }
 
-/// The `ACL SETUSER hookgate-sentinel …` line of docs/operations.md: the
+/// The `ACL SETUSER hookgate-sentinel …` line of docs/operations/stores.md: the
 /// sentinels' user.
 fn documented_sentinel_acl() -> Vec<String> {
     documented("ACL SETUSER hookgate-sentinel ")

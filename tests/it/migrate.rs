@@ -1,4 +1,4 @@
-//! PostgreSQL schema upgrades on a real server (docs/operations.md,
+//! PostgreSQL schema upgrades on a real server (docs/operations/upgrading.md,
 //! "Upgrading"): `hookgate migrate` with no operation deadline, beside
 //! others; `--print` as a script `psql -f` runs as it is and that records
 //! its versions; a gateway whose role may not create anything serves a

@@ -502,7 +502,7 @@ async fn every_signal_is_there_from_the_start_and_every_attempt_is_counted() {
 }
 
 /// A Redis that may evict (any `maxmemory-policy` but `noeviction`) could
-/// silently drop a claim: readiness says so (docs/operations.md, Redis
+/// silently drop a claim: readiness says so (docs/operations/README.md, Redis
 /// settings that must hold).
 #[tokio::test]
 async fn readiness_warns_of_a_redis_that_may_evict() {

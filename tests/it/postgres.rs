@@ -342,7 +342,7 @@ async fn paging_a_big_route_while_senders_are_served() {
 }
 
 /// Two gateways through a real PgBouncer in session mode
-/// (docs/operations.md, "PostgreSQL"): it migrates, serves, replays, lists,
+/// (docs/operations/stores.md, "PostgreSQL"): it migrates, serves, replays, lists,
 /// and concurrent duplicates split between the gateways are forwarded once.
 /// (PgBouncer refuses a startup `options` parameter, so the statement
 /// deadline is set on each new connection instead.)

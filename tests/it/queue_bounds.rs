@@ -130,7 +130,7 @@ async fn max_queued_bytes_bounds_a_routes_bytes_on_redis() {
         return;
     };
     // Room for the three held events whenever the queue is measured: a
-    // 3,000-byte event counts about 5 KB on Redis (docs/operations.md,
+    // 3,000-byte event counts about 5 KB on Redis (docs/operations/deploying.md,
     // "Sizing"), and two of them measured before the third is sent must
     // leave room for it.
     let bound = ("max_queued_bytes = \"16KiB\"", "");

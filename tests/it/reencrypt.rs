@@ -1,4 +1,4 @@
-//! Rotating `[store.encryption]` keys (docs/operations.md, "Rotating
+//! Rotating `[store.encryption]` keys (docs/operations/deploying.md, "Rotating
 //! [store.encryption] keys"), as an operator does it, on every backend:
 //! records kept in clear from before encryption and records sealed under
 //! the old key, the new key put first and reloaded, `hookgate store

@@ -1,4 +1,4 @@
-//! The rows of docs/operations.md, "When a route changes shape", that no
+//! The rows of docs/operations/fleets.md, "When a route changes shape", that no
 //! other file reproduces: async ↔ hybrid, ordering turned on, and a
 //! destination renamed. Each reloads a route holding events and counts,
 //! at the upstream, that every one is delivered exactly once.

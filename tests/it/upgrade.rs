@@ -1,4 +1,4 @@
-//! A rolling upgrade on PostgreSQL (docs/operations.md, "Upgrading"): the
+//! A rolling upgrade on PostgreSQL (docs/operations/upgrading.md, "Upgrading"): the
 //! previous release — the last with schema version 1, built by
 //! `tests/previous/build.sh` (`.ci/run` runs it) — serves a table of
 //! 300,000 rows while this version migrates it, and neither stalls: the
@@ -201,7 +201,7 @@ async fn the_previous_release_serves_on_while_a_big_table_migrates_under_it() {
     assert!(old.stop("TERM").success());
 }
 
-/// A rolling upgrade on a Redis Cluster (docs/operations.md, "Sharding an
+/// A rolling upgrade on a Redis Cluster (docs/operations/stores.md, "Sharding an
 /// existing cluster store"): the previous release kept a scope in one hash
 /// tag; this one, meeting that store, keeps its layout (it records one
 /// shard) instead of looking for events under new names, so the two serve
@@ -237,7 +237,7 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
 
     // This version, with the default store.shards, beside the old one;
     // the packed claim off, as a roll from a release before it must
-    // (docs/operations.md, "Upgrading": the old one cannot read one).
+    // (docs/operations/upgrading.md, "Upgrading": the old one cannot read one).
     let rolling = text.replace(
         "timeout = \"1s\"",
         "timeout = \"1s\"\npacked_claims = false",
@@ -292,7 +292,7 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
     gateway.shutdown().await;
 }
 
-/// A rolling upgrade on Redis to packed claims (docs/operations.md,
+/// A rolling upgrade on Redis to packed claims (docs/operations/upgrading.md,
 /// "Upgrading"): the release before wrote hashed claims and reads packed
 /// ones. Side by side on one Redis, the new gateway's claim of a new event
 /// is a string; the old one meets it while its delivery runs and answers

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the earlier releases tests/it/upgrade.rs runs beside this one
-# (docs/operations.md, "Upgrading"):
+# (docs/operations/upgrading.md, "Upgrading"):
 # - target/previous/hookgate: the last release whose PostgreSQL schema was
 #   version 1, serving while this version migrates a big table under it;
 # - target/previous/hashed/hookgate: the last release whose Redis claims

@@ -43,7 +43,7 @@ pub(crate) fn backup(args: BackupArgs) -> ExitCode {
             let backend = config.fixed.store.backend;
             let hookgate::config::Backend::Embedded { path, .. } = backend else {
                 eprintln!(
-                    "hookgate backup: the store is {}; back it up with its own tools (docs/operations.md, \"Backups\")",
+                    "hookgate backup: the store is {}; back it up with its own tools (docs/operations/stores.md, \"Backups\")",
                     backend.name()
                 );
                 return ExitCode::FAILURE;

@@ -1,7 +1,7 @@
 //! `hookgate store copy --from A.toml --to B.toml`: the stores of two
 //! configs opened side by side and every live record of the source's
 //! scopes copied into the destination (the copy itself is
-//! `store/copy.rs`; the cut-over procedures are docs/operations.md,
+//! `store/copy.rs`; the cut-over procedures are docs/operations/stores.md,
 //! "Moving between stores").
 //!
 //! The scopes are those of the source config's routes; a scope's replay

@@ -75,12 +75,12 @@ enum StoreCommand {
     /// pauses from the store of one config to the store of another, under
     /// the destination's key_prefix; idempotent and resumable, never over a
     /// newer record. The source may keep serving: copy again after the
-    /// switch (docs/operations.md, "Moving between stores").
+    /// switch (docs/operations/stores.md, "Moving between stores").
     Copy(CopyArgs),
     /// Seal every record still sealed under an older [store.encryption]
     /// key, or kept in clear, under the first key, so the older keys can
     /// be dropped; paced, resumable (run it again: only what is left is
-    /// rewritten), safe while the fleet serves (docs/operations.md,
+    /// rewritten), safe while the fleet serves (docs/operations/deploying.md,
     /// "Rotating [store.encryption] keys").
     Reencrypt(ReencryptArgs),
 }

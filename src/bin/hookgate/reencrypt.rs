@@ -1,7 +1,7 @@
 //! `hookgate store reencrypt --config FILE`: the config's store opened and
 //! every record of its routes' scopes sealed under the first of its
 //! `[store.encryption] keys` (the work itself is `store/reencrypt.rs`; the
-//! rotation procedure is docs/operations.md, "Rotating [store.encryption]
+//! rotation procedure is docs/operations/deploying.md, "Rotating [store.encryption]
 //! keys"). An embedded file is opened beside its running gateway, so no
 //! backend needs a stop.
 

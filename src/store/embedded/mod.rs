@@ -537,7 +537,7 @@ mod tests {
         assert_eq!(left, ["live"]);
     }
 
-    /// Upgrading (docs/operations.md): a file written by the first release —
+    /// Upgrading (docs/operations/README.md): a file written by the first release —
     /// no dead-letter, request or async columns, `released` for a failed
     /// claim — is brought up to date at open, and its records read as
     /// before.

@@ -147,7 +147,7 @@ pub(super) const COUNT_QUEUED: &str = "SELECT count(*) FROM webhook_events \
 /// and attempt history, plus 1,000 bytes a row for its other columns, its
 /// index entries and the pages' slack — measured: a queue of 2,000 events
 /// with 1 KB bodies grew the file by 2.2 KB an event (`Listing::queued`;
-/// docs/operations.md, "Sizing").
+/// docs/operations/deploying.md, "Sizing").
 pub(super) const QUEUED: &str = "SELECT count(*), coalesce(sum(1000 + length(key) \
      + coalesce(length(request_query), 0) + coalesce(length(request_headers), 0) \
      + coalesce(length(request_body), 0) + coalesce(length(history), 0)), 0) \

@@ -263,7 +263,7 @@ async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), 
 }
 
 /// The tables and the sequence the schema creates, which the gateways'
-/// role writes (docs/operations.md, "PostgreSQL"): a migration that adds
+/// role writes (docs/operations/stores.md, "PostgreSQL"): a migration that adds
 /// one adds it here, and the grants follow.
 const WRITTEN: [&str; 3] = ["webhook_events", "replay_guards", "hookgate_route_controls"];
 const SEQUENCES: [&str; 1] = ["hookgate_order_seq"];

@@ -160,7 +160,7 @@ pub(super) const COUNT: &str = "SELECT count(*) FROM webhook_events \
 /// and attempt history, plus 700 bytes a row for its other columns and its
 /// index entries — measured: a queue of 2,000 events with 1 KB bodies
 /// grew the table and its indexes by 1.9 KB an event (`Listing::queued`;
-/// docs/operations.md, "Sizing").
+/// docs/operations/deploying.md, "Sizing").
 pub(super) const QUEUED: &str =
     "SELECT count(*), coalesce(sum(700 + octet_length(idempotency_key) \
     + coalesce(octet_length(request_query), 0) + coalesce(octet_length(request_headers), 0) \

@@ -8,7 +8,7 @@
 //! releases before sharding (a scope as one hash tag, `{prefix}{scope}`)
 //! keeps that layout: it is recorded as one shard. Moving such a store to
 //! the sharded layout is `hookgate store copy` to a new `key_prefix`
-//! (docs/operations.md, "Sharding an existing cluster store"). A new,
+//! (docs/operations/stores.md, "Sharding an existing cluster store"). A new,
 //! empty store takes `store.shards`.
 
 use std::sync::atomic::Ordering;
@@ -86,7 +86,7 @@ impl<C: Connector> RedisStore<C> {
                 configured = wanted,
                 "this Redis Cluster store is laid out in {count} shard(s) per scope and keeps that \
                  layout; store.shards = {wanted} applies to a new key_prefix (see \
-                 docs/operations.md, \"Sharding an existing cluster store\")"
+                 docs/operations/stores.md, \"Sharding an existing cluster store\")"
             );
         }
         self.sharded.store(count > 1, Ordering::Relaxed);

@@ -280,7 +280,7 @@ impl<C: Connector> Listing for RedisStore<C> {
 
     /// The events are the queued index's; the bytes are estimated from a
     /// sample of 32 records' `MEMORY USAGE`, plus their index entries
-    /// (docs/operations.md, "Sizing").
+    /// (docs/operations/deploying.md, "Sizing").
     async fn queued(&self, source: &str) -> Result<Queued, StoreError> {
         let mut invocation = self.queued.key(index_key(source, RecordState::Queued));
         (invocation.arg(source).arg(QUEUED_SAMPLE)).arg(QUEUED_INDEX_BYTES);

@@ -24,7 +24,7 @@
 //! The writer is on unless the config turns it off (`store.packed_claims
 //! = false`): a gateway of a release before the packed claim reads a
 //! packed record as an error, so a fleet rolling from one turns it off
-//! until every instance reads it (docs/operations.md, "Upgrading").
+//! until every instance reads it (docs/operations/upgrading.md, "Upgrading").
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::LazyLock;

@@ -1,4 +1,4 @@
-//! The record's life, one set of rules for every entrance (docs/operations.md,
+//! The record's life, one set of rules for every entrance (docs/operations/fleets.md,
 //! "The record's life"), as the store holds it on every backend: an
 //! accepted event is never stranded whatever entrance held it, a worker
 //! never leases a record another holder has, and an operator's action on a

@@ -1,4 +1,4 @@
-//! The record's life (docs/operations.md) as a model of its own: one event
+//! The record's life (docs/operations/README.md) as a model of its own: one event
 //! reached through every entrance — a sender whose route is sync or async
 //! (and may be reloaded from one to the other), the hybrid, a worker, an
 //! operator's redelivery — each of which may crash, be released by SIGTERM,

@@ -1,4 +1,4 @@
-//! An ordered route with a destination and a stale guard (docs/operations.md,
+//! An ordered route with a destination and a stale guard (docs/operations/fleets.md,
 //! "When a route changes shape") as a model: two events of one entity, each
 //! with its `stale_by` value (every pair of values is checked), accepted
 //! in order, handed out by two workers of a fleet (which crash at any step,

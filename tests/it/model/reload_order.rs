@@ -1,5 +1,5 @@
 //! A route that stops ordering while it holds an ordered backlog
-//! (docs/operations.md, "When a route changes shape") as a model: three
+//! (docs/operations/fleets.md, "When a route changes shape") as a model: three
 //! events of one entity accepted in order, two workers, a reload that
 //! turns the route unordered and a restart onto the changed file at any
 //! step. Checked exhaustively.
