@@ -182,6 +182,40 @@ use crate::store::Store;
 
 /// How often the store's listing indexes are trimmed of expired entries.
 const UPKEEP_EVERY: Duration = Duration::from_secs(60);
+/// The configured store, laid out as it was first (or as the config asks
+/// of a new one), with its replay cache; the settings it has that would
+/// lose claims are logged, counted and returned.
+async fn open_store(
+    config: &Config,
+    metrics: &Metrics,
+    clock: &clock::Clock,
+) -> Result<(Store, Vec<String>), store::StoreError> {
+    let fixed = &config.fixed;
+    let mut store = Store::open(
+        &fixed.store,
+        &fixed.key_prefix,
+        metrics.store.clone(),
+        clock,
+    )?;
+    learn_layout(&mut store, config).await;
+    if let Some(refusal) = config.live.refuses_layout(store.shards()) {
+        return Err(store::StoreError::Layout(refusal));
+    }
+    let store = store.with_replay_cache(fixed.store.replay_cache_bytes);
+    let longest_retention = config
+        .live
+        .routes
+        .iter()
+        .map(|route| route.claim.retention)
+        .max()
+        .unwrap_or(Duration::ZERO);
+    let risks = store.risks(longest_retention).await;
+    for risk in &risks {
+        tracing::warn!("{risk}");
+    }
+    metrics.store_warnings.set(risks.len() as i64);
+    Ok((store, risks))
+}
 
 /// Learn how the store lays out its scopes before anything is named by it
 /// (`Store::learn_layout`), trying again every second while the store does
@@ -239,29 +273,7 @@ impl App {
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry);
         let fixed = &config.fixed;
-        let mut store = Store::open(
-            &fixed.store,
-            &fixed.key_prefix,
-            metrics.store.clone(),
-            &clock,
-        )?;
-        learn_layout(&mut store, config).await;
-        if let Some(refusal) = config.live.refuses_layout(store.shards()) {
-            return Err(store::StoreError::Layout(refusal));
-        }
-        let store = store.with_replay_cache(fixed.store.replay_cache_bytes);
-        let longest_retention = config
-            .live
-            .routes
-            .iter()
-            .map(|route| route.claim.retention)
-            .max()
-            .unwrap_or(Duration::ZERO);
-        let risks = store.risks(longest_retention).await;
-        for risk in &risks {
-            tracing::warn!("{risk}");
-        }
-        metrics.store_warnings.set(risks.len() as i64);
+        let (store, risks) = open_store(config, &metrics, &clock).await?;
         metrics.store_timeout.set(fixed.store.timeout.as_secs_f64());
         metrics.tls_cert_expires(config.live.tls.as_ref().and_then(|tls| tls.not_after));
         let parts = Parts::new(config, store, metrics, clock);

@@ -17,6 +17,7 @@
 //!   says what it shows: the binary (`src/bin/hookgate/`), the tests and
 //!   the benchmarks are built on those.
 //! - Every link between pages lands on a file, and on a heading of it.
+//! - No function of `src/` is over 120 lines.
 //! - At most ten `sleep(` in `tests/it` outside its support and the fault
 //!   and fleet tests: the rest wait on the gateway.
 
@@ -469,7 +470,10 @@ fn every_link_between_pages_lands() {
     ];
     walk(&Path::new(ROOT).join("docs"), &mut pages);
     let mut broken = Vec::new();
-    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+    for page in pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
         let text = std::fs::read_to_string(page).unwrap();
         for link in text.split("](").skip(1) {
             let Some(target) = link.split(')').next() else {
@@ -504,5 +508,78 @@ fn every_link_between_pages_lands() {
             }
         }
     }
-    assert!(broken.is_empty(), "links that land nowhere:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "links that land nowhere:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// Every function of `src/` outside its tests, with its length in lines
+/// from its signature to its closing brace, as rustfmt lays it out (the
+/// brace at the signature's indentation).
+fn function_lengths() -> Vec<(usize, String)> {
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("src"), &mut files);
+    let mut lengths = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let name = relative(file);
+        if name.ends_with("tests.rs") || name.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break; // a file's tests come last
+            }
+            let code = line.trim_start();
+            let indent = &line[..line.len() - code.len()];
+            let words: Vec<&str> = code.split_whitespace().collect();
+            let Some(at) = words.iter().position(|w| *w == "fn") else {
+                continue;
+            };
+            let qualifiers = [
+                "pub",
+                "pub(crate)",
+                "pub(super)",
+                "async",
+                "const",
+                "unsafe",
+            ];
+            if at + 1 >= words.len() || !words[..at].iter().all(|w| qualifiers.contains(w)) {
+                continue;
+            }
+            // A declaration without a body ends in `;` before any `{`.
+            let opens = lines[i..].iter().position(|l| {
+                let l = l.trim_end();
+                l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+            });
+            let Some(opens) = opens else { continue };
+            if !lines[i + opens].trim_end().ends_with('{') {
+                continue;
+            }
+            let closing = format!("{indent}}}");
+            if let Some(end) = lines[i..].iter().position(|l| *l == closing) {
+                let fn_name = words[at + 1].split(['(', '<']).next().unwrap_or_default();
+                lengths.push((end + 1, format!("{name}: {fn_name}")));
+            }
+        }
+    }
+    lengths
+}
+
+/// Functions fit on a screen: none in `src/` is over 120 lines.
+#[test]
+fn no_function_is_over_120_lines() {
+    let lengths = function_lengths();
+    assert!(lengths.len() > 1000, "{} functions found", lengths.len());
+    let long: Vec<String> = (lengths.iter())
+        .filter(|(lines, _)| *lines > 120)
+        .map(|(lines, name)| format!("{name}: {lines} lines"))
+        .collect();
+    assert!(long.is_empty(), "split them:\n{}", long.join("\n"));
 }

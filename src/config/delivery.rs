@@ -31,22 +31,7 @@ impl Validator<'_> {
             false,
         );
         if !is_async {
-            let set = [
-                ("accept_status", raw.accept_status.is_some()),
-                ("retry_backoff", raw.retry_backoff.is_some()),
-                ("max_age", raw.max_age.is_some()),
-                ("max_in_flight", raw.max_in_flight.is_some()),
-                ("max_queued", raw.max_queued.is_some()),
-                ("max_queued_bytes", raw.max_queued_bytes.is_some()),
-                ("respond_within", raw.respond_within.is_some()),
-                ("order_by", raw.order_by.is_some()),
-                ("stale_by", raw.stale_by.is_some()),
-                ("reorder_window", raw.reorder_window.is_some()),
-                ("on_blocked", raw.on_blocked.is_some()),
-            ];
-            for (name, _) in set.iter().filter(|(_, set)| *set) {
-                self.fail(&at.key(name), "only for delivery = \"async\"");
-            }
+            self.refuse_async_settings(at, raw);
             return DeliveryMode::Sync;
         }
         let accept_status = self.status(
@@ -55,21 +40,7 @@ impl Validator<'_> {
             200..=299,
             "must be a 2xx status: the event is stored, the sender must stop retrying",
         );
-        let backoff = raw.retry_backoff.as_ref();
-        let backoff_at = at.key("retry_backoff");
-        let backoff_initial = self.duration(
-            &backoff_at.key("initial"),
-            backoff.and_then(|b| b.initial.as_ref()),
-            DEFAULT_QUEUE.backoff_initial,
-        );
-        let backoff_max = self.duration(
-            &backoff_at.key("max"),
-            backoff.and_then(|b| b.max.as_ref()),
-            DEFAULT_QUEUE.backoff_max,
-        );
-        if backoff_max < backoff_initial {
-            self.fail(&backoff_at.key("max"), "must be at least initial");
-        }
+        let (backoff_initial, backoff_max) = self.retry_backoff(at, raw);
         let max_age = self.duration(
             &at.key("max_age"),
             raw.max_age.as_ref(),
@@ -98,23 +69,8 @@ impl Validator<'_> {
             raw.max_queued_bytes.as_ref(),
             DEFAULT_QUEUE.max_queued_bytes,
         );
-        let respond_within = raw
-            .respond_within
-            .as_ref()
-            .map(|raw| self.duration(&at.key("respond_within"), Some(raw), Duration::from_secs(5)));
-        if respond_within.is_some_and(|within| within >= upstream_timeout) {
-            self.fail(
-                &at.key("respond_within"),
-                "respond_within must be shorter than upstream_timeout",
-            );
-        }
         let order = self.order(at, raw);
-        if order.is_some() && respond_within.is_some() {
-            self.fail(
-                &at.key("respond_within"),
-                "not with order_by: an ordered event waits for its entity's earlier events, so it cannot be forwarded at once",
-            );
-        }
+        let respond_within = self.respond_within(at, raw, upstream_timeout, order.is_some());
         DeliveryMode::Async(AsyncDelivery {
             accept_status,
             backoff_initial,
@@ -127,6 +83,74 @@ impl Validator<'_> {
             respond_within,
             order,
         })
+    }
+
+    /// `respond_within`: shorter than `upstream_timeout`, and not on an
+    /// ordered route.
+    fn respond_within(
+        &mut self,
+        at: &KeyPath,
+        raw: &RawRoute,
+        upstream_timeout: Duration,
+        ordered: bool,
+    ) -> Option<Duration> {
+        let respond_within = raw
+            .respond_within
+            .as_ref()
+            .map(|raw| self.duration(&at.key("respond_within"), Some(raw), Duration::from_secs(5)));
+        if respond_within.is_some_and(|within| within >= upstream_timeout) {
+            self.fail(
+                &at.key("respond_within"),
+                "respond_within must be shorter than upstream_timeout",
+            );
+        }
+        if ordered && respond_within.is_some() {
+            self.fail(
+                &at.key("respond_within"),
+                "not with order_by: an ordered event waits for its entity's earlier events, so it cannot be forwarded at once",
+            );
+        }
+        respond_within
+    }
+
+    /// A sync route's async settings, each refused.
+    fn refuse_async_settings(&mut self, at: &KeyPath, raw: &RawRoute) {
+        let set = [
+            ("accept_status", raw.accept_status.is_some()),
+            ("retry_backoff", raw.retry_backoff.is_some()),
+            ("max_age", raw.max_age.is_some()),
+            ("max_in_flight", raw.max_in_flight.is_some()),
+            ("max_queued", raw.max_queued.is_some()),
+            ("max_queued_bytes", raw.max_queued_bytes.is_some()),
+            ("respond_within", raw.respond_within.is_some()),
+            ("order_by", raw.order_by.is_some()),
+            ("stale_by", raw.stale_by.is_some()),
+            ("reorder_window", raw.reorder_window.is_some()),
+            ("on_blocked", raw.on_blocked.is_some()),
+        ];
+        for (name, _) in set.iter().filter(|(_, set)| *set) {
+            self.fail(&at.key(name), "only for delivery = \"async\"");
+        }
+    }
+
+    /// `retry_backoff = { initial, max }`.
+    fn retry_backoff(&mut self, at: &KeyPath, raw: &RawRoute) -> (Duration, Duration) {
+        let backoff = raw.retry_backoff.as_ref();
+        let backoff_at = at.key("retry_backoff");
+        let backoff_initial = self.duration(
+            &backoff_at.key("initial"),
+            backoff.and_then(|b| b.initial.as_ref()),
+            DEFAULT_QUEUE.backoff_initial,
+        );
+        let backoff_max = self.duration(
+            &backoff_at.key("max"),
+            backoff.and_then(|b| b.max.as_ref()),
+            DEFAULT_QUEUE.backoff_max,
+        );
+        if backoff_max < backoff_initial {
+            self.fail(&backoff_at.key("max"), "must be at least initial");
+        }
+        (backoff_initial, backoff_max)
     }
 
     /// `order_by` and what goes with it; those are refused without it.

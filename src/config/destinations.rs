@@ -85,28 +85,7 @@ impl Validator<'_> {
         raw: RawDestination,
     ) -> RouteConfig {
         let name = self.identifier(&at.key("name"), &raw.name);
-        let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
-        let upstream_ca = match &raw.upstream_ca {
-            Some(path) => self.upstream_ca(&at.key("upstream_ca"), path),
-            None => parent.call.upstream_ca.clone(),
-        };
-        if raw.upstream_ca.is_some() && upstream.scheme_str() != Some("https") {
-            self.fail(
-                &at.key("upstream_ca"),
-                "upstream_ca only applies to an https:// upstream",
-            );
-        }
-        let upstream_timeout = self.duration(
-            &at.key("upstream_timeout"),
-            raw.upstream_timeout.as_ref(),
-            parent.call.upstream_timeout,
-        );
-        if parent.claim.retention <= upstream_timeout {
-            self.fail(
-                &at.key("upstream_timeout"),
-                "must be shorter than the route's retention",
-            );
-        }
+        let call = self.destination_call(at, parent, &raw);
         let idempotency_header = match &raw.idempotency_header {
             Some(text) => self.idempotency_header(&at.key("idempotency_header"), text),
             None => parent.keying.idempotency_header.clone(),
@@ -146,11 +125,7 @@ impl Validator<'_> {
                 // Never met by a sender: the route verified the event.
                 verifier: (none().build)(placeholder()).expect("builds"),
             },
-            call: CallSettings {
-                upstream,
-                upstream_ca,
-                upstream_timeout,
-            },
+            call,
             keying: KeySettings {
                 scope: format!("{}/{name}", parent.keying.scope),
                 idempotency_header,
@@ -180,6 +155,43 @@ impl Validator<'_> {
             // The route reconciles; its destinations take what it delivers.
             reconcile: None,
             signs: None,
+        }
+    }
+
+    /// A destination's `upstream`, and its `upstream_ca` and
+    /// `upstream_timeout` (its route's unless it sets them).
+    fn destination_call(
+        &mut self,
+        at: &KeyPath,
+        parent: &RouteConfig,
+        raw: &RawDestination,
+    ) -> CallSettings {
+        let upstream = self.upstream(&at.key("upstream"), &raw.upstream);
+        let upstream_ca = match &raw.upstream_ca {
+            Some(path) => self.upstream_ca(&at.key("upstream_ca"), path),
+            None => parent.call.upstream_ca.clone(),
+        };
+        if raw.upstream_ca.is_some() && upstream.scheme_str() != Some("https") {
+            self.fail(
+                &at.key("upstream_ca"),
+                "upstream_ca only applies to an https:// upstream",
+            );
+        }
+        let upstream_timeout = self.duration(
+            &at.key("upstream_timeout"),
+            raw.upstream_timeout.as_ref(),
+            parent.call.upstream_timeout,
+        );
+        if parent.claim.retention <= upstream_timeout {
+            self.fail(
+                &at.key("upstream_timeout"),
+                "must be shorter than the route's retention",
+            );
+        }
+        CallSettings {
+            upstream,
+            upstream_ca,
+            upstream_timeout,
         }
     }
 

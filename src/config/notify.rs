@@ -71,22 +71,7 @@ impl Validator<'_> {
                 "https://invalid.example/".to_owned()
             }
         };
-        let on = match &raw.on {
-            None => NoticeKind::ALL.to_vec(),
-            Some(list) => (list.iter().enumerate())
-                .filter_map(|(i, text)| {
-                    let found = NoticeKind::ALL.into_iter().find(|k| k.as_str() == text);
-                    if found.is_none() {
-                        let names: Vec<&str> = NoticeKind::ALL.iter().map(|k| k.as_str()).collect();
-                        self.fail(
-                            &at.key("on").index(i),
-                            format!("{text:?} is not one of {}", names.join(", ")),
-                        );
-                    }
-                    found
-                })
-                .collect(),
-        };
+        let on = self.notice_kinds(at, raw.on.as_deref());
         if let Some(names) = &raw.routes {
             for (i, route) in names.iter().enumerate() {
                 if !routes.iter().any(|r| &r.name == route) {
@@ -97,47 +82,8 @@ impl Validator<'_> {
                 }
             }
         }
-        let signs = match (&raw.secret, kind) {
-            (Some(secret), NotifyKind::Webhook) => {
-                let text = self.string(&at.key("secret"), secret).unwrap_or_default();
-                match crate::verify::decode_secret(&Secret::new(text), 24) {
-                    Ok(key) => Some(Arc::new(key)),
-                    Err(message) => {
-                        self.fail(&at.key("secret"), message);
-                        None
-                    }
-                }
-            }
-            (None, NotifyKind::Webhook) => {
-                self.fail(at, "a webhook target needs `secret` (whsec_…): every message is signed as Standard Webhooks");
-                None
-            }
-            (Some(_), _) => {
-                self.fail(&at.key("secret"), "only a webhook target is signed");
-                None
-            }
-            (None, _) => None,
-        };
-        let routing_key = match (&raw.routing_key, kind) {
-            (Some(key), NotifyKind::PagerDuty) => {
-                self.string(&at.key("routing_key"), key).map(Secret::new)
-            }
-            (None, NotifyKind::PagerDuty) => {
-                self.fail(
-                    at,
-                    "a pagerduty target needs `routing_key`, its integration's key",
-                );
-                None
-            }
-            (Some(_), _) => {
-                self.fail(
-                    &at.key("routing_key"),
-                    "only a pagerduty target has a routing_key",
-                );
-                None
-            }
-            (None, _) => None,
-        };
+        let signs = self.notify_secret(at, raw.secret.as_ref(), kind);
+        let routing_key = self.routing_key(at, raw.routing_key.as_ref(), kind);
         let console_url = (raw.console_url.as_ref())
             .and_then(|url| self.string(&at.key("console_url"), url))
             .map(|url| url.trim_end_matches('/').to_owned());
@@ -163,6 +109,87 @@ impl Validator<'_> {
             console_url,
             group_within,
             delivery: Arc::new(delivery),
+        }
+    }
+
+    /// `on`: the notices a target hears of (all of them by default).
+    fn notice_kinds(&mut self, at: &KeyPath, on: Option<&[String]>) -> Vec<NoticeKind> {
+        match on {
+            None => NoticeKind::ALL.to_vec(),
+            Some(list) => (list.iter().enumerate())
+                .filter_map(|(i, text)| {
+                    let found = NoticeKind::ALL.into_iter().find(|k| k.as_str() == text);
+                    if found.is_none() {
+                        let names: Vec<&str> = NoticeKind::ALL.iter().map(|k| k.as_str()).collect();
+                        self.fail(
+                            &at.key("on").index(i),
+                            format!("{text:?} is not one of {}", names.join(", ")),
+                        );
+                    }
+                    found
+                })
+                .collect(),
+        }
+    }
+
+    /// `secret`: a webhook target's Standard Webhooks key (it must have one;
+    /// no other kind is signed).
+    fn notify_secret(
+        &mut self,
+        at: &KeyPath,
+        secret: Option<&String>,
+        kind: NotifyKind,
+    ) -> Option<Arc<Secret>> {
+        match (secret, kind) {
+            (Some(secret), NotifyKind::Webhook) => {
+                let text = self.string(&at.key("secret"), secret).unwrap_or_default();
+                match crate::verify::decode_secret(&Secret::new(text), 24) {
+                    Ok(key) => Some(Arc::new(key)),
+                    Err(message) => {
+                        self.fail(&at.key("secret"), message);
+                        None
+                    }
+                }
+            }
+            (None, NotifyKind::Webhook) => {
+                self.fail(at, "a webhook target needs `secret` (whsec_…): every message is signed as Standard Webhooks");
+                None
+            }
+            (Some(_), _) => {
+                self.fail(&at.key("secret"), "only a webhook target is signed");
+                None
+            }
+            (None, _) => None,
+        }
+    }
+
+    /// `routing_key`: a PagerDuty target's integration key (it must have one;
+    /// no other kind has one).
+    fn routing_key(
+        &mut self,
+        at: &KeyPath,
+        key: Option<&String>,
+        kind: NotifyKind,
+    ) -> Option<Secret> {
+        match (key, kind) {
+            (Some(key), NotifyKind::PagerDuty) => {
+                self.string(&at.key("routing_key"), key).map(Secret::new)
+            }
+            (None, NotifyKind::PagerDuty) => {
+                self.fail(
+                    at,
+                    "a pagerduty target needs `routing_key`, its integration's key",
+                );
+                None
+            }
+            (Some(_), _) => {
+                self.fail(
+                    &at.key("routing_key"),
+                    "only a pagerduty target has a routing_key",
+                );
+                None
+            }
+            (None, _) => None,
         }
     }
 }

@@ -98,18 +98,7 @@ impl Validator<'_> {
         let delivery = self.delivery(at, &raw, lifetimes.upstream_timeout);
         let failures = self.failures(at, &raw, scheme, &delivery, lifetimes.retention);
 
-        let allow_from = raw.allow_from.as_deref().map(|ranges| {
-            if ranges.is_empty() {
-                self.fail(
-                    &at.key("allow_from"),
-                    "list at least one address range (leave allow_from out to admit every address)",
-                );
-            }
-            self.cidrs(&at.key("allow_from"), ranges)
-        });
-        let circuit_breaker = (raw.circuit_breaker.as_ref())
-            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
-        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
+        let traffic = self.traffic(at, &raw);
         let filter = (raw.filter.as_ref()).and_then(|table| self.filter(at, table));
         let reconcile = raw.reconcile.as_ref().and_then(|reconcile| {
             let route = ForRoute {
@@ -155,11 +144,7 @@ impl Validator<'_> {
                 dead_letter_retention: failures.dead_letter_retention,
                 page_failed_after: failures.page_failed_after,
             },
-            traffic: TrafficSettings {
-                allow_from,
-                circuit_breaker,
-                upstream_rate,
-            },
+            traffic,
             delivery,
             filter,
             destinations: Vec::new(),
@@ -175,6 +160,27 @@ impl Validator<'_> {
             route.traffic.upstream_rate = None;
         }
         route
+    }
+
+    /// `allow_from`, `circuit_breaker`, `upstream_rate` and `upstream_burst`.
+    fn traffic(&mut self, at: &KeyPath, raw: &RawRoute) -> TrafficSettings {
+        let allow_from = raw.allow_from.as_deref().map(|ranges| {
+            if ranges.is_empty() {
+                self.fail(
+                    &at.key("allow_from"),
+                    "list at least one address range (leave allow_from out to admit every address)",
+                );
+            }
+            self.cidrs(&at.key("allow_from"), ranges)
+        });
+        let circuit_breaker = (raw.circuit_breaker.as_ref())
+            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
+        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
+        TrafficSettings {
+            allow_from,
+            circuit_breaker,
+            upstream_rate,
+        }
     }
 
     /// `upstream` and `upstream_ca`, or `destinations` instead.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::locate::KeyPath;
-use super::raw::{RawAdmin, RawServer, RawTelemetry};
+use super::raw::{RawAdmin, RawServer, RawTelemetry, RawTls};
 use super::settings::{
     AdminSettings, RequestLimits, ServerSettings, TelemetrySettings, TlsSettings,
 };
@@ -38,25 +38,10 @@ impl Validator<'_> {
         Vec<Cidr>,
         Option<TlsSettings>,
     ) {
-        let tls = raw.tls.as_ref().and_then(|tls| {
-            let at = at.key("tls");
-            let cert = PathBuf::from(self.string(&at.key("cert"), &tls.cert)?);
-            let key = PathBuf::from(self.string(&at.key("key"), &tls.key)?);
-            self.read_file(&cert);
-            self.read_file(&key);
-            match crate::tls::server_config(&cert, &key) {
-                Ok(config) => Some(TlsSettings {
-                    not_after: crate::tls::leaf_not_after(&cert),
-                    cert,
-                    key,
-                    config,
-                }),
-                Err(message) => {
-                    self.fail(&at, message);
-                    None
-                }
-            }
-        });
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|tls| self.tls(&at.key("tls"), tls));
         let limits = RequestLimits {
             max_body_bytes: self.size(
                 &at.key("max_body_bytes"),
@@ -113,6 +98,26 @@ impl Validator<'_> {
             ));
         }
         (server, limits, trusted_proxies, tls)
+    }
+
+    /// `[server.tls]`: the certificate and key, read and checked.
+    fn tls(&mut self, at: &KeyPath, tls: &RawTls) -> Option<TlsSettings> {
+        let cert = PathBuf::from(self.string(&at.key("cert"), &tls.cert)?);
+        let key = PathBuf::from(self.string(&at.key("key"), &tls.key)?);
+        self.read_file(&cert);
+        self.read_file(&key);
+        match crate::tls::server_config(&cert, &key) {
+            Ok(config) => Some(TlsSettings {
+                not_after: crate::tls::leaf_not_after(&cert),
+                cert,
+                key,
+                config,
+            }),
+            Err(message) => {
+                self.fail(at, message);
+                None
+            }
+        }
     }
 
     /// Whether `admin` and `server` would bind the same port on overlapping

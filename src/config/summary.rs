@@ -118,26 +118,8 @@ fn route_summary(route: &RouteConfig) -> String {
         guard = if route.claim.replay_guard { ", replay guard on" } else { "" },
         dead = delivery_summary(route),
     );
-    let mut traffic = Vec::new();
-    if let Some(ranges) = &route.traffic.allow_from {
-        traffic.push(format!("allow_from {} range(s)", ranges.len()));
-    }
-    if let Some(breaker) = &route.traffic.circuit_breaker {
-        traffic.push(format!(
-            "circuit breaker after {} failures in {}, open {}",
-            breaker.failures,
-            humanize(breaker.window),
-            humanize(breaker.open_for)
-        ));
-    }
-    if let Some(rate) = &route.traffic.upstream_rate {
-        traffic.push(format!(
-            "upstream rate {}/s, burst {} (per instance)",
-            rate.per_second, rate.burst
-        ));
-    }
-    if !traffic.is_empty() {
-        out += &format!("  {:<16} {}\n", "", traffic.join(", "));
+    if let Some(traffic) = traffic_summary(route) {
+        out += &format!("  {:<16} {traffic}\n", "");
     }
     if let Some(filter) = &route.filter {
         out += &format!("  {:<16} forwards only {filter}\n", "");
@@ -158,26 +140,54 @@ fn route_summary(route: &RouteConfig) -> String {
         );
     }
     for destination in &route.destinations {
-        let DeliveryMode::Async(queue) = &destination.delivery else {
-            continue;
-        };
-        out += &format!(
-            "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
-            "",
-            destination.destination_name(),
-            destination.call.upstream,
-            queue.max_in_flight,
-            match destination.failures.max_attempts {
-                0 => String::new(),
-                n => format!(", parked after {n} attempts"),
-            },
-            destination
-                .filter
-                .as_ref()
-                .map_or(String::new(), |filter| format!(", only {filter}")),
-        );
+        out += &destination_summary(destination);
     }
     out
+}
+
+/// A route's traffic controls in one line, if it has any.
+fn traffic_summary(route: &RouteConfig) -> Option<String> {
+    let mut traffic = Vec::new();
+    if let Some(ranges) = &route.traffic.allow_from {
+        traffic.push(format!("allow_from {} range(s)", ranges.len()));
+    }
+    if let Some(breaker) = &route.traffic.circuit_breaker {
+        traffic.push(format!(
+            "circuit breaker after {} failures in {}, open {}",
+            breaker.failures,
+            humanize(breaker.window),
+            humanize(breaker.open_for)
+        ));
+    }
+    if let Some(rate) = &route.traffic.upstream_rate {
+        traffic.push(format!(
+            "upstream rate {}/s, burst {} (per instance)",
+            rate.per_second, rate.burst
+        ));
+    }
+    (!traffic.is_empty()).then(|| traffic.join(", "))
+}
+
+/// A destination of a route in one line.
+fn destination_summary(destination: &RouteConfig) -> String {
+    let DeliveryMode::Async(queue) = &destination.delivery else {
+        return String::new();
+    };
+    format!(
+        "  {:<16} destination {} -> {} (up to {} in flight{}){}\n",
+        "",
+        destination.destination_name(),
+        destination.call.upstream,
+        queue.max_in_flight,
+        match destination.failures.max_attempts {
+            0 => String::new(),
+            n => format!(", parked after {n} attempts"),
+        },
+        destination
+            .filter
+            .as_ref()
+            .map_or(String::new(), |filter| format!(", only {filter}")),
+    )
 }
 
 /// A `[[notify]]` target in one line.

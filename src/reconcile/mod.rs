@@ -323,36 +323,7 @@ impl Reconciler {
             ..previous
         };
         let good = match walked {
-            Some((tally, result)) => {
-                let good = result.is_ok() && tally.errors == 0;
-                ledger.last_error = match result {
-                    Err(error) => Some(error.to_string()),
-                    Ok(()) => tally.last_error.clone(),
-                };
-                self.count(route, &tally);
-                if tally.missing > 0 {
-                    let (missing, delivered) = (tally.missing, tally.delivered);
-                    let now_ms = self.parts.clock.now_ms();
-                    let notice = Notice::reconcile_missing(&route.name, missing, delivered, now_ms);
-                    self.parts.notices.say(notice);
-                }
-                (
-                    ledger.seen,
-                    ledger.missing,
-                    ledger.delivered,
-                    ledger.asked,
-                    ledger.errors,
-                ) = (
-                    tally.seen,
-                    tally.missing,
-                    tally.delivered,
-                    tally.asked,
-                    tally.errors,
-                );
-                (ledger.api_calls, ledger.store_reads) =
-                    (u64::from(tally.calls), u64::from(tally.reads));
-                good
-            }
+            Some((tally, result)) => self.tallied(route, &mut ledger, &tally, result),
             None => {
                 ledger.last_error = Some("the pass lost its lease in the store".into());
                 false
@@ -382,6 +353,44 @@ impl Reconciler {
             .complete(&lease_key, &lease, &note(Bytes::new()), settings.every)
             .await?;
         Ok(ledger)
+    }
+
+    /// What a walk found, into the pass's `ledger`, its metrics and, for
+    /// missing events, a notice; whether the pass was good.
+    fn tallied(
+        &self,
+        route: &Route,
+        ledger: &mut Ledger,
+        tally: &Tally,
+        result: Result<(), api::ApiError>,
+    ) -> bool {
+        let good = result.is_ok() && tally.errors == 0;
+        ledger.last_error = match result {
+            Err(error) => Some(error.to_string()),
+            Ok(()) => tally.last_error.clone(),
+        };
+        self.count(route, tally);
+        if tally.missing > 0 {
+            let (missing, delivered) = (tally.missing, tally.delivered);
+            let now_ms = self.parts.clock.now_ms();
+            let notice = Notice::reconcile_missing(&route.name, missing, delivered, now_ms);
+            self.parts.notices.say(notice);
+        }
+        (
+            ledger.seen,
+            ledger.missing,
+            ledger.delivered,
+            ledger.asked,
+            ledger.errors,
+        ) = (
+            tally.seen,
+            tally.missing,
+            tally.delivered,
+            tally.asked,
+            tally.errors,
+        );
+        (ledger.api_calls, ledger.store_reads) = (u64::from(tally.calls), u64::from(tally.reads));
+        good
     }
 
     /// The pass's window: from `since` ago, else a little before where the

@@ -201,23 +201,7 @@ tolerance = "1h"
 
 /// The sender's side of the script, printed as it goes.
 async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> Result<(), DemoError> {
-    let a = &shown.addrs;
-    println!("hookgate demo: exactly-once in front of a webhook consumer\n");
-    println!(
-        "  gateway   http://{}{ROUTE_PATH}  (verifies Stripe signatures; embedded store)",
-        a.gateway
-    );
-    println!(
-        "  consumer  http://{}/orders  (takes {} ms a call, counts what it sees)",
-        a.consumer,
-        CONSUMER_TAKES.as_millis()
-    );
-    println!(
-        "  admin     http://{}  (metrics, and the admin API with the token below)",
-        a.admin
-    );
-    println!("  config    {}\n", shown.config.display());
-
+    introduce(shown);
     let first = Event::new("evt_demo_1", "charge.succeeded");
     println!("1. Stripe delivers {}", first.id);
     let answer = sender.deliver(&first.signed()).await?;
@@ -278,6 +262,33 @@ async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> Result<(),
         )));
     }
 
+    try_it_yourself(shown, &first);
+    Ok(())
+}
+
+/// Where everything the demo started listens.
+fn introduce(shown: &Shown) {
+    let a = &shown.addrs;
+    println!("hookgate demo: exactly-once in front of a webhook consumer\n");
+    println!(
+        "  gateway   http://{}{ROUTE_PATH}  (verifies Stripe signatures; embedded store)",
+        a.gateway
+    );
+    println!(
+        "  consumer  http://{}/orders  (takes {} ms a call, counts what it sees)",
+        a.consumer,
+        CONSUMER_TAKES.as_millis()
+    );
+    println!(
+        "  admin     http://{}  (metrics, and the admin API with the token below)",
+        a.admin
+    );
+    println!("  config    {}\n", shown.config.display());
+}
+
+/// What to try next by hand, with `first` (already delivered) among it.
+fn try_it_yourself(shown: &Shown, first: &Event) {
+    let a = &shown.addrs;
     let next = Event::new("evt_demo_3", "customer.created");
     let mut forged = next.signed();
     forged.signature = format!("t={},v1={}", forged.timestamp, "0".repeat(64));
@@ -310,7 +321,6 @@ async fn play(sender: &Sender, consumer: &Consumer, shown: &Shown) -> Result<(),
         "The operator console: http://{}/ui (log in with the token {}).\n",
         a.admin, shown.token
     );
-    Ok(())
 }
 
 fn expect(holds: bool, what: &str, answer: &Answer) -> Result<(), DemoError> {
