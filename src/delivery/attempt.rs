@@ -366,16 +366,7 @@ impl Engine {
             tracing::warn!(route = %route.name, key = %claim.key().id(), %error, "upstream call failed");
         }
         let now_ms = self.parts.clock.now_ms();
-        let took = elapsed.as_millis() as u64;
-        let tried = PastAttempt::new(
-            now_ms.saturating_sub(took),
-            kind.recorded(),
-            class,
-            status,
-            took,
-            result.as_ref().err().map(ToString::to_string),
-            result.as_ref().map_or(&[][..], |answer| &answer.body),
-        );
+        let tried = past_attempt(result, kind, class, elapsed, now_ms);
         let attempt_no = claim.attempt();
         let entrance = match kind {
             Kind::Redeliver | Kind::Replay => Entrance::Operator { was_dead },
@@ -484,4 +475,26 @@ async fn complete(
             false => Settled::Unrecorded,
         },
     }
+}
+
+/// The attempt that ended `elapsed` after it started, as its record keeps
+/// it.
+fn past_attempt(
+    result: &Result<UpstreamResponse, UpstreamError>,
+    kind: Kind,
+    class: FailureClass,
+    elapsed: Duration,
+    now_ms: u64,
+) -> PastAttempt {
+    let took = elapsed.as_millis() as u64;
+    let status = result.as_ref().ok().map(|answer| answer.status.as_u16());
+    PastAttempt::new(
+        now_ms.saturating_sub(took),
+        kind.recorded(),
+        class,
+        status,
+        took,
+        result.as_ref().err().map(ToString::to_string),
+        result.as_ref().map_or(&[][..], |answer| &answer.body),
+    )
 }

@@ -30,7 +30,7 @@ use crate::delivery::{Attempt, Kind, Settled, Traced};
 use crate::error::GatewayError;
 use crate::key;
 use crate::route::Route;
-use crate::store::{ClaimMode, ClaimOutcome, Lease, RecordState, StoreKey, StoredRequest};
+use crate::store::{ClaimMode, ClaimOutcome, Lease, Record, RecordState, StoreKey, StoredRequest};
 use crate::traffic::Admission;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -92,18 +92,22 @@ impl Operator {
         detached(async move { gateway.redeliver_now(&route, &key, force).await }).await
     }
 
-    pub(super) async fn redeliver_now(
+    /// The record of `key` and its stored request, if an operator may
+    /// redeliver it now: its route not paused, the record there, not
+    /// completed (unless `force`; never on a route that fans out, whose
+    /// destinations' deliveries are their own), its request kept.
+    async fn redeliverable(
         &self,
-        route: &Arc<Route>,
+        route: &Route,
         key: &str,
         force: bool,
-    ) -> Result<Sent, OpsError> {
+    ) -> Result<(StoreKey, Record, StoredRequest), OpsError> {
         if self.parts.pauses.is_paused(&route.name) {
             return Err(OpsError::RoutePaused);
         }
         let store = &self.parts.store;
         let store_key = store.key(&route.keying.scope, key);
-        let record = store
+        let mut record = store
             .records()
             .get(&store_key)
             .await
@@ -116,7 +120,18 @@ impl Operator {
         if record.state == RecordState::Completed && !force {
             return Err(OpsError::Completed);
         }
-        let request = record.request.ok_or(OpsError::RequestNotStored)?;
+        let request = record.request.take().ok_or(OpsError::RequestNotStored)?;
+        Ok((store_key, record, request))
+    }
+
+    pub(super) async fn redeliver_now(
+        &self,
+        route: &Arc<Route>,
+        key: &str,
+        force: bool,
+    ) -> Result<Sent, OpsError> {
+        let (store_key, record, request) = self.redeliverable(route, key, force).await?;
+        let store = &self.parts.store;
         let claim = |mode| route.claim_again(&store_key, &record.body_sha256, mode);
         if record.state == RecordState::Queued {
             // The workers deliver it, governed like every queued event.
