@@ -1,6 +1,7 @@
 //! A route's delivery settings, validated: sync or async (the queue's
 //! backoff, `max_age`, `max_in_flight`, the hybrid `respond_within`), and
-//! the upstream rate limit.
+//! its traffic controls (`allow_from`, the circuit breaker, the upstream
+//! rate limit).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +9,8 @@ use std::time::Duration;
 use super::locate::KeyPath;
 use super::raw::RawRoute;
 use super::route::RouteConfig;
-use super::settings::{
-    AsyncDelivery, Backend as BackendSettings, DeliveryMode, RateSettings, DEFAULT_QUEUE,
-};
+use super::route::{AsyncDelivery, DeliveryMode, RateSettings, TrafficSettings, DEFAULT_QUEUE};
+use super::settings::Backend as BackendSettings;
 use super::validate::Validator;
 use crate::key::KeySource;
 use crate::order::{OnBlocked, OrderSettings};
@@ -272,5 +272,26 @@ impl Validator<'_> {
             per_second,
             burst: burst as u32,
         })
+    }
+
+    /// `allow_from`, `circuit_breaker`, `upstream_rate` and `upstream_burst`.
+    pub(super) fn traffic(&mut self, at: &KeyPath, raw: &RawRoute) -> TrafficSettings {
+        let allow_from = raw.allow_from.as_deref().map(|ranges| {
+            if ranges.is_empty() {
+                self.fail(
+                    &at.key("allow_from"),
+                    "list at least one address range (leave allow_from out to admit every address)",
+                );
+            }
+            self.cidrs(&at.key("allow_from"), ranges)
+        });
+        let circuit_breaker = (raw.circuit_breaker.as_ref())
+            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
+        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
+        TrafficSettings {
+            allow_from,
+            circuit_breaker,
+            upstream_rate,
+        }
     }
 }

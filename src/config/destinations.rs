@@ -14,10 +14,9 @@ use http::HeaderName;
 use super::locate::KeyPath;
 use super::raw::{RawBreaker, RawDestination, RawRoute};
 use super::route::{
-    CallSettings, ClaimSettings, DestinationOf, FailureSettings, KeySettings, RouteConfig,
-    TrafficSettings, VerifySettings,
+    BreakerSettings, CallSettings, ClaimSettings, DeliveryMode, DestinationOf, FailureSettings,
+    KeySettings, RouteConfig, TrafficSettings, VerifySettings,
 };
-use super::settings::{BreakerSettings, DeliveryMode};
 use super::validate::Validator;
 use super::verification::{none, placeholder};
 use crate::filter::EventFilter;

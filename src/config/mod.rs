@@ -42,14 +42,13 @@ pub use self::destinations::delivery_name;
 pub use self::notify::NOTIFY;
 pub use self::reconcile::ReconcileSettings;
 pub use self::route::{
-    deliveries, CallSettings, ClaimSettings, DestinationOf, FailureSettings, KeySettings,
-    RouteConfig, TrafficSettings, VerifySettings,
+    deliveries, AsyncDelivery, BreakerSettings, CallSettings, ClaimSettings, DeliveryMode,
+    DestinationOf, FailureSettings, KeySettings, OnMismatch, OnUnknown, RateSettings, RouteConfig,
+    TrafficSettings, UpstreamCa, VerifySettings, DEFAULT_QUEUE,
 };
 pub use self::settings::{
-    AdminSettings, AsyncDelivery, Backend, BreakerSettings, DeliveryMode, Fixed, Live, NoticeKind,
-    NotifyKind, NotifyTarget, OnMismatch, OnStoreError, OnUnknown, RateSettings, RequestLimits,
-    ServerSettings, StoreSettings, Synchronous, TelemetrySettings, TlsSettings, UpstreamCa,
-    DEFAULT_QUEUE,
+    AdminSettings, Backend, Fixed, Live, NoticeKind, NotifyKind, NotifyTarget, OnStoreError,
+    RequestLimits, ServerSettings, StoreSettings, Synchronous, TelemetrySettings, TlsSettings,
 };
 pub use self::value::{interpolate, parse_rate, MIN_RATE};
 pub use crate::clock::humanize;

@@ -2,18 +2,19 @@
 //! route's table is read in — how its senders are verified, where it
 //! calls, how an event is keyed, how long a claim lives, when a failing
 //! event gives up, its traffic controls — each field named as its TOML
-//! key.
+//! key; and the values those sections take (the delivery mode, the
+//! breaker, the rate, what to do on a mismatch or an unknown outcome).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
+use rustls::pki_types::CertificateDer;
 
 use super::reconcile::ReconcileSettings;
-use super::settings::{
-    BreakerSettings, DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, RateSettings, UpstreamCa,
-};
 use crate::cidr::Cidr;
+use crate::headers::HeaderFormat;
 use crate::key::{KeySource, OnMissingKey};
 use crate::order::{OrderSettings, Place};
 use crate::secret::Secret;
@@ -232,4 +233,143 @@ impl RouteConfig {
     pub fn destination(&self, name: &str) -> Option<&Arc<RouteConfig>> {
         (self.destinations.iter()).find(|destination| destination.destination_name() == name)
     }
+}
+
+/// Same key, different body (docs/guide/what-a-sender-sees.md, "What a sender sees").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMismatch {
+    Reject,
+    Replay,
+}
+
+/// An upstream call whose outcome is unknown (docs/guide/what-a-sender-sees.md, "What a sender sees").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnknown {
+    /// Keep the claim, unrenewed, until its lease runs out: a prompt retry
+    /// gets 409 instead of running beside a call that may still be working.
+    Hold,
+    /// Release at once: the retry is forwarded at once.
+    Release,
+}
+
+/// How a route delivers (docs/guide/async-delivery.md, "Asynchronous delivery").
+// One per route, built at load and never moved on a request's path: the
+// async variant's size costs nothing a box would save.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliveryMode {
+    /// Forward while the sender waits, and answer with the upstream's word.
+    Sync,
+    /// Answer once the event is stored; workers deliver it with backoff.
+    Async(AsyncDelivery),
+}
+
+/// An async route's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsyncDelivery {
+    /// What the sender gets once its event is durably stored.
+    pub accept_status: StatusCode,
+    /// The first retry's ceiling; each later one doubles, up to `backoff_max`
+    /// (full jitter: the wait is random below the ceiling).
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// An event still undelivered this long after it was accepted is dead.
+    pub max_age: Duration,
+    /// The oldest undelivered accepted event older than this is an
+    /// incident (`hookgate_route_page_after_seconds`, the paging alert).
+    pub page_after: Duration,
+    /// Concurrent upstream calls of this route, per gateway instance.
+    pub max_in_flight: usize,
+    /// Events the route's queue may hold undelivered before a new one is
+    /// answered 503 `queue_full` (0: no bound of its own).
+    pub max_queued: u64,
+    /// The same in stored bytes (0: none).
+    pub max_queued_bytes: u64,
+    /// Hybrid: try synchronously this long first.
+    pub respond_within: Option<Duration>,
+    /// One entity's events in order, one at a time (docs/guide/ordering.md, "Ordered
+    /// delivery").
+    pub order: Option<OrderSettings>,
+}
+
+/// The queue's settings when the config names none: what an async route
+/// starts from, and what a sync route's accepted records are retried by (a
+/// route reloaded from async to sync, or sharing a scope with an async one).
+pub static DEFAULT_QUEUE: AsyncDelivery = AsyncDelivery {
+    accept_status: StatusCode::ACCEPTED,
+    backoff_initial: Duration::from_secs(5),
+    backoff_max: Duration::from_secs(3600),
+    max_age: Duration::from_secs(3 * 86_400),
+    page_after: Duration::from_secs(15 * 60),
+    max_in_flight: 16,
+    max_queued: 100_000,
+    max_queued_bytes: 1 << 30,
+    respond_within: None,
+    order: None,
+};
+
+impl AsyncDelivery {
+    /// The longest an accepted event is retried before it is parked: the
+    /// sum of the backoff ceilings between `max_attempts` attempts, or
+    /// `max_age` when that comes first (always, with `max_attempts` 0).
+    pub fn horizon(&self, max_attempts: u32) -> Duration {
+        if max_attempts == 0 {
+            return self.max_age;
+        }
+        let mut total = Duration::ZERO;
+        let mut ceiling = self.backoff_initial;
+        for _ in 1..max_attempts {
+            total += ceiling.min(self.backoff_max);
+            if total >= self.max_age {
+                return self.max_age;
+            }
+            ceiling = ceiling.saturating_mul(2);
+        }
+        total.min(self.max_age)
+    }
+}
+
+impl Default for AsyncDelivery {
+    fn default() -> Self {
+        DEFAULT_QUEUE.clone()
+    }
+}
+
+impl DeliveryMode {
+    pub fn is_async(&self) -> bool {
+        matches!(self, DeliveryMode::Async(_))
+    }
+
+    /// The queue settings that retry this route's accepted records.
+    pub fn queue(&self) -> &AsyncDelivery {
+        match self {
+            DeliveryMode::Async(settings) => settings,
+            DeliveryMode::Sync => &DEFAULT_QUEUE,
+        }
+    }
+}
+
+/// A route's `circuit_breaker`: after `failures` failed calls within
+/// `window`, no call for `open_for`; then one probe decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerSettings {
+    pub failures: u32,
+    pub window: Duration,
+    pub open_for: Duration,
+}
+
+/// A route's `upstream_rate` and `upstream_burst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSettings {
+    /// Tokens added per second.
+    pub per_second: f64,
+    /// The bucket's size: calls allowed at once after a quiet spell.
+    pub burst: u32,
+}
+
+/// A route's `upstream_ca`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamCa {
+    pub path: PathBuf,
+    pub certs: Vec<CertificateDer<'static>>,
 }

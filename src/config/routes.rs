@@ -12,12 +12,10 @@ use super::locate::KeyPath;
 use super::raw::RawRoute;
 use super::reconcile::ForRoute;
 use super::route::{
-    CallSettings, ClaimSettings, FailureSettings, KeySettings, RouteConfig, TrafficSettings,
-    VerifySettings,
+    CallSettings, ClaimSettings, DeliveryMode, FailureSettings, KeySettings, OnMismatch, OnUnknown,
+    RouteConfig, UpstreamCa, VerifySettings, DEFAULT_QUEUE,
 };
-use super::settings::{
-    DeliveryMode, HeaderFormat, OnMismatch, OnUnknown, UpstreamCa, DEFAULT_QUEUE,
-};
+use super::settings::HeaderFormat;
 use crate::clock::{humanize, roughly};
 
 /// Failed and dead events are kept this long unless the route says otherwise
@@ -160,27 +158,6 @@ impl Validator<'_> {
             route.traffic.upstream_rate = None;
         }
         route
-    }
-
-    /// `allow_from`, `circuit_breaker`, `upstream_rate` and `upstream_burst`.
-    fn traffic(&mut self, at: &KeyPath, raw: &RawRoute) -> TrafficSettings {
-        let allow_from = raw.allow_from.as_deref().map(|ranges| {
-            if ranges.is_empty() {
-                self.fail(
-                    &at.key("allow_from"),
-                    "list at least one address range (leave allow_from out to admit every address)",
-                );
-            }
-            self.cidrs(&at.key("allow_from"), ranges)
-        });
-        let circuit_breaker = (raw.circuit_breaker.as_ref())
-            .map(|breaker| self.breaker(&at.key("circuit_breaker"), breaker));
-        let upstream_rate = self.rate(at, &raw.upstream_rate, raw.upstream_burst);
-        TrafficSettings {
-            allow_from,
-            circuit_breaker,
-            upstream_rate,
-        }
     }
 
     /// `upstream` and `upstream_ca`, or `destinations` instead.

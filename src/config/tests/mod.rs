@@ -297,24 +297,18 @@ fn store_backup_is_the_embedded_stores() {
 /// string; the bare key by default.
 #[test]
 fn idempotency_header_format_quotes_the_key_as_the_draft_asks() {
-    let route = parse(MINIMAL).unwrap().live.routes[0].clone();
-    assert_eq!(
-        route.keying.idempotency_header_format.write("evt_1"),
-        "evt_1"
-    );
+    let format = |text: &str| {
+        parse(text).unwrap().live.routes[0]
+            .keying
+            .idempotency_header_format
+    };
+    assert_eq!(format(MINIMAL).write("evt_1"), "evt_1");
     let text = MINIMAL.replace(
         "key = [",
         "idempotency_header_format = \"sf-string\"\nkey = [",
     );
-    let route = parse(&text).unwrap().live.routes[0].clone();
-    assert_eq!(
-        route.keying.idempotency_header_format.write("evt_1"),
-        "\"evt_1\""
-    );
-    assert_eq!(
-        route.keying.idempotency_header_format.write(r#"a"b\c"#),
-        r#""a\"b\\c""#
-    );
+    assert_eq!(format(&text).write("evt_1"), "\"evt_1\"");
+    assert_eq!(format(&text).write(r#"a"b\c"#), r#""a\"b\\c""#);
     let bad = MINIMAL.replace("key = [", "idempotency_header_format = \"quoted\"\nkey = [");
     let refused = problems(&bad);
     assert!(
