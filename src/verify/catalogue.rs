@@ -114,13 +114,15 @@ pub fn check_vector(profile: &Profile, vector: &RawVector) -> Result<(), String>
 }
 
 /// A valid public key of `signer`'s kind that no vector is signed under
-/// (Ed25519 of the seed 2a 2a … 2a; SendGrid's documented P-256 key); for
-/// an HMAC, a secret.
+/// (Ed25519 of the seed 2a 2a … 2a; SendGrid's documented P-256 key; a
+/// 2048-bit RSA key whose private half was thrown away); for an HMAC or a
+/// token, a secret.
 pub(crate) fn unrelated_key(signer: Signer) -> &'static str {
     match signer {
         Signer::Ed25519 => "197f6b23e16c8532c6abc838facd5ea789be0c76b2920334039bfa8b3d368d61",
         Signer::EcdsaP256 => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
-        Signer::Hmac(_) => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        Signer::RsaPkcs1Sha256 | Signer::RsaPssSha256 => "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA02h0+lEPWgf8JNgTJA96Ln7zVozvxuZ/TLPHijonOJleFt3uwUW0i2l0czPelag9E5Skd/jFaPs5eeRaZgAv4HvtV0HHrOeiw3xSQ+hK9YntDAGv/coQSR5cIcLjiQGrImb9nFL8TCVVe1QpBADbz5ctfeIEqtpEuobNY5e4b2WsnVUv6rly/2v94d7mRfJUt7EdxEHhpWNuePc/OFi/EJHIAnv3nB1ajf0fJF6ogZ+yUxeDq1CZZHTd3ytpe9+yZhgyzop3DWac3e1l+0YS+alsYm1+3+e5H/0BK0Dj8b1hF5aGdMPVwxlPxv1+AeYKxr1HMDqiZ+O8fLQVVyN3bQIDAQAB",
+        Signer::Hmac(_) | Signer::Token => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     }
 }
 

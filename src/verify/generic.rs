@@ -44,6 +44,8 @@ pub enum Encoding {
     Base64,
     /// URL-safe base64, padded or not (Sanity).
     Base64Url,
+    /// The text as it is: a token sent whole (Telegram's).
+    Plain,
 }
 
 impl Encoding {
@@ -52,6 +54,7 @@ impl Encoding {
             Encoding::Hex => hex::encode(bytes),
             Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
             Encoding::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+            Encoding::Plain => String::from_utf8_lossy(bytes).into_owned(),
         }
     }
 
@@ -62,6 +65,7 @@ impl Encoding {
             Encoding::Base64Url => (base64::engine::general_purpose::URL_SAFE_NO_PAD)
                 .decode(text.trim_end_matches('='))
                 .ok(),
+            Encoding::Plain => Some(text.as_bytes().to_vec()),
         }
     }
 }

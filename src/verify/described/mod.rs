@@ -19,8 +19,11 @@ use std::time::Duration;
 use http::HeaderName;
 use serde::Deserialize;
 
+mod jwt;
+mod keys;
 mod verifier;
 
+pub use self::jwt::{Jwt, RawJwt};
 pub use self::verifier::DescribedVerifier;
 use super::challenge::{Challenge, RawHandshake};
 use super::{Algorithm, Encoding, Profile, DAY};
@@ -38,6 +41,8 @@ pub struct RawScheme {
     pub signature: Option<RawSignature>,
     pub signed: Option<String>,
     pub timestamp: Option<RawTimestamp>,
+    /// The signature is a JWT, whose claims bind the body.
+    pub jwt: Option<RawJwt>,
     /// The challenge the sender sends to prove the endpoint.
     pub handshake: Option<RawHandshake>,
     /// The default key's sources (first present wins).
@@ -87,8 +92,10 @@ pub struct RawTimestamp {
     pub header: Option<String>,
     /// or the pair of this name in the signature header;
     pub pair: Option<String>,
-    /// or the first item of the signature header's list.
+    /// or the first item of the signature header's list;
     pub first: Option<bool>,
+    /// or this claim of the JWT (`iat`).
+    pub claim: Option<String>,
     /// `s` (default) or `ms`.
     pub unit: Option<String>,
     pub tolerance: Option<String>,
@@ -119,19 +126,51 @@ pub enum Piece {
     Literal(String),
 }
 
-/// What signs: an HMAC under the route's secrets, or a private key whose
-/// public key the route lists.
+/// What signs: an HMAC under the route's secrets, a private key whose
+/// public key the route lists, or nothing — the sender sends the route's
+/// secret itself (a token, basic auth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signer {
     Hmac(Algorithm),
     Ed25519,
     EcdsaP256,
+    RsaPkcs1Sha256,
+    RsaPssSha256,
+    /// The header is the secret, compared whole in constant time: it
+    /// proves who sent the request, not what its body was.
+    Token,
 }
 
 impl Signer {
     /// Whether the route lists public keys rather than secrets.
     pub fn is_asymmetric(self) -> bool {
-        !matches!(self, Signer::Hmac(_))
+        !matches!(self, Signer::Hmac(_) | Signer::Token)
+    }
+
+    /// The `algorithm` names, in the order an error lists them.
+    const NAMES: [(&'static str, Signer); 8] = [
+        ("hmac-sha256", Signer::Hmac(Algorithm::Sha256)),
+        ("hmac-sha512", Signer::Hmac(Algorithm::Sha512)),
+        ("hmac-sha1", Signer::Hmac(Algorithm::Sha1)),
+        ("ed25519", Signer::Ed25519),
+        ("ecdsa-p256", Signer::EcdsaP256),
+        ("rsa-pkcs1-sha256", Signer::RsaPkcs1Sha256),
+        ("rsa-pss-sha256", Signer::RsaPssSha256),
+        ("token", Signer::Token),
+    ];
+
+    /// How the catalogue names it.
+    fn title(self) -> &'static str {
+        match self {
+            Signer::Hmac(Algorithm::Sha1) => "HMAC-SHA1",
+            Signer::Hmac(Algorithm::Sha256) => "HMAC-SHA256",
+            Signer::Hmac(Algorithm::Sha512) => "HMAC-SHA512",
+            Signer::Ed25519 => "Ed25519",
+            Signer::EcdsaP256 => "ECDSA P-256 (SHA-256)",
+            Signer::RsaPkcs1Sha256 => "RSA PKCS#1 v1.5 (SHA-256)",
+            Signer::RsaPssSha256 => "RSA-PSS (SHA-256)",
+            Signer::Token => "the route's secret",
+        }
     }
 }
 
@@ -152,6 +191,8 @@ pub enum Stamp {
     Header(HeaderName),
     Pair(String),
     First,
+    /// A claim of the JWT.
+    Claim(String),
 }
 
 /// The signed timestamp's unit.
@@ -176,12 +217,14 @@ pub struct Described {
     pub tolerance: Option<Duration>,
     /// The sender's handshake, answered by the gateway.
     pub challenge: Option<Challenge>,
+    /// The signature is a JWT, checked as [`Jwt`] says.
+    pub jwt: Option<Jwt>,
 }
 
 /// A description's error: the field (under the entry) and what is wrong.
 pub type Refusal = (String, String);
 
-fn refuse(field: &str, message: impl Into<String>) -> Refusal {
+pub(super) fn refuse(field: &str, message: impl Into<String>) -> Refusal {
     (field.to_owned(), message.into())
 }
 
@@ -238,20 +281,17 @@ impl Described {
     /// The verification part of `raw`, checked.
     pub fn from_raw(raw: &RawScheme) -> Result<Described, Refusal> {
         let signer = match raw.algorithm.as_deref() {
-            Some("hmac-sha256") => Signer::Hmac(Algorithm::Sha256),
-            Some("hmac-sha512") => Signer::Hmac(Algorithm::Sha512),
-            Some("hmac-sha1") => Signer::Hmac(Algorithm::Sha1),
-            Some("ed25519") => Signer::Ed25519,
-            Some("ecdsa-p256") => Signer::EcdsaP256,
-            Some(other) => {
-                return Err(refuse(
-                    "algorithm",
-                    format!(
-                        "{other:?} is not one of \"hmac-sha256\", \"hmac-sha512\", \"hmac-sha1\", \
-                         \"ed25519\", \"ecdsa-p256\""
-                    ),
-                ))
-            }
+            Some(name) => (Signer::NAMES.iter())
+                .find(|(known, _)| *known == name)
+                .map(|(_, signer)| *signer)
+                .ok_or_else(|| {
+                    let names: Vec<String> = Signer::NAMES
+                        .iter()
+                        .map(|(n, _)| format!("{n:?}"))
+                        .collect();
+                    let why = format!("{name:?} is not one of {}", names.join(", "));
+                    refuse("algorithm", why)
+                })?,
             None => return Err(refuse("algorithm", "missing (e.g. \"hmac-sha256\")")),
         };
         let signature = (raw.signature.as_ref())
@@ -260,10 +300,11 @@ impl Described {
             None | Some("hex") => Encoding::Hex,
             Some("base64") => Encoding::Base64,
             Some("base64url") => Encoding::Base64Url,
+            Some("plain") if signer == Signer::Token => Encoding::Plain,
             Some(other) => {
                 return Err(refuse(
                     "signature.encoding",
-                    format!("{other:?} is not \"hex\", \"base64\" or \"base64url\""),
+                    format!("{other:?} is not \"hex\", \"base64\", \"base64url\" or, for a token, \"plain\""),
                 ))
             }
         };
@@ -297,8 +338,25 @@ impl Described {
             .as_ref()
             .map(|stamp| Self::stamp(stamp, &layout))
             .transpose()?;
-        let signed = raw.signed.as_deref().unwrap_or("{body}");
-        let signed = parse_template(signed).map_err(|message| refuse("signed", message))?;
+        let jwt = match &raw.jwt {
+            Some(jwt) => Some(Self::jwt(raw, jwt, signer, &layout)?),
+            None => None,
+        };
+        if signer == Signer::Token && (raw.signed.is_some() || raw.timestamp.is_some()) {
+            let field = if raw.signed.is_some() {
+                "signed"
+            } else {
+                "timestamp"
+            };
+            return Err(refuse(field, "a token signs nothing: leave it out"));
+        }
+        let signed = match &jwt {
+            // The body (and the URL) are bound by the claims' digests.
+            Some(jwt) if jwt.url_digest.is_some() => vec![Piece::Body, Piece::Url],
+            Some(_) => vec![Piece::Body],
+            None => parse_template(raw.signed.as_deref().unwrap_or("{body}"))
+                .map_err(|message| refuse("signed", message))?,
+        };
         if signed.contains(&Piece::Timestamp) && timestamp.is_none() {
             return Err(refuse(
                 "signed",
@@ -314,6 +372,7 @@ impl Described {
         let covered = |stamp: &Stamp| match stamp {
             Stamp::Header(name) => (signed.iter())
                 .any(|piece| *piece == Piece::Timestamp || *piece == Piece::Header(name.clone())),
+            Stamp::Claim(_) => true,
             _ => signed.contains(&Piece::Timestamp),
         };
         if let Some((stamp, _)) = timestamp.as_ref().filter(|(stamp, _)| !covered(stamp)) {
@@ -333,7 +392,9 @@ impl Described {
             .as_ref()
             .map(Challenge::from_raw)
             .transpose()?;
-        if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_)) {
+        if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_))
+            || challenge.is_some() && jwt.is_some()
+        {
             return Err(refuse(
                 "handshake.answer",
                 "crc-sha256 answers with an HMAC under the route's secret: a public-key scheme has no secret to answer with",
@@ -349,7 +410,29 @@ impl Described {
             signed,
             timestamp,
             tolerance,
+            jwt,
         })
+    }
+
+    /// A `[schemes.jwt]`: the whole header is the token (after `prefix`),
+    /// and only a claim can carry its time.
+    fn jwt(raw: &RawScheme, jwt: &RawJwt, signer: Signer, layout: &Layout) -> Result<Jwt, Refusal> {
+        let signature = raw.signature.as_ref();
+        if raw.signed.is_some() {
+            let why = "a JWT signs its claims; the body is bound by `jwt.body_digest`";
+            return Err(refuse("signed", why));
+        }
+        if *layout != Layout::Whole || signature.is_some_and(|s| s.encoding.is_some()) {
+            let why = "the header is the token, after any `prefix` (\"Bearer \")";
+            return Err(refuse("signature", why));
+        }
+        if (raw.timestamp.as_ref()).is_some_and(|stamp| stamp.claim.is_none()) {
+            return Err(refuse(
+                "timestamp",
+                "a JWT's time is a claim: { claim = \"iat\" }",
+            ));
+        }
+        Jwt::from_raw(jwt, signer)
     }
 
     /// Where and in what unit `raw` says the timestamp is.
@@ -362,6 +445,13 @@ impl Described {
                 return Err(refuse("timestamp.unit", why));
             }
         };
+        if let Some(claim) = &raw.claim {
+            if raw.header.is_some() || raw.pair.is_some() || raw.first.is_some() || claim.is_empty()
+            {
+                return Err(refuse("timestamp.claim", "the name of a JWT claim, alone"));
+            }
+            return Ok((Stamp::Claim(claim.clone()), unit));
+        }
         let stamp = match (&raw.header, &raw.pair, raw.first.unwrap_or(false)) {
             (Some(header), None, false) => Stamp::Header(header_name("timestamp.header", header)?),
             (None, Some(pair), false) if matches!(layout, Layout::Pairs { .. }) => {
@@ -391,17 +481,12 @@ impl Described {
     /// What is verified, in a line of the catalogue: `Mux-Signature:
     /// t=<timestamp>,v1=<hex>`, HMAC-SHA256 of `{timestamp}.{body}`; ….
     pub fn describe(&self) -> String {
-        let signer = match self.signer {
-            Signer::Hmac(Algorithm::Sha1) => "HMAC-SHA1",
-            Signer::Hmac(Algorithm::Sha256) => "HMAC-SHA256",
-            Signer::Hmac(Algorithm::Sha512) => "HMAC-SHA512",
-            Signer::Ed25519 => "Ed25519",
-            Signer::EcdsaP256 => "ECDSA P-256 (SHA-256)",
-        };
+        let signer = self.signer.title();
         let encoding = match self.encoding {
             Encoding::Hex => "hex",
             Encoding::Base64 => "base64",
             Encoding::Base64Url => "base64url",
+            Encoding::Plain => "secret",
         };
         let one = format!("{}<{encoding}>", self.prefix);
         let stamp = |default: &str| match &self.timestamp {
@@ -436,12 +521,24 @@ impl Described {
             .collect();
         let stamp = match &self.timestamp {
             Some((Stamp::Header(name), _)) => format!("; `{name}` within `tolerance`"),
+            Some((Stamp::Claim(name), _)) => format!("; `{name}` within `tolerance`"),
             Some(_) => "; the timestamp within `tolerance`".to_owned(),
             None => String::new(),
         };
         let handshake = (self.challenge.as_ref())
             .map(|challenge| format!("; handshake: {}", challenge.describe()))
             .unwrap_or_default();
+        if let Some(jwt) = &self.jwt {
+            let header = format!("{}<JWT>", self.prefix);
+            let what = jwt.describe();
+            return format!(
+                "`{}: {header}`, {what}, signed with {signer}{stamp}",
+                self.header
+            );
+        }
+        if self.signer == Signer::Token {
+            return format!("`{}: {header}`, {signer} compared whole", self.header);
+        }
         format!(
             "`{}: {header}`, {signer} of `{signed}`{stamp}{handshake}",
             self.header

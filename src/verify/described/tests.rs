@@ -298,3 +298,150 @@ proptest! {
         }
     }
 }
+
+/// Keys and tokens made by Python's `cryptography` for these tests (a
+/// 2048-bit RSA key in each form a sender shows it, its signatures of
+/// `1733230000.{"id":"evt_1"}`, and JWTs over `{"id":"evt_1"}`).
+fn material(name: &str) -> String {
+    let all: serde_json::Value = serde_json::from_str(include_str!("test_keys.json")).unwrap();
+    all[name].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn rsa_keys_verify_in_every_form_and_padding() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_733_230_000);
+    for (algorithm, signature, other) in [
+        ("rsa-pkcs1-sha256", "pkcs1sig", "psssig"),
+        ("rsa-pss-sha256", "psssig", "pkcs1sig"),
+    ] {
+        let description = format!(
+            "algorithm = \"{algorithm}\"\nsignature = {{ header = \"X-Sig\", encoding = \"base64\" }}\n\
+             signed = \"{{timestamp}}.{{body}}\"\ntimestamp = {{ header = \"X-Ts\" }}"
+        );
+        for form in ["spki", "pkcs1", "jwk", "cert"] {
+            let verifier = verifier_of(&description, &material(form)).unwrap();
+            for (name, body, ok) in [
+                (signature, &br#"{"id":"evt_1"}"#[..], true),
+                (signature, br#"{"id":"evt_2"}"#, false),
+                (other, br#"{"id":"evt_1"}"#, false),
+            ] {
+                let headers = headers(&[("x-sig", &material(name)), ("x-ts", "1733230000")]);
+                let verdict = verifier.verify(RequestLine::POST, &headers, body, now);
+                assert_eq!(
+                    verdict.is_ok(),
+                    ok,
+                    "{algorithm} {form} {name}: {verdict:?}"
+                );
+            }
+        }
+        let unrelated = verifier_of(&description, unrelated_key(Signer::RsaPssSha256)).unwrap();
+        let headers = headers(&[("x-sig", &material(signature)), ("x-ts", "1733230000")]);
+        let verdict = unrelated.verify(RequestLine::POST, &headers, br#"{"id":"evt_1"}"#, now);
+        assert_eq!(verdict, Err(VerifyError::SignatureInvalid));
+        // An EC key where an RSA one belongs, named when the route is read.
+        let error = verifier_of(&description, unrelated_key(Signer::EcdsaP256)).unwrap_err();
+        assert!(error.contains("an RSA public key"), "{error}");
+    }
+}
+
+#[test]
+fn a_jwt_binds_the_body_by_its_digest_claim_and_names_its_alg() {
+    let hs256 = "algorithm = \"hmac-sha256\"\n\
+        signature = { header = \"Authorization\", prefix = \"Bearer \" }\n\
+        timestamp = { claim = \"iat\" }\n\
+        jwt = { body_digest = \"payload_hash\", issuer = \"Acme\" }";
+    let verifier = verifier_of(hs256, "acme-jwt-secret-0123456789").unwrap();
+    let at = |seconds: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
+    let body = br#"{"id":"evt_1"}"#;
+    let check = |token: &str, body: &[u8], now| {
+        let bearer = format!("Bearer {token}");
+        verifier.verify(
+            RequestLine::POST,
+            &headers(&[("authorization", &bearer)]),
+            body,
+            now,
+        )
+    };
+    let invalid = Err(VerifyError::SignatureInvalid);
+    let stale = Err(VerifyError::TimestampOutOfTolerance);
+    assert_eq!(check(&material("hs256"), body, at(1_733_230_000)), Ok(()));
+    assert_eq!(
+        check(&material("hs256"), br#"{"id":"evt_2"}"#, at(1_733_230_000)),
+        invalid
+    );
+    assert_eq!(check(&material("hs256"), body, at(1_733_231_000)), stale);
+    assert_eq!(
+        check(&material("hs256_none"), body, at(1_733_230_000)),
+        invalid
+    );
+    assert_eq!(
+        check(&material("hs256_late"), body, at(1_733_230_000)),
+        stale
+    );
+    assert_eq!(
+        check(&material("hs256_other_iss"), body, at(1_733_230_000)),
+        invalid
+    );
+    // Another alg than the description's, even one the key would verify.
+    assert_eq!(check(&material("rs256"), body, at(1_733_230_000)), invalid);
+    assert_eq!(check("a.b", body, at(1_733_230_000)), invalid);
+
+    for (algorithm, token, key) in [
+        ("rsa-pkcs1-sha256", "rs256", "jwk"),
+        ("ecdsa-p256", "es256", "ec_jwk"),
+    ] {
+        let description = format!(
+            "algorithm = \"{algorithm}\"\nsignature = {{ header = \"X-Token\" }}\n\
+             jwt = {{ body_digest = \"payload_hash\" }}"
+        );
+        let verifier = verifier_of(&description, &material(key)).unwrap();
+        let headers = headers(&[("x-token", &material(token))]);
+        let now = at(1_733_230_000);
+        assert_eq!(
+            verifier.verify(RequestLine::POST, &headers, body, now),
+            Ok(())
+        );
+        let changed = verifier.verify(RequestLine::POST, &headers, b"{}", now);
+        assert_eq!(changed, invalid, "{algorithm}");
+    }
+    for (text, field) in [
+        ("algorithm = \"hmac-sha1\"\nsignature = { header = \"X\" }\njwt = { body_digest = \"h\" }", "algorithm"),
+        ("algorithm = \"hmac-sha256\"\nsignature = { header = \"X\" }\nsigned = \"{body}\"\njwt = { body_digest = \"h\" }", "signed"),
+        ("algorithm = \"hmac-sha256\"\nsignature = { header = \"X\" }\ntimestamp = { header = \"T\" }\njwt = { body_digest = \"h\" }", "timestamp"),
+        ("algorithm = \"hmac-sha256\"\nsignature = { header = \"X\" }\njwt = { body_digest = \"h\", digest = \"md5\" }", "jwt.digest"),
+    ] {
+        let (at, _) = Described::from_raw(&raw(text)).unwrap_err();
+        assert_eq!(at, field, "{text}");
+    }
+}
+
+#[test]
+fn a_token_is_the_secret_compared_whole() {
+    let basic = "algorithm = \"token\"\n\
+        signature = { header = \"Authorization\", prefix = \"Basic \", encoding = \"base64\" }";
+    let verifier = verifier_of(basic, "acme:0123456789abcdef").unwrap();
+    for (value, ok) in [
+        ("Basic YWNtZTowMTIzNDU2Nzg5YWJjZGVm", true),
+        ("Basic YWNtZTowMTIzNDU2Nzg5YWJjZGVn", false),
+        ("Bearer YWNtZTowMTIzNDU2Nzg5YWJjZGVm", false),
+        ("Basic", false),
+    ] {
+        let headers = headers(&[("authorization", value)]);
+        let verdict = verifier.verify(RequestLine::POST, &headers, b"{}", SystemTime::UNIX_EPOCH);
+        assert_eq!(verdict.is_ok(), ok, "{value}");
+    }
+    let plain = "algorithm = \"token\"\nsignature = { header = \"X-Token\", encoding = \"plain\" }";
+    let verifier = verifier_of(plain, "tok-0123456789abcdef").unwrap();
+    let headers = headers(&[("x-token", "tok-0123456789abcdef")]);
+    assert!(verifier
+        .verify(RequestLine::POST, &headers, b"any", SystemTime::UNIX_EPOCH)
+        .is_ok());
+    let signed = format!("{plain}\nsigned = \"{{body}}\"");
+    assert_eq!(Described::from_raw(&raw(&signed)).unwrap_err().0, "signed");
+    let hmac_plain =
+        "algorithm = \"hmac-sha256\"\nsignature = { header = \"X\", encoding = \"plain\" }";
+    assert_eq!(
+        Described::from_raw(&raw(hmac_plain)).unwrap_err().0,
+        "signature.encoding"
+    );
+}

@@ -7,13 +7,10 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName};
-use ring::signature::{
-    UnparsedPublicKey, VerificationAlgorithm, ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED,
-    ED25519,
-};
-use x509_parser::prelude::FromDer;
-use x509_parser::x509::SubjectPublicKeyInfo;
+use ring::signature::UnparsedPublicKey;
+use subtle::ConstantTimeEq;
 
+use super::keys::{algorithms, public_keys};
 use super::{Described, Layout, Piece, Signer, Stamp, Unit};
 use crate::secret::Secret;
 use crate::verify::challenge::could_be_challenged;
@@ -104,8 +101,16 @@ impl Described {
         timestamp: u64,
         body: &[u8],
     ) -> Result<Vec<(HeaderName, String)>, String> {
-        let Signer::Hmac(algorithm) = self.signer else {
-            return Err("the sender signs with its private key".into());
+        if self.jwt.is_some() {
+            return Err("the sender signs a JWT of its own claims".into());
+        }
+        let algorithm = match self.signer {
+            Signer::Hmac(algorithm) => algorithm,
+            Signer::Token => {
+                let value = format!("{}{}", self.prefix, self.encoding.encode(secret.expose()));
+                return Ok(vec![(self.header.clone(), value)]);
+            }
+            _ => return Err("the sender signs with its private key".into()),
         };
         let stamp = match &self.timestamp {
             Some((_, Unit::Millis)) => (timestamp * 1000).to_string(),
@@ -144,58 +149,6 @@ impl Described {
     }
 }
 
-/// The ring algorithm(s) of an asymmetric signer: ECDSA signatures come
-/// DER-encoded or as the fixed 64 bytes of `r || s`.
-fn algorithms(signer: Signer) -> &'static [&'static dyn VerificationAlgorithm] {
-    static EDDSA: [&dyn VerificationAlgorithm; 1] = [&ED25519];
-    static ECDSA: [&dyn VerificationAlgorithm; 2] =
-        [&ECDSA_P256_SHA256_ASN1, &ECDSA_P256_SHA256_FIXED];
-    match signer {
-        Signer::Ed25519 => &EDDSA,
-        Signer::EcdsaP256 => &ECDSA,
-        Signer::Hmac(_) => &[],
-    }
-}
-
-/// A public key as a sender's dashboard shows it — hex or base64 (plain or
-/// URL-safe) of the raw key, or of its DER SubjectPublicKeyInfo, or that as
-/// PEM — as the raw key ring verifies with.
-pub fn public_key(signer: Signer, text: &[u8]) -> Result<Vec<u8>, String> {
-    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-    use base64::Engine;
-    let (name, raw_len, oid) = match signer {
-        Signer::Ed25519 => ("an Ed25519", 32, "1.3.101.112"),
-        Signer::EcdsaP256 => ("a P-256", 65, "1.2.840.10045.2.1"),
-        Signer::Hmac(_) => unreachable!("an HMAC has no public key"),
-    };
-    let invalid = || {
-        format!(
-            "{name} public key, as the sender shows it: hex or base64 of the key, or of its \
-             SubjectPublicKeyInfo (PEM too)"
-        )
-    };
-    let text = std::str::from_utf8(text).map_err(|_| invalid())?.trim();
-    let body: String = (text.lines())
-        .filter(|line| !line.starts_with("-----"))
-        .collect();
-    let bytes = (body.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| hex::decode(&body).ok())
-        .flatten()
-        .or_else(|| STANDARD.decode(&body).ok())
-        .or_else(|| URL_SAFE_NO_PAD.decode(body.trim_end_matches('=')).ok())
-        .ok_or_else(invalid)?;
-    if bytes.len() == raw_len {
-        return Ok(bytes);
-    }
-    match SubjectPublicKeyInfo::from_der(&bytes) {
-        Ok((rest, info)) if rest.is_empty() && info.algorithm.algorithm.to_id_string() == oid => {
-            let key = info.subject_public_key.data.to_vec();
-            (key.len() == raw_len).then_some(key).ok_or_else(invalid)
-        }
-        _ => Err(invalid()),
-    }
-}
-
 /// A route's verifier of a described scheme.
 #[derive(Debug)]
 pub struct DescribedVerifier {
@@ -220,10 +173,11 @@ impl DescribedVerifier {
             _ => spec.tolerance,
         };
         let keys = match described.signer {
-            Signer::Hmac(_) => Vec::new(),
+            Signer::Hmac(_) | Signer::Token => Vec::new(),
             signer => (spec.secrets.iter())
-                .map(|secret| public_key(signer, secret.expose()))
-                .collect::<Result<_, _>>()?,
+                .map(|secret| public_keys(signer, secret.expose()))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat(),
         };
         Ok(Verifier::new(DescribedVerifier {
             described,
@@ -237,8 +191,24 @@ impl DescribedVerifier {
 
     /// Whether any of `signatures` signs `parts`.
     fn signed(&self, parts: &[&[u8]], signatures: &[Vec<u8>]) -> Result<(), VerifyError> {
-        if let Signer::Hmac(algorithm) = self.described.signer {
-            return hmac_verdict(algorithm, &self.secrets, parts, signatures);
+        match self.described.signer {
+            Signer::Hmac(algorithm) => {
+                return hmac_verdict(algorithm, &self.secrets, parts, signatures)
+            }
+            Signer::Token => {
+                // Every secret is compared, all the way: timing tells
+                // nothing about which one matched, or how much of one.
+                let mut matched = subtle::Choice::from(0);
+                for (signature, secret) in signatures.iter().flat_map(|signature| {
+                    self.secrets.iter().map(move |secret| (signature, secret))
+                }) {
+                    matched |= signature.as_slice().ct_eq(secret.expose());
+                }
+                return bool::from(matched)
+                    .then_some(())
+                    .ok_or(VerifyError::SignatureInvalid);
+            }
+            _ => {}
         }
         let message = parts.concat();
         let algorithms = algorithms(self.described.signer);
@@ -251,6 +221,34 @@ impl DescribedVerifier {
             })
         });
         verified.then_some(()).ok_or(VerifyError::SignatureInvalid)
+    }
+}
+
+impl DescribedVerifier {
+    /// A JWT's: its `alg`, its signature, its claims, then its time.
+    fn verify_jwt(
+        &self,
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let d = self.described;
+        let jwt = d.jwt.as_ref().expect("a JWT scheme");
+        let value = single_header(headers, &d.header)?;
+        let token = (value.strip_prefix(d.prefix.as_str())).ok_or(VerifyError::SignatureInvalid)?;
+        let read = jwt.read(token.trim())?;
+        self.signed(&[read.signed], std::slice::from_ref(&read.signature))?;
+        let url = (jwt.url_digest.is_some())
+            .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
+        jwt.check(&read, body, url.as_deref(), now, self.tolerance)?;
+        match &d.timestamp {
+            Some((Stamp::Claim(name), _)) => {
+                let stamp = read.stamp(name).ok_or(VerifyError::SignatureInvalid)?;
+                check_timestamp(&stamp, now, self.tolerance)
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -267,10 +265,14 @@ impl Verify for DescribedVerifier {
         now: SystemTime,
     ) -> Result<(), VerifyError> {
         let d = self.described;
+        if d.jwt.is_some() {
+            return self.verify_jwt(line, headers, body, now);
+        }
         let read = d.read(single_header(headers, &d.header)?)?;
         let timestamp = match &d.timestamp {
             None => None,
             Some((Stamp::Header(name), unit)) => Some((single_header(headers, name)?, *unit)),
+            Some((Stamp::Claim(_), _)) => unreachable!("only a JWT has claims"),
             Some((_, unit)) => Some((read.timestamp.ok_or(VerifyError::SignatureInvalid)?, *unit)),
         };
         let url = (d.signed.contains(&Piece::Url))
