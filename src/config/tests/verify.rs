@@ -186,18 +186,20 @@ fn dashboard_secret(scheme: &str) -> &'static str {
         "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
         "standard-webhooks" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "telnyx" => "A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=",
-        _ => built_on_standard_webhooks(scheme).unwrap_or("s3cr3t-0123456789abcdef"),
+        _ => as_its_vector(scheme).unwrap_or("s3cr3t-0123456789abcdef"),
     }
 }
 
-/// The secret of a shipped sender built on Standard Webhooks (a `whsec_`
-/// one, as its vector has it).
-fn built_on_standard_webhooks(name: &str) -> Option<&'static str> {
+/// The secret of a shipped sender whose secret has a form of its own — a
+/// Standard Webhooks `whsec_`, a public key — as its vector has it.
+fn as_its_vector(name: &str) -> Option<&'static str> {
     static CATALOGUE: std::sync::LazyLock<crate::verify::Catalogue> =
         std::sync::LazyLock::new(|| toml::from_str(crate::verify::SENDERS).unwrap());
     let raw = CATALOGUE.schemes.iter().find(|raw| raw.name == name)?;
-    raw.builds_on.as_ref()?;
-    Some(raw.vectors.first()?.secret.as_str())
+    let profile = crate::verify::Profile::named(name)?;
+    let own_form = raw.builds_on.is_some()
+        || (profile.described).is_some_and(|described| described.signer.is_asymmetric());
+    own_form.then(|| raw.vectors.first().map(|vector| vector.secret.as_str()))?
 }
 
 #[test]
@@ -222,9 +224,9 @@ fn every_sender_needs_only_its_scheme_and_secret() {
             )
         } else {
             format!(
-                "scheme = \"{}\"\nsecrets = [\"{}\"]{token}",
+                "scheme = \"{}\"\nsecrets = [{}]{token}",
                 profile.name,
-                dashboard_secret(profile.name)
+                serde_json::to_string(dashboard_secret(profile.name)).unwrap()
             )
         };
         let parsed = parse(&route_with(&verify, extra));
