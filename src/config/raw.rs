@@ -260,4 +260,6 @@ pub struct RawVerify {
     pub cert_hosts: Option<Vec<String>>,
     /// A scheme whose key is fetched: a CA trusted beyond the Mozilla roots.
     pub cert_ca: Option<String>,
+    /// What a described scheme's `{param:NAME}` is on this route.
+    pub params: Option<std::collections::BTreeMap<String, String>>,
 }

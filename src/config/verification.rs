@@ -2,6 +2,7 @@
 //! into its verifier by the scheme's [`Profile`].
 
 use http::{HeaderName, Uri};
+use rustls::pki_types::CertificateDer;
 
 use super::locate::KeyPath;
 use super::raw::RawVerify;
@@ -89,7 +90,9 @@ impl Validator<'_> {
         let (fetch, topics) = self.fetched(at, scheme, &raw);
         let handshake_token = self.handshake_token(at, scheme, raw.handshake_token.as_deref());
         let first_secret = secrets.first().cloned();
+        let params = self.params(at, scheme, &raw);
         let spec = VerifySpec {
+            params,
             secrets,
             tolerance,
             hmac,
@@ -148,9 +151,12 @@ impl Validator<'_> {
                 Some(Secret::new(value))
             })
             .collect();
+        // A described sender whose key is fetched may list its keys
+        // instead (then nothing is fetched); AWS SNS lists topics.
+        let keys_optional = scheme.fetches_key && scheme.described.is_some();
         match (
-            scheme == none() || scheme.fetches_key,
-            raw.secrets.is_empty(),
+            scheme == none() || scheme.fetches_key && !keys_optional,
+            raw.secrets.is_empty() && !keys_optional,
         ) {
             (true, false) => self.fail(
                 &at.key("secrets"),
@@ -171,8 +177,8 @@ impl Validator<'_> {
     }
 
     /// `topics`, `cert_hosts` and `cert_ca`: a scheme whose key is fetched
-    /// (AWS SNS) needs the topics and may narrow the hosts or add a CA;
-    /// any other scheme takes none of them.
+    /// may narrow the hosts or add a CA, and AWS SNS needs the topics; any
+    /// other scheme takes none of them.
     fn fetched(
         &mut self,
         at: &KeyPath,
@@ -192,6 +198,16 @@ impl Validator<'_> {
             }
             return (None, Vec::new());
         }
+        if let Some(key_url) = scheme.described.and_then(|d| d.key_url.as_ref()) {
+            if raw.topics.is_some() {
+                let why = format!("scheme {:?} has no topics; remove `topics`", scheme.name);
+                self.fail(&at.key("topics"), why);
+            }
+            let pinned = key_url.hosts.clone();
+            let hosts = self.cert_hosts(at, raw, &pinned, scheme.name);
+            let roots = self.cert_roots(at, raw);
+            return (Some(FetchSpec { hosts, roots }), Vec::new());
+        }
         let topics: Vec<String> = (raw.topics.iter().flatten().enumerate())
             .filter_map(|(i, text)| self.string(&at.key("topics").index(i), text))
             .collect();
@@ -206,34 +222,81 @@ impl Validator<'_> {
                 ),
             );
         }
-        let hosts = match &raw.cert_hosts {
-            None => sns_hosts(),
-            Some(list) => (list.iter().enumerate())
-                .filter_map(|(i, text)| {
-                    let at = at.key("cert_hosts").index(i);
-                    let text = self.string(&at, text)?;
-                    let host = (HostPattern::parse(&text))
-                        .map_err(|message| self.fail(&at, message))
-                        .ok()?;
-                    if !sns_hosts().contains(&host) {
-                        self.warn(format!(
-                            "{at}: signing certificates are fetched from {text:?} too; SNS names \
-                             only its own hosts (sns.<region>.amazonaws.com), so list another only \
-                             for a test or a host you run"
-                        ));
-                    }
-                    Some(host)
-                })
-                .collect(),
+        let hosts = self.cert_hosts(at, raw, &sns_hosts(), scheme.name);
+        let roots = self.cert_roots(at, raw);
+        (Some(FetchSpec { hosts, roots }), topics)
+    }
+
+    /// `params`: exactly the ones the scheme's signed content names.
+    fn params(
+        &mut self,
+        at: &KeyPath,
+        scheme: &Profile,
+        raw: &RawVerify,
+    ) -> std::collections::BTreeMap<String, String> {
+        let at = at.key("params");
+        let wanted: Vec<&str> = (scheme.described.iter()).flat_map(|d| d.params()).collect();
+        let given = raw.params.clone().unwrap_or_default();
+        for name in wanted.iter().filter(|name| !given.contains_key(**name)) {
+            let why = format!(
+                "scheme {:?} signs this route's {name}: params = {{ {name} = \"…\" }}",
+                scheme.name
+            );
+            self.fail(&at, why);
+        }
+        (given.into_iter())
+            .filter_map(|(name, text)| {
+                if !wanted.contains(&name.as_str()) {
+                    let why = format!("scheme {:?} takes no param {name:?}", scheme.name);
+                    self.fail(&at.key(&name), why);
+                    return None;
+                }
+                let value = self.string(&at.key(&name), &text)?;
+                Some((name, value))
+            })
+            .collect()
+    }
+
+    /// `cert_hosts`: the hosts keys are fetched from, `pinned` (the
+    /// sender's own) unless the route lists others — with a warning for
+    /// each that is not the sender's.
+    fn cert_hosts(
+        &mut self,
+        at: &KeyPath,
+        raw: &RawVerify,
+        pinned: &[HostPattern],
+        scheme: &str,
+    ) -> Vec<HostPattern> {
+        let Some(list) = &raw.cert_hosts else {
+            return pinned.to_vec();
         };
-        let roots = match &raw.cert_ca {
+        (list.iter().enumerate())
+            .filter_map(|(i, text)| {
+                let at = at.key("cert_hosts").index(i);
+                let text = self.string(&at, text)?;
+                let host = (HostPattern::parse(&text))
+                    .map_err(|message| self.fail(&at, message))
+                    .ok()?;
+                if !pinned.contains(&host) {
+                    self.warn(format!(
+                        "{at}: keys are fetched from {text:?} too; {scheme:?} names only its own \
+                         hosts, so list another only for a test or a host you run"
+                    ));
+                }
+                Some(host)
+            })
+            .collect()
+    }
+
+    /// `cert_ca`: roots trusted for the fetch beyond the Mozilla ones.
+    fn cert_roots(&mut self, at: &KeyPath, raw: &RawVerify) -> Vec<CertificateDer<'static>> {
+        match &raw.cert_ca {
             Some(path) => self
                 .upstream_ca(&at.key("cert_ca"), path)
                 .map(|ca| ca.certs)
                 .unwrap_or_default(),
             None => Vec::new(),
-        };
-        (Some(FetchSpec { hosts, roots }), topics)
+        }
     }
 
     /// `handshake_token`: required by a scheme whose handshake carries a
@@ -334,5 +397,6 @@ pub(super) fn placeholder() -> VerifySpec {
         handshake_token: None,
         fetch: None,
         topics: vec![],
+        params: Default::default(),
     }
 }

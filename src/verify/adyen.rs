@@ -152,6 +152,7 @@ mod tests {
             handshake_token: None,
             fetch: None,
             topics: vec![],
+            params: Default::default(),
         })
         .unwrap()
     }
@@ -205,6 +206,7 @@ mod tests {
             handshake_token: None,
             fetch: None,
             topics: vec![],
+            params: Default::default(),
         });
         assert!(built.is_err());
     }

@@ -89,6 +89,7 @@ pub fn check_vector(profile: &Profile, vector: &RawVector) -> Result<(), String>
             tolerance: super::DEFAULT_TOLERANCE,
             hmac: None,
             public_url: vector.url.clone(),
+            params: vector.params.clone(),
             min_secret_bytes: 1,
             handshake_token: None,
             fetch: None,

@@ -125,6 +125,7 @@ mod tests {
             handshake_token: None,
             fetch: None,
             topics: vec![],
+            params: Default::default(),
         })
     }
 

@@ -1,7 +1,9 @@
-//! Keys a sender publishes at a URL it names in the delivery (AWS SNS's
-//! `SigningCertURL`): fetched over verified HTTPS, only from the hosts the
-//! route allows, and kept so one certificate is fetched once, not per
-//! delivery (docs/guide/senders.md, "Supported senders").
+//! Keys a sender publishes at a URL (AWS SNS's `SigningCertURL`, PayPal's
+//! `PAYPAL-CERT-URL`, a described sender's `key_url`): fetched over
+//! verified HTTPS, only from the hosts the route allows, and kept for as
+//! long as the response's `Cache-Control` says (a minute to a day) so one
+//! key is fetched once, not per delivery (docs/guide/senders.md,
+//! "Supported senders", "Keys fetched from the sender").
 //!
 //! The URL comes from the unverified body, so it is checked before anything
 //! is fetched: `https`, no user or password, a host on the allowlist (and
@@ -33,10 +35,14 @@ use super::VerifyError;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest document read; a certificate is about 2 KiB.
 const MAX_FETCHED_BYTES: usize = 64 << 10;
-/// How long a fetched document is kept. SNS names a new certificate URL
-/// when it rotates, so an entry is never stale in meaning; the bound keeps
-/// a revoked one from living for ever.
+/// How long a fetched document is kept when its response does not say
+/// (`Cache-Control: max-age`), and the longest it is kept when it does.
+/// SNS names a new certificate URL when it rotates, so an entry is never
+/// stale in meaning; the bound keeps a revoked one from living for ever.
 const KEEP_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The shortest a fetched document is kept, whatever its response says: a
+/// `max-age=0` must not turn every delivery into a fetch.
+const KEEP_AT_LEAST: Duration = Duration::from_secs(60);
 /// Most URLs kept at once: SNS has one certificate per region.
 const MAX_KEPT: usize = 64;
 /// Fetches at once, per route.
@@ -102,8 +108,11 @@ pub struct FetchSpec {
     pub roots: Vec<CertificateDer<'static>>,
 }
 
+/// A document, and until when it is kept.
+type Fetched = (Bytes, tokio::time::Instant);
+
 struct Kept {
-    cell: Arc<OnceCell<(Bytes, tokio::time::Instant)>>,
+    cell: Arc<OnceCell<Fetched>>,
     /// Until when a failed fetch is not tried again.
     failed_until: Option<tokio::time::Instant>,
 }
@@ -161,8 +170,7 @@ impl Fetcher {
         let key = url.to_string();
         let cell = {
             let mut kept = self.kept.lock().expect("poisoned");
-            let fresh =
-                |kept: &Kept| (kept.cell.get()).is_none_or(|(_, at)| at.elapsed() < KEEP_FOR);
+            let fresh = |kept: &Kept| (kept.cell.get()).is_none_or(|(_, until)| *until > now());
             if kept.get(&key).is_some_and(|entry| !fresh(entry)) {
                 kept.remove(&key);
             }
@@ -186,8 +194,8 @@ impl Fetcher {
         };
         let fetched = cell
             .get_or_try_init(|| async {
-                let document = self.get(url).await?;
-                Ok::<_, VerifyError>((document, tokio::time::Instant::now()))
+                let (document, keep) = self.fetch(url).await?;
+                Ok::<_, VerifyError>((document, now() + keep))
             })
             .await;
         match fetched {
@@ -205,18 +213,15 @@ impl Fetcher {
     /// The document at `url` if it was fetched and is still kept.
     pub fn kept(&self, url: &Uri) -> Option<Bytes> {
         let kept = self.kept.lock().expect("poisoned");
-        let (document, at) = kept.get(&url.to_string())?.cell.get()?;
-        (at.elapsed() < KEEP_FOR).then(|| document.clone())
+        let (document, until) = kept.get(&url.to_string())?.cell.get()?;
+        (*until > now()).then(|| document.clone())
     }
 
     /// Keep `document` as if fetched from `url` (tests).
     #[cfg(test)]
     pub fn keep(&self, url: &Uri, document: &str) {
         let cell = Arc::new(OnceCell::new());
-        let _ = cell.set((
-            Bytes::from(document.to_owned()),
-            tokio::time::Instant::now(),
-        ));
+        let _ = cell.set((Bytes::from(document.to_owned()), now() + KEEP_FOR));
         let mut kept = self.kept.lock().expect("poisoned");
         let failed_until = None;
         kept.insert(url.to_string(), Kept { cell, failed_until });
@@ -228,8 +233,14 @@ impl Fetcher {
         self.kept.lock().expect("poisoned").remove(&url.to_string());
     }
 
-    /// GET `url` (an allowed one), uncached: its body on a 2xx.
+    /// GET `url` (an allowed one), uncached: its body on a 200.
     pub async fn get(&self, url: &Uri) -> Result<Bytes, VerifyError> {
+        Ok(self.fetch(url).await?.0)
+    }
+
+    /// GET `url`: its body, and how long it may be kept — the response's
+    /// `Cache-Control: max-age`, between a minute and a day, else a day.
+    async fn fetch(&self, url: &Uri) -> Result<(Bytes, Duration), VerifyError> {
         let fail = |why: String| {
             tracing::warn!(url = %url, error = %why, "fetch from the sender failed");
             VerifyError::SenderUnreachable
@@ -248,12 +259,12 @@ impl Fetcher {
             if response.status() != StatusCode::OK {
                 return Err(fail(format!("answered {}", response.status())));
             }
+            let keep = (response.headers().get(http::header::CACHE_CONTROL))
+                .and_then(|value| max_age(value.to_str().ok()?))
+                .map_or(KEEP_FOR, |age| age.clamp(KEEP_AT_LEAST, KEEP_FOR));
             let body = Limited::new(response.into_body(), MAX_FETCHED_BYTES);
-            Ok(body
-                .collect()
-                .await
-                .map_err(|e| fail(e.to_string()))?
-                .to_bytes())
+            let body = (body.collect().await).map_err(|e| fail(e.to_string()))?;
+            Ok((body.to_bytes(), keep))
         };
         tokio::time::timeout(FETCH_TIMEOUT, fetch)
             .await
@@ -261,9 +272,43 @@ impl Fetcher {
     }
 }
 
+fn now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
+/// The `max-age` of a `Cache-Control` value; `no-store` and `no-cache`
+/// are an age of zero.
+fn max_age(value: &str) -> Option<Duration> {
+    value.split(',').map(str::trim).find_map(|directive| {
+        let lower = directive.to_ascii_lowercase();
+        match lower.split_once('=') {
+            Some(("max-age", seconds)) => seconds
+                .trim_matches('"')
+                .parse()
+                .ok()
+                .map(Duration::from_secs),
+            None if lower == "no-store" || lower == "no-cache" => Some(Duration::ZERO),
+            _ => None,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_documents_cache_rules_are_read() {
+        for (value, age) in [
+            ("public, max-age=3600", Some(3600)),
+            ("max-age=\"60\"", Some(60)),
+            ("no-store", Some(0)),
+            ("private", None),
+            ("max-age=soon", None),
+        ] {
+            assert_eq!(max_age(value), age.map(Duration::from_secs), "{value}");
+        }
+    }
 
     fn fetcher(hosts: &[&str]) -> Fetcher {
         let hosts = hosts

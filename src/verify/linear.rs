@@ -98,6 +98,7 @@ mod tests {
             headers: [("Linear-Signature".to_owned(), signature.to_owned())].into(),
             url: None,
             at: Some(1_712_917_129),
+            params: Default::default(),
         };
         assert_eq!(check_vector(&PROFILE, &vector(signature)), Ok(()));
         // A prefix Linear does not write.

@@ -295,6 +295,9 @@ pub struct VerifySpec {
     pub fetch: Option<FetchSpec>,
     /// AWS SNS: the topic ARNs the route accepts.
     pub topics: Vec<String>,
+    /// What a described scheme's `{param:NAME}` stands for on this route
+    /// (PayPal's webhook id): the route's `params`.
+    pub params: std::collections::BTreeMap<String, String>,
 }
 
 /// The request line, for the schemes whose signature covers it: the method

@@ -115,6 +115,7 @@ mod tests {
             handshake_token: None,
             fetch: None,
             topics: vec![],
+            params: Default::default(),
         })
     }
 

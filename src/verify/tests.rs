@@ -22,6 +22,7 @@ fn every_scheme() -> Vec<(Verifier, &'static [&'static str])> {
         handshake_token: None,
         fetch: None,
         topics: vec![],
+        params: Default::default(),
     };
     let headers = |name: &str| -> &'static [&'static str] {
         match name {
@@ -160,6 +161,7 @@ pub(crate) fn spec_of(secret: &Secret) -> VerifySpec {
         handshake_token: None,
         fetch: None,
         topics: vec![],
+        params: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ mod entrances;
 mod evidence;
 mod fault_run;
 mod faults;
+mod fetched_keys;
 mod filters;
 mod fleet;
 mod full_disk;

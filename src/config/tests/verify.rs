@@ -202,6 +202,8 @@ fn as_its_vector(name: &str) -> Option<&'static str> {
     own_form.then(|| raw.vectors.first().map(|vector| vector.secret.as_str()))?
 }
 
+/// Every sender needs its scheme and its secret (or key) alone — but what
+/// its signature covers of the route's own (`public_url`, `params`).
 #[test]
 fn every_sender_needs_only_its_scheme_and_secret() {
     for profile in crate::verify::PROFILES.iter() {
@@ -217,7 +219,19 @@ fn every_sender_needs_only_its_scheme_and_secret() {
             Some(_) => "\nhandshake_token = \"verify-me\"",
             None => "",
         };
-        let verify = if profile.fetches_key {
+        // What the scheme signs of the route's own (PayPal's webhook id).
+        let params: Vec<String> = (profile.described.iter())
+            .flat_map(|d| d.params())
+            .map(|name| format!("{name} = \"WH-1\""))
+            .collect();
+        let token = match params.is_empty() {
+            true => token.to_owned(),
+            false => format!("{token}\nparams = {{ {} }}", params.join(", ")),
+        };
+        let verify = if profile.fetches_key && profile.described.is_some() {
+            // Its key is fetched from the sender's pinned hosts.
+            format!("scheme = \"{}\"{token}", profile.name)
+        } else if profile.fetches_key {
             format!(
                 "scheme = \"{}\"\ntopics = [\"arn:aws:sns:us-east-1:1:t\"]",
                 profile.name

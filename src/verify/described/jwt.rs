@@ -134,7 +134,7 @@ impl Jwt {
             return Err(invalid);
         }
         let mut parts = token.split('.');
-        let (Some(header), Some(payload), Some(signature), None) =
+        let (Some(header_text), Some(payload), Some(signature), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(invalid);
@@ -146,12 +146,14 @@ impl Jwt {
                 _ => None,
             }
         };
-        let alg = json(header).and_then(|header| header.get("alg").cloned());
-        if alg.as_ref().and_then(Value::as_str) != Some(self.alg) {
+        let header = json(header_text).ok_or(invalid)?;
+        if header.get("alg").and_then(Value::as_str) != Some(self.alg) {
             return Err(invalid);
         }
+        let kid = header.get("kid").and_then(Value::as_str).map(str::to_owned);
         Ok(Read {
-            signed: &token.as_bytes()[..header.len() + 1 + payload.len()],
+            kid,
+            signed: &token.as_bytes()[..header_text.len() + 1 + payload.len()],
             signature: URL_SAFE_NO_PAD.decode(signature).map_err(|_| invalid)?,
             claims: json(payload).ok_or(invalid)?,
         })
@@ -208,6 +210,8 @@ impl Jwt {
 
 /// A token as read, before its signature is checked.
 pub struct Read<'a> {
+    /// The header's key id, when it names one.
+    pub kid: Option<String>,
     /// `header.payload`, what the signature covers.
     pub signed: &'a [u8],
     pub signature: Vec<u8>,

@@ -13,22 +13,27 @@
 //! verification and gives it its own name, key and retention.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use http::HeaderName;
 use serde::Deserialize;
 
+mod describe;
+mod fetch;
 mod jwt;
 mod keys;
+mod profile;
+mod template;
 mod verifier;
 
+pub use self::fetch::{KeyUrl, RawKeyUrl};
 pub use self::jwt::{Jwt, RawJwt};
+pub use self::profile::{intern, profile};
+pub use self::template::{parse_template, Piece};
 pub use self::verifier::DescribedVerifier;
 use super::challenge::{Challenge, RawHandshake};
-use super::{Algorithm, Encoding, Profile, DAY};
+use super::{Algorithm, Encoding};
 use crate::clock::parse_duration;
-use crate::key::OnMissingKey;
 
 /// One `[[schemes]]` entry as written (`senders.toml` and a config's).
 #[derive(Debug, Clone, Deserialize)]
@@ -43,6 +48,9 @@ pub struct RawScheme {
     pub timestamp: Option<RawTimestamp>,
     /// The signature is a JWT, whose claims bind the body.
     pub jwt: Option<RawJwt>,
+    /// Where the sender publishes its public key, for a route that lists
+    /// none.
+    pub key_url: Option<RawKeyUrl>,
     /// The challenge the sender sends to prove the endpoint.
     pub handshake: Option<RawHandshake>,
     /// The default key's sources (first present wins).
@@ -113,17 +121,9 @@ pub struct RawVector {
     pub url: Option<String>,
     /// When it is verified (Unix seconds), for a timestamped one.
     pub at: Option<u64>,
-}
-
-/// What a description's signature covers, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
-    Body,
-    Header(HeaderName),
-    Url,
-    /// The signed timestamp, wherever the description reads it.
-    Timestamp,
-    Literal(String),
+    /// The route's `params` it was signed for (`{param:NAME}`).
+    #[serde(default)]
+    pub params: std::collections::BTreeMap<String, String>,
 }
 
 /// What signs: an HMAC under the route's secrets, a private key whose
@@ -200,6 +200,8 @@ pub enum Stamp {
 pub enum Unit {
     Seconds,
     Millis,
+    /// An RFC 3339 time (`2024-12-03T12:46:40Z`).
+    Rfc3339,
 }
 
 /// A scheme described as data, checked.
@@ -219,6 +221,8 @@ pub struct Described {
     pub challenge: Option<Challenge>,
     /// The signature is a JWT, checked as [`Jwt`] says.
     pub jwt: Option<Jwt>,
+    /// Where the public key is fetched from when a route lists none.
+    pub key_url: Option<KeyUrl>,
 }
 
 /// A description's error: the field (under the entry) and what is wrong.
@@ -237,102 +241,14 @@ fn duration(field: &str, text: &str) -> Result<Duration, Refusal> {
     parse_duration(text).map_err(|message| refuse(field, message))
 }
 
-/// `{body}`, `{header:NAME}`, `{url}`, `{timestamp}` and literal text
-/// between them.
-pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
-    let mut pieces = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let Some(open) = rest.find('{') else {
-            pieces.push(Piece::Literal(rest.to_owned()));
-            break;
-        };
-        if open > 0 {
-            pieces.push(Piece::Literal(rest[..open].to_owned()));
-        }
-        let close =
-            (rest[open..].find('}')).ok_or_else(|| format!("{text:?}: a `{{` is never closed"))?;
-        let inner = &rest[open + 1..open + close];
-        pieces.push(match inner {
-            "body" => Piece::Body,
-            "url" => Piece::Url,
-            "timestamp" => Piece::Timestamp,
-            _ => match inner.strip_prefix("header:") {
-                Some(name) => Piece::Header(
-                    HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|_| format!("{text:?}: {name:?} is not a header name"))?,
-                ),
-                None => {
-                    return Err(format!(
-                        "{text:?}: {{{inner}}} is not {{body}}, {{header:NAME}}, {{url}} or {{timestamp}}"
-                    ))
-                }
-            },
-        });
-        rest = &rest[open + close + 1..];
-    }
-    if !pieces.contains(&Piece::Body) {
-        return Err(format!("{text:?} does not sign {{body}}"));
-    }
-    Ok(pieces)
-}
-
 impl Described {
     /// The verification part of `raw`, checked.
     pub fn from_raw(raw: &RawScheme) -> Result<Described, Refusal> {
-        let signer = match raw.algorithm.as_deref() {
-            Some(name) => (Signer::NAMES.iter())
-                .find(|(known, _)| *known == name)
-                .map(|(_, signer)| *signer)
-                .ok_or_else(|| {
-                    let names: Vec<String> = Signer::NAMES
-                        .iter()
-                        .map(|(n, _)| format!("{n:?}"))
-                        .collect();
-                    let why = format!("{name:?} is not one of {}", names.join(", "));
-                    refuse("algorithm", why)
-                })?,
-            None => return Err(refuse("algorithm", "missing (e.g. \"hmac-sha256\")")),
-        };
+        let signer = Self::signer(raw)?;
         let signature = (raw.signature.as_ref())
             .ok_or_else(|| refuse("signature", "missing: { header = \"X-Signature\" }"))?;
-        let encoding = match signature.encoding.as_deref() {
-            None | Some("hex") => Encoding::Hex,
-            Some("base64") => Encoding::Base64,
-            Some("base64url") => Encoding::Base64Url,
-            Some("plain") if signer == Signer::Token => Encoding::Plain,
-            Some(other) => {
-                return Err(refuse(
-                    "signature.encoding",
-                    format!("{other:?} is not \"hex\", \"base64\", \"base64url\" or, for a token, \"plain\""),
-                ))
-            }
-        };
-        let separator = signature.separator.clone().unwrap_or_else(|| ",".into());
-        if separator.is_empty() || separator.contains('=') {
-            let why = "the characters between pairs or items: not empty, no `=`";
-            return Err(refuse("signature.separator", why));
-        }
-        let layout = match (&signature.pair, signature.list) {
-            (Some(_), Some(true)) => {
-                return Err(refuse(
-                    "signature.list",
-                    "a header is pairs or a list, not both",
-                ))
-            }
-            (Some(name), _) if name.is_empty() || name.contains(separator.as_str()) => {
-                return Err(refuse(
-                    "signature.pair",
-                    "the name of the signature's pair (\"v1\")",
-                ))
-            }
-            (Some(name), _) => Layout::Pairs {
-                name: name.clone(),
-                separator,
-            },
-            (None, Some(true)) => Layout::List { separator },
-            (None, _) => Layout::Whole,
-        };
+        let encoding = Self::encoding(signature, signer)?;
+        let layout = Self::layout(signature)?;
         let timestamp = raw
             .timestamp
             .as_ref()
@@ -357,44 +273,25 @@ impl Described {
             None => parse_template(raw.signed.as_deref().unwrap_or("{body}"))
                 .map_err(|message| refuse("signed", message))?,
         };
-        if signed.contains(&Piece::Timestamp) && timestamp.is_none() {
-            return Err(refuse(
-                "signed",
-                "{timestamp} needs a `timestamp` to read it from",
-            ));
-        }
+        Self::covered(&signed, timestamp.as_ref())?;
         let tolerance = (raw.timestamp.as_ref())
             .and_then(|stamp| stamp.tolerance.as_deref())
             .map(|text| duration("timestamp.tolerance", text))
             .transpose()?;
-        // A timestamp the signature does not cover guards nothing: a
-        // captured body, re-sent with a fresh time, would verify.
-        let covered = |stamp: &Stamp| match stamp {
-            Stamp::Header(name) => (signed.iter())
-                .any(|piece| *piece == Piece::Timestamp || *piece == Piece::Header(name.clone())),
-            Stamp::Claim(_) => true,
-            _ => signed.contains(&Piece::Timestamp),
-        };
-        if let Some((stamp, _)) = timestamp.as_ref().filter(|(stamp, _)| !covered(stamp)) {
-            let read = match stamp {
-                Stamp::Header(name) => format!("{{timestamp}} or {{header:{name}}}"),
-                _ => "{timestamp}".to_owned(),
-            };
-            return Err(refuse(
-                "timestamp",
-                format!(
-                    "the signed content does not include the timestamp, so it guards nothing                      (a captured body re-sent with a fresh time would verify): add {read} to                      `signed`, or leave `timestamp` out"
-                ),
-            ));
-        }
         let challenge = raw
             .handshake
             .as_ref()
             .map(Challenge::from_raw)
             .transpose()?;
-        if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_))
-            || challenge.is_some() && jwt.is_some()
-        {
+        let key_url = match &raw.key_url {
+            Some(_) if !signer.is_asymmetric() => {
+                let why = "only a sender that signs with a private key publishes a key to fetch";
+                return Err(refuse("key_url", why));
+            }
+            Some(key_url) => Some(KeyUrl::from_raw(key_url, jwt.is_some())?),
+            None => None,
+        };
+        if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_)) {
             return Err(refuse(
                 "handshake.answer",
                 "crc-sha256 answers with an HMAC under the route's secret: a public-key scheme has no secret to answer with",
@@ -411,7 +308,97 @@ impl Described {
             timestamp,
             tolerance,
             jwt,
+            key_url,
         })
+    }
+
+    /// `algorithm`.
+    fn signer(raw: &RawScheme) -> Result<Signer, Refusal> {
+        Ok(match raw.algorithm.as_deref() {
+            Some(name) => (Signer::NAMES.iter())
+                .find(|(known, _)| *known == name)
+                .map(|(_, signer)| *signer)
+                .ok_or_else(|| {
+                    let names: Vec<String> = Signer::NAMES
+                        .iter()
+                        .map(|(n, _)| format!("{n:?}"))
+                        .collect();
+                    let why = format!("{name:?} is not one of {}", names.join(", "));
+                    refuse("algorithm", why)
+                })?,
+            None => return Err(refuse("algorithm", "missing (e.g. \"hmac-sha256\")")),
+        })
+    }
+
+    /// `signature.encoding`.
+    fn encoding(signature: &RawSignature, signer: Signer) -> Result<Encoding, Refusal> {
+        Ok(match signature.encoding.as_deref() {
+            None | Some("hex") => Encoding::Hex,
+            Some("base64") => Encoding::Base64,
+            Some("base64url") => Encoding::Base64Url,
+            Some("plain") if signer == Signer::Token => Encoding::Plain,
+            Some(other) => {
+                let why = format!(
+                    "{other:?} is not \"hex\", \"base64\", \"base64url\" or, for a token, \"plain\""
+                );
+                return Err(refuse("signature.encoding", why));
+            }
+        })
+    }
+
+    /// How the signature header is laid out: `pair`, `list`, `separator`.
+    fn layout(signature: &RawSignature) -> Result<Layout, Refusal> {
+        let separator = signature.separator.clone().unwrap_or_else(|| ",".into());
+        if separator.is_empty() || separator.contains('=') {
+            let why = "the characters between pairs or items: not empty, no `=`";
+            return Err(refuse("signature.separator", why));
+        }
+        Ok(match (&signature.pair, signature.list) {
+            (Some(_), Some(true)) => {
+                let why = "a header is pairs or a list, not both";
+                return Err(refuse("signature.list", why));
+            }
+            (Some(name), _) if name.is_empty() || name.contains(separator.as_str()) => {
+                let why = "the name of the signature's pair (\"v1\")";
+                return Err(refuse("signature.pair", why));
+            }
+            (Some(name), _) => Layout::Pairs {
+                name: name.clone(),
+                separator,
+            },
+            (None, Some(true)) => Layout::List { separator },
+            (None, _) => Layout::Whole,
+        })
+    }
+
+    /// A timestamp the signature does not cover guards nothing: a captured
+    /// body, re-sent with a fresh time, would verify.
+    fn covered(signed: &[Piece], timestamp: Option<&(Stamp, Unit)>) -> Result<(), Refusal> {
+        if signed.contains(&Piece::Timestamp) && timestamp.is_none() {
+            let why = "{timestamp} needs a `timestamp` to read it from";
+            return Err(refuse("signed", why));
+        }
+        let covered = |stamp: &Stamp| match stamp {
+            Stamp::Header(name) => (signed.iter())
+                .any(|piece| *piece == Piece::Timestamp || *piece == Piece::Header(name.clone())),
+            Stamp::Claim(_) => true,
+            _ => signed.contains(&Piece::Timestamp),
+        };
+        match timestamp {
+            Some((stamp, _)) if !covered(stamp) => {
+                let read = match stamp {
+                    Stamp::Header(name) => format!("{{timestamp}} or {{header:{name}}}"),
+                    _ => "{timestamp}".to_owned(),
+                };
+                let why = format!(
+                    "the signed content does not include the timestamp, so it guards nothing \
+                     (a captured body re-sent with a fresh time would verify): add {read} to \
+                     `signed`, or leave `timestamp` out"
+                );
+                Err(refuse("timestamp", why))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A `[schemes.jwt]`: the whole header is the token (after `prefix`),
@@ -440,8 +427,9 @@ impl Described {
         let unit = match raw.unit.as_deref() {
             None | Some("s") => Unit::Seconds,
             Some("ms") => Unit::Millis,
+            Some("rfc3339") => Unit::Rfc3339,
             Some(other) => {
-                let why = format!("{other:?} is not \"s\" or \"ms\"");
+                let why = format!("{other:?} is not \"s\", \"ms\" or \"rfc3339\"");
                 return Err(refuse("timestamp.unit", why));
             }
         };
@@ -478,71 +466,12 @@ impl Described {
         Ok((stamp, unit))
     }
 
-    /// What is verified, in a line of the catalogue: `Mux-Signature:
-    /// t=<timestamp>,v1=<hex>`, HMAC-SHA256 of `{timestamp}.{body}`; ….
-    pub fn describe(&self) -> String {
-        let signer = self.signer.title();
-        let encoding = match self.encoding {
-            Encoding::Hex => "hex",
-            Encoding::Base64 => "base64",
-            Encoding::Base64Url => "base64url",
-            Encoding::Plain => "secret",
-        };
-        let one = format!("{}<{encoding}>", self.prefix);
-        let stamp = |default: &str| match &self.timestamp {
-            Some((Stamp::Pair(name), _)) => format!("{name}=<timestamp>"),
-            _ => default.to_owned(),
-        };
-        let header = match &self.layout {
-            Layout::Whole => one,
-            Layout::Pairs { name, separator } => {
-                let sep = separator.chars().next().unwrap_or(',');
-                match &self.timestamp {
-                    Some((Stamp::Pair(_), _)) => format!("{}{sep}{name}={one}", stamp("")),
-                    _ => format!("{name}={one}"),
-                }
-            }
-            Layout::List { separator } => {
-                let sep = separator.chars().next().unwrap_or(',');
-                match &self.timestamp {
-                    Some((Stamp::First, _)) => format!("<timestamp>{sep}{one}[{sep}…]"),
-                    _ => format!("{one}[{sep}…]"),
-                }
-            }
-        };
-        let signed: String = (self.signed.iter())
-            .map(|piece| match piece {
-                Piece::Body => "{body}".to_owned(),
-                Piece::Url => "{url}".to_owned(),
-                Piece::Timestamp => "{timestamp}".to_owned(),
-                Piece::Header(name) => format!("{{{name}}}"),
-                Piece::Literal(text) => text.clone(),
-            })
-            .collect();
-        let stamp = match &self.timestamp {
-            Some((Stamp::Header(name), _)) => format!("; `{name}` within `tolerance`"),
-            Some((Stamp::Claim(name), _)) => format!("; `{name}` within `tolerance`"),
-            Some(_) => "; the timestamp within `tolerance`".to_owned(),
-            None => String::new(),
-        };
-        let handshake = (self.challenge.as_ref())
-            .map(|challenge| format!("; handshake: {}", challenge.describe()))
-            .unwrap_or_default();
-        if let Some(jwt) = &self.jwt {
-            let header = format!("{}<JWT>", self.prefix);
-            let what = jwt.describe();
-            return format!(
-                "`{}: {header}`, {what}, signed with {signer}{stamp}",
-                self.header
-            );
-        }
-        if self.signer == Signer::Token {
-            return format!("`{}: {header}`, {signer} compared whole", self.header);
-        }
-        format!(
-            "`{}: {header}`, {signer} of `{signed}`{stamp}{handshake}",
-            self.header
-        )
+    /// The names of the route's `params` the signed content takes.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.signed.iter().filter_map(|piece| match piece {
+            Piece::Param(name) => Some(name.as_str()),
+            _ => None,
+        })
     }
 
     /// The headers the signature covers.
@@ -552,111 +481,6 @@ impl Described {
             _ => None,
         })
     }
-}
-
-/// The [`Profile`] of `raw`: described, or built on `base` (a scheme of
-/// code, looked up by its name). Leaked, as every profile lives for the
-/// process: a config's schemes are kept once per distinct description (see
-/// [`intern`]).
-pub fn profile(
-    raw: &RawScheme,
-    base: impl Fn(&str) -> Option<&'static Profile>,
-) -> Result<Profile, Refusal> {
-    let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
-    let default_key: &'static [&'static str] = match &raw.key {
-        Some(sources) => Box::leak(sources.iter().map(|s| leak(s)).collect()),
-        None => &[],
-    };
-    let retention = (raw.retention.as_deref())
-        .map(|text| duration("retention", text))
-        .transpose()?;
-    let retry_horizon = (raw.retry_horizon.as_deref())
-        .map(|text| duration("retry_horizon", text))
-        .transpose()?;
-    let on_missing_key = match raw.on_missing_key.as_deref() {
-        None | Some("reject") => None,
-        Some("forward") => Some(OnMissingKey::Forward),
-        Some(other) => {
-            let why = format!("{other:?} is not \"reject\" or \"forward\"");
-            return Err(refuse("on_missing_key", why));
-        }
-    };
-    if let Some(name) = &raw.builds_on {
-        let base = base(name)
-            .filter(|base| base.described.is_none())
-            .ok_or_else(|| refuse("builds_on", format!("{name:?} is not a scheme of code")))?;
-        for (field, given) in [
-            ("algorithm", raw.algorithm.is_some()),
-            ("signature", raw.signature.is_some()),
-            ("signed", raw.signed.is_some()),
-            ("timestamp", raw.timestamp.is_some()),
-            ("handshake", raw.handshake.is_some()),
-        ] {
-            if given {
-                return Err(refuse(field, format!("comes from builds_on = {name:?}")));
-            }
-        }
-        return Ok(Profile {
-            name: leak(&raw.name),
-            default_key: if raw.key.is_some() {
-                default_key
-            } else {
-                base.default_key
-            },
-            retry_horizon: retry_horizon.or(base.retry_horizon),
-            default_retention: retention.unwrap_or(base.default_retention),
-            replay_guard: raw.replay_guard.unwrap_or(base.replay_guard),
-            retries_change_body: raw.retries_change_body.unwrap_or(base.retries_change_body),
-            retries_itself: raw.retries_itself.unwrap_or(base.retries_itself),
-            on_missing_key: on_missing_key.unwrap_or(base.on_missing_key),
-            ..base.clone()
-        });
-    }
-    let described: &'static Described = Box::leak(Box::new(Described::from_raw(raw)?));
-    let signed_headers: Vec<&'static str> = (described.signed_headers())
-        .map(|name| leak(name.as_str()))
-        .collect();
-    // Without a signed time or id, a captured body can be sent again under
-    // a fresh key from an unsigned header.
-    let unsigned_key = default_key.iter().any(|source| {
-        (source.to_ascii_lowercase().strip_prefix("header:"))
-            .is_some_and(|name| !signed_headers.contains(&name.trim()))
-    });
-    Ok(Profile {
-        name: leak(&raw.name),
-        default_key,
-        retry_horizon,
-        default_retention: retention.unwrap_or(Duration::from_secs(7 * DAY)),
-        replay_guard: (raw.replay_guard).unwrap_or(described.timestamp.is_none() && unsigned_key),
-        timestamped: described.timestamp.is_some(),
-        on_missing_key: on_missing_key.unwrap_or(OnMissingKey::Reject),
-        signed_headers: Box::leak(signed_headers.into_boxed_slice()),
-        signs_url: described.signed.contains(&Piece::Url),
-        retries_change_body: raw.retries_change_body.unwrap_or(false),
-        retries_itself: raw.retries_itself.unwrap_or(true),
-        fetches_key: false,
-        described: Some(described),
-        build: |_| Err("a described scheme is built from its description".into()),
-    })
-}
-
-/// The profile of a config's `raw` scheme, made once per distinct
-/// description for the life of the process: a reload of the same config
-/// finds the one it made before instead of leaking another.
-pub fn intern(
-    raw: &RawScheme,
-    base: impl Fn(&str) -> Option<&'static Profile>,
-) -> Result<&'static Profile, Refusal> {
-    static MADE: LazyLock<Mutex<HashMap<String, &'static Profile>>> = LazyLock::new(Mutex::default);
-    let mut written = raw.clone();
-    written.vectors.clear();
-    let identity = format!("{written:?}");
-    if let Some(made) = MADE.lock().expect("poisoned").get(&identity) {
-        return Ok(made);
-    }
-    let made: &'static Profile = Box::leak(Box::new(profile(raw, base)?));
-    MADE.lock().expect("poisoned").insert(identity, made);
-    Ok(made)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::*;
 use crate::secret::Secret;
 use crate::verify::catalogue::unrelated_key;
 use crate::verify::tests::{header_value, spec_of};
-use crate::verify::{RequestLine, Verifier, VerifyError, VerifySpec, PROFILES};
+use crate::verify::{Profile, RequestLine, Verifier, VerifyError, VerifySpec, PROFILES};
 
 #[test]
 fn templates_take_the_body_headers_the_url_and_text() {
@@ -274,6 +274,7 @@ fn described() -> Vec<(Verifier, Vec<HeaderName>)> {
                 handshake_token: None,
                 fetch: None,
                 topics: vec![],
+                params: Default::default(),
             };
             Some((profile.verifier(spec, false).unwrap(), names))
         })
@@ -443,5 +444,82 @@ fn a_token_is_the_secret_compared_whole() {
     assert_eq!(
         Described::from_raw(&raw(hmac_plain)).unwrap_err().0,
         "signature.encoding"
+    );
+}
+
+#[test]
+fn a_template_signs_the_bodys_crc32_a_routes_param_and_an_rfc3339_time() {
+    let description = "algorithm = \"hmac-sha256\"\n\
+        signature = { header = \"X-Sig\" }\n\
+        signed = \"{header:X-Id}|{timestamp}|{param:hook_id}|{crc32:body}\"\n\
+        timestamp = { header = \"X-Time\", unit = \"rfc3339\" }";
+    let secret = "acme-secret-0123456789";
+    let made = profile(&raw(description), Profile::named).unwrap();
+    let mut spec = spec_of(&Secret::new(secret));
+    spec.params = [("hook_id".to_owned(), "WH-1".to_owned())].into();
+    let verifier = made.verifier(spec, false).unwrap();
+    let body = br#"{"id":"evt_1"}"#;
+    let crc = crc32fast::hash(body);
+    let signed = format!("tx-1|2024-12-03T12:46:40Z|WH-1|{crc}");
+    let headers = headers(&[
+        ("x-sig", &sign(secret, &signed)),
+        ("x-id", "tx-1"),
+        ("x-time", "2024-12-03T12:46:40Z"),
+    ]);
+    let at = |seconds| SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
+    let verdict = verifier.verify(RequestLine::POST, &headers, body, at(1_733_230_000));
+    assert_eq!(verdict, Ok(()));
+    let late = verifier.verify(RequestLine::POST, &headers, body, at(1_733_231_000));
+    assert_eq!(late, Err(VerifyError::TimestampOutOfTolerance));
+    let other = verifier.verify(RequestLine::POST, &headers, b"{}", at(1_733_230_000));
+    assert_eq!(other, Err(VerifyError::SignatureInvalid));
+    // Another route's id: its signature does not verify here.
+    let elsewhere = made.verifier(spec_of(&Secret::new(secret)), false).unwrap();
+    let verdict = elsewhere.verify(RequestLine::POST, &headers, body, at(1_733_230_000));
+    assert_eq!(verdict, Err(VerifyError::SignatureInvalid));
+    assert_eq!(
+        made.described.unwrap().params().collect::<Vec<_>>(),
+        ["hook_id"]
+    );
+}
+
+#[test]
+fn a_key_url_is_pinned_to_https_hosts_the_description_names() {
+    let base = "algorithm = \"ecdsa-p256\"\nsignature = { header = \"X-Sig\" }";
+    for (key_url, field) in [
+        ("{ header = \"X-Url\" }", "key_url.hosts"),
+        (
+            "{ header = \"X-Url\", url = \"https://k.example/a\", hosts = [\"k.example\"] }",
+            "key_url",
+        ),
+        (
+            "{ url = \"http://k.example/a\", hosts = [\"k.example\"] }",
+            "key_url.url",
+        ),
+        (
+            "{ url = \"https://{header:X-Host}/a\", hosts = [\"k.example\"] }",
+            "key_url.url",
+        ),
+        (
+            "{ url = \"https://k.example/{kid}\", hosts = [\"k.example\"] }",
+            "key_url.url",
+        ),
+        ("{ header = \"X-Url\", hosts = [\"*\"] }", "key_url.hosts"),
+    ] {
+        let text = format!("{base}\nkey_url = {key_url}");
+        let (at, why) = Described::from_raw(&raw(&text)).unwrap_err();
+        assert_eq!(at, field, "{key_url}: {why}");
+    }
+    let hmac = "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\" }\n\
+        key_url = { header = \"X-Url\", hosts = [\"k.example\"] }";
+    assert_eq!(Described::from_raw(&raw(hmac)).unwrap_err().0, "key_url");
+    let jwt = "algorithm = \"ecdsa-p256\"\nsignature = { header = \"X-Sig\" }\n\
+        jwt = { body_digest = \"h\" }\n\
+        key_url = { url = \"https://k.example/keys/{kid}\", hosts = [\"k.example\"] }";
+    let described = Described::from_raw(&raw(jwt)).unwrap();
+    let line = described.describe();
+    assert!(
+        line.contains("key fetched from `https://k.example/keys/{kid}`, only on `k.example`"),
+        "{line}"
     );
 }

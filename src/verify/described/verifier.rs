@@ -4,19 +4,24 @@
 //! HMAC under the route's secrets, or by a public key the route lists —
 //! and the timestamp only after it.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderName};
+use futures_util::future::BoxFuture;
+
+use http::{HeaderMap, HeaderName, Uri};
 use ring::signature::UnparsedPublicKey;
 use subtle::ConstantTimeEq;
 
 use super::keys::{algorithms, public_keys};
 use super::{Described, Layout, Piece, Signer, Stamp, Unit};
+use crate::clock::rfc3339_ms;
 use crate::secret::Secret;
 use crate::verify::challenge::could_be_challenged;
+use crate::verify::fetched::Fetcher;
 use crate::verify::{
-    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, Handshake, RequestLine,
-    Verifier, Verify, VerifyError, VerifySpec,
+    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, FetchSpec, Handshake,
+    RequestLine, Verifier, Verify, VerifyError, VerifySpec,
 };
 
 /// Most signatures one header may carry (a rotation lists two or three);
@@ -114,15 +119,18 @@ impl Described {
         };
         let stamp = match &self.timestamp {
             Some((_, Unit::Millis)) => (timestamp * 1000).to_string(),
+            Some((_, Unit::Rfc3339)) => crate::clock::rfc3339(timestamp * 1000),
             _ => timestamp.to_string(),
         };
+        let crc = crc32fast::hash(body).to_string();
         let mut parts: Vec<&[u8]> = Vec::with_capacity(self.signed.len());
         for piece in &self.signed {
             parts.push(match piece {
                 Piece::Body => body,
                 Piece::Timestamp => stamp.as_bytes(),
                 Piece::Literal(text) => text.as_bytes(),
-                Piece::Header(_) | Piece::Url => {
+                Piece::Crc32Body => crc.as_bytes(),
+                Piece::Header(_) | Piece::Url | Piece::Param(_) => {
                     return Err("the signature covers what only the sender's request has".into())
                 }
             });
@@ -160,6 +168,10 @@ pub struct DescribedVerifier {
     tolerance: Duration,
     public_url: Option<String>,
     handshake_token: Option<Secret>,
+    /// The sender's key endpoint (`key_url`), when the route lists no key.
+    fetcher: Option<Fetcher>,
+    /// The route's `params`, for `{param:NAME}`.
+    params: std::collections::BTreeMap<String, String>,
 }
 
 impl DescribedVerifier {
@@ -179,6 +191,18 @@ impl DescribedVerifier {
                 .collect::<Result<Vec<_>, _>>()?
                 .concat(),
         };
+        // Keys the route lists are used as they are; only a route that
+        // lists none fetches them, and only from the pinned hosts.
+        let fetcher = match &described.key_url {
+            Some(key_url) if keys.is_empty() => {
+                let fetch = spec.fetch.unwrap_or_else(|| FetchSpec {
+                    hosts: key_url.hosts.clone(),
+                    roots: Vec::new(),
+                });
+                Some(Fetcher::new(&fetch)?)
+            }
+            _ => None,
+        };
         Ok(Verifier::new(DescribedVerifier {
             described,
             secrets: spec.secrets,
@@ -186,11 +210,61 @@ impl DescribedVerifier {
             tolerance,
             public_url: spec.public_url,
             handshake_token: spec.handshake_token,
+            fetcher,
+            params: spec.params,
         }))
     }
 
-    /// Whether any of `signatures` signs `parts`.
-    fn signed(&self, parts: &[&[u8]], signatures: &[Vec<u8>]) -> Result<(), VerifyError> {
+    /// The URL of this delivery's key, when it may be fetched from it.
+    fn key_url(&self, fetcher: &Fetcher, headers: &HeaderMap) -> Result<Uri, VerifyError> {
+        let d = self.described;
+        let kid = match &d.jwt {
+            Some(jwt) => jwt.read(self.token(headers)?)?.kid,
+            None => None,
+        };
+        let key_url = d.key_url.as_ref().expect("a scheme whose key is fetched");
+        let url = key_url.resolve(headers, kid.as_deref())?;
+        fetcher.allowed(&url).ok_or_else(|| {
+            tracing::warn!(url = ?url, "the key's URL is not on a pinned host; refused");
+            VerifyError::SignatureInvalid
+        })
+    }
+
+    /// The keys in a fetched document.
+    fn keys_in(&self, document: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        public_keys(self.described.signer, document)
+    }
+
+    /// The keys to verify this delivery with: the route's, or the ones
+    /// fetched before for its URL (the check in place never fetches).
+    fn keys_now(&self, headers: &HeaderMap) -> Result<Cow<'_, [Vec<u8>]>, VerifyError> {
+        let Some(fetcher) = &self.fetcher else {
+            return Ok(Cow::Borrowed(&self.keys));
+        };
+        let url = self.key_url(fetcher, headers)?;
+        let document = fetcher.kept(&url).ok_or(VerifyError::SenderUnreachable)?;
+        let keys = self
+            .keys_in(&document)
+            .map_err(|_| VerifyError::SenderUnreachable)?;
+        Ok(Cow::Owned(keys))
+    }
+
+    /// The JWT of a delivery: its header after `prefix`.
+    fn token<'a>(&self, headers: &'a HeaderMap) -> Result<&'a str, VerifyError> {
+        let d = self.described;
+        let value = single_header(headers, &d.header)?;
+        let token = (value.strip_prefix(d.prefix.as_str())).ok_or(VerifyError::SignatureInvalid)?;
+        Ok(token.trim())
+    }
+
+    /// Whether any of `signatures` signs `parts`, under the route's secrets
+    /// or under `keys`.
+    fn signed(
+        &self,
+        keys: &[Vec<u8>],
+        parts: &[&[u8]],
+        signatures: &[Vec<u8>],
+    ) -> Result<(), VerifyError> {
         match self.described.signer {
             Signer::Hmac(algorithm) => {
                 return hmac_verdict(algorithm, &self.secrets, parts, signatures)
@@ -213,7 +287,7 @@ impl DescribedVerifier {
         let message = parts.concat();
         let algorithms = algorithms(self.described.signer);
         let verified = signatures.iter().any(|signature| {
-            self.keys.iter().any(|key| {
+            keys.iter().any(|key| {
                 (algorithms.iter()).any(|algorithm| {
                     let key = UnparsedPublicKey::new(*algorithm, key);
                     key.verify(&message, signature).is_ok()
@@ -228,6 +302,7 @@ impl DescribedVerifier {
     /// A JWT's: its `alg`, its signature, its claims, then its time.
     fn verify_jwt(
         &self,
+        keys: &[Vec<u8>],
         line: RequestLine<'_>,
         headers: &HeaderMap,
         body: &[u8],
@@ -235,10 +310,8 @@ impl DescribedVerifier {
     ) -> Result<(), VerifyError> {
         let d = self.described;
         let jwt = d.jwt.as_ref().expect("a JWT scheme");
-        let value = single_header(headers, &d.header)?;
-        let token = (value.strip_prefix(d.prefix.as_str())).ok_or(VerifyError::SignatureInvalid)?;
-        let read = jwt.read(token.trim())?;
-        self.signed(&[read.signed], std::slice::from_ref(&read.signature))?;
+        let read = jwt.read(self.token(headers)?)?;
+        self.signed(keys, &[read.signed], std::slice::from_ref(&read.signature))?;
         let url = (jwt.url_digest.is_some())
             .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
         jwt.check(&read, body, url.as_deref(), now, self.tolerance)?;
@@ -248,6 +321,67 @@ impl DescribedVerifier {
                 check_timestamp(&stamp, now, self.tolerance)
             }
             _ => Ok(()),
+        }
+    }
+}
+
+impl DescribedVerifier {
+    /// The whole check, under `keys` for a public-key signer.
+    fn verify_with(
+        &self,
+        keys: &[Vec<u8>],
+        line: RequestLine<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let d = self.described;
+        if d.jwt.is_some() {
+            return self.verify_jwt(keys, line, headers, body, now);
+        }
+        let read = d.read(single_header(headers, &d.header)?)?;
+        let timestamp = match &d.timestamp {
+            None => None,
+            Some((Stamp::Header(name), unit)) => Some((single_header(headers, name)?, *unit)),
+            Some((Stamp::Claim(_), _)) => unreachable!("only a JWT has claims"),
+            Some((_, unit)) => Some((read.timestamp.ok_or(VerifyError::SignatureInvalid)?, *unit)),
+        };
+        let url = (d.signed.contains(&Piece::Url))
+            .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
+        let crc = (d.signed.contains(&Piece::Crc32Body)).then(|| crc32fast::hash(body).to_string());
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(d.signed.len());
+        for piece in &d.signed {
+            parts.push(match piece {
+                Piece::Body => body,
+                Piece::Header(name) => single_header(headers, name)?.as_bytes(),
+                Piece::Url => url.as_deref().unwrap_or_default().as_bytes(),
+                Piece::Timestamp => timestamp.map_or(&[][..], |(text, _)| text.as_bytes()),
+                Piece::Crc32Body => crc.as_deref().unwrap_or_default().as_bytes(),
+                Piece::Param(name) => (self.params.get(name))
+                    .ok_or(VerifyError::SignatureInvalid)?
+                    .as_bytes(),
+                Piece::Literal(text) => text.as_bytes(),
+            });
+        }
+        // A CRC handshake signs any challenge for anyone: content it could
+        // have signed is never a delivery (`challenge.rs`).
+        let crc = (d.challenge.as_ref()).is_some_and(|challenge| challenge.signs());
+        if crc && could_be_challenged(&parts) {
+            tracing::warn!("a delivery whose signed content is a possible handshake challenge; refused (docs/reference/senders.md, \"Handshakes\")");
+            return Err(VerifyError::SignatureInvalid);
+        }
+        self.signed(keys, &parts, &read.signatures)?;
+        match timestamp {
+            None => Ok(()),
+            Some((text, Unit::Seconds)) => check_timestamp(text, now, self.tolerance),
+            Some((text, Unit::Millis)) => {
+                let millis = text.parse().map_err(|_| VerifyError::SignatureInvalid)?;
+                check_timestamp_ms(millis, now, self.tolerance)
+            }
+            Some((text, Unit::Rfc3339)) => {
+                let millis = rfc3339_ms(text).map_err(|_| VerifyError::SignatureInvalid)?;
+                check_timestamp_ms(millis, now, self.tolerance)
+            }
         }
     }
 }
@@ -264,45 +398,31 @@ impl Verify for DescribedVerifier {
         body: &[u8],
         now: SystemTime,
     ) -> Result<(), VerifyError> {
-        let d = self.described;
-        if d.jwt.is_some() {
-            return self.verify_jwt(line, headers, body, now);
-        }
-        let read = d.read(single_header(headers, &d.header)?)?;
-        let timestamp = match &d.timestamp {
-            None => None,
-            Some((Stamp::Header(name), unit)) => Some((single_header(headers, name)?, *unit)),
-            Some((Stamp::Claim(_), _)) => unreachable!("only a JWT has claims"),
-            Some((_, unit)) => Some((read.timestamp.ok_or(VerifyError::SignatureInvalid)?, *unit)),
-        };
-        let url = (d.signed.contains(&Piece::Url))
-            .then(|| line.url(self.public_url.as_deref().unwrap_or_default()));
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(d.signed.len());
-        for piece in &d.signed {
-            parts.push(match piece {
-                Piece::Body => body,
-                Piece::Header(name) => single_header(headers, name)?.as_bytes(),
-                Piece::Url => url.as_deref().unwrap_or_default().as_bytes(),
-                Piece::Timestamp => timestamp.map_or(&[][..], |(text, _)| text.as_bytes()),
-                Piece::Literal(text) => text.as_bytes(),
-            });
-        }
-        // A CRC handshake signs any challenge for anyone: content it could
-        // have signed is never a delivery (`challenge.rs`).
-        let crc = (d.challenge.as_ref()).is_some_and(|challenge| challenge.signs());
-        if crc && could_be_challenged(&parts) {
-            tracing::warn!("a delivery whose signed content is a possible handshake challenge; refused (docs/reference/senders.md, \"Handshakes\")");
-            return Err(VerifyError::SignatureInvalid);
-        }
-        self.signed(&parts, &read.signatures)?;
-        match timestamp {
-            None => Ok(()),
-            Some((text, Unit::Seconds)) => check_timestamp(text, now, self.tolerance),
-            Some((text, Unit::Millis)) => {
-                let millis = text.parse().map_err(|_| VerifyError::SignatureInvalid)?;
-                check_timestamp_ms(millis, now, self.tolerance)
-            }
-        }
+        let keys = self.keys_now(headers)?;
+        self.verify_with(&keys, line, headers, body, now)
+    }
+
+    /// A scheme whose key is fetched: the key's URL checked against the
+    /// pinned hosts, the key fetched (or kept from before), then verified.
+    fn fetching<'a>(
+        &'a self,
+        line: RequestLine<'a>,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now: SystemTime,
+    ) -> Option<BoxFuture<'a, Result<Option<Handshake>, VerifyError>>> {
+        let fetcher = self.fetcher.as_ref()?;
+        Some(Box::pin(async move {
+            let url = self.key_url(fetcher, headers)?;
+            let document = fetcher.document(&url).await?;
+            let keys = self.keys_in(&document).map_err(|why| {
+                tracing::warn!(url = %url, "the sender's key is unusable: {why}");
+                fetcher.forget(&url);
+                VerifyError::SenderUnreachable
+            })?;
+            self.verify_with(&keys, line, headers, body, now)?;
+            Ok(self.handshake(headers, body))
+        }))
     }
 
     fn challenge(
