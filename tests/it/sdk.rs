@@ -2,7 +2,8 @@
 //! `tests/sdk/senders.mjs` (npm) make a request the way each sender does —
 //! signed live by the SDK (Twilio, HubSpot, Adyen, Paddle, Slack, Svix), or
 //! signed by the documented method and accepted by the SDK's verifier first
-//! (Stripe, Shopify, Square, SendGrid, Discord, Telnyx's Ed25519, Mux's
+//! (Stripe, Shopify, Square, SendGrid, Discord, Telnyx's Ed25519, LINE,
+//! EasyPost, Vonage's and LiveKit's JWTs, Mux's
 //! `t=…,v1=…`, …) — and the real gateway, on Redis, must accept exactly
 //! that: forwarded once under the sender's event id however many copies
 //! race in, refused once tampered with.
@@ -55,7 +56,8 @@ fn sdk_request(python: &PathBuf, scheme: &str) -> SdkRequest {
         "linear" | "github" => Command::new("node")
             .arg(sdk.join(format!("{scheme}.mjs")))
             .output(),
-        "mux" | "shopify" | "webflow" | "polar" => Command::new("node")
+        "mux" | "shopify" | "webflow" | "polar" | "line" | "livekit" | "vonage" | "workos"
+        | "easypost" => Command::new("node")
             .arg(sdk.join("senders.mjs"))
             .arg(scheme)
             .output(),
@@ -308,6 +310,34 @@ async fn shopify_and_webflow_accepted_by_their_sdks() {
     // Webflow sends no event id; a retry resends the body, so its hash
     // serves (the route says so: the profile has no default key).
     accepted_once_with("webflow", "key = [\"body-sha256\"]", body_hash).await;
+}
+
+/// LINE's and EasyPost's SDKs accept a body HMAC; WorkOS's a header of
+/// pairs with the time in milliseconds.
+#[tokio::test]
+async fn line_easypost_and_workos_accepted_by_their_sdks() {
+    accepted_once("line", |r| {
+        r.json()["events"][0]["webhookEventId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    })
+    .await;
+    accepted_once("easypost", |r| r.json()["id"].as_str().unwrap().to_owned()).await;
+    accepted_once("workos", |r| r.json()["id"].as_str().unwrap().to_owned()).await;
+}
+
+/// Signed JWTs whose claim carries the body's SHA-256: LiveKit's made by
+/// its own server SDK, Vonage's accepted by its JWT library.
+#[tokio::test]
+async fn livekit_and_vonage_jwts_accepted_by_their_sdks() {
+    accepted_once("livekit", |r| r.json()["id"].as_str().unwrap().to_owned()).await;
+    accepted_once("vonage", |r| {
+        let json = r.json();
+        let (uuid, status) = (&json["message_uuid"], &json["status"]);
+        format!("{}:{}", uuid.as_str().unwrap(), status.as_str().unwrap())
+    })
+    .await;
 }
 
 /// Polar's Standard Webhooks are keyed by its secret's own bytes, as its

@@ -1,7 +1,7 @@
 // The npm SDKs' side of tests/sdk/senders.py: `node senders.mjs SCHEME`
 // prints one request, signed by the sender's documented method and accepted
 // by the sender's own SDK before it is printed.
-import { createHmac, randomUUID } from "node:crypto";
+import { createHash, createHmac, randomUUID } from "node:crypto";
 
 const hmac = (key, text, encoding) => createHmac("sha256", key).update(text).digest(encoding);
 
@@ -75,5 +75,67 @@ async function polar() {
   return { secret, headers, body };
 }
 
-const senders = { mux, shopify, webflow, polar };
+// LINE signs the body with the channel secret; its SDK's validateSignature.
+async function line() {
+  const { validateSignature } = await import("@line/bot-sdk");
+  const secret = randomUUID().replaceAll("-", "");
+  const body = JSON.stringify({ destination: "U0123456789abcdef", events: [{ type: "message", webhookEventId: randomUUID(), deliveryContext: { isRedelivery: false } }] });
+  const headers = { "Content-Type": "application/json", "x-line-signature": hmac(secret, body, "base64") };
+  if (!validateSignature(body, secret, headers["x-line-signature"])) throw new Error("LINE's SDK refused the request");
+  return { secret, headers, body };
+}
+
+// LiveKit's server SDK makes the token as LiveKit does (AccessToken with
+// the body's SHA-256) and its WebhookReceiver accepts it.
+async function livekit() {
+  const { WebhookReceiver, AccessToken } = await import("livekit-server-sdk");
+  const key = `API${randomUUID().slice(0, 8)}`;
+  const secret = randomUUID().replaceAll("-", "") + randomUUID().replaceAll("-", "");
+  const body = JSON.stringify({ event: "room_finished", id: `EV_${randomUUID()}`, room: { name: "demo" }, createdAt: String(Math.floor(Date.now() / 1000)) });
+  const token = new AccessToken(key, secret);
+  token.sha256 = createHash("sha256").update(body).digest("base64");
+  const headers = { "Content-Type": "application/webhook+json", Authorization: await token.toJwt() };
+  await new WebhookReceiver(key, secret).receive(body, headers.Authorization);
+  return { secret, headers, body };
+}
+
+// Vonage's signed webhooks: a JWT made by the documented method, whose
+// signature Vonage's @vonage/jwt accepts.
+async function vonage() {
+  const { verifySignature } = await import("@vonage/jwt");
+  const secret = randomUUID().replaceAll("-", "");
+  const body = JSON.stringify({ message_uuid: randomUUID(), status: "delivered", timestamp: new Date().toISOString() });
+  const header = Buffer.from(JSON.stringify({ alg: "HS256", typ: "JWT" })).toString("base64url");
+  const claims = Buffer.from(JSON.stringify({
+    iat: Math.floor(Date.now() / 1000), jti: randomUUID(), iss: "Vonage",
+    payload_hash: createHash("sha256").update(body).digest("hex"),
+  })).toString("base64url");
+  const token = `${header}.${claims}.${hmac(secret, `${header}.${claims}`, "base64url")}`;
+  if (!verifySignature(token, secret)) throw new Error("Vonage's SDK refused the token");
+  return { secret, headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` }, body };
+}
+
+// WorkOS's SDK computes the signature over JSON.stringify of the payload:
+// the body is exactly that.
+async function workos() {
+  const { WorkOS } = await import("@workos-inc/node");
+  const secret = randomUUID().replaceAll("-", "");
+  const payload = { id: `event_${randomUUID()}`, event: "dsync.user.created", data: { id: `directory_user_${randomUUID()}` } };
+  const body = JSON.stringify(payload);
+  const t = Date.now();
+  const headers = { "Content-Type": "application/json", "WorkOS-Signature": `t=${t}, v1=${hmac(secret, `${t}.${body}`, "hex")}` };
+  await new WorkOS("sk_test_hookgate").webhooks.constructEvent({ payload, sigHeader: headers["WorkOS-Signature"], secret });
+  return { secret, headers, body };
+}
+
+async function easypost() {
+  const { default: EasyPost } = await import("@easypost/api");
+  const secret = randomUUID();
+  const body = JSON.stringify({ id: `evt_${randomUUID().replaceAll("-", "")}`, object: "Event", description: "tracker.updated" });
+  const headers = { "Content-Type": "application/json", "X-Hmac-Signature": `hmac-sha256-hex=${hmac(secret, body, "hex")}` };
+  new EasyPost("EZTKhookgate").Utils.validateWebhook(Buffer.from(body), headers, secret);
+  return { secret, headers, body };
+}
+
+const senders = { mux, shopify, webflow, polar, line, livekit, vonage, workos, easypost };
 console.log(JSON.stringify(await senders[process.argv[2]]()));
