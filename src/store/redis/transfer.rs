@@ -13,9 +13,17 @@ use super::scripts::script;
 use super::{Connector, RedisStore};
 use crate::store::{history, Content, Record, RecordState, StoreError, StoreKey, Transfer};
 
-/// KEYS[1] the key; returns {now, PTTL, HGETALL}.
-const EXPORT: &str =
-    "open_packed(KEYS[1]) return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1])}";
+/// KEYS[1] the key; returns {expiry (Unix ms), PTTL, HGETALL}. The expiry
+/// is Redis's own (`PEXPIRETIME`, 7.0 and later), so two reads of one
+/// record agree to the millisecond; an older server's is `now` plus the
+/// TTL, which a busy server can put a few milliseconds late (its TTL
+/// counts from the script's start, `now` from when the prelude read it).
+const EXPORT: &str = "
+open_packed(KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+local at = redis.pcall('PEXPIRETIME', KEYS[1])
+if type(at) ~= 'number' then at = now + ttl end
+return {at, ttl, redis.call('HGETALL', KEYS[1])}";
 
 /// KEYS[1] the key, optional KEYS[2] its body's replay guard; ARGV expiry
 /// (Unix ms), source, id, updated, state, due score ('' none), owed score
@@ -93,8 +101,8 @@ impl<C: Connector> Transfer for RedisStore<C> {
         let reply: Vec<Value> = self.invoke(&invocation).await?;
         match reply.as_slice() {
             [_, Value::Int(ttl), _] if *ttl < 0 => Ok(None),
-            [Value::Int(now), Value::Int(ttl), fields] => {
-                Ok(Some((parse_record(fields)?, (*now + *ttl) as u64)))
+            [Value::Int(expires_at), Value::Int(_), fields] => {
+                Ok(Some((parse_record(fields)?, *expires_at as u64)))
             }
             other => Err(StoreError::Corrupt(format!(
                 "unexpected export reply {other:?}"
