@@ -112,6 +112,10 @@ pub fn check_vector(profile: &Profile, vector: &RawVector) -> Result<(), String>
         Some(described) if described.signer.is_asymmetric() => {
             unrelated_key(described.signer).to_owned()
         }
+        Some(described) if described.secret_encoding.is_some() => {
+            let encoding = described.secret_encoding.expect("checked");
+            encoding.encode(b"another key, not the vector's")
+        }
         _ => format!("{}x", vector.secret),
     };
     if verify(&other, vector.body.as_bytes()).is_ok() {

@@ -198,7 +198,9 @@ fn as_its_vector(name: &str) -> Option<&'static str> {
     let raw = CATALOGUE.schemes.iter().find(|raw| raw.name == name)?;
     let profile = crate::verify::Profile::named(name)?;
     let own_form = raw.builds_on.is_some()
-        || (profile.described).is_some_and(|described| described.signer.is_asymmetric());
+        || (profile.described).is_some_and(|described| {
+            described.signer.is_asymmetric() || described.secret_encoding.is_some()
+        });
     own_form.then(|| raw.vectors.first().map(|vector| vector.secret.as_str()))?
 }
 

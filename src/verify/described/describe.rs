@@ -57,6 +57,14 @@ impl Described {
         let mut handshake = (self.challenge.as_ref())
             .map(|challenge| format!("; handshake: {}", challenge.describe()))
             .unwrap_or_default();
+        if let Some(encoding) = self.secret_encoding {
+            let name = if encoding == Encoding::Hex {
+                "hex"
+            } else {
+                "base64"
+            };
+            handshake = format!("; the secret {name}-decoded{handshake}");
+        }
         if let Some(key_url) = &self.key_url {
             handshake = format!("; {}{handshake}", key_url.describe());
         }

@@ -34,6 +34,7 @@ pub use self::verifier::DescribedVerifier;
 use super::challenge::{Challenge, RawHandshake};
 use super::{Algorithm, Encoding};
 use crate::clock::parse_duration;
+use crate::secret::Secret;
 
 /// One `[[schemes]]` entry as written (`senders.toml` and a config's).
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +52,9 @@ pub struct RawScheme {
     /// Where the sender publishes its public key, for a route that lists
     /// none.
     pub key_url: Option<RawKeyUrl>,
+    /// How the sender shows an HMAC secret that is not its key's bytes:
+    /// `base64` or `hex` (Airtable's `macSecretBase64`).
+    pub secret_encoding: Option<String>,
     /// The challenge the sender sends to prove the endpoint.
     pub handshake: Option<RawHandshake>,
     /// The default key's sources (first present wins).
@@ -223,6 +227,8 @@ pub struct Described {
     pub jwt: Option<Jwt>,
     /// Where the public key is fetched from when a route lists none.
     pub key_url: Option<KeyUrl>,
+    /// The route's secrets are the key encoded so (`secret_encoding`).
+    pub secret_encoding: Option<Encoding>,
 }
 
 /// A description's error: the field (under the entry) and what is wrong.
@@ -291,6 +297,21 @@ impl Described {
             Some(key_url) => Some(KeyUrl::from_raw(key_url, jwt.is_some())?),
             None => None,
         };
+        let secret_encoding = match raw.secret_encoding.as_deref() {
+            None => None,
+            Some(_) if !matches!(signer, Signer::Hmac(_)) => {
+                return Err(refuse(
+                    "secret_encoding",
+                    "only an HMAC's secret is decoded",
+                ));
+            }
+            Some("base64") => Some(Encoding::Base64),
+            Some("hex") => Some(Encoding::Hex),
+            Some(other) => {
+                let why = format!("{other:?} is not \"base64\" or \"hex\"");
+                return Err(refuse("secret_encoding", why));
+            }
+        };
         if challenge.as_ref().is_some_and(Challenge::signs) && !matches!(signer, Signer::Hmac(_)) {
             return Err(refuse(
                 "handshake.answer",
@@ -309,7 +330,30 @@ impl Described {
             tolerance,
             jwt,
             key_url,
+            secret_encoding,
         })
+    }
+
+    /// The key an HMAC signs with: `secret` as the route lists it, or
+    /// decoded (`secret_encoding`).
+    pub fn hmac_key(&self, secret: &Secret) -> Result<Secret, String> {
+        let Some(encoding) = self.secret_encoding else {
+            return Ok(secret.clone());
+        };
+        let text = std::str::from_utf8(secret.expose())
+            .unwrap_or_default()
+            .trim();
+        match encoding.decode(text) {
+            Some(key) if !key.is_empty() => Ok(Secret::new(key)),
+            _ => Err(format!(
+                "the sender shows this secret as {}: it does not decode",
+                if encoding == Encoding::Hex {
+                    "hex"
+                } else {
+                    "base64"
+                }
+            )),
+        }
     }
 
     /// `algorithm`.

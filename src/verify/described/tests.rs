@@ -266,7 +266,10 @@ fn described() -> Vec<(Verifier, Vec<HeaderName>)> {
                     }),
             );
             let spec = VerifySpec {
-                secrets: vec![Secret::new(unrelated_key(described.signer))],
+                secrets: vec![Secret::new(match described.secret_encoding {
+                    Some(encoding) => encoding.encode(b"a key no vector is under"),
+                    None => unrelated_key(described.signer).to_owned(),
+                })],
                 tolerance: super::super::DEFAULT_TOLERANCE,
                 hmac: None,
                 public_url: Some("https://hooks.example.com/in".into()),
@@ -521,5 +524,35 @@ fn a_key_url_is_pinned_to_https_hosts_the_description_names() {
     assert!(
         line.contains("key fetched from `https://k.example/keys/{kid}`, only on `k.example`"),
         "{line}"
+    );
+}
+
+#[test]
+fn a_secret_shown_encoded_is_decoded_to_its_key() {
+    let description = "algorithm = \"hmac-sha256\"\nsignature = { header = \"X-Sig\" }\n\
+        secret_encoding = \"base64\"";
+    let key = b"acme-key-bytes-0123456789";
+    let shown = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key);
+    let verifier = verifier_of(description, &shown).unwrap();
+    let tag = crate::verify::Algorithm::Sha256.tag(key, &[b"{}"]);
+    let headers = headers(&[("x-sig", &hex::encode(tag))]);
+    let verdict = verifier.verify(RequestLine::POST, &headers, b"{}", SystemTime::UNIX_EPOCH);
+    assert_eq!(verdict, Ok(()));
+    // The encoded text itself is not the key.
+    let plain = verifier_of(
+        &description.replace("secret_encoding = \"base64\"", ""),
+        &shown,
+    );
+    let verdict = plain
+        .unwrap()
+        .verify(RequestLine::POST, &headers, b"{}", SystemTime::UNIX_EPOCH);
+    assert_eq!(verdict, Err(VerifyError::SignatureInvalid));
+    let error = verifier_of(description, "not base64 at all!").unwrap_err();
+    assert!(error.contains("does not decode"), "{error}");
+    let ed25519 =
+        "algorithm = \"ed25519\"\nsignature = { header = \"X-Sig\" }\nsecret_encoding = \"hex\"";
+    assert_eq!(
+        Described::from_raw(&raw(ed25519)).unwrap_err().0,
+        "secret_encoding"
     );
 }

@@ -135,7 +135,8 @@ impl Described {
                 }
             });
         }
-        let tag = algorithm.tag(secret.expose(), &parts);
+        let key = self.hmac_key(secret)?;
+        let tag = algorithm.tag(key.expose(), &parts);
         let signature = format!("{}{}", self.prefix, self.encoding.encode(&tag));
         let first = |separator: &str| separator.chars().next().unwrap_or(',');
         let value = match (&self.layout, &self.timestamp) {
@@ -205,7 +206,9 @@ impl DescribedVerifier {
         };
         Ok(Verifier::new(DescribedVerifier {
             described,
-            secrets: spec.secrets,
+            secrets: (spec.secrets.iter())
+                .map(|secret| described.hmac_key(secret))
+                .collect::<Result<_, _>>()?,
             keys,
             tolerance,
             public_url: spec.public_url,
