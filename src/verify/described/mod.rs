@@ -1,13 +1,16 @@
 //! Senders described as data (docs/guide/senders.md, "Senders described as data"): a
-//! scheme given by its headers, digest, encoding, signed-content template
-//! and timestamp rule instead of code. The senders hookgate ships this way
-//! are `senders.toml`, compiled into the binary; a config's `[[schemes]]`
-//! table describes one in the same format, and both become the same
-//! [`Profile`].
+//! scheme given by its headers, signer, encoding, signed-content template
+//! and timestamp rule instead of code. The signer is an HMAC, a key pair
+//! (Ed25519, ECDSA P-256, RSA; `keys.rs`), a signed JWT whose claim binds
+//! the body (`jwt.rs`) or a token; a key pair's public key may be fetched
+//! from a host the description pins (`fetch.rs`). The senders hookgate
+//! ships this way are `senders.toml`, compiled into the binary; a config's
+//! `[[schemes]]` table describes one in the same format, and both become
+//! the same [`Profile`] (`profile.rs`).
 //!
 //! A description is checked whole when it is read — an unknown algorithm, a
-//! template placeholder that is not `{body}`, `{header:NAME}` or `{url}`, a
-//! header name that is not one — and each error names its field, so a
+//! template placeholder that is not one (`template.rs`), a header name that
+//! is not one, a key URL on no pinned host — and each error names its field, so a
 //! config can say where it is. A description that builds on a scheme of
 //! code (`builds_on = "standard-webhooks"`) takes that scheme's
 //! verification and gives it its own name, key and retention.

@@ -1,7 +1,8 @@
 //! A route's verifier of a described scheme: the signature header read as
 //! its layout says (one signature, `name=value` pairs, a list), the signed
-//! content put together from the template, the signature checked — by an
-//! HMAC under the route's secrets, or by a public key the route lists —
+//! content put together from the template (or the JWT read), the signature
+//! checked — by an HMAC under the route's secrets, a token compared whole,
+//! or a public key the route lists or the sender's key endpoint serves —
 //! and the timestamp only after it.
 
 use std::borrow::Cow;
