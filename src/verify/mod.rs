@@ -52,7 +52,7 @@ pub(crate) use self::shared::at;
 pub use self::shared::Algorithm;
 pub(crate) use self::shared::{
     check_timestamp, check_timestamp_ms, encoded_header, hmac_verdict, signature_matches,
-    single_header, Timestamped,
+    single_header, token_verdict, Timestamped,
 };
 pub(crate) use self::standard_webhooks::{decode_secret, sign as sign_standard_webhooks};
 

@@ -66,6 +66,25 @@ pub(crate) fn signature_matches(
     matched.into()
 }
 
+/// Whether any of `presented` is one of `secrets` whole — a token scheme's
+/// check (GitLab's, a described `algorithm = "token"`). Every pair is
+/// compared, all the way: timing tells nothing about which secret matched,
+/// or how much of one.
+pub(crate) fn token_verdict(
+    presented: &[impl AsRef<[u8]>],
+    secrets: &[Secret],
+) -> Result<(), VerifyError> {
+    let mut matched = subtle::Choice::from(0);
+    for token in presented {
+        for secret in secrets {
+            matched |= token.as_ref().ct_eq(secret.expose());
+        }
+    }
+    bool::from(matched)
+        .then_some(())
+        .ok_or(VerifyError::SignatureInvalid)
+}
+
 /// [`signature_matches`] as a verdict.
 pub(crate) fn hmac_verdict(
     algorithm: Algorithm,

@@ -12,7 +12,6 @@ use futures_util::future::BoxFuture;
 
 use http::{HeaderMap, HeaderName, Uri};
 use ring::signature::UnparsedPublicKey;
-use subtle::ConstantTimeEq;
 
 use super::keys::{algorithms, public_keys};
 use super::{Described, Layout, Piece, Signer, Stamp, Unit};
@@ -21,8 +20,8 @@ use crate::secret::Secret;
 use crate::verify::challenge::could_be_challenged;
 use crate::verify::fetched::Fetcher;
 use crate::verify::{
-    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, FetchSpec, Handshake,
-    RequestLine, Verifier, Verify, VerifyError, VerifySpec,
+    check_timestamp, check_timestamp_ms, hmac_verdict, single_header, token_verdict, FetchSpec,
+    Handshake, RequestLine, Verifier, Verify, VerifyError, VerifySpec,
 };
 
 /// Most signatures one header may carry (a rotation lists two or three);
@@ -273,19 +272,7 @@ impl DescribedVerifier {
             Signer::Hmac(algorithm) => {
                 return hmac_verdict(algorithm, &self.secrets, parts, signatures)
             }
-            Signer::Token => {
-                // Every secret is compared, all the way: timing tells
-                // nothing about which one matched, or how much of one.
-                let mut matched = subtle::Choice::from(0);
-                for (signature, secret) in signatures.iter().flat_map(|signature| {
-                    self.secrets.iter().map(move |secret| (signature, secret))
-                }) {
-                    matched |= signature.as_slice().ct_eq(secret.expose());
-                }
-                return bool::from(matched)
-                    .then_some(())
-                    .ok_or(VerifyError::SignatureInvalid);
-            }
+            Signer::Token => return token_verdict(signatures, &self.secrets),
             _ => {}
         }
         let message = parts.concat();
@@ -300,9 +287,7 @@ impl DescribedVerifier {
         });
         verified.then_some(()).ok_or(VerifyError::SignatureInvalid)
     }
-}
 
-impl DescribedVerifier {
     /// A JWT's: its `alg`, its signature, its claims, then its time.
     fn verify_jwt(
         &self,
@@ -327,9 +312,7 @@ impl DescribedVerifier {
             _ => Ok(()),
         }
     }
-}
 
-impl DescribedVerifier {
     /// The whole check, under `keys` for a public-key signer.
     fn verify_with(
         &self,
