@@ -7,6 +7,7 @@
 #
 #   bench/rounds.sh new-events      # floor, hashed claims, packed claims (keep-alive, unique keys)
 #   bench/rounds.sh new-connection  # nginx and hookgate, a replay per connection, the sender asks to close
+#   bench/rounds.sh postgres        # nginx and hookgate on the local PostgreSQL (a fresh database), unique keys
 #   ROUNDS=5 DURATION=10 bench/rounds.sh new-events
 #   BEFORE=/tmp/hookgate-main bench/rounds.sh new-connection   # adds "before": that binary, as "hashed"
 #
@@ -22,7 +23,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-1}
-UP=3110 NGINX=3210 HASHED=3310 PACKED=3312 BEFORE_PORT=3314 FLOOR=3810 REDIS=6393
+UP=3110 NGINX=3210 HASHED=3310 PACKED=3312 BEFORE_PORT=3314 POSTGRES=3316 FLOOR=3810 REDIS=6393
 BEFORE=${BEFORE:-}
 
 command -v nginx >/dev/null || { echo "nginx is needed (bench/run.sh installs it)" >&2; exit 1; }
@@ -34,18 +35,24 @@ stats() { curl -s "127.0.0.1:$UP/stats"; }
 "$BIN/examples/bench-upstream" "127.0.0.1:$UP" & PIDS+=($!)
 redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
     --logfile "$WORK/redis.log" & PIDS+=($!)
-gateway() { # port key_prefix extra-store-lines
+gateway() { # port key_prefix extra-store-lines [store-section]
+    local store=${4:-$(printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s/0"' "$REDIS")}
     cat <<TOML
 [server]
 listen = "127.0.0.1:$1"
 max_connections = 20000
 [store]
-backend = "redis"
-url = "redis://127.0.0.1:$REDIS/0"
+$store
 key_prefix = "$2"
 $3
 $(sync_route $UP)
 TOML
+}
+# A fresh database on the local PostgreSQL for the postgres set: NAME.
+fresh_database() {
+    psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+    echo "backend = \"postgres\"
+url = \"postgres://postgres@127.0.0.1:5432/$1\""
 }
 gateway $HASHED rounds-hashed: "packed_claims = false" > "$WORK/hashed.toml"
 gateway $PACKED rounds-packed: "packed_claims = true" > "$WORK/packed.toml"
@@ -55,8 +62,17 @@ HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/hashed.toml" 2>"$WORK/hash
 PROCS[hashed]=$! PROCS[hookgate]=$!
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/packed.toml" 2>"$WORK/packed.log" & PIDS+=($!)
 PROCS[packed]=$!
+if [ "$SET" = postgres ]; then
+    gateway $POSTGRES rounds: "" "$(fresh_database hookgate_rounds)" > "$WORK/postgres.toml"
+    HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/postgres.toml" 2>"$WORK/postgres.log" & PIDS+=($!)
+    PROCS[postgres]=$!
+fi
 if [ -n "$BEFORE" ]; then
-    gateway $BEFORE_PORT rounds-before: "packed_claims = false" > "$WORK/before.toml"
+    if [ "$SET" = postgres ]; then
+        gateway $BEFORE_PORT rounds-before: "" "$(fresh_database hookgate_rounds_before)"
+    else
+        gateway $BEFORE_PORT rounds-before: "packed_claims = false"
+    fi > "$WORK/before.toml"
     HOOKGATE_LOG=warn "$BEFORE" run --config "$WORK/before.toml" 2>"$WORK/before.log" & PIDS+=($!)
     PROCS[before]=$!
 fi
@@ -67,10 +83,15 @@ sed -e "s|__DIR__|$WORK|g" -e "s|__UPSTREAM__|$UP|" -e "s|__PORT__|$NGINX|" \
 nginx -c "$WORK/nginx.conf"
 trap 'kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; bench_cleanup' EXIT
 for port in $UP $HASHED $PACKED $FLOOR $NGINX ${BEFORE:+$BEFORE_PORT}; do wait_port $port; done
+[ "$SET" = postgres ] && wait_port $POSTGRES
 PROCS[nginx]="$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 # CPU time of a contender's processes, in clock ticks.
 ticks() { local sum=0 pid; for pid in $1; do sum=$((sum + $(cpu_ticks "$pid"))); done; echo $sum; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
+# The PostgreSQL server's CPU, for the postgres set (its backends live as
+# long as the gateways' pools): one contender runs at a time, so a round's
+# share is that contender's.
+database_ticks() { if [ "$SET" = postgres ]; then ticks "$(pgrep -x postgres | tr '\n' ' ')"; else echo 0; fi; }
 
 WRK_EXTRA=()
 case $SET in
@@ -88,11 +109,14 @@ case $SET in
             curl -s -o /dev/null -X POST -H 'X-Id: bench-replay' -H 'Content-Type: application/json' \
                 --data-binary "@$BENCH_BODY" "127.0.0.1:$port/hook"
         done ;;
-    *) echo "the set is new-events or new-connection, not $SET" >&2; exit 2 ;;
+    postgres)
+        CONTENDERS=("nginx:$NGINX" ${BEFORE:+"before:$BEFORE_PORT"} "postgres:$POSTGRES")
+        SCRIPT=unique ;;
+    *) echo "the set is new-events, new-connection or postgres, not $SET" >&2; exit 2 ;;
 esac
 
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-declare -A RPS P99 CPU
+declare -A RPS P99 CPU DB
 status=0
 echo "--- $SET: $ROUNDS rounds of wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, contenders in turn"
 for round in $(seq "$ROUNDS"); do
@@ -100,6 +124,7 @@ for round in $(seq "$ROUNDS"); do
     for contender in "${CONTENDERS[@]}"; do
         name=${contender%%:*} port=${contender##*:}
         before=$(stats | field duplicates) cpu_before=$(ticks "${PROCS[$name]}")
+        db_before=$(database_ticks)
         result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" \
             -s "bench/wrk/$SCRIPT.lua" "http://127.0.0.1:$port/hook" | grep '^RESULT')
         dups=$(( $(stats | field duplicates) - before ))
@@ -107,9 +132,12 @@ for round in $(seq "$ROUNDS"); do
         if [ "$name" != nginx ] && [ "$dups" -ne 0 ]; then echo "FAIL $name: $dups duplicate side effects"; status=1; fi
         cpu=$(( ($(ticks "${PROCS[$name]}") - cpu_before) * TICK_US / $(num requests "$result") ))
         CPU[$name]+="$cpu "
+        db=$(( ($(database_ticks) - db_before) * TICK_US / $(num requests "$result") ))
+        DB[$name]+="$db "
+        [ "$SET" = postgres ] || db=""
         RPS[$name]+="$(num rps "$result") "
         P99[$name]+="$(num p99_ms "$result") "
-        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each, failed $(num failed "$result"));"
+        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each${db:+, database $db µs}, failed $(num failed "$result"));"
     done
     echo "  $line"
 done
@@ -121,7 +149,10 @@ echo "--- medians over $ROUNDS rounds (req/s, p99, the contender's own CPU per r
 for contender in "${CONTENDERS[@]}"; do
     name=${contender%%:*}
     rps=$(median <<<"${RPS[$name]}")
-    awk -v n="$name" -v r="$rps" -v p="$(median <<<"${P99[$name]}")" -v c="$(median <<<"${CPU[$name]}")" -v b="$base" \
-        'BEGIN {printf "  %-10s %8.0f req/s  p99 %6.2f ms  %5.0f µs CPU  %.2fx\n", n, r, p, c, r / b}'
+    awk -v n="$name" -v r="$rps" -v p="$(median <<<"${P99[$name]}")" -v c="$(median <<<"${CPU[$name]}")" \
+        -v d="$(median <<<"${DB[$name]}")" -v b="$base" -v s="$SET" \
+        'BEGIN {printf "  %-10s %8.0f req/s  p99 %6.2f ms  %5.0f µs CPU  %.2fx", n, r, p, c, r / b
+                if (s == "postgres") printf "  database %4.0f µs", d
+                printf "\n"}'
 done
 exit $status

@@ -270,12 +270,19 @@ impl Completion {
 /// did, per item. One transaction of single-row statements, sent at once:
 /// each finds its row by the primary key, whatever the table's statistics
 /// say (an `UPDATE … FROM unnest(…)` joins, and on a young table planned a
-/// sequential scan), and the group shares one commit.
+/// sequential scan), and the group shares one commit. An unordered row is
+/// one plain update; only a row it did not complete (an ordered one, or
+/// one fenced off) is tried with the statement that wakes its entity,
+/// whose second table update costs every row its start-up.
 pub(super) fn complete(mut client: Object, completions: Vec<Completion>) -> Running<bool> {
     Box::pin(async move {
-        let statement = client.prepare_cached(sql::COMPLETE).await.map_err(db)?;
+        let unordered = client
+            .prepare_cached(sql::COMPLETE_UNORDERED)
+            .await
+            .map_err(db)?;
+        let waking = client.prepare_cached(sql::COMPLETE).await.map_err(db)?;
         let transaction = client.transaction().await.map_err(db)?;
-        let (transaction_ref, statement) = (&transaction, &statement);
+        let (transaction_ref, unordered, waking) = (&transaction, &unordered, &waking);
         let changed = try_join_all(completions.iter().map(|c| async move {
             let params: [&(dyn ToSql + Sync); 8] = [
                 &c.source,
@@ -287,7 +294,10 @@ pub(super) fn complete(mut client: Object, completions: Vec<Completion>) -> Runn
                 &c.body_kept,
                 &c.retention_ms,
             ];
-            transaction_ref.execute(statement, &params).await
+            match transaction_ref.execute(unordered, &params).await? {
+                0 => transaction_ref.execute(waking, &params).await,
+                done => Ok(done),
+            }
         }))
         .await
         .map_err(db)?;

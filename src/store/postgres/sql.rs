@@ -393,17 +393,31 @@ macro_rules! waking {
     };
 }
 
-/// $1 source, $2 key, $3 token, then the response: $4 status, $5
-/// headers, $6 body, $7 how much of the body was kept; $8 retention ms.
-/// Returns a row when it completed; its entity is woken.
+/// The completion of a row its token ($3) still holds: $1 source, $2 key,
+/// then the response: $4 status, $5 headers, $6 body, $7 how much of the
+/// body was kept; $8 retention ms.
+macro_rules! completing {
+    () => {
+        "UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
+            next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
+            updated_at = date_trunc('milliseconds', now()), \
+            response_status = $4, response_headers = $5, response_body = $6, \
+            response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
+         WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()"
+    };
+}
+
+/// [`completing`] of an unordered row: one table update, nothing to wake.
+/// Most completions are this; an ordered row is left to `COMPLETE`.
+pub(super) const COMPLETE_UNORDERED: &str = concat!(completing!(), " AND order_entity IS NULL");
+
+/// [`completing`] of any row. Returns a row when it completed; its entity
+/// is woken.
 pub(super) const COMPLETE: &str = waking!(
-    "UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-        next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
-        updated_at = date_trunc('milliseconds', now()), \
-        response_status = $4, response_headers = $5, response_body = $6, \
-        response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
-     WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now() \
-     RETURNING source, idempotency_key, order_entity",
+    concat!(
+        completing!(),
+        " RETURNING source, idempotency_key, order_entity"
+    ),
     "true",
     "1"
 );
