@@ -86,7 +86,8 @@ for port in $UP $HASHED $PACKED $FLOOR $NGINX ${BEFORE:+$BEFORE_PORT}; do wait_p
 [ "$SET" = postgres ] && wait_port $POSTGRES
 PROCS[nginx]="$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 # CPU time of a contender's processes, in clock ticks.
-ticks() { local sum=0 pid; for pid in $1; do sum=$((sum + $(cpu_ticks "$pid"))); done; echo $sum; }
+# A process that ended meanwhile (a database backend) counts 0.
+ticks() { local sum=0 pid; for pid in $1; do sum=$((sum + $(cpu_ticks "$pid" 2>/dev/null || echo 0))); done; echo $sum; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 # The PostgreSQL server's CPU, for the postgres set (its backends live as
 # long as the gateways' pools): one contender runs at a time, so a round's

@@ -400,11 +400,12 @@ async fn a_fleet_through_pgbouncer_in_session_mode_forwards_each_event_once() {
 /// Concurrent claims of new keys, and then their completions, are
 /// committed in groups: 200 of each take far fewer transactions than 400
 /// writes, every key has one winner, and every record holds its own
-/// response.
+/// response. A completion under a stale token, in the same groups, is
+/// refused and changes nothing.
 #[tokio::test]
 async fn concurrent_claims_and_completions_commit_in_groups() {
     use crate::conformance::{k, request, response, SHA_A};
-    use hookgate::store::ClaimOutcome;
+    use hookgate::store::{ClaimOutcome, Lease};
     use std::sync::Arc;
 
     let database = TestDatabase::create().await;
@@ -455,16 +456,26 @@ async fn concurrent_claims_and_completions_commit_in_groups() {
         won.extend(claim.await.unwrap());
     }
     assert_eq!(won.len(), 200, "one winner per key");
+    const BODIES: [&str; 3] = ["first", "second", "third"];
+    let body_of = |key: &str| BODIES[usize::from(key.as_bytes()[key.len() - 1]) % 3];
     let completions: Vec<_> = won
         .into_iter()
-        .map(|(key, lease)| {
+        .flat_map(|(key, lease)| {
+            let stale = Lease {
+                token: format!("stale-{}", lease.token),
+                attempt: 1,
+            };
+            [(key.clone(), stale, false), (key, lease, true)]
+        })
+        .map(|(key, lease, holds)| {
             let store = Arc::clone(&store);
+            let body = body_of(key.id());
             tokio::spawn(async move {
                 let done = store
                     .records()
-                    .complete(&key, &lease, &response("grouped"), Duration::from_secs(600))
+                    .complete(&key, &lease, &response(body), Duration::from_secs(600))
                     .await;
-                assert!(done.unwrap(), "{key}");
+                assert_eq!(done.unwrap(), holds, "{key} under {}", lease.token);
             })
         })
         .collect();
@@ -473,14 +484,17 @@ async fn concurrent_claims_and_completions_commit_in_groups() {
     }
     let rows = client
         .query(
-            "SELECT convert_from(response_body, 'UTF8') FROM webhook_events \
-             WHERE status = 'completed'",
+            "SELECT idempotency_key, convert_from(response_body, 'UTF8') FROM webhook_events \
+             WHERE status = 'completed' AND token IS NULL",
             &[],
         )
         .await
         .unwrap();
     assert_eq!(rows.len(), 200);
-    assert!(rows.iter().all(|row| row.get::<_, String>(0) == "grouped"));
+    for row in rows {
+        let key: String = row.get(0);
+        assert_eq!(row.get::<_, String>(1), body_of(&key), "{key}");
+    }
     // Without groups: 400 writing transactions (a losing claim's insert
     // finds the key and writes nothing).
     let transactions = next_xid().await - before - 1;

@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use deadpool_postgres::{Object, Pool};
-use futures_util::future::try_join_all;
+use futures_util::future::{try_join, try_join_all};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::types::ToSql;
 
@@ -267,41 +267,104 @@ impl Completion {
 }
 
 /// Complete each record of `completions` its token still holds: whether it
-/// did, per item. One transaction of single-row statements, sent at once:
-/// each finds its row by the primary key, whatever the table's statistics
-/// say (an `UPDATE … FROM unnest(…)` joins, and on a young table planned a
-/// sequential scan), and the group shares one commit. An unordered row is
-/// one plain update; only a row it did not complete (an ordered one, or
-/// one fenced off) is tried with the statement that wakes its entity,
-/// whose second table update costs every row its start-up.
+/// did, per item, in one transaction that the group's items share, and so
+/// one commit. The unordered rows complete in one statement over arrays,
+/// its rows found by the primary key ([`sql::LOOKUPS_BY_KEY`]); a row it
+/// did not complete (an ordered one, or one fenced off) is tried alone
+/// with the statement that also wakes its entity. A group of one is a
+/// single plain update.
 pub(super) fn complete(mut client: Object, completions: Vec<Completion>) -> Running<bool> {
     Box::pin(async move {
-        let unordered = client
-            .prepare_cached(sql::COMPLETE_UNORDERED)
-            .await
-            .map_err(db)?;
         let waking = client.prepare_cached(sql::COMPLETE).await.map_err(db)?;
+        let unordered = match completions.len() {
+            1 => sql::COMPLETE_UNORDERED,
+            _ => sql::COMPLETE_UNORDERED_GROUP,
+        };
+        let unordered = client.prepare_cached(unordered).await.map_err(db)?;
         let transaction = client.transaction().await.map_err(db)?;
-        let (transaction_ref, unordered, waking) = (&transaction, &unordered, &waking);
-        let changed = try_join_all(completions.iter().map(|c| async move {
-            let params: [&(dyn ToSql + Sync); 8] = [
-                &c.source,
-                &c.id,
-                &c.token,
-                &c.status,
-                &c.headers,
-                &c.body.as_ref(),
-                &c.body_kept,
-                &c.retention_ms,
-            ];
-            match transaction_ref.execute(unordered, &params).await? {
-                0 => transaction_ref.execute(waking, &params).await,
-                done => Ok(done),
+        let done: Vec<bool> = if let [c] = completions.as_slice() {
+            let body = c.body.as_ref();
+            let changed = transaction
+                .execute(&unordered, &c.params(&body))
+                .await
+                .map_err(db)?;
+            vec![changed == 1]
+        } else {
+            let rows = complete_unordered(&transaction, &unordered, &completions).await?;
+            let completed: HashSet<(&str, &str, &str)> = rows
+                .iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect();
+            completions
+                .iter()
+                .map(|c| completed.contains(&(c.source.as_str(), c.id.as_str(), c.token.as_str())))
+                .collect()
+        };
+        let (transaction_ref, waking) = (&transaction, &waking);
+        let changed = try_join_all(completions.iter().zip(done).map(|(c, done)| async move {
+            if done {
+                return Ok(true);
             }
+            let body = c.body.as_ref();
+            let changed = transaction_ref.execute(waking, &c.params(&body)).await?;
+            Ok::<_, tokio_postgres::Error>(changed == 1)
         }))
         .await
         .map_err(db)?;
         transaction.commit().await.map_err(db)?;
-        Ok(changed.into_iter().map(|n| n == 1).collect())
+        Ok(changed)
     })
+}
+
+/// `COMPLETE_UNORDERED_GROUP` of `completions`, sent with its settings.
+async fn complete_unordered(
+    transaction: &tokio_postgres::Transaction<'_>,
+    statement: &tokio_postgres::Statement,
+    completions: &[Completion],
+) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+    let column = |f: fn(&Completion) -> &str| -> Vec<&str> { completions.iter().map(f).collect() };
+    let (sources, ids, tokens) = (
+        column(|c| &c.source),
+        column(|c| &c.id),
+        column(|c| &c.token),
+    );
+    let kept = column(|c| c.body_kept);
+    let statuses: Vec<i16> = completions.iter().map(|c| c.status).collect();
+    let headers: Vec<&[u8]> = completions.iter().map(|c| c.headers.as_slice()).collect();
+    let bodies: Vec<&[u8]> = completions.iter().map(|c| c.body.as_ref()).collect();
+    let retentions: Vec<i64> = completions.iter().map(|c| c.retention_ms).collect();
+    let params: [&(dyn ToSql + Sync); 8] = [
+        &sources,
+        &ids,
+        &tokens,
+        &statuses,
+        &headers,
+        &bodies,
+        &kept,
+        &retentions,
+    ];
+    // Sent together: the settings, then the statement they plan.
+    let (_, rows) = try_join(
+        transaction.batch_execute(sql::LOOKUPS_BY_KEY),
+        transaction.query(statement, &params),
+    )
+    .await
+    .map_err(db)?;
+    Ok(rows)
+}
+
+impl Completion {
+    /// `COMPLETE`'s parameters, the body given as a slice of `self.body`.
+    fn params<'a>(&'a self, body: &'a &'a [u8]) -> [&'a (dyn ToSql + Sync); 8] {
+        [
+            &self.source,
+            &self.id,
+            &self.token,
+            &self.status,
+            &self.headers,
+            body,
+            &self.body_kept,
+            &self.retention_ms,
+        ]
+    }
 }
