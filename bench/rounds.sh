@@ -35,6 +35,7 @@ stats() { curl -s "127.0.0.1:$UP/stats"; }
 "$BIN/examples/bench-upstream" "127.0.0.1:$UP" & PIDS+=($!)
 redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
     --logfile "$WORK/redis.log" & PIDS+=($!)
+REDIS_PID=$!
 gateway() { # port key_prefix extra-store-lines [store-section]
     local store=${4:-$(printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s/0"' "$REDIS")}
     cat <<TOML
@@ -89,10 +90,11 @@ PROCS[nginx]="$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | t
 # A process that ended meanwhile (a database backend) counts 0.
 ticks() { local sum=0 pid; for pid in $1; do sum=$((sum + $(cpu_ticks "$pid" 2>/dev/null || echo 0))); done; echo $sum; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# The PostgreSQL server's CPU, for the postgres set (its backends live as
-# long as the gateways' pools): one contender runs at a time, so a round's
-# share is that contender's.
-database_ticks() { if [ "$SET" = postgres ]; then ticks "$(pgrep -x postgres | tr '\n' ' ')"; else echo 0; fi; }
+# The store's CPU: the PostgreSQL server's for the postgres set (its
+# backends live as long as the gateways' pools), else the Redis server's.
+# One contender runs at a time, so a round's share is that contender's
+# (nginx's is the store's idle).
+store_ticks() { if [ "$SET" = postgres ]; then ticks "$(pgrep -x postgres | tr '\n' ' ')"; else ticks $REDIS_PID; fi; }
 
 WRK_EXTRA=()
 case $SET in
@@ -125,7 +127,7 @@ for round in $(seq "$ROUNDS"); do
     for contender in "${CONTENDERS[@]}"; do
         name=${contender%%:*} port=${contender##*:}
         before=$(stats | field duplicates) cpu_before=$(ticks "${PROCS[$name]}")
-        db_before=$(database_ticks)
+        db_before=$(store_ticks)
         result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" \
             -s "bench/wrk/$SCRIPT.lua" "http://127.0.0.1:$port/hook" | grep '^RESULT')
         dups=$(( $(stats | field duplicates) - before ))
@@ -133,12 +135,11 @@ for round in $(seq "$ROUNDS"); do
         if [ "$name" != nginx ] && [ "$dups" -ne 0 ]; then echo "FAIL $name: $dups duplicate side effects"; status=1; fi
         cpu=$(( ($(ticks "${PROCS[$name]}") - cpu_before) * TICK_US / $(num requests "$result") ))
         CPU[$name]+="$cpu "
-        db=$(( ($(database_ticks) - db_before) * TICK_US / $(num requests "$result") ))
+        db=$(( ($(store_ticks) - db_before) * TICK_US / $(num requests "$result") ))
         DB[$name]+="$db "
-        [ "$SET" = postgres ] || db=""
         RPS[$name]+="$(num rps "$result") "
         P99[$name]+="$(num p99_ms "$result") "
-        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each${db:+, database $db µs}, failed $(num failed "$result"));"
+        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each, store $db µs, failed $(num failed "$result"));"
     done
     echo "  $line"
 done
@@ -151,9 +152,9 @@ for contender in "${CONTENDERS[@]}"; do
     name=${contender%%:*}
     rps=$(median <<<"${RPS[$name]}")
     awk -v n="$name" -v r="$rps" -v p="$(median <<<"${P99[$name]}")" -v c="$(median <<<"${CPU[$name]}")" \
-        -v d="$(median <<<"${DB[$name]}")" -v b="$base" -v s="$SET" \
+        -v d="$(median <<<"${DB[$name]}")" -v b="$base" \
         'BEGIN {printf "  %-10s %8.0f req/s  p99 %6.2f ms  %5.0f µs CPU  %.2fx", n, r, p, c, r / b
-                if (s == "postgres") printf "  database %4.0f µs", d
+                printf "  store %4.0f µs", d
                 printf "\n"}'
 done
 exit $status
