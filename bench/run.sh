@@ -245,6 +245,8 @@ echo "--- latency at a fixed 1000 req/s, ${DURATION}s, 16 connections each (open
 PAIR_NGINX=$(latency_pair "$NGINX" 1000 16)
 PAIR_HG=$(latency_pair "$HG_REDIS" 1000 16)
 PAIR_EMB=$(latency_pair "$HG_EMBEDDED" 1000 16)
+PAIR_PG=""
+[ -n "$HG_PG_PID" ] && PAIR_PG=$(latency_pair "$HG_PG" 1000 16)
 echo "--- latency at a fixed 5000 req/s, ${DURATION}s, 32 connections each (open loop, beside the upstream alone)"
 PAIR5_NGINX=$(latency_pair "$NGINX" 5000 32)
 PAIR5_HG=$(latency_pair "$HG_REDIS" 5000 32)
@@ -313,6 +315,7 @@ echo "latency at 1000 req/s each (open loop, from scheduled send time, interleav
 report_pair "nginx" "$PAIR_NGINX"
 report_pair "hookgate redis" "$PAIR_HG"
 report_pair "hookgate embedded" "$PAIR_EMB"
+[ -n "$PAIR_PG" ] && report_pair "hookgate postgres" "$PAIR_PG"
 echo "latency at 5000 req/s each:"
 report_pair "nginx" "$PAIR5_NGINX"
 report_pair "hookgate redis" "$PAIR5_HG"
