@@ -393,17 +393,38 @@ macro_rules! waking {
     };
 }
 
+/// What a completion writes, given the response's status, headers, body,
+/// how much of the body was kept, and the retention in ms.
+macro_rules! completed {
+    ($status:literal, $headers:literal, $body:literal, $kept:literal, $retention:literal) => {
+        concat!(
+            "status = 'completed', token = NULL, lease_expires_at = NULL, \
+             next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
+             updated_at = date_trunc('milliseconds', now()), response_status = ",
+            $status,
+            ", response_headers = ",
+            $headers,
+            ", response_body = ",
+            $body,
+            ", response_body_kept = ",
+            $kept,
+            ", expires_at = now() + ",
+            $retention,
+            " * interval '1 millisecond' "
+        )
+    };
+}
+
 /// The completion of a row its token ($3) still holds: $1 source, $2 key,
 /// then the response: $4 status, $5 headers, $6 body, $7 how much of the
 /// body was kept; $8 retention ms.
 macro_rules! completing {
     () => {
-        "UPDATE webhook_events SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-            next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
-            updated_at = date_trunc('milliseconds', now()), \
-            response_status = $4, response_headers = $5, response_body = $6, \
-            response_body_kept = $7, expires_at = now() + $8::bigint * interval '1 millisecond' \
-         WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()"
+        concat!(
+            "UPDATE webhook_events SET ",
+            completed!("$4", "$5", "$6", "$7", "$8::bigint"),
+            "WHERE source = $1 AND idempotency_key = $2 AND token = $3 AND expires_at > now()"
+        )
     };
 }
 
@@ -414,17 +435,15 @@ pub(super) const COMPLETE_UNORDERED: &str = concat!(completing!(), " AND order_e
 /// [`completing`] of a group's unordered rows (`group.rs`): one array per
 /// parameter, in `completing`'s order. Returns each row completed with the
 /// token that completed it. Run under [`LOOKUPS_BY_KEY`].
-pub(super) const COMPLETE_UNORDERED_GROUP: &str = "\
-UPDATE webhook_events AS w SET status = 'completed', token = NULL, lease_expires_at = NULL, \
-    next_attempt_at = NULL, order_parked = NULL, completed_at = now(), \
-    updated_at = date_trunc('milliseconds', now()), \
-    response_status = c.status, response_headers = c.headers, response_body = c.body, \
-    response_body_kept = c.kept, expires_at = now() + c.retention * interval '1 millisecond' \
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::bytea[], $6::bytea[], \
-    $7::text[], $8::bigint[]) AS c(source, key, token, status, headers, body, kept, retention) \
-WHERE w.source = c.source AND w.idempotency_key = c.key AND w.token = c.token \
-  AND w.expires_at > now() AND w.order_entity IS NULL \
-RETURNING w.source, w.idempotency_key, c.token";
+pub(super) const COMPLETE_UNORDERED_GROUP: &str = concat!(
+    "UPDATE webhook_events AS w SET ",
+    completed!("c.status", "c.headers", "c.body", "c.kept", "c.retention"),
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::bytea[], $6::bytea[], \
+         $7::text[], $8::bigint[]) AS c(source, key, token, status, headers, body, kept, retention) \
+     WHERE w.source = c.source AND w.idempotency_key = c.key AND w.token = c.token \
+       AND w.expires_at > now() AND w.order_entity IS NULL \
+     RETURNING w.source, w.idempotency_key, c.token"
+);
 
 /// For the transaction of a statement that joins a group's arrays to the
 /// table: each item is found by the primary key, a nested loop of index
