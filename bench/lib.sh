@@ -24,6 +24,12 @@ wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# An empty database NAME on the local PostgreSQL (trust auth), dropped
+# first if a run before left it.
+fresh_database() { # name
+    psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+}
+
 # A config's [store] backend lines: Redis on $REDIS, the embedded file
 # $WORK/NAME.db, or the local PostgreSQL's database DB.
 store_section() { # store name db

@@ -35,8 +35,7 @@ pg_db() { echo "hookgate_ordering_${1//-/_}"; }
 fresh_store() { # shape
     rm -f "$WORK/$1.db" "$WORK/$1.db-wal" "$WORK/$1.db-shm"
     if [ "$STORE" = postgres ]; then
-        psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $(pg_db "$1")" \
-            -c "CREATE DATABASE $(pg_db "$1")" >/dev/null
+        fresh_database "$(pg_db "$1")"
     fi
 }
 

@@ -51,8 +51,7 @@ for store in $STORES; do
                 --logfile "$WORK/redis.log" & PIDS+=($!)
             wait_port $REDIS ;;
         postgres)
-            psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $DB" \
-                -c "CREATE DATABASE $DB" >/dev/null ;;
+            fresh_database "$DB" ;;
     esac
     a="\"\${file:$WORK/a.key}\"" b="\"\${file:$WORK/b.key}\""
     config "$store" "$a" > "$WORK/gw.toml"

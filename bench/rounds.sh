@@ -37,7 +37,7 @@ redis-server --port $REDIS --bind 127.0.0.1 --save "" --appendonly no --daemoniz
     --logfile "$WORK/redis.log" & PIDS+=($!)
 REDIS_PID=$!
 gateway() { # port key_prefix extra-store-lines [store-section]
-    local store=${4:-$(printf 'backend = "redis"\nurl = "redis://127.0.0.1:%s/0"' "$REDIS")}
+    local store=${4:-$(store_section redis)}
     cat <<TOML
 [server]
 listen = "127.0.0.1:$1"
@@ -49,12 +49,8 @@ $3
 $(sync_route $UP)
 TOML
 }
-# A fresh database on the local PostgreSQL for the postgres set: NAME.
-fresh_database() {
-    psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
-    echo "backend = \"postgres\"
-url = \"postgres://postgres@127.0.0.1:5432/$1\""
-}
+# The postgres set's store: a fresh database NAME.
+postgres_store() { fresh_database "$1" && store_section postgres "" "$1"; }
 gateway $HASHED rounds-hashed: "packed_claims = false" > "$WORK/hashed.toml"
 gateway $PACKED rounds-packed: "packed_claims = true" > "$WORK/packed.toml"
 wait_port $REDIS
@@ -64,13 +60,13 @@ PROCS[hashed]=$! PROCS[hookgate]=$!
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/packed.toml" 2>"$WORK/packed.log" & PIDS+=($!)
 PROCS[packed]=$!
 if [ "$SET" = postgres ]; then
-    gateway $POSTGRES rounds: "" "$(fresh_database hookgate_rounds)" > "$WORK/postgres.toml"
+    gateway $POSTGRES rounds: "" "$(postgres_store hookgate_rounds)" > "$WORK/postgres.toml"
     HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/postgres.toml" 2>"$WORK/postgres.log" & PIDS+=($!)
     PROCS[postgres]=$!
 fi
 if [ -n "$BEFORE" ]; then
     if [ "$SET" = postgres ]; then
-        gateway $BEFORE_PORT rounds-before: "" "$(fresh_database hookgate_rounds_before)"
+        gateway $BEFORE_PORT rounds-before: "" "$(postgres_store hookgate_rounds_before)"
     else
         gateway $BEFORE_PORT rounds-before: "packed_claims = false"
     fi > "$WORK/before.toml"
@@ -119,7 +115,7 @@ case $SET in
 esac
 
 num() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-declare -A RPS P99 CPU DB
+declare -A RPS P99 CPU STORE_CPU
 status=0
 echo "--- $SET: $ROUNDS rounds of wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, contenders in turn"
 for round in $(seq "$ROUNDS"); do
@@ -127,7 +123,7 @@ for round in $(seq "$ROUNDS"); do
     for contender in "${CONTENDERS[@]}"; do
         name=${contender%%:*} port=${contender##*:}
         before=$(stats | field duplicates) cpu_before=$(ticks "${PROCS[$name]}")
-        db_before=$(store_ticks)
+        store_before=$(store_ticks)
         result=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "${WRK_EXTRA[@]}" \
             -s "bench/wrk/$SCRIPT.lua" "http://127.0.0.1:$port/hook" | grep '^RESULT')
         dups=$(( $(stats | field duplicates) - before ))
@@ -135,11 +131,11 @@ for round in $(seq "$ROUNDS"); do
         if [ "$name" != nginx ] && [ "$dups" -ne 0 ]; then echo "FAIL $name: $dups duplicate side effects"; status=1; fi
         cpu=$(( ($(ticks "${PROCS[$name]}") - cpu_before) * TICK_US / $(num requests "$result") ))
         CPU[$name]+="$cpu "
-        db=$(( ($(store_ticks) - db_before) * TICK_US / $(num requests "$result") ))
-        DB[$name]+="$db "
+        store=$(( ($(store_ticks) - store_before) * TICK_US / $(num requests "$result") ))
+        STORE_CPU[$name]+="$store "
         RPS[$name]+="$(num rps "$result") "
         P99[$name]+="$(num p99_ms "$result") "
-        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each, store $db µs, failed $(num failed "$result"));"
+        line+=" $name $(num rps "$result") req/s (p99 $(num p99_ms "$result") ms, $cpu µs CPU each, store $store µs, failed $(num failed "$result"));"
     done
     echo "  $line"
 done
@@ -152,7 +148,7 @@ for contender in "${CONTENDERS[@]}"; do
     name=${contender%%:*}
     rps=$(median <<<"${RPS[$name]}")
     awk -v n="$name" -v r="$rps" -v p="$(median <<<"${P99[$name]}")" -v c="$(median <<<"${CPU[$name]}")" \
-        -v d="$(median <<<"${DB[$name]}")" -v b="$base" \
+        -v d="$(median <<<"${STORE_CPU[$name]}")" -v b="$base" \
         'BEGIN {printf "  %-10s %8.0f req/s  p99 %6.2f ms  %5.0f µs CPU  %.2fx", n, r, p, c, r / b
                 printf "  store %4.0f µs", d
                 printf "\n"}'
