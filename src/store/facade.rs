@@ -283,42 +283,49 @@ impl Store {
             .collect()
     }
 
-    pub(super) async fn deadline<T>(
-        &self,
+    pub(super) fn deadline<'a, T>(
+        &'a self,
         name: &'static str,
-        op: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.deadline_at(name, "", op).await
+        op: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
+        self.deadline_at(name, "", op)
     }
 
     /// [`Store::deadline`] of an operation on `source`, whose refusals
     /// (errors of a store that answers) are kept until it succeeds there.
-    pub(super) async fn deadline_at<T>(
-        &self,
+    ///
+    /// The operation is boxed when this is called, not when the answer is
+    /// first polled: its future is as large as the largest backend's (up to
+    /// 7 KiB), and held unboxed it would be part of the future of every
+    /// caller up to the request's own task, copied whole each time one is
+    /// moved (BENCHMARKS.md, "Where the targets stand").
+    pub(super) fn deadline_at<'a, T>(
+        &'a self,
         name: &'static str,
-        source: &str,
-        op: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        // Boxed: the operation's future is as large as the largest
-        // backend's, and the request's own future need not hold it.
-        let result = tokio::time::timeout(self.timeout, Box::pin(op))
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
-        match &result {
-            Ok(_) => self.refusals.succeeded(name, source),
-            Err(StoreError::Backend(error)) => {
-                let now_ms = crate::clock::wall()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |since| since.as_millis() as u64);
-                self.refusals.refused(name, source, error, now_ms);
+        source: &'a str,
+        op: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
+        let op = Box::pin(op);
+        async move {
+            let started = Instant::now();
+            let result = tokio::time::timeout(self.timeout, op)
+                .await
+                .unwrap_or(Err(StoreError::Timeout));
+            match &result {
+                Ok(_) => self.refusals.succeeded(name, source),
+                Err(StoreError::Backend(error)) => {
+                    let now_ms = crate::clock::wall()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |since| since.as_millis() as u64);
+                    self.refusals.refused(name, source, error, now_ms);
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
+            self.metrics
+                .observe(name, started.elapsed(), result.is_err());
+            on!(self.backend, b => Health::observed(b, !matches!( result, Err(StoreError::Timeout | StoreError::Backend(_)) )));
+            result
         }
-        self.metrics
-            .observe(name, started.elapsed(), result.is_err());
-        on!(self.backend, b => Health::observed(b, !matches!( result, Err(StoreError::Timeout | StoreError::Backend(_)) )));
-        result
     }
 
     /// Backend settings that would silently lose claims, as warnings.

@@ -219,20 +219,15 @@ impl Backend for PostgresStore {
     const SHARDABLE: bool = false;
 }
 
-impl Records for PostgresStore {
-    async fn claim(
+impl PostgresStore {
+    /// A claim on a connection of its own: of a key that is not new, or
+    /// under a body guard (`replay_guard`), in one transaction.
+    async fn claim_alone(
         &self,
         request: ClaimRequest<'_>,
         token: &str,
     ) -> Result<ClaimOutcome, StoreError> {
         let Some(guard) = request.guard_key else {
-            // One statement with the other claims of its group: the row
-            // lock settles concurrent claims; a key that is not new is
-            // read and decided on its own.
-            self.schema_ready().await?;
-            if let Some(attempt) = self.claims.submit(NewClaim::of(&request, token)).await? {
-                return Ok(inserted(&request, token, attempt));
-            }
             let client = self.client().await?;
             return claim(&client, &request, token, Start::Read).await;
         };
@@ -272,6 +267,27 @@ impl Records for PostgresStore {
         }
         transaction.commit().await.map_err(db)?;
         Ok(outcome)
+    }
+}
+
+impl Records for PostgresStore {
+    async fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+        token: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        if request.guard_key.is_none() {
+            // One statement with the other claims of its group: the row
+            // lock settles concurrent claims; a key that is not new is
+            // read and decided on its own.
+            self.schema_ready().await?;
+            if let Some(attempt) = self.claims.submit(NewClaim::of(&request, token)).await? {
+                return Ok(inserted(&request, token, attempt));
+            }
+        }
+        // Boxed: the rest holds a pooled connection's and a transaction's
+        // futures, and every backend's claim would carry their size.
+        Box::pin(self.claim_alone(request, token)).await
     }
 
     async fn renew(

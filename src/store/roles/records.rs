@@ -75,9 +75,10 @@ impl Records<'_> {
             other => other,
         };
         if result.is_err() {
-            let undo = async {
+            // Boxed, as every store operation is (`Store::deadline_at`).
+            let undo = Box::pin(async {
                 on!(self.store.backend, b => backend::Records::release(b, request.key, &token).await)
-            };
+            });
             if let Ok(Ok(true)) = tokio::time::timeout(self.store.timeout, undo).await {
                 tracing::info!(key = %request.key, "released a claim whose answer was lost");
             }
