@@ -264,7 +264,13 @@ url = \"redis://127.0.0.1:$REDIS/0\"" 3510 > "$WORK/idle-h2.toml"
 HOOKGATE_LOG=warn "$BIN/hookgate" run --config "$WORK/idle-h2.toml" 2>"$WORK/hg-idle-h2.log" & IDLE_H2_PID=$!; PIDS+=($IDLE_H2_PID)
 wait_port 3510
 IDLE_H2=$("$BIN/examples/load" idle 127.0.0.1:3510 "$IDLE_CONNECTIONS" $IDLE_H2_PID h2)
-kill $IDLE_PID $IDLE_H2_PID 2>/dev/null || true
+# The same HTTP/2 connections on a fresh floor: what hyper's h2 server keeps
+# per connection by itself (its write, read and HPACK buffers), whoever
+# serves on it.
+"$BIN/examples/floor" 127.0.0.1:3520 "redis://127.0.0.1:$REDIS/1" "http://127.0.0.1:$UP/hook" & IDLE_FLOOR_PID=$!; PIDS+=($IDLE_FLOOR_PID)
+wait_port 3520
+IDLE_H2_FLOOR=$("$BIN/examples/load" idle 127.0.0.1:3520 "$IDLE_CONNECTIONS" $IDLE_FLOOR_PID h2)
+kill $IDLE_PID $IDLE_H2_PID $IDLE_FLOOR_PID 2>/dev/null || true
 
 echo "--- async accept in front of a slow consumer (50 ms a call, max_in_flight 16)"
 # A fresh gateway and database, as for the idle test; last, since its
@@ -326,6 +332,7 @@ awk -v a="$(num connections_per_s "$FULL_HG")" -v b="$(num connections_per_s "$F
 echo
 echo "idle keep-alive connections, HTTP/1.1: $IDLE"
 echo "idle keep-alive connections, HTTP/2:   $IDLE_H2"
+echo "  the floor (hyper's h2 alone), HTTP/2:   $IDLE_H2_FLOOR"
 echo
 awk -v n="$ASYNC_DELIVERED" -v s="$ASYNC_SECS" 'BEGIN {printf "async delivery (embedded, max_in_flight 64): %d events accepted and delivered in %.1f s from the start of the accept run: %.0f deliveries/s sustained\n", n, s, n/s}'
 echo
