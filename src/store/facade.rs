@@ -298,7 +298,7 @@ impl Store {
     /// first polled: its future is as large as the largest backend's (up to
     /// 7 KiB), and held unboxed it would be part of the future of every
     /// caller up to the request's own task, copied whole each time one is
-    /// moved (BENCHMARKS.md, "Where the targets stand").
+    /// moved (BENCHMARKS.md, "Where the targets stand, and why").
     pub(super) fn deadline_at<'a, T>(
         &'a self,
         name: &'static str,
