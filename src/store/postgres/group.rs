@@ -264,6 +264,20 @@ impl Completion {
             retention_ms: millis(retention),
         }
     }
+
+    /// `COMPLETE`'s parameters, the body given as a slice of `self.body`.
+    fn params<'a>(&'a self, body: &'a &'a [u8]) -> [&'a (dyn ToSql + Sync); 8] {
+        [
+            &self.source,
+            &self.id,
+            &self.token,
+            &self.status,
+            &self.headers,
+            body,
+            &self.body_kept,
+            &self.retention_ms,
+        ]
+    }
 }
 
 /// Complete each record of `completions` its token still holds: whether it
@@ -351,20 +365,4 @@ async fn complete_unordered(
     .await
     .map_err(db)?;
     Ok(rows)
-}
-
-impl Completion {
-    /// `COMPLETE`'s parameters, the body given as a slice of `self.body`.
-    fn params<'a>(&'a self, body: &'a &'a [u8]) -> [&'a (dyn ToSql + Sync); 8] {
-        [
-            &self.source,
-            &self.id,
-            &self.token,
-            &self.status,
-            &self.headers,
-            body,
-            &self.body_kept,
-            &self.retention_ms,
-        ]
-    }
 }

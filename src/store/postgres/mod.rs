@@ -21,17 +21,18 @@
 //! statement cache: measured 2.8× the claims/s of bb8-postgres, which
 //! prepares each statement again). The pool connects on first use, and the
 //! schema is migrated then, in a task of its own under an advisory lock
-//! (`schema.rs`) — so a gateway starts (answering 503) while the database
+//! (`schema.rs`, its SQL `migrations.rs`) — so a gateway starts (answering 503) while the database
 //! is down, several start at once safely, no operation's deadline cuts a
 //! long migration off, and a new primary at the same address is picked up
 //! by new connections without a restart. Expired rows are pruned in bounded
 //! batches by a background task (`prune.rs`). `rows.rs` is a claim's
-//! statements, `sql.rs` the SQL, `listen.rs` the replay cache's feed,
+//! statements, `sql.rs` every operation's SQL, `listen.rs` the replay cache's feed,
 //! `transfer.rs` `hookgate store copy`.
 
 mod group;
 mod listen;
 mod listing;
+mod migrations;
 mod order;
 mod prune;
 mod rows;
@@ -54,7 +55,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::watch;
 use tokio_postgres::types::ToSql;
 
-pub use self::sql::MIGRATIONS;
+pub use self::migrations::MIGRATIONS;
 use super::{
     follow, settled, Backend, ClaimMode, ClaimOutcome, ClaimRequest, Deleted, Due, Failure, Fleet,
     Health, Invalidations, Lease, Leased, Queue, Record, RecordState, Records, StoreError,

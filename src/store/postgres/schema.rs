@@ -19,7 +19,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 
-use super::{db, pool_error, sql, MIGRATIONS};
+use super::migrations::{self, MIGRATIONS};
+use super::{db, pool_error};
 use crate::store::StoreError;
 
 /// Where this process's migration is.
@@ -71,7 +72,7 @@ pub(super) fn spawn(
 /// The versions recorded, or `None` when there is no `hookgate_migrations`
 /// (a database hookgate never ran on) or it cannot be read.
 pub(super) async fn recorded(client: &tokio_postgres::Client) -> Option<Vec<i32>> {
-    let rows = client.query(sql::APPLIED, &[]).await.ok()?;
+    let rows = client.query(migrations::APPLIED, &[]).await.ok()?;
     Some(rows.iter().map(|row| row.get(0)).collect())
 }
 
@@ -173,13 +174,13 @@ pub(super) async fn migrate(client: deadpool_postgres::Object) -> Result<usize, 
     // A migration of a big table takes what it takes (the pools'
     // connections have store.timeout as their statement_timeout).
     client
-        .batch_execute(sql::NO_STATEMENT_TIMEOUT)
+        .batch_execute(migrations::NO_STATEMENT_TIMEOUT)
         .await
         .map_err(db)?;
     // Polled, not waited on: a session blocked on the lock would hold a
     // snapshot, and a concurrent index build waits for every older one.
     while !client
-        .query_one(sql::TRY_MIGRATION_LOCK, &[])
+        .query_one(migrations::TRY_MIGRATION_LOCK, &[])
         .await
         .map_err(db)?
         .get::<_, bool>(0)
@@ -187,7 +188,7 @@ pub(super) async fn migrate(client: deadpool_postgres::Object) -> Result<usize, 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     client
-        .batch_execute(sql::MIGRATIONS_TABLE)
+        .batch_execute(migrations::MIGRATIONS_TABLE)
         .await
         .map_err(db)?;
     let todo = pending(recorded(&client).await.as_deref());
@@ -196,7 +197,7 @@ pub(super) async fn migrate(client: deadpool_postgres::Object) -> Result<usize, 
             run(&mut client, step).await?;
         }
         client
-            .execute(sql::RECORD_APPLIED, &[version])
+            .execute(migrations::RECORD_APPLIED, &[version])
             .await
             .map_err(db)?;
         tracing::info!(version, "PostgreSQL schema migrated");
@@ -213,7 +214,10 @@ async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), 
             let mut waits = 0;
             loop {
                 let transaction = client.transaction().await.map_err(db)?;
-                let tried = match transaction.batch_execute(sql::MIGRATION_LOCK_TIMEOUT).await {
+                let tried = match transaction
+                    .batch_execute(migrations::MIGRATION_LOCK_TIMEOUT)
+                    .await
+                {
                     Ok(()) => transaction.batch_execute(statements).await,
                     Err(error) => Err(error),
                 };
@@ -234,7 +238,7 @@ async fn run(client: &mut tokio_postgres::Client, step: Step<'_>) -> Result<(), 
         Step::Concurrently(statement) => {
             if let Some(index) = index_name(statement) {
                 let invalid = client
-                    .query_opt(sql::INVALID_INDEX, &[&index])
+                    .query_opt(migrations::INVALID_INDEX, &[&index])
                     .await
                     .map_err(db)?;
                 if invalid.is_some() {
@@ -313,9 +317,9 @@ pub fn script(migrations: &[(i32, &str)]) -> String {
         out += "-- Nothing to do: every version is recorded.\n";
         return out;
     }
-    out += &format!("{};\n", sql::NO_STATEMENT_TIMEOUT);
-    out += &format!("{};\n", sql::MIGRATION_LOCK);
-    out += &format!("{};\n", sql::MIGRATIONS_TABLE);
+    out += &format!("{};\n", migrations::NO_STATEMENT_TIMEOUT);
+    out += &format!("{};\n", migrations::MIGRATION_LOCK);
+    out += &format!("{};\n", migrations::MIGRATIONS_TABLE);
     for (version, migration) in migrations {
         out += &format!("\n-- version {version}\n");
         for step in steps(migration) {
@@ -342,7 +346,7 @@ pub fn script(migrations: &[(i32, &str)]) -> String {
             "INSERT INTO hookgate_migrations (version) VALUES ({version}) ON CONFLICT DO NOTHING;\n"
         );
     }
-    out += &format!("{};\n", sql::MIGRATION_UNLOCK);
+    out += &format!("{};\n", migrations::MIGRATION_UNLOCK);
     out
 }
 
