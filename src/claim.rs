@@ -117,11 +117,13 @@ impl Claim {
         processing_ttl: Duration,
         lease_until: &mut Instant,
     ) {
-        let mut tick = tokio::time::interval(processing_ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await; // the first tick is immediate; the claim is fresh
+        // One timer, inline in the call's future, set once per tick: most
+        // calls end before the first (an `interval` would box its timer and
+        // register it twice, its first tick being immediate).
+        let period = processing_ttl / 3;
+        let mut next = Instant::now() + period;
         loop {
-            tick.tick().await;
+            tokio::time::sleep_until(next).await;
             let asked = Instant::now();
             match store.records().renew(key, lease, processing_ttl).await {
                 Ok(true) => *lease_until = asked + processing_ttl,
@@ -130,6 +132,9 @@ impl Claim {
                     tracing::warn!(route, key = key.id(), %error, "lease renewal failed; retrying")
                 }
             }
+            // The next tick a period after this one, however long the
+            // store took to answer it.
+            next = asked + period;
         }
     }
 

@@ -34,7 +34,7 @@ pub trait Backend: Queue + Listing + Fleet + Health + Transfer {
     /// share a slot.
     fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
         match shard {
-            None => format!("{key_prefix}{scope}"),
+            None => [key_prefix, scope].concat(),
             Some(shard) => format!("{key_prefix}{scope}.{shard}"),
         }
     }

@@ -242,8 +242,14 @@ pub struct StoreKey {
 impl StoreKey {
     /// The key of event `id` in `source`.
     pub fn event(source: &str, id: &str) -> Self {
+        // Built once per delivery: sized at once, without `format!`'s
+        // machinery and regrowth.
+        let mut full = String::with_capacity(source.len() + 1 + id.len());
+        full.push_str(source);
+        full.push(':');
+        full.push_str(id);
         Self {
-            full: format!("{source}:{id}"),
+            full,
             source_len: source.len(),
         }
     }

@@ -64,8 +64,8 @@ use self::fields::{parse_record, record_or_none};
 use self::guard::Taken;
 use self::listing::{COUNT, LIST, LISTED_FIELDS, QUEUED};
 use self::scripts::{
-    script, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, OLDEST_OWED, PROBE,
-    RELEASE, RENEW,
+    script, script_stamped, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED,
+    OLDEST_OWED, PROBE, RELEASE, RENEW,
 };
 pub use self::sentinel::{check_sentinels, Sentinel};
 use super::{
@@ -132,7 +132,7 @@ impl<C: Connector> RedisStore<C> {
             wait_timeout: timeout / 2,
             claim: script(CLAIM),
             renew: script(RENEW),
-            complete: script(COMPLETE),
+            complete: script_stamped(COMPLETE),
             fail: script(FAIL),
             lease_due: script(LEASE_DUE),
             lease_ordered: script(LEASE_ORDERED),
@@ -294,13 +294,14 @@ impl<C: Connector> Backend for RedisStore<C> {
     const SHARDABLE: bool = true;
 
     fn namespace(key_prefix: &str, scope: &str, shard: Option<u16>) -> String {
-        let scope = match shard {
-            None => scope.to_owned(),
-            Some(shard) => format!("{scope}.{shard}"),
+        let scope: std::borrow::Cow<'_, str> = match shard {
+            None => scope.into(),
+            Some(shard) => format!("{scope}.{shard}").into(),
         };
+        // On every delivery's path: joined, not formatted.
         match C::HASH_TAGS {
-            true => format!("{key_prefix}{{{scope}}}"),
-            false => format!("{key_prefix}{scope}"),
+            true => [key_prefix, "{", &scope, "}"].concat(),
+            false => [key_prefix, &scope].concat(),
         }
     }
 }
@@ -366,7 +367,8 @@ impl<C: Connector> Records for RedisStore<C> {
             .arg(retention.as_millis() as u64)
             .arg(response.body_kept.as_str())
             .arg(key.source())
-            .arg(key.id());
+            .arg(key.id())
+            .arg(self.redis_now_ms().await?);
         if self.min_replicas_acked == 0 {
             return self.applied(&invocation).await;
         }

@@ -26,6 +26,7 @@
 //! packed record as an error, so a fleet rolling from one turns it off
 //! until every instance reads it (docs/operations/upgrading.md, "Upgrading").
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -109,13 +110,17 @@ impl<C: Connector> RedisStore<C> {
         }
         let lease_until = self.redis_now_ms().await? + request.processing_ttl.as_millis() as u64;
         let mut connection = self.connector.connection().await?;
+        // Sized at once: `format!` alone regrows its string several times.
+        let mut value = String::with_capacity(48 + token.len() + request.body_sha256.len());
+        let source_len = request.key.source().len();
+        let _ = write!(
+            value,
+            "p1:{token}:{}:{lease_until}:{source_len}",
+            request.body_sha256
+        );
         let reply: redis::RedisResult<Option<Value>> = redis::cmd("SET")
             .arg(request.key.as_str())
-            .arg(format!(
-                "p1:{token}:{}:{lease_until}:{}",
-                request.body_sha256,
-                request.key.source().len()
-            ))
+            .arg(value)
             .arg("NX")
             .arg("GET")
             .arg("PX")
@@ -142,7 +147,7 @@ impl<C: Connector> RedisStore<C> {
 
     /// Redis's time now, in Unix ms, from the last reading of its clock
     /// (read again when older than [`CLOCK_AGE`]).
-    async fn redis_now_ms(&self) -> Result<u64, StoreError> {
+    pub(super) async fn redis_now_ms(&self) -> Result<u64, StoreError> {
         let clock = &self.clock;
         let read_at = clock.read_at_ms.load(Ordering::Acquire);
         let now = monotonic_ms();

@@ -4,10 +4,31 @@
 
 use redis::Script;
 
-/// A script: [`PRELUDE`], then [`OPEN_PACKED`], then `body`.
+/// A script: `now` read from Redis's clock, then [`PRELUDE`], then
+/// [`OPEN_PACKED`], then `body`.
 pub(super) fn script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{OPEN_PACKED}{body}"))
+    Script::new(&format!(
+        "{REDIS_CLOCK}local now = redis_now()\n{PRELUDE}{OPEN_PACKED}{body}"
+    ))
 }
+
+/// A script whose `now` is its last argument: Redis's time as the gateway
+/// last read it (`packed.rs`), for a script on every event's path that
+/// only stamps a record with it — no lease is judged by it. `TIME` inside
+/// a script costs more than the rest of a small one (BENCHMARKS.md, "Redis
+/// CPU per event"); `redis_now()` reads the clock where a path needs it.
+pub(super) fn script_stamped(body: &str) -> Script {
+    Script::new(&format!(
+        "{REDIS_CLOCK}local now = tonumber(ARGV[#ARGV])\n{PRELUDE}{OPEN_PACKED}{body}"
+    ))
+}
+
+/// `redis_now()`: Redis's time in ms.
+const REDIS_CLOCK: &str = "local function redis_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+";
 
 /// Lua, after the prelude: `open_packed(key)` turns a packed record
 /// (`packed.rs`) at `key` into its hash, in place, keeping its expiry, and
@@ -33,7 +54,7 @@ local function opened(key)
 end
 ";
 
-/// Shared by every script: the current Redis time in ms, the listing
+/// Shared by every script, after `now`: the listing
 /// indexes, and an ordered record's entity (`ordered`: the record left its
 /// entity's pending set (1), delivered (2, its value the entity's newest if
 /// newer), or changed (0); each wakes the entity, see [`LEASE_ORDERED`]). Each state of a source has one sorted set, `{source}!{state}`,
@@ -51,9 +72,7 @@ end
 /// no entry: its `{source}!queued` score is its acceptance. So the success
 /// path pays nothing for the gauge but one `ZREM` of an async completion
 /// (of an id the set rarely holds, or of a set that does not exist).
-pub(super) const PRELUDE: &str = "local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function index(src, id, from, to)
+pub(super) const PRELUDE: &str = "local function index(src, id, from, to)
   if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
   redis.call('ZADD', src .. '!' .. to, now, id)
 end
@@ -437,12 +456,15 @@ return 1
 ";
 
 /// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
-/// source, id.
+/// source, id, and the gateway's reading of Redis's time ([`script_stamped`]):
+/// a packed claim is stamped with it; a record that is a hash (it may be
+/// queued or ordered, whose wake-ups are judged by Redis's clock) reads
+/// the clock.
 pub(super) const COMPLETE: &str = "
-local s = redis.pcall('HMGET', KEYS[1], 'token', 'state', 'next_attempt')
-if s.err then
-  -- A packed claim (`packed.rs`): written completed at once.
-  local token, sha = string.match(redis.call('GET', KEYS[1]), '^p1:([^:]*):([^:]*):')
+local packed = redis.pcall('GET', KEYS[1])
+if type(packed) == 'string' then
+  -- A packed claim (`packed.rs`), the common case: written completed at once.
+  local token, sha = string.match(packed, '^p1:([^:]*):([^:]*):')
   if token ~= ARGV[1] then return 0 end
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
@@ -452,7 +474,10 @@ if s.err then
   index(ARGV[7], ARGV[8], nil, 'completed')
   return 1
 end
+if not packed then return 0 end
+local s = redis.call('HMGET', KEYS[1], 'token', 'state', 'next_attempt')
 if s[1] ~= ARGV[1] then return 0 end
+now = redis_now()
 local from = s[2]
 redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
   'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6])

@@ -152,14 +152,25 @@ async fn a_packed_claim_completes_straight_into_a_listed_record() {
         .complete(&key, &wrong, &response("no"), LONG)
         .await
         .unwrap());
+    let before = redis_ms(&mut raw).await;
     assert!(store
         .records()
         .complete(&key, &lease, &response("ok"), LONG)
         .await
         .unwrap());
+    let after = redis_ms(&mut raw).await;
     let record = store.records().get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!((record.attempts, record.body_sha256.as_str()), (1, SHA_A));
+    // Stamped with Redis's time as the gateway read it, not by a `TIME` in
+    // the script: off by a one-way trip at most.
+    let completed = record
+        .completed_at_ms
+        .expect("a completed record says when");
+    assert!(
+        (before.saturating_sub(50)..=after + 50).contains(&completed),
+        "completed at {completed}, Redis's clock read {before}..{after}"
+    );
     assert_eq!(
         store
             .listing()
