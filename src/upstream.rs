@@ -278,6 +278,11 @@ pub fn resend(
         sign_standard_webhooks(&mut headers, secret, key, &body);
     }
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    if !headers.contains_key(header::HOST) {
+        if let Some(host) = host_of(&route.call.upstream) {
+            headers.insert(header::HOST, host);
+        }
+    }
 
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = method;
@@ -307,6 +312,26 @@ fn sign_standard_webhooks(headers: &mut HeaderMap, secret: &Secret, key: &str, b
 }
 
 /// The route's upstream URL with the delivery's query string appended.
+/// The `Host` the client would write for `upstream` — its host, and its
+/// port unless it is the scheme's default — taken from the URI as it is:
+/// the client formats one per request when the header is missing. `None`
+/// for an authority with credentials in it (the client then writes it).
+fn host_of(upstream: &Uri) -> Option<HeaderValue> {
+    let authority = upstream.authority()?;
+    let default_port = match upstream.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let host = match authority.port_u16() {
+        Some(port) if port != default_port => authority.as_str(),
+        _ => authority.host(),
+    };
+    if host.contains('@') {
+        return None;
+    }
+    HeaderValue::from_str(host).ok()
+}
+
 fn upstream_uri(upstream: &Uri, query: Option<&str>) -> Uri {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return upstream.clone();
@@ -320,6 +345,27 @@ fn upstream_uri(upstream: &Uri, query: Option<&str>) -> Uri {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_is_the_clients_own() {
+        let cases = [
+            ("http://127.0.0.1:3000/hook", Some("127.0.0.1:3000")),
+            ("http://app.internal/hook", Some("app.internal")),
+            ("http://app.internal:80/hook", Some("app.internal")),
+            ("https://app.internal:443/", Some("app.internal")),
+            ("https://app.internal:80/", Some("app.internal:80")),
+            ("http://[::1]:8080/hook", Some("[::1]:8080")),
+            ("http://user:pw@app.internal:81/", None),
+        ];
+        for (uri, expected) in cases {
+            let host = host_of(&uri.parse().unwrap());
+            assert_eq!(
+                host.as_ref().map(|v| v.to_str().unwrap()),
+                expected,
+                "{uri}"
+            );
+        }
+    }
 
     #[test]
     fn appends_the_query_string() {
