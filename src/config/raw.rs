@@ -101,6 +101,8 @@ pub struct RawStore {
     pub min_replicas_acked: Option<u32>,
     /// redis, redis-cluster: new sync claims packed into one `SET`.
     pub packed_claims: Option<bool>,
+    /// redis, redis-cluster: a packed claim completed as one string.
+    pub packed_completions: Option<bool>,
     /// postgres: connections per gateway.
     pub pool_size: Option<u64>,
     pub shards: Option<u64>,

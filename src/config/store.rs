@@ -57,6 +57,7 @@ impl Validator<'_> {
             ),
             min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
             packed_claims: raw.packed_claims.unwrap_or(true),
+            packed_completions: raw.packed_completions.unwrap_or(false),
             tls_ca: raw.tls_ca.as_ref().and_then(|path| {
                 let path = PathBuf::from(self.string(&at.key("tls_ca"), path)?);
                 if let Err(message) = crate::tls::load_certs(&path) {
@@ -211,7 +212,9 @@ impl Validator<'_> {
             "url" => matches!(backend_name, "redis" | "redis-sentinel" | "postgres"),
             "sentinels" | "master" => backend_name == "redis-sentinel",
             "pool_size" => backend_name == "postgres",
-            "min_replicas_acked" | "packed_claims" => backend_name.starts_with("redis"),
+            "min_replicas_acked" | "packed_claims" | "packed_completions" => {
+                backend_name.starts_with("redis")
+            }
             "tls_ca" => backend_name.starts_with("redis") || backend_name == "postgres",
             _ => backend_name == "redis-cluster",
         };
@@ -226,6 +229,7 @@ impl Validator<'_> {
             ("shards", raw.shards.is_some()),
             ("min_replicas_acked", raw.min_replicas_acked.is_some()),
             ("packed_claims", raw.packed_claims.is_some()),
+            ("packed_completions", raw.packed_completions.is_some()),
             ("tls_ca", raw.tls_ca.is_some()),
         ] {
             if present && !applies(name) {

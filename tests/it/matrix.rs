@@ -1,7 +1,8 @@
 //! The feature matrix, with the real binary: mode {sync, async, hybrid} ×
 //! shape {one upstream, two destinations with filters} × order {none,
-//! `order_by` + `stale_by`} × store {embedded, Redis, Redis under
-//! Sentinel, PostgreSQL} × fault
+//! `order_by` + `stale_by`} × store {embedded, Redis (its packed
+//! claims completed packed), Redis under Sentinel (the defaults),
+//! PostgreSQL} × fault
 //! {none, SIGKILL mid-call, a reload to another shape mid-flight, an
 //! operator's redelivery racing a sender's retry, a reconciliation pass
 //! recovering the events the sender gave up on while it retries the
@@ -383,7 +384,12 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
     let store_dir = tempfile::tempdir().unwrap();
     let store = match case.store {
         StoreKind::Embedded => Backend::Embedded(store_dir.path().join("hookgate.db")).toml(),
-        StoreKind::Redis => Backend::Redis(redis.as_ref().expect("redis").url()).toml(),
+        // A sync event completed on its packed claim stays a string here
+        // (`packed_completions`); under Sentinel, the default hash.
+        StoreKind::Redis => {
+            let url = redis.as_ref().expect("redis").url();
+            Backend::Redis(url).toml() + "\npacked_completions = true"
+        }
         StoreKind::Sentinel => {
             let set = shared_sentinels().await.expect("redis-server");
             Backend::RedisSentinel(set.toml()).toml()

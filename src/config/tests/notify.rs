@@ -1,5 +1,5 @@
-//! `[[notify]]` and the `redis-sentinel` store: what each needs, and what
-//! each refuses.
+//! `[[notify]]`, the `redis-sentinel` store and Redis's packed
+//! completions: what each needs, and what each refuses.
 
 use std::time::Duration;
 
@@ -50,6 +50,21 @@ fn parses_a_sentinel_store() {
     let stray = refused("backend = \"redis\"\nurl = \"redis://a:6379\"\nmaster = \"m\"");
     assert!(
         stray.contains("`master` does not apply to backend \"redis\""),
+        "{stray}"
+    );
+}
+
+/// `packed_completions`: off unless set, and a Redis store's alone.
+#[test]
+fn parses_packed_completions() {
+    let with = |store: &str| MINIMAL.replace("backend = \"memory\"", store);
+    let redis = "backend = \"redis\"\nurl = \"redis://a:6379\"";
+    let store = |text: &str| parse(&with(text)).unwrap().fixed.store;
+    assert!(!store(redis).packed_completions);
+    assert!(store(&format!("{redis}\npacked_completions = true")).packed_completions);
+    let stray = problems(&with("backend = \"memory\"\npacked_completions = true")).join("\n");
+    assert!(
+        stray.contains("`packed_completions` does not apply to backend \"memory\""),
         "{stray}"
     );
 }

@@ -250,7 +250,7 @@ impl RedisStore<Single> {
             timeout,
             min_replicas_acked,
         );
-        Ok(store.packing(settings.packed_claims))
+        Ok(store.packing(settings.packed_claims, settings.packed_completions))
     }
 }
 
@@ -286,7 +286,7 @@ impl RedisStore<Cluster> {
             nodes: node_clients,
         };
         let store = Self::with(cluster, timeout, min_replicas_acked);
-        Ok(store.packing(settings.packed_claims))
+        Ok(store.packing(settings.packed_claims, settings.packed_completions))
     }
 }
 

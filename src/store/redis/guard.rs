@@ -34,7 +34,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::fields::{bytes, pairs, parse_record};
-use super::scripts::script;
+use super::prelude::script;
 use super::{Connector, RedisStore};
 use crate::store::{
     settled, ClaimOutcome, ClaimRequest, Record, RecordState, StoreError, StoreKey,

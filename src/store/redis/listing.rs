@@ -1,6 +1,6 @@
 //! The Redis store's queue and listings: the due index a worker leases
 //! from, and the per-state sorted sets listings, counts, the oldest-record
-//! gauges and trims read (`scripts.rs` says how each script keeps them;
+//! gauges and trims read (`prelude.rs` says how each script keeps them;
 //! the listing and count scripts are here).
 
 use std::time::Duration;

@@ -29,7 +29,9 @@
 //! sentinels name, asked again when operations fail (`sentinel.rs`).
 //!
 //! Beside this file: `connect.rs` (reaching one Redis or a cluster),
-//! `scripts.rs` (the Lua), `fields.rs` (reading a hash back), `listing.rs`
+//! `scripts.rs` (the Lua) after `prelude.rs` (what every script starts
+//! with), `packed.rs` (the packed claim and completion), `fields.rs`
+//! (reading a hash back), `listing.rs`
 //! (the queue and listings), `transfer.rs` (`store copy`), `health.rs`.
 //!
 //! Scripts are sent with `EVALSHA` and reloaded on `NOSCRIPT` (after a
@@ -49,6 +51,7 @@ mod health;
 mod layout;
 mod listing;
 mod packed;
+mod prelude;
 mod repair;
 mod scripts;
 mod sentinel;
@@ -63,9 +66,10 @@ pub use self::connect::{check_url, Cluster, Connector, Single};
 use self::fields::{parse_record, record_or_none};
 use self::guard::Taken;
 use self::listing::{COUNT, LIST, LISTED_FIELDS, QUEUED};
+use self::prelude::{script, script_stamped};
 use self::scripts::{
-    script, script_stamped, BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED,
-    OLDEST_OWED, PROBE, RELEASE, RENEW,
+    BLOCKED, CLAIM, COMPLETE, DELETE, FAIL, LEASE_DUE, LEASE_ORDERED, OLDEST_OWED, PROBE, RELEASE,
+    RENEW,
 };
 pub use self::sentinel::{check_sentinels, Sentinel};
 use super::{
@@ -100,6 +104,8 @@ pub struct RedisStore<C: Connector> {
     packed: AtomicBool,
     /// Says whether they do (`hookgate_store_packed_claims`).
     packed_gauge: Option<prometheus::IntGauge>,
+    /// Whether a packed claim is completed packed too (`packed.rs`).
+    packed_completions: bool,
     /// Redis's clock as last read, for the packed claim's lease.
     clock: packed::RedisClock,
     /// How long `WAIT` may take.
@@ -128,6 +134,7 @@ impl<C: Connector> RedisStore<C> {
             sharded: AtomicBool::new(false),
             packed: AtomicBool::new(false),
             packed_gauge: None,
+            packed_completions: false,
             clock: packed::RedisClock::default(),
             wait_timeout: timeout / 2,
             claim: script(CLAIM),
@@ -368,6 +375,7 @@ impl<C: Connector> Records for RedisStore<C> {
             .arg(response.body_kept.as_str())
             .arg(key.source())
             .arg(key.id())
+            .arg(if self.packed_completions { "1" } else { "0" })
             .arg(self.redis_now_ms().await?);
         if self.min_replicas_acked == 0 {
             return self.applied(&invocation).await;

@@ -6,7 +6,7 @@
 //! A packed record is a string, `p1:{token}:{body_sha256}:{lease_until}:
 //! {source length}`: a sync delivery's first claim, with nothing else to
 //! keep (no stored request, no replay guard, no order). Whatever reads a
-//! record by its key — every script, through `OPEN_PACKED` (`scripts.rs`) — first makes
+//! record by its key — every script, through `OPEN_PACKED` (`prelude.rs`) — first makes
 //! it the hash every other record is, in place: `processing`, the token,
 //! the body's hash, attempt 1, its lease, its expiry kept, and its entry in
 //! the `processing` listing. So a duplicate, renewal, completion, failure,
@@ -25,6 +25,19 @@
 //! = false`): a gateway of a release before the packed claim reads a
 //! packed record as an error, so a fleet rolling from one turns it off
 //! until every instance reads it (docs/operations/upgrading.md, "Upgrading").
+//!
+//! A packed claim's completion can be packed too (`store.packed_completions`,
+//! off unless the config turns it on): one `SET … PX retention` of
+//! `p2:{status}:{body_kept}:{attempts}:{first_seen}:{completed_at}:
+//! {body_sha256}:{headers length}:{headers}{body}` (the headers as a hash
+//! record keeps them, their length in bytes), listed as completed when it
+//! is written, instead of deleting the string and writing an 11-field hash
+//! with its expiry (BENCHMARKS.md, "Redis CPU per event"). A duplicate's
+//! `SET … NX GET` gets it back and answers from it with no script
+//! ([`completed_fields`]); every other reader opens it into the completed
+//! hash it stands for, as it opens a packed claim. Releases before this
+//! one read it as an error, so it is off by default until a release that
+//! reads it is the oldest in a fleet.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -34,8 +47,8 @@ use tokio::time::Instant;
 
 use redis::{Script, Value};
 
-use super::fields::record_or_none;
-use super::scripts::script;
+use super::fields::{parse_record, record_or_none};
+use super::prelude::script;
 use super::{backend, Connector, RedisStore};
 use crate::store::{ClaimMode, ClaimOutcome, ClaimRequest, Lease, Record, StoreError};
 
@@ -64,9 +77,11 @@ fn monotonic_ms() -> u64 {
 
 impl<C: Connector> RedisStore<C> {
     /// Claim new keys with the packed claim where it applies (see the
-    /// module doc) when `on` (`store.packed_claims`).
-    pub(super) fn packing(self, on: bool) -> Self {
-        self.packed.store(on, Ordering::Relaxed);
+    /// module doc) when `claims` (`store.packed_claims`), and complete
+    /// them packed when `completions` (`store.packed_completions`).
+    pub(super) fn packing(mut self, claims: bool, completions: bool) -> Self {
+        self.packed.store(claims, Ordering::Relaxed);
+        self.packed_completions = completions;
         self
     }
 
@@ -132,6 +147,13 @@ impl<C: Connector> RedisStore<C> {
                 token: token.to_owned(),
                 attempt: 1,
             }))),
+            // A packed completion answers a duplicate at once.
+            Ok(Some(Value::BulkString(held))) if held.starts_with(b"p2:") => {
+                match completed_fields(&held) {
+                    Some(fields) => Ok(Some(ClaimOutcome::Completed(parse_record(&fields)?))),
+                    None => Ok(None),
+                }
+            }
             // A packed claim is there: the claim script opens and judges it.
             Ok(Some(_)) => Ok(None),
             Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
@@ -180,5 +202,80 @@ impl<C: Connector> RedisStore<C> {
             .await
             .map_err(backend)?;
         record_or_none(&fields)
+    }
+}
+
+/// A packed completion (`p2:…`, see the module doc) as the `HGETALL` of
+/// the completed hash it opens into: the fields `OPEN_PACKED`
+/// (`prelude.rs`) writes, from the same pattern; `None` for anything else,
+/// which the claim script then judges as it would.
+fn completed_fields(held: &[u8]) -> Option<Value> {
+    let rest = held.strip_prefix(b"p2:")?;
+    let mut parts = rest.splitn(8, |&b| b == b':');
+    let mut next = |valid: fn(&u8) -> bool| {
+        parts
+            .next()
+            .filter(|part| !part.is_empty() && part.iter().all(valid))
+    };
+    let digits = |b: &u8| b.is_ascii_digit();
+    let (status, kept, attempts) = (next(digits)?, next(u8::is_ascii_alphabetic)?, next(digits)?);
+    let (first_seen, completed_at) = (next(digits)?, next(digits)?);
+    let sha = next(|_| true)?;
+    let length: usize = std::str::from_utf8(next(digits)?).ok()?.parse().ok()?;
+    let rest = parts.next().unwrap_or_default();
+    let (headers, body) = (rest.get(..length)?, rest.get(length..)?);
+    let fields: [(&str, &[u8]); 10] = [
+        ("state", b"completed"),
+        ("completed_at", completed_at),
+        ("updated", completed_at),
+        ("status", status),
+        ("headers", headers),
+        ("body", body),
+        ("body_kept", kept),
+        ("body_sha256", sha),
+        ("attempts", attempts),
+        ("first_seen", first_seen),
+    ];
+    Some(Value::Array(
+        fields
+            .into_iter()
+            .flat_map(|(name, value)| {
+                [
+                    Value::BulkString(name.as_bytes().to_vec()),
+                    Value::BulkString(value.to_vec()),
+                ]
+            })
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_completion_reads_as_its_hash() {
+        let held =
+            b"p2:201:whole:1:1700000000000:1700000000042:abcd:25:content-type: text/plain\nok: a:b";
+        let record = parse_record(&completed_fields(held).unwrap()).unwrap();
+        assert_eq!(record.state, crate::store::RecordState::Completed);
+        assert_eq!(record.completed_at_ms, Some(1_700_000_000_042));
+        assert_eq!(record.updated_ms, 1_700_000_000_042);
+        assert_eq!(record.first_seen_ms, 1_700_000_000_000);
+        assert_eq!(record.body_sha256, "abcd");
+        assert_eq!(record.attempts, 1);
+        let response = record.response.unwrap();
+        assert_eq!(response.status.as_u16(), 201);
+        assert_eq!(response.headers["content-type"], "text/plain");
+        assert_eq!(&response.body[..], b"ok: a:b");
+        // Anything else is left to the claim script.
+        for other in [
+            &b"p1:t:s:1:2"[..],
+            b"p2:201:whole:1:1:2:abcd:99:short",
+            b"p2:2x1:whole:1:1:2:abcd:0:",
+            b"p2:201:whole:1:1:2:abcd",
+        ] {
+            assert!(completed_fields(other).is_none(), "{other:?}");
+        }
     }
 }

@@ -1,106 +1,7 @@
 //! The Redis store's Lua scripts, one per operation, each one atomic step
 //! on the record, its listing index and its queue's due index. The claim
-//! script is the record's life (`store/record.rs`, `decide`) in Lua.
-
-use redis::Script;
-
-/// A script: `now` read from Redis's clock, then [`PRELUDE`], then
-/// [`OPEN_PACKED`], then `body`.
-pub(super) fn script(body: &str) -> Script {
-    Script::new(&format!(
-        "{REDIS_CLOCK}local now = redis_now()\n{PRELUDE}{OPEN_PACKED}{body}"
-    ))
-}
-
-/// A script whose `now` is its last argument: Redis's time as the gateway
-/// last read it (`packed.rs`), for a script on every event's path that
-/// only stamps a record with it — no lease is judged by it. `TIME` inside
-/// a script costs more than the rest of a small one (BENCHMARKS.md, "Redis
-/// CPU per event"); `redis_now()` reads the clock where a path needs it.
-pub(super) fn script_stamped(body: &str) -> Script {
-    Script::new(&format!(
-        "{REDIS_CLOCK}local now = tonumber(ARGV[#ARGV])\n{PRELUDE}{OPEN_PACKED}{body}"
-    ))
-}
-
-/// `redis_now()`: Redis's time in ms.
-const REDIS_CLOCK: &str = "local function redis_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-";
-
-/// Lua, after the prelude: `open_packed(key)` turns a packed record
-/// (`packed.rs`) at `key` into its hash, in place, keeping its expiry, and
-/// lists it; any other value is left as it is. `opened(key)` does that and
-/// returns the key.
-pub(super) const OPEN_PACKED: &str = "
-local function open_packed(key)
-  if redis.call('TYPE', key)['ok'] ~= 'string' then return end
-  local token, sha, lease_until, n =
-    string.match(redis.call('GET', key), '^p1:([^:]*):([^:]*):(%d+):(%d+)$')
-  if not token then return end
-  local ttl = redis.call('PTTL', key)
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'state', 'processing', 'token', token, 'body_sha256', sha,
-    'attempts', 1, 'lease_until', lease_until, 'updated', now, 'first_seen', now)
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-  n = tonumber(n)
-  index(string.sub(key, 1, n), string.sub(key, n + 2), nil, 'processing')
-end
-local function opened(key)
-  open_packed(key)
-  return key
-end
-";
-
-/// Shared by every script, after `now`: the listing
-/// indexes, and an ordered record's entity (`ordered`: the record left its
-/// entity's pending set (1), delivered (2, its value the entity's newest if
-/// newer), or changed (0); each wakes the entity, see [`LEASE_ORDERED`]). Each state of a source has one sorted set, `{source}!{state}`,
-/// of event ids scored by their last change; a script that changes a
-/// record's state moves its id in the same step (two sorted-set writes).
-/// Entries whose record expired are dropped by listings as they meet them,
-/// and in bulk by [`Listing::trim`](super::super::Listing::trim) (the gateway's periodic sweep), so the
-/// write path never looks for them. (The `!` keeps index keys out of the
-/// event keys' `{source}:` namespace; on a cluster the source's hash tag
-/// puts them in the records' slot.) `{source}!accepted` holds the accepted
-/// events that went back to their queue after an attempt — a failure, a
-/// release — scored by when they were first seen, for
-/// `hookgate_oldest_queued_seconds` (`owe` adds one; its completion, dead
-/// letter or deletion removes it). An event queued and never tried needs
-/// no entry: its `{source}!queued` score is its acceptance. So the success
-/// path pays nothing for the gauge but one `ZREM` of an async completion
-/// (of an id the set rarely holds, or of a set that does not exist).
-pub(super) const PRELUDE: &str = "local function index(src, id, from, to)
-  if from and from ~= to then redis.call('ZREM', src .. '!' .. from, id) end
-  redis.call('ZADD', src .. '!' .. to, now, id)
-end
-local function owe(src, id, key)
-  local seen = tonumber(redis.call('HGET', key, 'first_seen')) or now
-  redis.call('ZADD', src .. '!accepted', 'NX', seen, id)
-end
-local function place_of(id, seq) return string.format('%020d', seq) .. ':' .. id end
--- An entity's `{source}!E:` hash lives as long as the longest-lived of
--- its events written to it: the stale guard remembers the newest value
--- delivered for the record's retention, as the SQL stores do.
-local function entity_lives(meta, key)
-  local ttl = redis.call('PTTL', key)
-  if ttl > redis.call('PTTL', meta) then redis.call('PEXPIRE', meta, ttl) end
-end
-local function ordered(src, id, key, how)
-  local o = redis.call('HMGET', key, 'entity', 'order_value', 'order_seq')
-  if not o[1] then return end
-  if how > 0 then redis.call('ZREM', src .. '!e:' .. o[1], place_of(id, tonumber(o[3]))) end
-  if how == 2 and o[2] then
-    local meta = src .. '!E:' .. o[1]
-    local newest = tonumber(redis.call('HGET', meta, 'newest'))
-    if not newest or tonumber(o[2]) > newest then redis.call('HSET', meta, 'newest', o[2]) end
-    entity_lives(meta, key)
-  end
-  redis.call('ZADD', src .. '!wake', now, o[1])
-end
-";
+//! script is the record's life (`store/record.rs`, `decide`) in Lua. Each
+//! runs after what every script starts with (`prelude.rs`).
 
 /// KEYS[1] key, optional KEYS[2] replay guard (checked whenever the key is
 /// claimable, not only when it is new); ARGV token, body_sha256, lease ms,
@@ -456,21 +357,28 @@ return 1
 ";
 
 /// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
-/// source, id, and the gateway's reading of Redis's time ([`script_stamped`]):
-/// a packed claim is stamped with it; a record that is a hash (it may be
-/// queued or ordered, whose wake-ups are judged by Redis's clock) reads
-/// the clock.
+/// source, id, '1' to write a packed claim's completion packed too
+/// (`store.packed_completions`), and the gateway's reading of Redis's time
+/// ([`script_stamped`]): a packed claim is stamped with it; a record that
+/// is a hash (it may be queued or ordered, whose wake-ups are judged by
+/// Redis's clock) reads the clock.
 pub(super) const COMPLETE: &str = "
 local packed = redis.pcall('GET', KEYS[1])
 if type(packed) == 'string' then
   -- A packed claim (`packed.rs`), the common case: written completed at once.
   local token, sha = string.match(packed, '^p1:([^:]*):([^:]*):')
   if token ~= ARGV[1] then return 0 end
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
-    'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6],
-    'body_sha256', sha, 'attempts', 1, 'first_seen', now)
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  if ARGV[9] == '1' then
+    local at = ARGV[10]
+    redis.call('SET', KEYS[1], 'p2:' .. ARGV[2] .. ':' .. ARGV[6] .. ':1:' .. at .. ':' .. at ..
+      ':' .. sha .. ':' .. #ARGV[3] .. ':' .. ARGV[3] .. ARGV[4], 'PX', ARGV[5])
+  else
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', now, 'updated', now,
+      'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'body_kept', ARGV[6],
+      'body_sha256', sha, 'attempts', 1, 'first_seen', now)
+    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  end
   index(ARGV[7], ARGV[8], nil, 'completed')
   return 1
 end

@@ -203,7 +203,7 @@ impl RedisStore<Sentinel> {
             }),
         };
         let store = Self::with(sentinel, timeout, min_replicas_acked);
-        Ok(store.packing(settings.packed_claims))
+        Ok(store.packing(settings.packed_claims, settings.packed_completions))
     }
 }
 

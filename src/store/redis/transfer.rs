@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::fields::parse_record;
-use super::scripts::script;
+use super::prelude::script;
 use super::{Connector, RedisStore};
 use crate::store::{history, Content, Record, RecordState, StoreError, StoreKey, Transfer};
 

@@ -9,11 +9,12 @@
 /// module of the backend's name; each backend is the `async fn` of that
 /// name below (`None` skips where it cannot run, outside CI).
 macro_rules! conformance {
-    // Every backend (the one list, `support/stores.rs`), and Redis once
-    // more with the packed claim.
+    // Every backend (the one list, `support/stores.rs`), and Redis twice
+    // more: with the packed claim, and with its completion packed too.
     (tests: $tests:tt $(,)?) => {
         crate::every_backend!(conformance { tests: $tests, });
         conformance!(@backend redis_packed $tests);
+        conformance!(@backend redis_packed_completions $tests);
     };
     (tests: $tests:tt, backends: [$($backend:ident),* $(,)?] $(,)?) => {
         $( conformance!(@backend $backend $tests); )*
@@ -184,6 +185,19 @@ pub(crate) async fn redis() -> Option<Opened> {
 pub(crate) async fn redis_packed() -> Option<Opened> {
     let redis = RedisServer::start().await?;
     let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
+    Some(opened(backend, Time::Wall, redis))
+}
+
+/// Redis with the packed claim completed packed (`store.packed_completions`):
+/// a sync event completed on its first claim stays a string, listed, until
+/// a script reads it.
+pub(crate) async fn redis_packed_completions() -> Option<Opened> {
+    let redis = RedisServer::start().await?;
+    let settings = StoreSettings {
+        packed_completions: true,
+        ..StoreSettings::new(StoreBackend::Redis { url: redis.url() })
+    };
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }

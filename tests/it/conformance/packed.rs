@@ -1,7 +1,10 @@
 //! Redis's packed claim (`store/redis/packed.rs`), seen in Redis itself: a
 //! new sync claim is one string until a script reads it, then the same
-//! hash, listed, as a claim by the script. (Every conformance test also
-//! runs against it: the `redis_packed` backend.)
+//! hash, listed, as a claim by the script; its completion, packed too
+//! where the config says so, is one string, listed, that answers a
+//! duplicate as it is and opens into the completed hash for any other
+//! reader. (Every conformance test also runs against both: the
+//! `redis_packed` and `redis_packed_completions` backends.)
 
 use std::time::Duration;
 
@@ -13,8 +16,18 @@ use crate::support::RedisServer;
 
 /// A store on `redis`, packed claims on or off, and a raw connection.
 async fn open(redis: &RedisServer, packed: bool) -> (Store, redis::aio::MultiplexedConnection) {
+    open_with(redis, packed, false).await
+}
+
+/// The same, with packed completions on or off.
+async fn open_with(
+    redis: &RedisServer,
+    packed: bool,
+    completions: bool,
+) -> (Store, redis::aio::MultiplexedConnection) {
     let settings = StoreSettings {
         packed_claims: packed,
+        packed_completions: completions,
         ..StoreSettings::new(StoreBackend::Redis { url: redis.url() })
     };
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
@@ -152,13 +165,7 @@ async fn a_packed_claim_completes_straight_into_a_listed_record() {
         .complete(&key, &wrong, &response("no"), LONG)
         .await
         .unwrap());
-    let before = redis_ms(&mut raw).await;
-    assert!(store
-        .records()
-        .complete(&key, &lease, &response("ok"), LONG)
-        .await
-        .unwrap());
-    let after = redis_ms(&mut raw).await;
+    let (before, after) = complete_ok(&store, &mut raw, &key, &lease).await;
     let record = store.records().get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!((record.attempts, record.body_sha256.as_str()), (1, SHA_A));
@@ -198,4 +205,109 @@ async fn without_the_setting_every_claim_is_a_hash() {
     claim_new(&store, "evt_3", LONG).await;
     let key = super::k("evt_3");
     assert_eq!(type_of(&mut raw, key.as_str()).await, "hash");
+}
+
+#[tokio::test]
+async fn a_packed_completion_is_one_string_that_answers_then_opens_into_the_record() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let (store, mut raw) = open_with(&redis, true, true).await;
+    let key = store.key("pk", "evt_4");
+    let lease = claim_new_at(&store, &key).await;
+    let (before, after) = complete_ok(&store, &mut raw, &key, &lease).await;
+    // One string, its expiry the retention, listed as completed at once.
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
+    let held: Vec<u8> = redis::cmd("GET")
+        .arg(key.as_str())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(held.starts_with(b"p2:201:whole:1:"), "{held:?}");
+    let expiry = pttl(&mut raw, key.as_str()).await;
+    assert!(expiry > 50_000, "the retention (60 s), got {expiry} ms");
+    // (Counted in Redis: the store's count opens the oldest it meets.)
+    let listed: u64 = redis::cmd("ZCARD")
+        .arg(format!("{}!completed", key.source()))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(listed, 1);
+
+    // A duplicate is answered from it, and it stays a string.
+    let answered = |outcome: ClaimOutcome| match outcome {
+        ClaimOutcome::Completed(record) => record,
+        other => panic!("{other:?}"),
+    };
+    let duplicate = answered(
+        store
+            .records()
+            .claim(request(&key, SHA_B, LONG))
+            .await
+            .unwrap(),
+    );
+    let replayed = duplicate.response.as_ref().unwrap();
+    assert_eq!(replayed.status.as_u16(), 201);
+    assert_eq!(replayed.headers["content-type"], "text/plain");
+    assert_eq!(&replayed.body[..], b"ok");
+    assert_eq!(duplicate.body_sha256, SHA_A);
+    let at = duplicate.completed_at_ms.unwrap();
+    assert!(
+        (before.saturating_sub(50)..=after + 50).contains(&at),
+        "completed at {at}, Redis's clock read {before}..{after}"
+    );
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
+
+    // Any other reader opens it: the same record, a hash, its expiry kept,
+    // listed once; a duplicate then goes through the claim script alike.
+    let read = store.records().get(&key).await.unwrap().unwrap();
+    assert_eq!(type_of(&mut raw, key.as_str()).await, "hash");
+    assert_eq!(read.state, RecordState::Completed);
+    assert_eq!(
+        (read.attempts, read.completed_at_ms, read.first_seen_ms),
+        (1, Some(at), duplicate.first_seen_ms)
+    );
+    assert_eq!(read.response, duplicate.response);
+    let expiry = pttl(&mut raw, key.as_str()).await;
+    assert!(expiry > 50_000, "the expiry is kept, got {expiry} ms");
+    let completed = store.listing().count("pk", RecordState::Completed).await;
+    assert_eq!(completed.unwrap(), 1);
+    let again = answered(
+        store
+            .records()
+            .claim(request(&key, SHA_A, LONG))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(again.response, duplicate.response);
+}
+
+/// A new claim of `key`'s event: its lease.
+async fn claim_new_at(store: &Store, key: &hookgate::store::StoreKey) -> hookgate::store::Lease {
+    match store
+        .records()
+        .claim(request(key, SHA_A, LONG))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::New(lease) => lease,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Complete `key` under `lease` with "ok": Redis's clock read before and
+/// after.
+async fn complete_ok(
+    store: &Store,
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: &hookgate::store::StoreKey,
+    lease: &hookgate::store::Lease,
+) -> (u64, u64) {
+    let before = redis_ms(raw).await;
+    let records = store.records();
+    assert!(records
+        .complete(key, lease, &response("ok"), LONG)
+        .await
+        .unwrap());
+    (before, redis_ms(raw).await)
 }
