@@ -359,7 +359,7 @@ return 1
 /// KEYS[1] key; ARGV token, status, headers, body, retention ms, body kept,
 /// source, id, '1' to write a packed claim's completion packed too
 /// (`store.packed_completions`), and the gateway's reading of Redis's time
-/// ([`script_stamped`]): a packed claim is stamped with it; a record that
+/// (`script_stamped`, `prelude.rs`): a packed claim is stamped with it; a record that
 /// is a hash (it may be queued or ordered, whose wake-ups are judged by
 /// Redis's clock) reads the clock.
 pub(super) const COMPLETE: &str = "

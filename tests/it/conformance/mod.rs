@@ -116,10 +116,14 @@ pub(crate) fn response(body: &'static str) -> RecordedResponse {
 }
 
 pub(crate) async fn claim_new(store: &Store, id: &str, lease: Duration) -> Lease {
-    let key = k(id);
+    claim_new_key(store, &k(id), lease).await
+}
+
+/// A new claim of `key` (body `SHA_A`): its lease.
+pub(crate) async fn claim_new_key(store: &Store, key: &StoreKey, lease: Duration) -> Lease {
     match store
         .records()
-        .claim(request(&key, SHA_A, lease))
+        .claim(request(key, SHA_A, lease))
         .await
         .unwrap()
     {

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use hookgate::config::{Backend as StoreBackend, StoreSettings};
-use hookgate::store::{ClaimOutcome, RecordState, RedisStore, Store};
+use hookgate::store::{ClaimOutcome, Record, RecordState, RedisStore, Store, StoreKey};
 
-use super::{claim_new, request, response, LONG, SHA_A, SHA_B};
+use super::{claim_new, claim_new_key, request, response, LONG, SHA_A, SHA_B};
 use crate::support::RedisServer;
 
 /// A store on `redis`, packed claims on or off, and a raw connection.
@@ -148,15 +148,7 @@ async fn a_packed_claim_completes_straight_into_a_listed_record() {
     };
     let (store, mut raw) = open(&redis, true).await;
     let key = store.key("pk", "evt_2");
-    let lease = match store
-        .records()
-        .claim(request(&key, SHA_A, LONG))
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::New(lease) => lease,
-        other => panic!("{other:?}"),
-    };
+    let lease = claim_new_key(&store, &key, LONG).await;
     assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
     let mut wrong = lease.clone();
     wrong.token = "0".repeat(32);
@@ -214,7 +206,7 @@ async fn a_packed_completion_is_one_string_that_answers_then_opens_into_the_reco
     };
     let (store, mut raw) = open_with(&redis, true, true).await;
     let key = store.key("pk", "evt_4");
-    let lease = claim_new_at(&store, &key).await;
+    let lease = claim_new_key(&store, &key, LONG).await;
     let (before, after) = complete_ok(&store, &mut raw, &key, &lease).await;
     // One string, its expiry the retention, listed as completed at once.
     assert_eq!(type_of(&mut raw, key.as_str()).await, "string");
@@ -235,17 +227,7 @@ async fn a_packed_completion_is_one_string_that_answers_then_opens_into_the_reco
     assert_eq!(listed, 1);
 
     // A duplicate is answered from it, and it stays a string.
-    let answered = |outcome: ClaimOutcome| match outcome {
-        ClaimOutcome::Completed(record) => record,
-        other => panic!("{other:?}"),
-    };
-    let duplicate = answered(
-        store
-            .records()
-            .claim(request(&key, SHA_B, LONG))
-            .await
-            .unwrap(),
-    );
+    let duplicate = answered(&store, &key, SHA_B).await;
     let replayed = duplicate.response.as_ref().unwrap();
     assert_eq!(replayed.status.as_u16(), 201);
     assert_eq!(replayed.headers["content-type"], "text/plain");
@@ -272,25 +254,20 @@ async fn a_packed_completion_is_one_string_that_answers_then_opens_into_the_reco
     assert!(expiry > 50_000, "the expiry is kept, got {expiry} ms");
     let completed = store.listing().count("pk", RecordState::Completed).await;
     assert_eq!(completed.unwrap(), 1);
-    let again = answered(
-        store
-            .records()
-            .claim(request(&key, SHA_A, LONG))
-            .await
-            .unwrap(),
-    );
+    let again = answered(&store, &key, SHA_A).await;
     assert_eq!(again.response, duplicate.response);
 }
 
-/// A new claim of `key`'s event: its lease.
-async fn claim_new_at(store: &Store, key: &hookgate::store::StoreKey) -> hookgate::store::Lease {
+/// A duplicate of `key` with body `sha`: the completed record that answers
+/// it.
+async fn answered(store: &Store, key: &StoreKey, sha: &str) -> Record {
     match store
         .records()
-        .claim(request(key, SHA_A, LONG))
+        .claim(request(key, sha, LONG))
         .await
         .unwrap()
     {
-        ClaimOutcome::New(lease) => lease,
+        ClaimOutcome::Completed(record) => record,
         other => panic!("{other:?}"),
     }
 }
@@ -300,7 +277,7 @@ async fn claim_new_at(store: &Store, key: &hookgate::store::StoreKey) -> hookgat
 async fn complete_ok(
     store: &Store,
     raw: &mut redis::aio::MultiplexedConnection,
-    key: &hookgate::store::StoreKey,
+    key: &StoreKey,
     lease: &hookgate::store::Lease,
 ) -> (u64, u64) {
     let before = redis_ms(raw).await;
