@@ -110,6 +110,15 @@ pub(crate) async fn kept_bytes(backend: &Backend) -> Vec<u8> {
                     .query_async(&mut redis)
                     .await
                     .unwrap();
+                if kind == "string" {
+                    // A packed record (`store/redis/packed.rs`) as it reads.
+                    let value: Vec<u8> = ::redis::cmd("GET")
+                        .arg(&key)
+                        .query_async(&mut redis)
+                        .await
+                        .unwrap();
+                    bytes.extend(value);
+                }
                 if kind == "hash" {
                     let fields: Vec<Vec<u8>> = ::redis::cmd("HGETALL")
                         .arg(&key)
@@ -230,6 +239,69 @@ pub(crate) async fn request_admin(gateway: &TestGateway, path: &str) -> Answer {
 }
 
 crate::on_backends!(sealed_at_rest: [embedded, redis, postgres]);
+
+/// Redis with `packed_completions` and the replay cache off: the completed
+/// record is one string, sealed as the hash is, and a duplicate answered
+/// from it (no script, `store/redis/packed.rs`) gets the answer whole.
+#[tokio::test]
+async fn a_packed_completion_is_sealed_and_answers_whole() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key_a = dir.path().join("a.key");
+    std::fs::write(&key_a, KEY_A).unwrap();
+    let upstream = upstream().await;
+    let backend = Backend::Redis(redis.url());
+    let store = format!(
+        "packed_completions = true\nreplay_cache_bytes = 0\n[store.encryption]\n{}",
+        keys_line(&[&key_a])
+    );
+    let text = config_text(&upstream.url("/hook"), &backend, "", &store);
+    let gateway = TestGateway::start(&text).await;
+    let (sender, url) = (Sender::new(), gateway.url("/hook"));
+    assert_eq!(
+        sender.deliver(&url, &event_of("evt_ok")).await.status,
+        StatusCode::OK
+    );
+
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*:evt_ok")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let [record_key] = &keys[..] else {
+        panic!("one record: {keys:?}")
+    };
+    let held: Vec<u8> = ::redis::cmd("GET")
+        .arg(record_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(held.starts_with(b"p2:200:"), "a packed completion");
+    let kept = kept_bytes(&backend).await;
+    for secret in [ANSWER, CUSTOMER] {
+        assert!(
+            !holds(&held, secret) && !holds(&kept, secret),
+            "{secret} is kept in clear"
+        );
+    }
+
+    let replay = sender.deliver(&url, &event_of("evt_ok")).await;
+    assert!(replay.replayed());
+    assert!(String::from_utf8_lossy(&replay.body).contains(ANSWER));
+    assert_eq!(replay.headers[ANSWER_HEADER], ANSWER);
+    assert_eq!(upstream.count("evt_ok"), 1);
+    let kind: String = ::redis::cmd("TYPE")
+        .arg(record_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "answered from the string as it is");
+    gateway.shutdown().await;
+}
 
 #[tokio::test]
 async fn a_config_with_a_bad_key_is_refused_and_names_it_by_place_only() {
