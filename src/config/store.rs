@@ -57,7 +57,7 @@ impl Validator<'_> {
             ),
             min_replicas_acked: raw.min_replicas_acked.unwrap_or(0),
             packed_claims: raw.packed_claims.unwrap_or(true),
-            packed_completions: raw.packed_completions.unwrap_or(false),
+            packed_completions: raw.packed_completions.unwrap_or(true),
             tls_ca: raw.tls_ca.as_ref().and_then(|path| {
                 let path = PathBuf::from(self.string(&at.key("tls_ca"), path)?);
                 if let Err(message) = crate::tls::load_certs(&path) {

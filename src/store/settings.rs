@@ -21,7 +21,7 @@ pub struct StoreSettings {
     pub packed_claims: bool,
     /// redis, redis-sentinel, redis-cluster: a packed claim's completion
     /// written as one string (`SET … PX`) instead of a hash
-    /// (`store/redis/packed.rs`); off unless the config turns it on.
+    /// (`store/redis/packed.rs`); on unless the config turns it off.
     pub packed_completions: bool,
     /// The replay cache's budget in bytes (0: off).
     pub replay_cache_bytes: usize,
@@ -50,7 +50,7 @@ impl StoreSettings {
             min_replicas_acked: 0,
             tls_ca: None,
             packed_claims: true,
-            packed_completions: false,
+            packed_completions: true,
             replay_cache_bytes: DEFAULT_REPLAY_CACHE_BYTES,
             backup: None,
         }

@@ -385,14 +385,11 @@ async fn run(case: Case, redis: &Option<RedisServer>) {
     let store = match case.store {
         StoreKind::Embedded => Backend::Embedded(store_dir.path().join("hookgate.db")).toml(),
         // A sync event completed on its packed claim stays a string here
-        // (`packed_completions`); under Sentinel, the default hash.
-        StoreKind::Redis => {
-            let url = redis.as_ref().expect("redis").url();
-            Backend::Redis(url).toml() + "\npacked_completions = true"
-        }
+        // (`packed_completions`, the default); under Sentinel, a hash.
+        StoreKind::Redis => Backend::Redis(redis.as_ref().expect("redis").url()).toml(),
         StoreKind::Sentinel => {
             let set = shared_sentinels().await.expect("redis-server");
-            Backend::RedisSentinel(set.toml()).toml()
+            Backend::RedisSentinel(set.toml()).toml() + "\npacked_completions = false"
         }
         StoreKind::Postgres => Backend::Postgres(database.as_ref().unwrap().url()).toml(),
     };

@@ -6,8 +6,8 @@
 //! the migration is recorded, and then both serve side by side, each event
 //! forwarded once whichever version gets it. The same on a Redis Cluster,
 //! whose store keeps the layout the previous release gave it; and on Redis,
-//! where this version's claims are packed and the release before, whose
-//! claims were hashed, reads them.
+//! where this version's claims and completions are packed and the releases
+//! before, whose claims (then completions) were hashed, read them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +26,11 @@ fn previous() -> Option<PathBuf> {
 /// The last release whose Redis claims were hashed by default.
 fn previous_hashed() -> Option<PathBuf> {
     built("target/previous/hashed/hookgate")
+}
+
+/// The last release whose Redis completions were hashed by default.
+fn previous_packed() -> Option<PathBuf> {
+    built("target/previous/packed/hookgate")
 }
 
 fn built(at: &str) -> Option<PathBuf> {
@@ -294,10 +299,12 @@ async fn a_cluster_store_keeps_its_layout_through_a_rolling_upgrade() {
 
 /// A rolling upgrade on Redis to packed claims (docs/operations/upgrading.md,
 /// "Upgrading"): the release before wrote hashed claims and reads packed
-/// ones. Side by side on one Redis, the new gateway's claim of a new event
-/// is a string; the old one meets it while its delivery runs and answers
-/// in flight (not an error, not a second forward), then replays it; and
-/// events either claimed are forwarded once whichever version gets them.
+/// ones, not packed completions, so the new gateway rolls beside it with
+/// `packed_completions = false`, as that page says. Side by side on one
+/// Redis, the new gateway's claim of a new event is a string; the old one
+/// meets it while its delivery runs and answers in flight (not an error,
+/// not a second forward), then replays it; and events either claimed are
+/// forwarded once whichever version gets them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_release_before_reads_packed_claims_through_a_rolling_upgrade() {
     let Some(previous) = previous_hashed() else {
@@ -319,7 +326,9 @@ async fn the_release_before_reads_packed_claims_through_a_rolling_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let (old_config, port) = write_config(dir.path(), &text);
     let mut old = GatewayProcess::start_binary(&previous, &old_config, port).await;
-    let new = TestGateway::start(&text).await;
+    let new =
+        TestGateway::start(&text.replacen("[store]\n", "[store]\npacked_completions = false\n", 1))
+            .await;
     let sender = Sender::new();
 
     // The new gateway's claim, while its upstream call runs: a string.
@@ -331,19 +340,9 @@ async fn the_release_before_reads_packed_claims_through_a_rolling_upgrade() {
     })
     .await;
     assert!(seen, "the new gateway forwards the slow event");
-    let mut raw = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*evt_slow_1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (mut raw, key) = stored_key(&redis, "evt_slow_1").await;
     let kind: String = redis::cmd("TYPE")
-        .arg(&keys[0])
+        .arg(&key)
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -361,20 +360,95 @@ async fn the_release_before_reads_packed_claims_through_a_rolling_upgrade() {
     let again = sender.deliver(&old.url("/hook"), &slow).await;
     assert!(again.replayed(), "the old gateway replays it");
 
-    let (old_url, new_url) = (old.url("/hook"), new.url("/hook"));
+    each_forwarded_once(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    assert_eq!(upstream.count("evt_slow_1"), 1);
+    new.shutdown().await;
+    old.stop("TERM");
+}
+
+/// A rolling upgrade on Redis to packed completions
+/// (docs/operations/upgrading.md, "Upgrading"): the release before
+/// completed into the hash and reads the string. Side by side on one Redis,
+/// each on its defaults, the new gateway's completion of a sync event is a
+/// `p2:` string; the old one replays it from there, status, headers and
+/// body whole; the new one replays what the old one completed; and events
+/// either claimed are forwarded once whichever version gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_before_reads_packed_completions_through_a_rolling_upgrade() {
+    let Some(previous) = previous_packed() else {
+        return;
+    };
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let text = config_text(&upstream.url("/"), &Backend::Redis(redis.url()), "", "");
+    let dir = tempfile::tempdir().unwrap();
+    let (old_config, port) = write_config(dir.path(), &text);
+    let mut old = GatewayProcess::start_binary(&previous, &old_config, port).await;
+    let new = TestGateway::start(&text).await;
+    let sender = Sender::new();
+
+    // The new gateway's completion: one string.
+    let done = event("evt_done_1");
+    let first = sender.deliver(&new.url("/hook"), &done).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let (mut raw, key) = stored_key(&redis, "evt_done_1").await;
+    let record: Vec<u8> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        record.starts_with(b"p2:"),
+        "the new release completes packed"
+    );
+    // The old gateway answers from it with the answer the new one got.
+    let again = sender.deliver(&old.url("/hook"), &done).await;
+    assert!(again.replayed(), "{}", old.logs());
+    assert_eq!(again.status, first.status);
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        again.headers.get("x-upstream"),
+        first.headers.get("x-upstream")
+    );
+
+    each_forwarded_once(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    assert_eq!(upstream.count("evt_done_1"), 1);
+    new.shutdown().await;
+    old.stop("TERM");
+}
+
+/// Events first delivered to either version, then to the other, and events
+/// delivered to both at once: each forwarded once.
+async fn each_forwarded_once(old: &str, new: &str, upstream: &Upstream) {
+    let sender = Sender::new();
     for i in 0..10 {
-        forwarded_then_replayed(&sender, &old_url, &new_url, &format!("evt_old_{i}")).await;
-        forwarded_then_replayed(&sender, &new_url, &old_url, &format!("evt_new_{i}")).await;
+        forwarded_then_replayed(&sender, old, new, &format!("evt_old_{i}")).await;
+        forwarded_then_replayed(&sender, new, old, &format!("evt_new_{i}")).await;
     }
-    duplicates_split_between(&old.url("/hook"), &new.url("/hook"), &upstream).await;
+    duplicates_split_between(old, new, upstream).await;
     for i in 0..10 {
         for id in [format!("evt_old_{i}"), format!("evt_new_{i}")] {
             assert_eq!(upstream.count(&id), 1, "{id}");
         }
     }
-    assert_eq!(upstream.count("evt_slow_1"), 1);
-    new.shutdown().await;
-    old.stop("TERM");
+}
+
+/// A raw connection to `redis`, and the one key that holds `id`'s record.
+async fn stored_key(redis: &RedisServer, id: &str) -> (redis::aio::MultiplexedConnection, String) {
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{id}"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    (raw, keys.into_iter().next().unwrap())
 }
 
 /// `id` delivered through `first` (forwarded), then through `then`

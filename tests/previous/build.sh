@@ -5,8 +5,11 @@
 #   version 1, serving while this version migrates a big table under it;
 # - target/previous/hashed/hookgate: the last release whose Redis claims
 #   were hashed by default — it reads packed claims, so a fleet rolls from
-#   it to this one, whose claims are packed, without either meeting a
-#   record it cannot read.
+#   it to one whose claims are packed without either meeting a record it
+#   cannot read;
+# - target/previous/packed/hookgate: the last release whose Redis
+#   completions were hashed by default — it reads packed completions, so a
+#   fleet rolls from it to this one, whose completions are packed, alike.
 # Skips a build when its binary is there already.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,3 +37,4 @@ build() { # commit out
 
 build d0a1397887351a7602d959e8e731aacf121c48ab target/previous
 build 4ae150cb4bbb9ae73f1ee6a4dc59217000d9c1bd target/previous/hashed
+build fe3f5ff0f9973641ddb49641df7a3c18f7b7b48a target/previous/packed

@@ -54,14 +54,14 @@ fn parses_a_sentinel_store() {
     );
 }
 
-/// `packed_completions`: off unless set, and a Redis store's alone.
+/// `packed_completions`: on unless set false, and a Redis store's alone.
 #[test]
 fn parses_packed_completions() {
     let with = |store: &str| MINIMAL.replace("backend = \"memory\"", store);
     let redis = "backend = \"redis\"\nurl = \"redis://a:6379\"";
     let store = |text: &str| parse(&with(text)).unwrap().fixed.store;
-    assert!(!store(redis).packed_completions);
-    assert!(store(&format!("{redis}\npacked_completions = true")).packed_completions);
+    assert!(store(redis).packed_completions);
+    assert!(!store(&format!("{redis}\npacked_completions = false")).packed_completions);
     let stray = problems(&with("backend = \"memory\"\npacked_completions = true")).join("\n");
     assert!(
         stray.contains("`packed_completions` does not apply to backend \"memory\""),

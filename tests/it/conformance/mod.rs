@@ -184,24 +184,25 @@ pub(crate) async fn redis() -> Option<Opened> {
     Some(opened(backend, Time::Wall, redis))
 }
 
-/// Redis with the packed claim (`store/redis/packed.rs`), as configured by
-/// default: every new sync claim is a string until a script reads it.
+/// Redis with the packed claim (`store/redis/packed.rs`) completed into the
+/// hash (`packed_completions = false`, as releases before fe3f5ff did by
+/// default): every new sync claim is a string until a script reads it.
 pub(crate) async fn redis_packed() -> Option<Opened> {
     let redis = RedisServer::start().await?;
-    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
+    let settings = StoreSettings {
+        packed_completions: false,
+        ..StoreSettings::new(StoreBackend::Redis { url: redis.url() })
+    };
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }
 
-/// Redis with the packed claim completed packed (`store.packed_completions`):
-/// a sync event completed on its first claim stays a string, listed, until
-/// a script reads it.
+/// Redis as configured by default: the packed claim completed packed
+/// (`store.packed_completions`), so a sync event completed on its first
+/// claim stays a string, listed, until a script reads it.
 pub(crate) async fn redis_packed_completions() -> Option<Opened> {
     let redis = RedisServer::start().await?;
-    let settings = StoreSettings {
-        packed_completions: true,
-        ..StoreSettings::new(StoreBackend::Redis { url: redis.url() })
-    };
+    let settings = StoreSettings::new(StoreBackend::Redis { url: redis.url() });
     let backend = RedisStore::connect(&redis.url(), &settings).unwrap();
     Some(opened(backend, Time::Wall, redis))
 }
