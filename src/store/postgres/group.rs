@@ -169,11 +169,17 @@ pub(super) fn insert_new(client: Object, claims: Vec<NewClaim>) -> Running<Optio
             .iter()
             .map(|c| seen.insert((c.source.as_str(), c.id.as_str())))
             .collect();
-        let offered: Vec<&NewClaim> = claims
+        let mut offered: Vec<&NewClaim> = claims
             .iter()
             .zip(&first)
             .filter_map(|(c, first)| first.then_some(c))
             .collect();
+        // Inserted in one order whatever order they came in: two groups in
+        // flight that share keys (duplicates split between them) then wait
+        // for each other's inserts one way only, never in a cycle
+        // (a deadlock PostgreSQL would break after `deadlock_timeout` by
+        // failing a group).
+        offered.sort_unstable_by(|a, b| (&a.source, &a.id).cmp(&(&b.source, &b.id)));
         let text =
             |f: fn(&NewClaim) -> &str| -> Vec<&str> { offered.iter().map(|c| f(c)).collect() };
         let optional = |f: fn(&NewClaim) -> Option<&str>| -> Vec<Option<&str>> {
