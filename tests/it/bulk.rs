@@ -64,11 +64,13 @@ async fn deliver_all(gateway: &TestGateway, ids: &[String]) {
         let (part, url, sender) = (part.to_vec(), url.clone(), Sender::new());
         senders.spawn(async move {
             for id in part {
-                sender.deliver(&url, &event(&id)).await;
+                sender.deliver_to_upstream(&url, &event(&id)).await;
             }
         });
     }
-    while senders.join_next().await.is_some() {}
+    while let Some(done) = senders.join_next().await {
+        done.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

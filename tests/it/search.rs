@@ -99,7 +99,7 @@ async fn filters_find_what_an_incident_touched(backend: Backend) {
                 let body = format!(
                     r#"{{"id":"{id}","type":"charge.failed","data":{{"object":{{"customer":"{customer}","n":{i}}}}}}}"#
                 );
-                sender.deliver(&url, &body).await;
+                sender.deliver_to_upstream(&url, &body).await;
             }
         }
         if batch == "a" {

@@ -48,6 +48,12 @@ impl Answer {
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true")
     }
+
+    /// The test upstream's own answer (its `x-upstream` header, forwarded
+    /// or replayed), not one the gateway gave itself.
+    pub fn by_upstream(&self) -> bool {
+        self.headers.contains_key("x-upstream")
+    }
 }
 
 #[derive(Clone)]
@@ -105,6 +111,19 @@ impl Sender {
         self.send_until_settled(|| signed(url, body)).await
     }
 
+    /// Deliver until the upstream's own answer comes back, whatever its
+    /// status: the gateway's own answers (a 503 when a claim outlasts the
+    /// store's deadline on a loaded machine, a 409 while it is in flight)
+    /// are retried, as a sender would, where a test needs every event to
+    /// have reached the upstream. Panics if none did within 60 s.
+    pub async fn deliver_to_upstream(&self, url: &str, body: &str) -> Answer {
+        let answer = self
+            .send_until(|| signed(url, body), Answer::by_upstream)
+            .await;
+        assert!(answer.by_upstream(), "{} {}", answer.status, answer.code());
+        answer
+    }
+
     /// Send what `request` makes as a webhook sender does, until an answer
     /// sticks: again on a 409 (in flight), a 503 or a connection the
     /// gateway dropped, backing off as senders do (doubling to 1 s, with
@@ -113,14 +132,23 @@ impl Sender {
     /// recording failed (a store deadline on a loaded machine) answers 409
     /// until its lease runs out.
     pub async fn send_until_settled(&self, request: impl Fn() -> Request<Full<Bytes>>) -> Answer {
+        let settled = |answer: &Answer| !matches!(answer.status.as_u16(), 409 | 503);
+        self.send_until(request, settled).await
+    }
+
+    /// [`Sender::send_until_settled`], with what counts as settled given:
+    /// again, backing off, until an answer is `settled` (or 60 s pass,
+    /// when the last answer is returned).
+    pub async fn send_until(
+        &self,
+        request: impl Fn() -> Request<Full<Bytes>>,
+        settled: impl Fn(&Answer) -> bool,
+    ) -> Answer {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut backoff = Backoff::default();
         loop {
             let answer = self.try_send(request()).await;
-            let settled = match &answer {
-                Ok(answer) => !matches!(answer.status.as_u16(), 409 | 503),
-                Err(_) => false,
-            };
+            let settled = answer.as_ref().is_ok_and(&settled);
             if settled || Instant::now() > deadline {
                 return answer.unwrap_or_else(|error| panic!("{error}"));
             }
