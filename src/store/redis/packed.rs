@@ -26,8 +26,8 @@
 //! packed record as an error, so a fleet rolling from one turns it off
 //! until every instance reads it (docs/operations/upgrading.md, "Upgrading").
 //!
-//! A packed claim's completion can be packed too (`store.packed_completions`,
-//! off unless the config turns it on): one `SET … PX retention` of
+//! A packed claim's completion is packed too (`store.packed_completions`,
+//! on unless the config turns it off): one `SET … PX retention` of
 //! `p2:{status}:{body_kept}:{attempts}:{first_seen}:{completed_at}:
 //! {body_sha256}:{headers length}:{headers}{body}` (the headers as a hash
 //! record keeps them, their length in bytes), listed as completed when it
@@ -35,9 +35,9 @@
 //! with its expiry (BENCHMARKS.md, "Redis CPU per event"). A duplicate's
 //! `SET … NX GET` gets it back and answers from it with no script
 //! ([`completed_fields`]); every other reader opens it into the completed
-//! hash it stands for, as it opens a packed claim. Releases before this
-//! one read it as an error, so it is off by default until a release that
-//! reads it is the oldest in a fleet.
+//! hash it stands for, as it opens a packed claim. Releases before 6e7acd4
+//! read it as an error, so a fleet rolling from one turns it off until
+//! every instance reads it (docs/operations/upgrading.md, "Upgrading").
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
