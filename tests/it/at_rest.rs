@@ -89,13 +89,7 @@ pub(crate) async fn kept_bytes(backend: &Backend) -> Vec<u8> {
             bytes
         }
         Backend::Redis(url) => {
-            let client = ::redis::Client::open(url.as_str()).unwrap();
-            let mut redis = client.get_multiplexed_async_connection().await.unwrap();
-            let keys: Vec<String> = ::redis::cmd("KEYS")
-                .arg("*")
-                .query_async(&mut redis)
-                .await
-                .unwrap();
+            let (mut redis, keys) = keys_at(url, "*").await;
             let mut bytes = Vec::new();
             for key in keys {
                 // Every value, whatever its type, as the server serializes it.
@@ -265,13 +259,7 @@ async fn a_packed_completion_is_sealed_and_answers_whole() {
         StatusCode::OK
     );
 
-    let client = ::redis::Client::open(redis.url()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg("*:evt_ok")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let (mut raw, keys) = keys_at(&redis.url(), "*:evt_ok").await;
     let [record_key] = &keys[..] else {
         panic!("one record: {keys:?}")
     };

@@ -449,13 +449,7 @@ async fn entities_are_delivered_in_order_on_redis() {
     let stale_by = "stale_by = \"json:/created\"";
     entities_are_delivered_in_order_one_at_a_time(Backend::Redis(redis.url()), stale_by).await;
     // What ordering keeps per entity lives no longer than its events.
-    let client = ::redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let kept: Vec<String> = ::redis::cmd("KEYS")
-        .arg("*!E:*")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+    let (mut connection, kept) = keys_at(&redis.url(), "*!E:*").await;
     assert_eq!(kept.len(), ENTITIES, "{kept:?}");
     for key in kept {
         let ttl: i64 = ::redis::cmd("PTTL")

@@ -295,16 +295,6 @@ impl Sender_ {
     }
 }
 
-async fn redis_keys(url: &str) -> Vec<String> {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 async fn scheme_end_to_end(sender: Sender_) {
     let Some(redis) = RedisServer::start().await else {
         return;
@@ -349,7 +339,7 @@ async fn scheme_end_to_end(sender: Sender_) {
         assert_eq!(future.code(), "timestamp_out_of_tolerance");
     }
     assert!(
-        redis_keys(&redis.url()).await.is_empty(),
+        keys_at(&redis.url(), "*").await.1.is_empty(),
         "{sender:?}: a refused delivery writes nothing"
     );
     assert_eq!(upstream.total(), 0);
@@ -636,7 +626,7 @@ async fn handshakes_are_answered_by_the_gateway() {
     assert_eq!(not_a_ping.code(), "signature_invalid");
 
     assert_eq!(upstream.total(), 0, "a handshake is never forwarded");
-    assert!(redis_keys(&redis.url()).await.is_empty(), "nor claimed");
+    assert!(keys_at(&redis.url(), "*").await.1.is_empty(), "nor claimed");
     let metrics = scrape(&gateway.admin_url("/metrics")).await;
     for route in ["zoom", "woo"] {
         assert_eq!(

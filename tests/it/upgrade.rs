@@ -437,16 +437,7 @@ async fn each_forwarded_once(old: &str, new: &str, upstream: &Upstream) {
 
 /// A raw connection to `redis`, and the one key that holds `id`'s record.
 async fn stored_key(redis: &RedisServer, id: &str) -> (redis::aio::MultiplexedConnection, String) {
-    let mut raw = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{id}"))
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let (raw, keys) = keys_at(&redis.url(), &format!("*{id}")).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     (raw, keys.into_iter().next().unwrap())
 }

@@ -379,6 +379,22 @@ pub async fn shared_cluster() -> Option<&'static RedisCluster> {
     SHARED.get_or_init(RedisCluster::start).await.as_ref()
 }
 
+/// A connection of its own to the Redis at `url`, and the keys there that
+/// match `pattern` (`KEYS`): for a test to look at what a store holds.
+pub async fn keys_at(
+    url: &str,
+    pattern: &str,
+) -> (::redis::aio::MultiplexedConnection, Vec<String>) {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = ::redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    (connection, keys)
+}
+
 /// `args` sent to the Redis (or sentinel) on `port`; `None` when it does not
 /// answer within 2 s or refuses.
 pub(super) async fn command(port: u16, args: &[&str]) -> Option<::redis::Value> {
