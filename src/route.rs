@@ -7,12 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use http::Method;
-use prometheus::IntCounter;
 
 use crate::cidr::Cidr;
 use crate::config::{Live, NotifyTarget, OnStoreError, RequestLimits, RouteConfig, UpstreamCa};
 use crate::error::GatewayError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RouteSeries};
 use crate::traffic::{Controls, RouteControls};
 use crate::upstream::Upstream;
 
@@ -24,14 +23,9 @@ pub struct Route {
     /// Shared by every route with the same TLS roots, so keep-alive
     /// connections are pooled across them (and kept across reloads).
     pub upstream: Upstream,
-    /// `hookgate_leases_lost_total{route}`, looked up once per reload
-    /// instead of once per request.
-    pub leases_lost: IntCounter,
-    /// `hookgate_dead_letters_total{route}`, present (at 0) from the start
-    /// so a rate over it is defined.
-    pub dead_letters: IntCounter,
-    /// `hookgate_stale_events_total{route}`, likewise.
-    pub stale_events: IntCounter,
+    /// Its metric series, looked up once per reload instead of once per
+    /// request.
+    pub series: RouteSeries,
     /// Its circuit breaker and upstream rate limit (docs/guide/traffic-control.md, "Traffic control"), kept across
     /// reloads.
     pub controls: RouteControls,
@@ -101,15 +95,11 @@ impl RouteTable {
         let controls = controls.for_routes(&deliveries, metrics);
         let (mut by_path, mut destinations) = (HashMap::new(), Vec::new());
         for ((config, upstream), controls) in deliveries.iter().zip(clients).zip(controls) {
-            metrics.init_route(&config.name);
-            let labels = [config.route_name(), config.destination_name()];
             let route = Arc::new(Route {
                 config: Arc::clone(config),
                 label: Arc::from(config.name.as_str()),
                 upstream,
-                leases_lost: metrics.leases_lost.with_label_values(&labels),
-                dead_letters: metrics.dead_letters_total.with_label_values(&labels),
-                stale_events: metrics.stale_events_total.with_label_values(&labels),
+                series: RouteSeries::new(metrics, &config.name),
                 controls,
             });
             match config.destination_of {

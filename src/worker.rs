@@ -230,7 +230,7 @@ impl Orders {
         self.leased.insert(route.keying.scope.clone());
         for key in &leased.stale {
             tracing::info!(route = %route.name, key = %key, "stale: older than its entity's newest delivered event; not delivered");
-            route.stale_events.inc();
+            route.series.stale_events.inc();
         }
         if leased.due.iter().any(|due| due.record.order.is_some()) {
             self.ordered.insert(route.keying.scope.clone());

@@ -291,14 +291,14 @@ impl Engine {
     pub(super) fn count(&self, route: &Route, kind: Kind, settled: Settled) {
         let metrics = &self.parts.metrics;
         let (name, destination) = (route.route_name(), route.destination_name());
-        let labels = [name, destination, kind.as_str(), settled.as_str()];
-        metrics.attempts.with_label_values(&labels).inc();
+        route.series.attempt(kind.as_str(), settled.as_str());
         match kind {
             Kind::Worker | Kind::Hybrid => {
                 let labels = [name, destination, settled.as_str()];
                 metrics.delivery_attempts.with_label_values(&labels).inc();
             }
             Kind::Redeliver | Kind::Replay => {
+                let labels = [name, destination, kind.as_str(), settled.as_str()];
                 metrics.redeliveries.with_label_values(&labels).inc();
             }
             Kind::Sync | Kind::Reconcile => {}
@@ -407,7 +407,7 @@ impl Engine {
             None => Settled::Unrecorded,
         };
         if settled == Settled::Dead {
-            route.dead_letters.inc();
+            route.series.dead_letters.inc();
             tracing::warn!(route = %route.name, key, attempts = attempt_no,
                 class = class.as_str(), "event parked as a dead letter");
             (self.parts.notices).dead_letter(
@@ -444,9 +444,7 @@ impl Engine {
             },
             Err(error) => error.label(),
         };
-        self.parts
-            .metrics
-            .upstream_attempt(&route.name, class, elapsed);
+        route.series.upstream_attempt(class, elapsed);
         (result, elapsed)
     }
 }
@@ -497,4 +495,39 @@ fn past_attempt(
         result.as_ref().err().map(ToString::to_string),
         result.as_ref().map_or(&[][..], |answer| &answer.body),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::StatusCode;
+
+    use super::{Kind, Settled};
+    use crate::metrics::{ATTEMPT_KINDS, SETTLEMENTS};
+
+    /// Every entrance and settlement has its slot in a route's cached
+    /// `hookgate_attempts_total` series (metrics/route.rs).
+    #[test]
+    fn every_label_of_an_attempt_is_known_to_the_route_series() {
+        let kinds = [
+            Kind::Sync,
+            Kind::Hybrid,
+            Kind::Worker,
+            Kind::Redeliver,
+            Kind::Replay,
+            Kind::Reconcile,
+        ];
+        let settled = [
+            Settled::Completed(StatusCode::OK),
+            Settled::Failed,
+            Settled::Dead,
+            Settled::Retrying(Duration::ZERO),
+            Settled::Queued,
+            Settled::Recording,
+            Settled::Unrecorded,
+        ];
+        assert_eq!(kinds.map(Kind::as_str), ATTEMPT_KINDS);
+        assert_eq!(settled.map(Settled::as_str), SETTLEMENTS);
+    }
 }

@@ -191,7 +191,7 @@ impl Engine {
             lease,
             route.claim.processing_ttl,
             Arc::clone(&route.label),
-            route.leases_lost.clone(),
+            route.series.leases_lost.clone(),
         )
     }
 }

@@ -92,7 +92,7 @@ impl Engine {
         };
         let attempts = claim.attempt();
         if claim.fail(&failure).await.is_some() {
-            route.dead_letters.inc();
+            route.series.dead_letters.inc();
             (self.parts.notices).dead_letter(route, &key, attempts, &tried, request);
         }
         self.count(route, Kind::Worker, Settled::Dead);

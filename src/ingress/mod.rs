@@ -45,7 +45,7 @@ use crate::delivery::{policy, Attempt, Engine, Kind, Parts};
 use crate::error::GatewayError;
 use crate::headers::{lower_hex, X_REQUEST_ID};
 use crate::key::{self, KeyError, OnMissingKey};
-use crate::metrics::{Metrics, UNMATCHED};
+use crate::metrics::{RouteSeries, UNMATCHED};
 use crate::route::{Route, Runtime};
 use crate::server::{ConnectionInfo, Handler};
 use crate::store::{ClaimOutcome, Lease, StoreError, StoreKey};
@@ -66,6 +66,8 @@ pub struct Gateway {
 /// the stages run.
 struct RequestLog<'a> {
     route: &'a str,
+    /// The route's metric series, once it is known.
+    series: Option<&'a RouteSeries>,
     key: Option<String>,
     upstream: Option<Duration>,
     /// How long the claim (or acceptance) took in the store.
@@ -135,6 +137,7 @@ impl Gateway {
         let request_id = request_id(request.headers());
         let mut log = RequestLog {
             route: UNMATCHED,
+            series: None,
             key: None,
             upstream: None,
             store: None,
@@ -152,9 +155,10 @@ impl Gateway {
             Err(error) => (error.to_response(), Outcome::of_error(&error)),
         };
         let elapsed = started.elapsed();
-        self.parts
-            .metrics
-            .request_done(log.route, outcome.as_str(), elapsed);
+        match log.series {
+            Some(series) => series.request_done(outcome.as_str(), elapsed),
+            None => (self.parts.metrics).request_done(log.route, outcome.as_str(), elapsed),
+        }
         tracing::info!(
             request_id = request_id.to_str().unwrap_or_default(),
             route = log.route,
@@ -191,8 +195,8 @@ impl Gateway {
         let route = runtime
             .routes
             .resolve(request.uri().path(), request.method())?;
-        log.route = &route.name;
-        let _in_flight = InFlight::enter(&self.parts.metrics, &route.name);
+        (log.route, log.series) = (&route.name, Some(&route.series));
+        let _in_flight = InFlight::enter(&route.series);
 
         // 1b. Admit the sender by address, before reading anything (docs/guide/traffic-control.md, "Traffic control").
         if let Some(allowed) = &route.traffic.allow_from {
@@ -315,6 +319,7 @@ impl Gateway {
             let route = Arc::clone(&event.route);
             let mut log = RequestLog {
                 route: &route.name,
+                series: Some(&route.series),
                 key: None,
                 upstream: None,
                 store: None,
@@ -519,18 +524,18 @@ impl Handler for Gateway {
 }
 
 /// `hookgate_in_flight_requests{route}` for as long as it lives.
-struct InFlight(prometheus::IntGauge);
+struct InFlight<'a>(Option<&'a prometheus::IntGauge>);
 
-impl InFlight {
-    fn enter(metrics: &Metrics, route: &str) -> Self {
-        let gauge = metrics.in_flight.with_label_values(&[route]);
-        gauge.inc();
+impl<'a> InFlight<'a> {
+    fn enter(series: &'a RouteSeries) -> Self {
+        let gauge = series.in_flight();
+        gauge.inspect(|gauge| gauge.inc());
         Self(gauge)
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.dec();
+        self.0.inspect(|gauge| gauge.dec());
     }
 }

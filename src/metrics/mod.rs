@@ -14,10 +14,12 @@ use self::builder::Builder;
 
 mod builder;
 mod reconcile;
+mod route;
 mod store;
 mod table;
 
 pub use self::reconcile::ReconcileMetrics;
+pub use self::route::RouteSeries;
 pub use self::store::StoreMetrics;
 
 /// The `route` label of requests that matched no route.
@@ -70,6 +72,27 @@ pub const UPSTREAM_CLASSES: [&str; 7] = [
     "timeout",
     "unreachable",
     "broken",
+];
+
+/// Every `kind` of `hookgate_attempts_total`: the attempt's entrance.
+pub const ATTEMPT_KINDS: [&str; 6] = [
+    "sync",
+    "hybrid",
+    "worker",
+    "redeliver",
+    "replay",
+    "reconcile",
+];
+
+/// Every `settled` of `hookgate_attempts_total`: how the attempt settled.
+pub const SETTLEMENTS: [&str; 7] = [
+    "completed",
+    "failed",
+    "dead",
+    "retrying",
+    "queued",
+    "recording",
+    "unrecorded",
 ];
 
 /// The `route` and `destination` labels of a delivery's name: a
@@ -272,19 +295,6 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// One upstream attempt of `route` that took `elapsed` and ended in
-    /// `class` (see [`UPSTREAM_CLASSES`]): every attempt is timed, those
-    /// that timed out or never reached the upstream included.
-    pub fn upstream_attempt(&self, route: &str, class: &str, elapsed: Duration) {
-        let (route, destination) = delivery_labels(route);
-        self.upstream_responses
-            .with_label_values(&[route, destination, class])
-            .inc();
-        self.upstream_duration
-            .with_label_values(&[route, destination])
-            .observe(elapsed.as_secs_f64());
-    }
-
     /// `route`'s request counts by outcome, as `/metrics` has them (the
     /// console turns them into rates).
     pub fn outcomes(&self, route: &str) -> serde_json::Map<String, serde_json::Value> {
@@ -295,28 +305,6 @@ impl Metrics {
                 ((*outcome).to_owned(), count.into())
             })
             .collect()
-    }
-
-    /// Create `route`'s series at 0 (start-up, reload): see [`OUTCOMES`].
-    pub fn init_route(&self, route: &str) {
-        let (route, destination) = delivery_labels(route);
-        if destination.is_empty() {
-            for outcome in OUTCOMES {
-                self.requests.with_label_values(&[route, outcome]);
-            }
-            self.in_flight.with_label_values(&[route]);
-        }
-        for class in UPSTREAM_CLASSES {
-            self.upstream_responses
-                .with_label_values(&[route, destination, class]);
-        }
-        self.upstream_duration
-            .with_label_values(&[route, destination]);
-        self.leases_lost.with_label_values(&[route, destination]);
-        self.dead_letters_total
-            .with_label_values(&[route, destination]);
-        self.stale_events_total
-            .with_label_values(&[route, destination]);
     }
 
     /// The served certificate expires at `not_after` (Unix seconds).
