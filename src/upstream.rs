@@ -6,7 +6,6 @@
 //! and the idempotency header are set. The upstream always gets HTTP/1.1,
 //! whatever the sender spoke.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -172,7 +171,8 @@ pub struct Delivery<'a> {
     /// keyless delivery forwarded unclaimed.
     pub key: Option<&'a str>,
     pub request_id: &'a HeaderValue,
-    pub peer: IpAddr,
+    /// The peer's address, as `X-Forwarded-For` names it.
+    pub peer: &'a HeaderValue,
     /// Whether the peer is a `trusted_proxies` hop, whose `X-Forwarded-For`
     /// chain is kept.
     pub peer_trusted: bool,
@@ -216,13 +216,15 @@ pub fn stored_request(delivery: &Delivery<'_>) -> StoredRequest {
     }
     // A chain is only as good as who handed it over: from a trusted proxy
     // it is kept and extended, from anyone else it starts at the peer.
-    let peer = peer.to_canonical().to_string();
     let incoming = headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
     let forwarded_for = match incoming.filter(|_| peer_trusted) {
-        Some(chain) => format!("{chain}, {peer}"),
-        None => peer,
+        Some(chain) => {
+            let peer = peer.to_str().unwrap_or_default();
+            HeaderValue::from_str(&format!("{chain}, {peer}")).ok()
+        }
+        None => Some(peer.clone()),
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    if let Some(value) = forwarded_for {
         headers.insert(X_FORWARDED_FOR, value);
     }
     // The other headers that say where a request came from prove nothing

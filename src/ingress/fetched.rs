@@ -55,10 +55,7 @@ impl Gateway {
             verdict,
             admission: None,
             request_id: new_request_id(),
-            connection: ConnectionInfo {
-                peer: SocketAddr::from(([127, 0, 0, 1], 0)),
-                proto: "https",
-            },
+            connection: ConnectionInfo::new(SocketAddr::from(([127, 0, 0, 1], 0)), "https"),
             entrance: Kind::Reconcile,
         };
         let runtime = self.parts.routes.load();

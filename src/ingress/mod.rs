@@ -365,7 +365,7 @@ impl Gateway {
             body: event.body,
             key: key.as_deref(),
             request_id: &event.request_id,
-            peer: connection.peer.ip(),
+            peer: &connection.peer_text,
             peer_trusted: (runtime.trusted_proxies.iter())
                 .any(|range| range.contains(connection.peer.ip())),
             proto: connection.proto,

@@ -40,7 +40,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -131,11 +131,27 @@ impl Drop for Raised {
 }
 
 /// Facts about the connection a request came in on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub peer: SocketAddr,
+    /// The peer's address as `X-Forwarded-For` names it (an IPv4 address
+    /// mapped into IPv6 as plain IPv4), written once per connection
+    /// rather than once per request.
+    pub peer_text: HeaderValue,
     /// `http` or `https`.
     pub proto: &'static str,
+}
+
+impl ConnectionInfo {
+    pub fn new(peer: SocketAddr, proto: &'static str) -> Self {
+        let text = peer.ip().to_canonical().to_string();
+        Self {
+            peer,
+            peer_text: HeaderValue::from_maybe_shared(Bytes::from(text))
+                .expect("an IP address is a valid header value"),
+            proto,
+        }
+    }
 }
 
 /// What the server hands each request to, and drains at shutdown: the
@@ -202,9 +218,9 @@ pub async fn serve<G: Handler>(
         shutdown,
         move |peer, proto| {
             let gateway = Arc::clone(&serving);
-            let info = ConnectionInfo { peer, proto };
+            let info = ConnectionInfo::new(peer, proto);
             move |request: Request<Incoming>| {
-                let gateway = Arc::clone(&gateway);
+                let (gateway, info) = (Arc::clone(&gateway), info.clone());
                 async move {
                     // On the connection's task: the handler spawns what must
                     // outlive a hang-up itself. Boxed, as the lifecycle's future
