@@ -19,10 +19,13 @@ pub struct RouteSeries {
     /// `route` and `destination` labels.
     route: String,
     destination: String,
-    /// `hookgate_requests_total` and `hookgate_request_duration_seconds`,
-    /// one pair per [`OUTCOMES`] entry, in its order (a destination's
-    /// delivery answers no sender: empty).
-    requests: Vec<(IntCounter, Histogram)>,
+    /// `hookgate_requests_total`, one per [`OUTCOMES`] entry, in its
+    /// order, each at 0 from the start, and its
+    /// `hookgate_request_duration_seconds`, made on the outcome's first
+    /// request (as it always was: a histogram per outcome at 0 would be
+    /// twenty lines of `/metrics` each). A destination's delivery answers
+    /// no sender: empty.
+    requests: Vec<(IntCounter, OnceLock<Histogram>)>,
     in_flight: Option<IntGauge>,
     /// `hookgate_upstream_responses_total`, one per [`UPSTREAM_CLASSES`]
     /// entry, and the attempts' times.
@@ -49,10 +52,8 @@ impl RouteSeries {
             let requests = OUTCOMES
                 .iter()
                 .map(|outcome| {
-                    (
-                        metrics.requests.with_label_values(&[route, outcome]),
-                        (metrics.request_duration).with_label_values(&[route, outcome]),
-                    )
+                    let count = metrics.requests.with_label_values(&[route, outcome]);
+                    (count, OnceLock::new())
                 })
                 .collect();
             (
@@ -85,11 +86,12 @@ impl RouteSeries {
 
     /// Count one finished request of this route that ended in `outcome`.
     pub fn request_done(&self, outcome: &str, elapsed: Duration) {
-        match OUTCOMES.iter().position(|known| *known == outcome) {
-            Some(at) if at < self.requests.len() => {
-                let (count, duration) = &self.requests[at];
+        match slot(&OUTCOMES, outcome).and_then(|at| self.requests.get(at)) {
+            Some((count, duration)) => {
                 count.inc();
-                duration.observe(elapsed.as_secs_f64());
+                let labels = [self.route.as_str(), outcome];
+                (duration.get_or_init(|| self.metrics.request_duration.with_label_values(&labels)))
+                    .observe(elapsed.as_secs_f64());
             }
             _ => (self.metrics).request_done(&self.route, outcome, elapsed),
         }
@@ -103,7 +105,7 @@ impl RouteSeries {
     /// One upstream attempt that ended in `class` (see
     /// [`UPSTREAM_CLASSES`]) after `elapsed`.
     pub fn upstream_attempt(&self, class: &str, elapsed: Duration) {
-        match UPSTREAM_CLASSES.iter().position(|known| *known == class) {
+        match slot(&UPSTREAM_CLASSES, class) {
             Some(at) => self.upstream[at].inc(),
             None => (self.metrics.upstream_responses)
                 .with_label_values(&[&self.route, &self.destination, class])
@@ -115,14 +117,53 @@ impl RouteSeries {
     /// One settled attempt of entrance `kind` (see [`ATTEMPT_KINDS`]),
     /// settled as `settled` (see [`SETTLEMENTS`]).
     pub fn attempt(&self, kind: &str, settled: &str) {
-        let at = |labels: &[&str], label: &str| labels.iter().position(|known| *known == label);
         let count = || {
             let labels = [self.route.as_str(), &self.destination, kind, settled];
             self.metrics.attempts.with_label_values(&labels)
         };
-        match (at(&ATTEMPT_KINDS, kind), at(&SETTLEMENTS, settled)) {
+        match (slot(&ATTEMPT_KINDS, kind), slot(&SETTLEMENTS, settled)) {
             (Some(kind), Some(settled)) => self.attempts[kind][settled].get_or_init(count).inc(),
             _ => count().inc(),
         }
+    }
+}
+
+/// Where `label` is in the fixed list `labels`: its handle's slot.
+fn slot(labels: &[&str], label: &str) -> Option<usize> {
+    labels.iter().position(|known| *known == label)
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::Registry;
+
+    use super::*;
+
+    /// A route's counters exist at 0 from the start; a duration histogram
+    /// only once its outcome has happened, as before the series were
+    /// cached (one per outcome at 0 would be twenty lines of `/metrics`
+    /// each).
+    #[test]
+    fn only_the_counters_start_at_zero() {
+        let metrics = Metrics::new(&Registry::new());
+        let series = RouteSeries::new(&metrics, "hook");
+        let rendered = metrics.render();
+        assert!(rendered
+            .contains(r#"hookgate_requests_total{outcome="signature_invalid",route="hook"} 0"#));
+        assert!(
+            !rendered.contains("hookgate_request_duration_seconds_count"),
+            "{rendered}"
+        );
+        series.request_done("forwarded", Duration::from_millis(3));
+        let rendered = metrics.render();
+        assert!(rendered.contains(r#"hookgate_requests_total{outcome="forwarded",route="hook"} 1"#));
+        let durations = rendered
+            .lines()
+            .filter(|line| line.starts_with("hookgate_request_duration_seconds_count"))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            durations,
+            [r#"hookgate_request_duration_seconds_count{outcome="forwarded",route="hook"} 1"#]
+        );
     }
 }
