@@ -147,8 +147,7 @@ impl ConnectionInfo {
         let text = peer.ip().to_canonical().to_string();
         Self {
             peer,
-            peer_text: HeaderValue::from_maybe_shared(Bytes::from(text))
-                .expect("an IP address is a valid header value"),
+            peer_text: HeaderValue::try_from(text).expect("an IP address is a valid header value"),
             proto,
         }
     }
